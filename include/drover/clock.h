@@ -1,0 +1,77 @@
+// Clock: the one source of time for every piece of Drover logic that decides on time.
+//
+// Monotonic time (MonoTime) measures intervals: leases, slow start, deadlines. System time
+// (SystemTime) is only for display and for timestamps that cross process boundaries.
+// RealClock reads the OS clocks; FakeClock is driven by tests. Both are thread-safe.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <mutex>
+#include <stop_token>
+
+namespace drover {
+
+using MonoClock = std::chrono::steady_clock;
+using MonoTime = MonoClock::time_point;
+using SystemTime = std::chrono::system_clock::time_point;
+using Duration = std::chrono::nanoseconds;
+
+class Clock {
+ public:
+  virtual ~Clock() = default;
+
+  virtual MonoTime Now() const = 0;
+  virtual SystemTime SystemNow() const = 0;
+
+  // Blocks the calling thread until Now() >= deadline or a stop is requested on `stop`.
+  // Returns true when the deadline was reached, false when stopped first.
+  virtual bool SleepUntil(MonoTime deadline, std::stop_token stop) = 0;
+
+  bool SleepFor(Duration d, std::stop_token stop) { return SleepUntil(Now() + d, std::move(stop)); }
+};
+
+// The operating system's clocks. Stateless apart from the wait primitive; cheap to create.
+class RealClock final : public Clock {
+ public:
+  MonoTime Now() const override { return MonoClock::now(); }
+  SystemTime SystemNow() const override { return std::chrono::system_clock::now(); }
+  bool SleepUntil(MonoTime deadline, std::stop_token stop) override;
+
+ private:
+  std::mutex mu_;
+  std::condition_variable_any cv_;  // only woken by stop requests
+};
+
+// A clock that moves only when told to. Threads blocked in SleepUntil wake when Advance() or
+// SetNow() moves time past their deadline, or when their stop token fires.
+class FakeClock final : public Clock {
+ public:
+  // Starts at an arbitrary but fixed point well away from the epoch, so that "time since"
+  // arithmetic in tests never underflows.
+  FakeClock();
+
+  MonoTime Now() const override;
+  SystemTime SystemNow() const override;
+  bool SleepUntil(MonoTime deadline, std::stop_token stop) override;
+
+  // Moves both clocks forward by d (d >= 0) and wakes sleepers whose deadline has passed.
+  void Advance(Duration d);
+
+  // Number of threads currently blocked in SleepUntil.
+  std::size_t sleepers() const;
+
+  // Test helper: waits (in real time, up to `real_timeout`) until at least n threads sleep on
+  // this clock. Returns false on timeout. Lets a test advance time only once a worker is parked.
+  bool AwaitSleepers(std::size_t n, std::chrono::milliseconds real_timeout);
+
+ private:
+  mutable std::mutex mu_;
+  std::condition_variable_any cv_;  // guarded by mu_: time moved, sleeper count changed
+  MonoTime now_;                    // guarded by mu_
+  SystemTime system_now_;           // guarded by mu_
+  std::size_t sleepers_ = 0;        // guarded by mu_
+};
+
+}  // namespace drover

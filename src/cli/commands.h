@@ -1,0 +1,12 @@
+// Registration of the `drover` subcommands. Each Add* function adds one subcommand to the app
+// and stores what it needs to run in state owned by the app's callbacks.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace drover::cli {
+
+// `drover bench ...`: measurement runs that print a report.
+void AddBenchCommands(CLI::App& app);
+
+}  // namespace drover::cli

@@ -1,0 +1,31 @@
+// `drover`: one binary for every Drover role. Subcommands only parse, wire and run.
+#include <CLI/CLI.hpp>
+#include <iostream>
+
+#include "commands.h"
+#include "common/logging.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "Drover keeps fleets of long-lived backend servers discoverable, balanced and safe to "
+      "deploy.",
+      "drover"};
+  app.set_version_flag("--version", std::string("drover ") + DROVER_VERSION);
+  app.require_subcommand(1);
+
+  drover::logging::LogOptions log_options;
+  app.add_option("--log-level", log_options.level,
+                 "Log level: trace, debug, info, warn, error, critical, off")
+      ->capture_default_str();
+  app.add_flag("--log-json", log_options.json, "Write logs as one JSON object per line");
+  app.parse_complete_callback([&] {
+    if (auto status = drover::logging::Setup(log_options); !status.ok()) {
+      throw CLI::ValidationError("--log-level", status.message());
+    }
+  });
+
+  drover::cli::AddBenchCommands(app);
+
+  CLI11_PARSE(app, argc, argv);
+  return 0;
+}

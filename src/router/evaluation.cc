@@ -1,0 +1,283 @@
+#include "router/evaluation.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "drover/router.h"
+
+namespace drover::router {
+namespace {
+
+using Table = std::shared_ptr<const RoutingTable>;
+
+std::string EndpointId(std::size_t i) {
+  std::string digits = std::to_string(i);
+  return "shard-" + std::string(digits.size() < 3 ? 3 - digits.size() : 0, '0') + digits;
+}
+
+Table MakeTable(std::size_t n, std::size_t skip = std::numeric_limits<std::size_t>::max()) {
+  std::vector<Endpoint> endpoints;
+  for (std::size_t i = 0; i < n; ++i) {
+    if (i == skip) continue;
+    Endpoint e;
+    e.id = EndpointId(i);
+    e.address = "127.0.0.1:" + std::to_string(20000 + i);
+    e.state = EndpointState::kReady;
+    endpoints.push_back(std::move(e));
+  }
+  return RoutingTable::Create(1, std::move(endpoints)).value();
+}
+
+// Owner of every key as a global endpoint number (the i of EndpointId(i)), so that owners from
+// tables with different members compare directly.
+template <typename Picker>
+std::vector<std::uint32_t> Owners(const Picker& picker, const RoutingTable& table,
+                                  const std::vector<std::uint64_t>& hashes) {
+  std::vector<std::uint32_t> global(table.size());
+  for (std::size_t i = 0; i < table.size(); ++i) {
+    global[i] = static_cast<std::uint32_t>(std::stoul(table.at(i).id.substr(6)));
+  }
+  std::vector<std::uint32_t> owners(hashes.size());
+  for (std::size_t k = 0; k < hashes.size(); ++k)
+    owners[k] = global[picker.Pick(hashes[k]).value()];
+  return owners;
+}
+
+double MovedFraction(const std::vector<std::uint32_t>& a, const std::vector<std::uint32_t>& b) {
+  std::size_t moved = 0;
+  for (std::size_t k = 0; k < a.size(); ++k) moved += a[k] != b[k];
+  return static_cast<double>(moved) / static_cast<double>(a.size());
+}
+
+template <typename Picker>
+Movement MeasureMovement(const std::function<Picker(const RoutingTable&)>& build, std::size_t n,
+                         const std::vector<std::uint64_t>& hashes) {
+  const Table base = MakeTable(n);
+  const Table grown = MakeTable(n + 1);
+  const Table shrunk = MakeTable(n, n - 1);  // the newest endpoint leaves
+  const auto before = Owners(build(*base), *base, hashes);
+  Movement m;
+  m.add = MovedFraction(before, Owners(build(*grown), *grown, hashes)) * static_cast<double>(n + 1);
+  m.remove =
+      MovedFraction(before, Owners(build(*shrunk), *shrunk, hashes)) * static_cast<double>(n);
+  return m;
+}
+
+// Maglev movement over the generated keys, plus exact movement as the fraction of lookup-table
+// slots whose owner changes (comparable only while the table size stays the same).
+Movement MeasureMaglevMovement(const MaglevOptions& options, std::size_t n,
+                               const std::vector<std::uint64_t>& hashes, bool all_removals) {
+  Movement m = MeasureMovement<Maglev>(
+      [&](const RoutingTable& t) { return Maglev::Build(t, options); }, n, hashes);
+  const Table base = MakeTable(n);
+  const Maglev before = Maglev::Build(*base, options);
+  auto slot_change = [&](const Table& other) {
+    const Maglev after = Maglev::Build(*other, options);
+    if (after.table_size() != before.table_size()) return -1.0;
+    std::size_t changed = 0;
+    for (std::size_t s = 0; s < before.table_size(); ++s) {
+      // The smallest hash that lands in slot s.
+      const std::uint64_t h = static_cast<std::uint64_t>(
+          ((static_cast<Uint128>(s) << 64) + before.table_size() - 1) / before.table_size());
+      changed += base->at(before.Pick(h).value()).id != other->at(after.Pick(h).value()).id;
+    }
+    return static_cast<double>(changed) / static_cast<double>(before.table_size());
+  };
+  const double add = slot_change(MakeTable(n + 1));
+  const double remove = slot_change(MakeTable(n, n - 1));
+  m.add_exact = add < 0 ? -1 : add * static_cast<double>(n + 1);
+  m.remove_exact = remove < 0 ? -1 : remove * static_cast<double>(n);
+  if (all_removals) {
+    double worst = -1;
+    for (std::size_t i = 0; i < n; ++i) worst = std::max(worst, slot_change(MakeTable(n, i)));
+    m.remove_exact_worst = worst < 0 ? -1 : worst * static_cast<double>(n);
+  }
+  return m;
+}
+
+double PeakToMean(const std::vector<double>& shares) {
+  double sum = 0, peak = 0;
+  std::size_t members = 0;
+  for (double s : shares) {
+    sum += s;
+    peak = std::max(peak, s);
+    members += s > 0;
+  }
+  return members == 0 || sum == 0 ? 0 : peak / (sum / static_cast<double>(members));
+}
+
+std::vector<double> CountShares(const std::vector<std::uint64_t>& counts) {
+  std::vector<double> shares(counts.begin(), counts.end());
+  return shares;
+}
+
+template <typename Picker>
+double SampledPeakToMean(const Picker& picker, std::size_t n,
+                         const std::vector<std::uint64_t>& hashes) {
+  std::vector<std::uint64_t> counts(n, 0);
+  for (std::uint64_t h : hashes) ++counts[picker.Pick(h).value()];
+  return PeakToMean(CountShares(counts));
+}
+
+// Routes every draw with bounded load, each draw adding one unit of load that stays (a session),
+// and returns the final peak-to-mean.
+template <typename Picker>
+double BoundedPeakToMean(const Picker& picker, std::size_t n,
+                         const std::vector<std::uint64_t>& draws, double c) {
+  std::vector<std::uint64_t> loads(n, 0);
+  std::uint64_t total = 0;
+  for (std::uint64_t h : draws) {
+    const std::size_t i = picker.PickBounded(h, LoadView{loads, total}, {c}).value();
+    ++loads[i];
+    ++total;
+  }
+  return PeakToMean(CountShares(loads));
+}
+
+// Zipf(s) over ranks 1..universe by inverse CDF; returns the hash of "key-<rank>" per draw.
+std::vector<std::uint64_t> ZipfDraws(std::size_t universe, std::size_t draws, double s,
+                                     RandomSource& random) {
+  std::vector<double> cdf(universe);
+  double sum = 0;
+  for (std::size_t r = 0; r < universe; ++r) {
+    sum += 1.0 / std::pow(static_cast<double>(r + 1), s);
+    cdf[r] = sum;
+  }
+  std::vector<std::uint64_t> rank_hash(universe);
+  for (std::size_t r = 0; r < universe; ++r) rank_hash[r] = HashKey("key-" + std::to_string(r));
+  std::vector<std::uint64_t> out(draws);
+  for (auto& h : out) {
+    const double u = random.UniformDouble() * sum;
+    const auto r =
+        static_cast<std::size_t>(std::lower_bound(cdf.begin(), cdf.end(), u) - cdf.begin());
+    h = rank_hash[std::min(r, universe - 1)];
+  }
+  return out;
+}
+
+// Best of three timed runs of `body(i)` over `count` iterations, in ns per iteration.
+template <typename Body>
+double TimeNs(std::size_t count, Body body) {
+  double best = std::numeric_limits<double>::infinity();
+  for (int run = 0; run < 3; ++run) {
+    std::uint64_t sink = 0;
+    const auto start = std::chrono::steady_clock::now();
+    for (std::size_t i = 0; i < count; ++i) sink += body(i);
+    const auto elapsed = std::chrono::steady_clock::now() - start;
+    // Keeps the loop's results observable so the compiler cannot drop it.
+    asm volatile("" : : "r"(sink) : "memory");
+    best = std::min(best, std::chrono::duration<double, std::nano>(elapsed).count() /
+                              static_cast<double>(count));
+  }
+  return best;
+}
+
+template <typename Fn>
+double TimeMs(Fn fn) {
+  const auto start = std::chrono::steady_clock::now();
+  fn();
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+      .count();
+}
+
+}  // namespace
+
+Evaluation EvaluateRouting(const EvaluationOptions& options,
+                           const std::function<void(std::string_view)>& progress) {
+  auto say = [&](std::string_view line) {
+    if (progress) progress(line);
+  };
+  const std::size_t n = std::max<std::size_t>(options.endpoints, 2);
+  const std::size_t k = std::max<std::size_t>(options.keys, 1000);
+  Evaluation ev;
+  ev.n = n;
+  ev.keys = k;
+  ev.zipf_s = options.zipf_s;
+  ev.bounded_c = options.bounded_c;
+
+  std::vector<std::string> keys(k);
+  std::vector<std::uint64_t> hashes(k);
+  for (std::size_t i = 0; i < k; ++i) {
+    keys[i] = "key-" + std::to_string(i);
+    hashes[i] = HashKey(keys[i]);
+  }
+
+  say("movement: hash % n");
+  ev.modn = MeasureMovement<ModN>([](const RoutingTable& t) { return ModN::Build(t); }, n, hashes);
+
+  say("movement: ring hash (256 vnodes)");
+  ev.ring = MeasureMovement<RingHash>([](const RoutingTable& t) { return RingHash::Build(t); }, n,
+                                      hashes);
+  {
+    const Table base = MakeTable(n);
+    const Table grown = MakeTable(n + 1);
+    const auto shares = RingHash::Build(*base).Shares();
+    // On the ring only the arcs the newcomer claims change owner, and only the leaver's arcs move.
+    ev.ring.add_exact = RingHash::Build(*grown).Shares()[*grown->IndexOf(EndpointId(n))] *
+                        static_cast<double>(n + 1);
+    ev.ring.remove_exact = shares[*base->IndexOf(EndpointId(n - 1))] * static_cast<double>(n);
+    ev.ring.remove_exact_worst = *std::max_element(shares.begin(), shares.end()) * n;
+  }
+
+  say("movement: maglev");
+  ev.maglev = MeasureMaglevMovement(MaglevOptions{}, n, hashes, /*all_removals=*/true);
+  MaglevOptions paper_size;
+  paper_size.entries_per_member = 100;
+  ev.maglev_paper_size = MeasureMaglevMovement(paper_size, n, hashes, /*all_removals=*/false);
+
+  say("balance: ring (100 and 256 vnodes), maglev");
+  const Table table = MakeTable(n);
+  RingHashOptions ring100;
+  ring100.vnodes_per_weight = 100;
+  const RingHash ring_100 = RingHash::Build(*table, ring100);
+  const RingHash ring = RingHash::Build(*table);
+  const Maglev maglev = Maglev::Build(*table);
+  const ModN modn = ModN::Build(*table);
+  ev.ring_100_exact = PeakToMean(ring_100.Shares());
+  ev.ring_256_exact = PeakToMean(ring.Shares());
+  ev.maglev_exact = PeakToMean(maglev.Shares());
+  ev.ring_100_sampled = SampledPeakToMean(ring_100, n, hashes);
+  ev.ring_256_sampled = SampledPeakToMean(ring, n, hashes);
+  ev.maglev_sampled = SampledPeakToMean(maglev, n, hashes);
+
+  say("balance: bounded load under uniform and zipf keys");
+  Xoshiro256 random(options.seed);
+  const std::vector<std::uint64_t> zipf = ZipfDraws(k, k, options.zipf_s, random);
+  ev.ring_zipf = SampledPeakToMean(ring, n, zipf);
+  ev.maglev_zipf = SampledPeakToMean(maglev, n, zipf);
+  ev.bounded_uniform = BoundedPeakToMean(ring, n, hashes, options.bounded_c);
+  ev.bounded_zipf = BoundedPeakToMean(ring, n, zipf, options.bounded_c);
+  ev.bounded_maglev_zipf = BoundedPeakToMean(maglev, n, zipf, options.bounded_c);
+
+  say("pick cost");
+  const std::size_t picks = std::max<std::size_t>(options.timing_picks, 1000);
+  auto key_at = [&](std::size_t i) -> const std::string& { return keys[i % k]; };
+  ev.pick_ns_modn = TimeNs(picks, [&](std::size_t i) { return *modn.Pick(HashKey(key_at(i))); });
+  ev.pick_ns_ring = TimeNs(picks, [&](std::size_t i) { return *ring.Pick(HashKey(key_at(i))); });
+  ev.pick_ns_maglev =
+      TimeNs(picks, [&](std::size_t i) { return *maglev.Pick(HashKey(key_at(i))); });
+  {
+    // Loads as after routing every key once: realistic caps, most owners under them.
+    std::vector<std::uint64_t> loads(n, 0);
+    for (std::uint64_t h : hashes) ++loads[*ring.Pick(h)];
+    const LoadView view{loads, k};
+    const BoundedLoadOptions bounded{options.bounded_c};
+    ev.pick_ns_bounded = TimeNs(
+        picks, [&](std::size_t i) { return *ring.PickBounded(HashKey(key_at(i)), view, bounded); });
+    const P2cPicker p2c = P2cPicker::Build(*table);
+    const MonoTime now = MonoClock::now();
+    ev.pick_ns_p2c = TimeNs(picks, [&](std::size_t) { return *p2c.Pick(loads, now, random); });
+  }
+
+  say("build cost");
+  ev.build_ms_ring = TimeMs([&] { (void)RingHash::Build(*table); });
+  ev.build_ms_maglev = TimeMs([&] { (void)Maglev::Build(*table); });
+  return ev;
+}
+
+}  // namespace drover::router

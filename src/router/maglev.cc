@@ -1,0 +1,124 @@
+#include <algorithm>
+#include <limits>
+
+#include "drover/router.h"
+#include "router/member_view.h"
+
+namespace drover::router {
+namespace {
+
+constexpr std::uint64_t kOffsetSeed = kHashSeed ^ 0x6d61'676c'0000'0001ULL;  // "magl"
+constexpr std::uint64_t kSkipSeed = kHashSeed ^ 0x6d61'676c'0000'0002ULL;
+constexpr std::uint32_t kEmpty = std::numeric_limits<std::uint32_t>::max();
+
+bool IsPrime(std::uint64_t n) {
+  if (n < 2) return false;
+  if (n % 2 == 0) return n == 2;
+  for (std::uint64_t d = 3; d * d <= n; d += 2) {
+    if (n % d == 0) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+std::uint64_t NextPrime(std::uint64_t n) {
+  if (n <= 2) return 2;
+  while (!IsPrime(n)) ++n;
+  return n;
+}
+
+std::uint64_t MaglevTableSize(std::size_t members, const MaglevOptions& options) {
+  if (options.table_size != 0) return NextPrime(options.table_size);
+  const std::uint64_t wanted =
+      std::max(options.min_table_size, options.entries_per_member * members);
+  const std::uint64_t cap = std::max<std::uint64_t>(options.max_table_size, 65537);
+  std::uint64_t step = 65536;
+  while (step < cap && NextPrime(step) < wanted) step *= 2;
+  return NextPrime(std::min(step, cap));
+}
+
+Maglev Maglev::Build(const RoutingTable& table, const MaglevOptions& options) {
+  Maglev maglev;
+  maglev.members_ = internal::MemberView::FromTable(table);
+  if (maglev.members_.count == 0) return maglev;
+
+  const std::uint64_t m = MaglevTableSize(maglev.members_.count, options);
+
+  // Each member walks its own permutation of the slots (offset, offset + skip, ...) and claims
+  // the next free slot when it has a turn. Turns are handed out in proportion to weight: every
+  // round a member earns weight / max_weight turns, so the heaviest member takes one per round.
+  struct Walker {
+    std::uint32_t index;
+    std::uint64_t position;
+    std::uint64_t skip;
+    double rate;
+    double credit = 0.0;
+  };
+  std::uint32_t max_weight = 0;
+  for (std::uint32_t w : maglev.members_.weight) max_weight = std::max(max_weight, w);
+  std::vector<Walker> walkers;
+  walkers.reserve(maglev.members_.count);
+  for (std::uint32_t i = 0; i < table.size(); ++i) {
+    const std::uint32_t w = maglev.members_.weight[i];
+    if (w == 0) continue;
+    const std::string& id = table.endpoints()[i].id;
+    walkers.push_back({i, HashWithSeed(id, kOffsetSeed) % m,
+                       HashWithSeed(id, kSkipSeed) % (m - 1) + 1,
+                       static_cast<double>(w) / max_weight});
+  }
+
+  maglev.lookup_.assign(m, kEmpty);
+  std::uint64_t filled = 0;
+  while (filled < m) {
+    for (Walker& walker : walkers) {
+      walker.credit += walker.rate;
+      while (walker.credit >= 1.0 && filled < m) {
+        walker.credit -= 1.0;
+        while (maglev.lookup_[walker.position] != kEmpty) {
+          walker.position += walker.skip;
+          if (walker.position >= m) walker.position -= m;
+        }
+        maglev.lookup_[walker.position] = walker.index;
+        ++filled;
+      }
+      if (filled == m) break;
+    }
+  }
+  return maglev;
+}
+
+Result<std::size_t> Maglev::Pick(std::uint64_t key_hash) const {
+  if (lookup_.empty()) return UnavailableError("maglev: no READY endpoint with weight > 0");
+  const std::size_t slot = ReduceToRange(key_hash, lookup_.size());
+  const std::uint32_t owner = lookup_[slot];
+  if (members_.accepting[owner]) return owner;
+  for (std::size_t step = 1; step < lookup_.size(); ++step) {
+    const std::uint32_t next = lookup_[(slot + step) % lookup_.size()];
+    if (members_.accepting[next]) return next;
+  }
+  return UnavailableError("maglev: no endpoint is accepting new work");
+}
+
+Result<std::size_t> Maglev::PickBounded(std::uint64_t key_hash, const LoadView& loads,
+                                        const BoundedLoadOptions& options) const {
+  DROVER_RETURN_IF_ERROR(internal::CheckLoads(loads, members_.weight.size(), options));
+  if (lookup_.empty()) return UnavailableError("maglev: no READY endpoint with weight > 0");
+  const std::size_t slot = ReduceToRange(key_hash, lookup_.size());
+  std::size_t step = 0;
+  auto next = [&]() -> std::optional<std::uint32_t> {
+    if (step == lookup_.size()) return std::nullopt;
+    return lookup_[(slot + step++) % lookup_.size()];
+  };
+  return internal::FirstUnderCap(next, members_.weight, members_.accepting, members_.total_weight,
+                                 loads, options.c);
+}
+
+std::vector<double> Maglev::Shares() const {
+  std::vector<double> shares(members_.weight.size(), 0.0);
+  for (std::uint32_t owner : lookup_) shares[owner] += 1.0;
+  for (double& s : shares) s /= static_cast<double>(lookup_.size());
+  return shares;
+}
+
+}  // namespace drover::router
