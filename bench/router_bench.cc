@@ -105,6 +105,20 @@ void BM_RouterUpdate(benchmark::State& state) {
   for (auto _ : state) benchmark::DoNotOptimize(router.Update(table->endpoints()));
 }
 
+// Snapshot load cost: Published<T> against libstdc++'s std::atomic<std::shared_ptr> as the peer,
+// with one and two reader threads.
+void BM_SnapshotLoadPublished(benchmark::State& state) {
+  static Published<RoutingTable> cell(MakeTable(10));
+  for (auto _ : state) benchmark::DoNotOptimize(cell.Load());
+}
+
+void BM_SnapshotLoadStdAtomic(benchmark::State& state) {
+  static std::atomic<std::shared_ptr<const RoutingTable>> cell(MakeTable(10));
+  for (auto _ : state) benchmark::DoNotOptimize(cell.load(std::memory_order_acquire));
+}
+
+BENCHMARK(BM_SnapshotLoadPublished)->Threads(1)->Threads(2);
+BENCHMARK(BM_SnapshotLoadStdAtomic)->Threads(1)->Threads(2);
 BENCHMARK(BM_ModNPick)->Arg(10)->Arg(100)->Arg(1000);
 BENCHMARK(BM_RingPick)->Arg(10)->Arg(100)->Arg(1000);
 BENCHMARK(BM_MaglevPick)->Arg(10)->Arg(100)->Arg(1000);

@@ -3,9 +3,10 @@
 // Data flow: a single writer (the discovery client or the gateway's control thread) turns the
 // current endpoint list into an immutable RouterSnapshot -- the versioned RoutingTable plus the
 // pickers built from it (ring, Maglev, P2C) -- and publishes it through Published<T>. Any number
-// of data-path threads Load() the snapshot once per request and pick on it without taking a lock
-// that the writer holds; a reader keeps its snapshot alive for as long as it needs it, even while
-// newer ones are published. Picks return an index into the snapshot's endpoint vector.
+// of data-path threads Load() the snapshot once per request and pick on it; a load never waits for
+// a build, only (at worst) for one pointer swap. A reader keeps its snapshot alive for as long as
+// it needs it, even while newer ones are published. Picks return an index into the snapshot's
+// endpoint vector.
 //
 // Key-affine routing (RT-4): RingHash and Maglev map a key's 64-bit hash to an owner; their
 // PickBounded() overlays bounded load (factor c) by walking the algorithm's own successor
@@ -22,6 +23,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include "drover/clock.h"
@@ -119,21 +121,46 @@ class RoutingTable {
   std::vector<Endpoint> endpoints_;
 };
 
-// One writer publishes immutable values; many readers load them. Readers and the writer never
-// wait on a mutex of each other (std::atomic<std::shared_ptr>). Thread-safe.
+// One writer publishes immutable values; many readers load them. Thread-safe.
+//
+// The shared_ptr lives behind a one-bit spin lock held only for a pointer copy (Load) or a pointer
+// swap (Store) -- never while a value is built or destroyed -- so a reader waits at most for one
+// pointer swap, never for a writer's work. This is the design of libstdc++'s
+// std::atomic<std::shared_ptr>, whose GCC 12 load() releases its lock with relaxed ordering (a data
+// race under the C++ memory model, reported by ThreadSanitizer); here both sides release.
 template <typename T>
 class Published {
  public:
   Published() = default;
-  explicit Published(std::shared_ptr<const T> initial) : cell_(std::move(initial)) {}
+  explicit Published(std::shared_ptr<const T> initial) : value_(std::move(initial)) {}
+  Published(const Published&) = delete;
+  Published& operator=(const Published&) = delete;
 
-  std::shared_ptr<const T> Load() const { return cell_.load(std::memory_order_acquire); }
+  std::shared_ptr<const T> Load() const {
+    Lock();
+    std::shared_ptr<const T> copy = value_;
+    Unlock();
+    return copy;
+  }
+
   void Store(std::shared_ptr<const T> value) {
-    cell_.store(std::move(value), std::memory_order_release);
+    Lock();
+    value_.swap(value);
+    Unlock();
+    // `value` now holds the previous snapshot; if this was its last reference it is destroyed
+    // here, outside the lock.
   }
 
  private:
-  std::atomic<std::shared_ptr<const T>> cell_;
+  void Lock() const {
+    while (locked_.test_and_set(std::memory_order_acquire)) {
+      while (locked_.test(std::memory_order_relaxed)) std::this_thread::yield();
+    }
+  }
+  void Unlock() const { locked_.clear(std::memory_order_release); }
+
+  mutable std::atomic_flag locked_;  // guards value_
+  std::shared_ptr<const T> value_;
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -323,7 +350,8 @@ struct RouterSnapshot {
 };
 
 // Builds and publishes RouterSnapshots. Update() may be called from any thread (updates are
-// serialised); Snapshot() is safe from any number of threads concurrently with Update().
+// serialised); Snapshot() is safe from any number of threads concurrently with Update() and
+// never waits for a build.
 class Router {
  public:
   explicit Router(RouterOptions options = {});

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Drover's whole test suite: installs what is missing, builds with warnings as errors, runs every
+# test, then runs the unit tests again under AddressSanitizer + UndefinedBehaviorSanitizer and
+# the concurrency tests under ThreadSanitizer.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+scripts/setup.sh
+jobs=$(nproc)
+
+echo "== build (build/)"
+scripts/build.sh build -DDROVER_WERROR=ON
+echo "== tests"
+ctest --test-dir build --output-on-failure -j"$jobs"
+
+echo "== ThreadSanitizer build (build-tsan/): the parts with concurrent readers and writers"
+tsan_tests=(common_test router_test)
+scripts/build.sh build-tsan -DDROVER_WERROR=ON -DDROVER_SANITIZE=thread -DDROVER_BUILD_BENCH=OFF \
+  -- "${tsan_tests[@]}"
+for t in "${tsan_tests[@]}"; do
+  TSAN_OPTIONS="halt_on_error=1" "build-tsan/tests/$t" --gtest_brief=1
+done
+
+echo "== AddressSanitizer + UBSan build (build-asan/): unit tests"
+scripts/build.sh build-asan -DDROVER_WERROR=ON -DDROVER_SANITIZE=address,undefined \
+  -DDROVER_BUILD_BENCH=OFF
+ctest --test-dir build-asan --output-on-failure -j"$jobs" -L unit

@@ -1,0 +1,80 @@
+// `drover bench router --json` run as a real child process: the report parses, has the agreed
+// members, and its exact (key-independent) figures meet the router's goals.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <string>
+
+namespace {
+
+struct ProcessRun {
+  int exit_code = -1;
+  std::string out;
+};
+
+ProcessRun RunDrover(const std::string& args) {
+  ProcessRun run;
+  const std::string command = std::string(DROVER_BINARY) + " " + args + " 2>/dev/null";
+  FILE* pipe = popen(command.c_str(), "r");
+  if (pipe == nullptr) return run;
+  std::array<char, 4096> buffer;
+  std::size_t n;
+  while ((n = fread(buffer.data(), 1, buffer.size(), pipe)) > 0) run.out.append(buffer.data(), n);
+  const int status = pclose(pipe);
+  run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return run;
+}
+
+TEST(BenchRouterCliTest, JsonReportHasAgreedMembersAndMeetsGoals) {
+  const ProcessRun run = RunDrover("bench router --json --quiet --keys 20000 --timing-picks 5000");
+  ASSERT_EQ(run.exit_code, 0);
+  const auto report = nlohmann::json::parse(run.out, nullptr, /*allow_exceptions=*/false);
+  ASSERT_FALSE(report.is_discarded()) << run.out;
+
+  EXPECT_EQ(report["n"], 100);
+  EXPECT_EQ(report["keys"], 20000);
+  for (const char* algo : {"modn", "ring", "maglev"}) {
+    ASSERT_TRUE(report["movement"][algo].contains("add")) << algo;
+    ASSERT_TRUE(report["movement"][algo].contains("remove")) << algo;
+  }
+  for (const char* m : {"ring_100", "ring_256", "maglev", "bounded_uniform", "bounded_zipf"}) {
+    ASSERT_TRUE(report["peak_to_mean"][m].is_number()) << m;
+  }
+  for (const char* p : {"ring", "maglev", "bounded", "p2c"}) {
+    ASSERT_TRUE(report["pick_ns"][p].is_number()) << p;
+    EXPECT_GT(report["pick_ns"][p].get<double>(), 0.0) << p;
+  }
+
+  // Exact figures do not depend on the generated keys.
+  EXPECT_LE(report["movement"]["ring"]["add_exact"].get<double>(), 1.10);
+  EXPECT_LE(report["movement"]["ring"]["remove_exact"].get<double>(), 1.10);
+  EXPECT_LE(report["movement"]["maglev"]["add_exact"].get<double>(), 1.30);
+  EXPECT_LE(report["movement"]["maglev"]["remove_exact"].get<double>(), 1.30);
+  EXPECT_GE(report["movement"]["modn"]["add"].get<double>(), 80.0);  // ~N times the ideal
+  EXPECT_LE(report["peak_to_mean"]["ring_256"].get<double>(), 1.25);
+  EXPECT_LE(report["peak_to_mean"]["maglev"].get<double>(), 1.02);
+  // Bounded load's cap is a ceiling: at most c plus one unit over the mean of 200 keys.
+  EXPECT_LE(report["peak_to_mean"]["bounded_zipf"].get<double>(), 1.25 + 1.0 / 200);
+  EXPECT_LE(report["peak_to_mean"]["bounded_uniform"].get<double>(), 1.25 + 1.0 / 200);
+  // Without the bound, the Zipf stream's hottest key alone overloads one endpoint.
+  EXPECT_GT(report["peak_to_mean"]["ring_zipf_unbounded"].get<double>(), 2.0);
+}
+
+TEST(BenchRouterCliTest, RejectsBadOptionsWithAClearError) {
+  const ProcessRun run = RunDrover("bench router --keys 5");
+  EXPECT_NE(run.exit_code, 0);
+  EXPECT_NE(RunDrover("bench router --bounded-c 0.5").exit_code, 0);
+  EXPECT_NE(RunDrover("--log-level loud bench router --keys 1000").exit_code, 0);
+}
+
+TEST(BenchRouterCliTest, HelpExplainsTheReport) {
+  const ProcessRun run = RunDrover("bench router --help");
+  EXPECT_EQ(run.exit_code, 0);
+  EXPECT_NE(run.out.find("--json"), std::string::npos);
+  EXPECT_NE(run.out.find("Key movement"), std::string::npos);
+}
+
+}  // namespace
