@@ -222,6 +222,8 @@ class RingHash {
 
  private:
   std::size_t FirstPointAtOrAfter(std::uint64_t key_hash) const;
+  // Pick (loads == nullptr) and PickBounded share one walk clockwise from the key.
+  Result<std::size_t> Walk(std::uint64_t key_hash, const LoadView* loads, double c) const;
 
   std::vector<std::uint64_t> hashes_;        // sorted point hashes
   std::vector<std::uint32_t> owners_;        // table index owning hashes_[i]
@@ -242,7 +244,7 @@ struct MaglevOptions {
   // or removing one of 100 members is then ~1.6x the ideal 1/N; >= 2500 * N brings it to
   // ~1.25x or less (docs/ARCHITECTURE.md, "Maglev table size"; `drover bench router` shows both).
   std::uint64_t entries_per_member = 2500;
-  std::uint64_t max_table_size = std::uint64_t{1} << 24;
+  std::uint64_t max_table_size = std::uint64_t{1} << 22;  // 4194319 entries, 16 MiB
 };
 
 // The table size Maglev::Build uses for `members` members under `options`.
@@ -268,6 +270,9 @@ class Maglev {
   std::uint64_t total_weight() const { return members_.total_weight; }
 
  private:
+  // Pick (loads == nullptr) and PickBounded share one walk over the slots from the key's slot.
+  Result<std::size_t> Walk(std::uint64_t key_hash, const LoadView* loads, double c) const;
+
   std::vector<std::uint32_t> lookup_;  // slot -> table index
   internal::MemberView members_;
 };

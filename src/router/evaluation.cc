@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "drover/hot_keys.h"
 #include "drover/router.h"
 
 namespace drover::router {
@@ -94,26 +95,26 @@ Movement MeasureMaglevMovement(const MaglevOptions& options, std::size_t n,
   m.remove_exact = remove < 0 ? -1 : remove * static_cast<double>(n);
   if (all_removals) {
     double worst = -1;
-    for (std::size_t i = 0; i < n; ++i) worst = std::max(worst, slot_change(MakeTable(n, i)));
+    // Each removal rebuilds the table; beyond 100 endpoints, 20 evenly spread removals.
+    const std::size_t trials = n <= 100 ? n : 20;
+    for (std::size_t t = 0; t < trials; ++t) {
+      worst = std::max(worst, slot_change(MakeTable(n, t * n / trials)));
+    }
     m.remove_exact_worst = worst < 0 ? -1 : worst * static_cast<double>(n);
   }
   return m;
 }
 
-double PeakToMean(const std::vector<double>& shares) {
+// Largest load over the mean load; every entry is a member (all endpoints here are READY).
+template <typename T>
+double PeakToMean(const std::vector<T>& loads) {
+  if (loads.empty()) return 0;
   double sum = 0, peak = 0;
-  std::size_t members = 0;
-  for (double s : shares) {
-    sum += s;
-    peak = std::max(peak, s);
-    members += s > 0;
+  for (T load : loads) {
+    sum += static_cast<double>(load);
+    peak = std::max(peak, static_cast<double>(load));
   }
-  return members == 0 || sum == 0 ? 0 : peak / (sum / static_cast<double>(members));
-}
-
-std::vector<double> CountShares(const std::vector<std::uint64_t>& counts) {
-  std::vector<double> shares(counts.begin(), counts.end());
-  return shares;
+  return sum == 0 ? 0 : peak / (sum / static_cast<double>(loads.size()));
 }
 
 template <typename Picker>
@@ -121,7 +122,7 @@ double SampledPeakToMean(const Picker& picker, std::size_t n,
                          const std::vector<std::uint64_t>& hashes) {
   std::vector<std::uint64_t> counts(n, 0);
   for (std::uint64_t h : hashes) ++counts[picker.Pick(h).value()];
-  return PeakToMean(CountShares(counts));
+  return PeakToMean(counts);
 }
 
 // Routes every draw with bounded load, each draw adding one unit of load that stays (a session),
@@ -136,11 +137,11 @@ double BoundedPeakToMean(const Picker& picker, std::size_t n,
     ++loads[i];
     ++total;
   }
-  return PeakToMean(CountShares(loads));
+  return PeakToMean(loads);
 }
 
-// Zipf(s) over ranks 1..universe by inverse CDF; returns the hash of "key-<rank>" per draw.
-std::vector<std::uint64_t> ZipfDraws(std::size_t universe, std::size_t draws, double s,
+// Zipf(s) over ranks 1..universe by inverse CDF; returns the 0-based rank of each draw.
+std::vector<std::uint32_t> ZipfRanks(std::size_t universe, std::size_t draws, double s,
                                      RandomSource& random) {
   std::vector<double> cdf(universe);
   double sum = 0;
@@ -148,16 +149,27 @@ std::vector<std::uint64_t> ZipfDraws(std::size_t universe, std::size_t draws, do
     sum += 1.0 / std::pow(static_cast<double>(r + 1), s);
     cdf[r] = sum;
   }
-  std::vector<std::uint64_t> rank_hash(universe);
-  for (std::size_t r = 0; r < universe; ++r) rank_hash[r] = HashKey("key-" + std::to_string(r));
-  std::vector<std::uint64_t> out(draws);
-  for (auto& h : out) {
+  std::vector<std::uint32_t> out(draws);
+  for (auto& rank : out) {
     const double u = random.UniformDouble() * sum;
-    const auto r =
-        static_cast<std::size_t>(std::lower_bound(cdf.begin(), cdf.end(), u) - cdf.begin());
-    h = rank_hash[std::min(r, universe - 1)];
+    const auto r = std::lower_bound(cdf.begin(), cdf.end(), u) - cdf.begin();
+    rank = static_cast<std::uint32_t>(std::min<std::size_t>(r, universe - 1));
   }
   return out;
+}
+
+// Hot-key spreading end to end: a detector watches the stream, every key above 0.5% of it is
+// spread over 8 sub-keys, and reads of the stream are routed through the spreader.
+double SpreadPeakToMean(const RingHash& ring, std::size_t n, const std::vector<std::string>& keys,
+                        const std::vector<std::uint32_t>& ranks, RandomSource& random,
+                        std::size_t* hot_keys) {
+  HotKeyDetector detector;
+  for (std::uint32_t r : ranks) detector.Record(keys[r]);
+  const HotKeySpreader spreader = HotKeySpreader::FromHeavyHitters(detector.HotKeys(0.005), 8);
+  *hot_keys = spreader.size();
+  std::vector<std::uint64_t> counts(n, 0);
+  for (std::uint32_t r : ranks) ++counts[*ring.Pick(HashKey(spreader.ReadKey(keys[r], random)))];
+  return PeakToMean(counts);
 }
 
 // Best of three timed runs of `body(i)` over `count` iterations, in ns per iteration.
@@ -247,12 +259,17 @@ Evaluation EvaluateRouting(const EvaluationOptions& options,
 
   say("balance: bounded load under uniform and zipf keys");
   Xoshiro256 random(options.seed);
-  const std::vector<std::uint64_t> zipf = ZipfDraws(k, k, options.zipf_s, random);
+  const std::vector<std::uint32_t> ranks = ZipfRanks(k, k, options.zipf_s, random);
+  std::vector<std::uint64_t> zipf(ranks.size());
+  for (std::size_t i = 0; i < ranks.size(); ++i) zipf[i] = hashes[ranks[i]];
   ev.ring_zipf = SampledPeakToMean(ring, n, zipf);
   ev.maglev_zipf = SampledPeakToMean(maglev, n, zipf);
   ev.bounded_uniform = BoundedPeakToMean(ring, n, hashes, options.bounded_c);
   ev.bounded_zipf = BoundedPeakToMean(ring, n, zipf, options.bounded_c);
   ev.bounded_maglev_zipf = BoundedPeakToMean(maglev, n, zipf, options.bounded_c);
+
+  say("hot keys: detection and spreading");
+  ev.ring_zipf_spread = SpreadPeakToMean(ring, n, keys, ranks, random, &ev.hot_keys_spread);
 
   say("pick cost");
   const std::size_t picks = std::max<std::size_t>(options.timing_picks, 1000);

@@ -44,6 +44,9 @@ struct Evaluation {
   double ring_zipf = 0, maglev_zipf = 0;         // no bound: a hot key pins one endpoint
   double bounded_uniform = 0, bounded_zipf = 0;  // ring + bounded load
   double bounded_maglev_zipf = 0;                // Maglev + bounded load
+  // Reads of the Zipf stream after hot-key spreading (keys over 0.5% of traffic, 8 sub-keys each).
+  double ring_zipf_spread = 0;
+  std::size_t hot_keys_spread = 0;
 
   // Nanoseconds per pick, key hash included (except p2c, which takes no key).
   double pick_ns_modn = 0, pick_ns_ring = 0, pick_ns_maglev = 0, pick_ns_bounded = 0,

@@ -88,30 +88,22 @@ Maglev Maglev::Build(const RoutingTable& table, const MaglevOptions& options) {
   return maglev;
 }
 
+Result<std::size_t> Maglev::Walk(std::uint64_t key_hash, const LoadView* loads, double c) const {
+  // Successors of a slot are the following slots: their owners are spread pseudo-randomly, so a
+  // full owner's keys spill over many members instead of onto one neighbour.
+  return internal::WalkSuccessors(
+      "maglev", ReduceToRange(key_hash, lookup_.size()), lookup_.size(),
+      [this](std::size_t slot) { return lookup_[slot]; }, members_, loads, c);
+}
+
 Result<std::size_t> Maglev::Pick(std::uint64_t key_hash) const {
-  if (lookup_.empty()) return UnavailableError("maglev: no READY endpoint with weight > 0");
-  const std::size_t slot = ReduceToRange(key_hash, lookup_.size());
-  const std::uint32_t owner = lookup_[slot];
-  if (members_.accepting[owner]) return owner;
-  for (std::size_t step = 1; step < lookup_.size(); ++step) {
-    const std::uint32_t next = lookup_[(slot + step) % lookup_.size()];
-    if (members_.accepting[next]) return next;
-  }
-  return UnavailableError("maglev: no endpoint is accepting new work");
+  return Walk(key_hash, nullptr, 0);
 }
 
 Result<std::size_t> Maglev::PickBounded(std::uint64_t key_hash, const LoadView& loads,
                                         const BoundedLoadOptions& options) const {
   DROVER_RETURN_IF_ERROR(internal::CheckLoads(loads, members_.weight.size(), options));
-  if (lookup_.empty()) return UnavailableError("maglev: no READY endpoint with weight > 0");
-  const std::size_t slot = ReduceToRange(key_hash, lookup_.size());
-  std::size_t step = 0;
-  auto next = [&]() -> std::optional<std::uint32_t> {
-    if (step == lookup_.size()) return std::nullopt;
-    return lookup_[(slot + step++) % lookup_.size()];
-  };
-  return internal::FirstUnderCap(next, members_.weight, members_.accepting, members_.total_weight,
-                                 loads, options.c);
+  return Walk(key_hash, &loads, options.c);
 }
 
 std::vector<double> Maglev::Shares() const {

@@ -1,11 +1,9 @@
-// Shared pieces of the key-affine pickers: load validation and the bounded-load walk over a
-// picker's own successor sequence. Internal to src/router.
+// Shared pieces of the key-affine pickers: load validation and the walk over a picker's own
+// successor sequence. Internal to src/router.
 #pragma once
 
 #include <cstdint>
-#include <optional>
 #include <string>
-#include <vector>
 
 #include "drover/router.h"
 
@@ -13,18 +11,31 @@ namespace drover::router::internal {
 
 Status CheckLoads(const LoadView& loads, std::size_t table_size, const BoundedLoadOptions& options);
 
-// Returns the first index produced by `next` (a callable returning std::optional<uint32_t>, empty
-// when the sequence is exhausted) that accepts new work and is under its bounded-load cap.
-template <typename Next>
-Result<std::size_t> FirstUnderCap(Next next, const std::vector<std::uint32_t>& weight,
-                                  const std::vector<std::uint8_t>& accepting,
-                                  std::uint64_t total_weight, const LoadView& loads, double c) {
-  while (std::optional<std::uint32_t> index = next()) {
-    const std::uint32_t i = *index;
-    if (!accepting[i]) continue;
-    if (loads.loads[i] < BoundedLoadCap(c, loads.total, weight[i], total_weight)) return i;
+// Walks a picker's successor sequence -- `owner_at(p)` for positions start, start + 1, ...,
+// wrapping at `length`, each visited once -- and returns the first owner that accepts new work
+// and, when `loads` is set, is under its bounded-load cap for factor `c`. `picker` names the
+// algorithm in errors.
+template <typename OwnerAt>
+Result<std::size_t> WalkSuccessors(const char* picker, std::size_t start, std::size_t length,
+                                   OwnerAt owner_at, const MemberView& members,
+                                   const LoadView* loads, double c) {
+  if (length == 0) {
+    return UnavailableError(std::string(picker) + ": no READY endpoint with weight > 0");
   }
-  return UnavailableError("bounded load: every endpoint is at its cap or not accepting");
+  std::size_t p = start;
+  for (std::size_t step = 0; step < length; ++step) {
+    const std::uint32_t i = owner_at(p);
+    if (members.accepting[i] &&
+        (loads == nullptr || loads->loads[i] < BoundedLoadCap(c, loads->total, members.weight[i],
+                                                              members.total_weight))) {
+      return i;
+    }
+    if (++p == length) p = 0;
+  }
+  return UnavailableError(std::string(picker) +
+                          (loads == nullptr
+                               ? ": no endpoint is accepting new work"
+                               : ": every endpoint is at its bounded-load cap or not accepting"));
 }
 
 }  // namespace drover::router::internal

@@ -74,30 +74,21 @@ std::size_t RingHash::FirstPointAtOrAfter(std::uint64_t key_hash) const {
   return i == hashes_.size() ? 0 : i;
 }
 
+Result<std::size_t> RingHash::Walk(std::uint64_t key_hash, const LoadView* loads, double c) const {
+  const std::size_t start = hashes_.empty() ? 0 : FirstPointAtOrAfter(key_hash);
+  return internal::WalkSuccessors(
+      "ring hash", start, owners_.size(), [this](std::size_t p) { return owners_[p]; }, members_,
+      loads, c);
+}
+
 Result<std::size_t> RingHash::Pick(std::uint64_t key_hash) const {
-  if (hashes_.empty()) return UnavailableError("ring hash: no READY endpoint with weight > 0");
-  const std::size_t start = FirstPointAtOrAfter(key_hash);
-  const std::uint32_t owner = owners_[start];
-  if (members_.accepting[owner]) return owner;
-  for (std::size_t step = 1; step < owners_.size(); ++step) {
-    const std::uint32_t next = owners_[(start + step) % owners_.size()];
-    if (members_.accepting[next]) return next;
-  }
-  return UnavailableError("ring hash: no endpoint is accepting new work");
+  return Walk(key_hash, nullptr, 0);
 }
 
 Result<std::size_t> RingHash::PickBounded(std::uint64_t key_hash, const LoadView& loads,
                                           const BoundedLoadOptions& options) const {
   DROVER_RETURN_IF_ERROR(internal::CheckLoads(loads, members_.weight.size(), options));
-  if (hashes_.empty()) return UnavailableError("ring hash: no READY endpoint with weight > 0");
-  const std::size_t start = FirstPointAtOrAfter(key_hash);
-  std::size_t step = 0;
-  auto next = [&]() -> std::optional<std::uint32_t> {
-    if (step == owners_.size()) return std::nullopt;
-    return owners_[(start + step++) % owners_.size()];
-  };
-  return internal::FirstUnderCap(next, members_.weight, members_.accepting, members_.total_weight,
-                                 loads, options.c);
+  return Walk(key_hash, &loads, options.c);
 }
 
 std::vector<double> RingHash::Shares() const {
