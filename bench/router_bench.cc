@@ -117,7 +117,14 @@ void BM_SnapshotLoadStdAtomic(benchmark::State& state) {
   for (auto _ : state) benchmark::DoNotOptimize(cell.load(std::memory_order_acquire));
 }
 
+void BM_SnapshotReaderCurrent(benchmark::State& state) {
+  static Published<RoutingTable> cell(MakeTable(10));
+  Published<RoutingTable>::Reader reader(cell);
+  for (auto _ : state) benchmark::DoNotOptimize(reader.Current().get());
+}
+
 BENCHMARK(BM_SnapshotLoadPublished)->Threads(1)->Threads(2);
+BENCHMARK(BM_SnapshotReaderCurrent)->Threads(1)->Threads(2);
 BENCHMARK(BM_SnapshotLoadStdAtomic)->Threads(1)->Threads(2);
 BENCHMARK(BM_ModNPick)->Arg(10)->Arg(100)->Arg(1000);
 BENCHMARK(BM_RingPick)->Arg(10)->Arg(100)->Arg(1000);

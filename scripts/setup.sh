@@ -24,15 +24,20 @@ if [ ${#missing[@]} -eq 0 ]; then
 fi
 
 if [ "$(id -u)" -eq 0 ]; then
-  sudo=()
+  as_root=(env DEBIAN_FRONTEND=noninteractive)
 elif command -v sudo >/dev/null 2>&1; then
-  sudo=(sudo)
+  # sudo resets the environment, so the variable goes through env; in a terminal sudo may ask
+  # for a password, elsewhere (CI) it must not hang waiting for one.
+  if [ -t 0 ]; then
+    as_root=(sudo env DEBIAN_FRONTEND=noninteractive)
+  else
+    as_root=(sudo -n env DEBIAN_FRONTEND=noninteractive)
+  fi
 else
-  echo "setup: missing packages (${missing[*]}) and neither root nor sudo is available" >&2
+  echo "setup: missing packages (${missing[*]}): run as root or install sudo" >&2
   exit 1
 fi
 
 echo "setup: installing ${missing[*]}" >&2
-export DEBIAN_FRONTEND=noninteractive
-"${sudo[@]}" apt-get update -qq
-"${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+"${as_root[@]}" apt-get update -qq
+"${as_root[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

@@ -26,7 +26,8 @@ class Clock {
   virtual SystemTime SystemNow() const = 0;
 
   // Blocks the calling thread until Now() >= deadline or a stop is requested on `stop`.
-  // Returns true when the deadline was reached, false when stopped first.
+  // Returns whether the deadline has passed: true when it was reached (even if a stop was also
+  // requested), false when the stop came first. Both clocks follow this rule.
   virtual bool SleepUntil(MonoTime deadline, std::stop_token stop) = 0;
 
   bool SleepFor(Duration d, std::stop_token stop) { return SleepUntil(Now() + d, std::move(stop)); }
@@ -44,8 +45,8 @@ class RealClock final : public Clock {
   std::condition_variable_any cv_;  // only woken by stop requests
 };
 
-// A clock that moves only when told to. Threads blocked in SleepUntil wake when Advance() or
-// SetNow() moves time past their deadline, or when their stop token fires.
+// A clock that moves only when told to. Threads blocked in SleepUntil wake when Advance() moves
+// time past their deadline, or when their stop token fires.
 class FakeClock final : public Clock {
  public:
   // Starts at an arbitrary but fixed point well away from the epoch, so that "time since"

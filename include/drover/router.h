@@ -86,8 +86,10 @@ struct Endpoint {
   std::uint32_t weight = 1;  // relative capacity; 0 takes no traffic
   std::string zone;
   EndpointState state = EndpointState::kStarting;
-  bool accepting = true;   // "zone full" and similar: READY but wants no new work
-  MonoTime ready_since{};  // when it last became READY; the clock's epoch means "long ago"
+  bool accepting = true;  // "zone full" and similar: READY but wants no new work
+  // When it last became READY; unset means READY since before this process learned of it, and
+  // then no slow start applies.
+  std::optional<MonoTime> ready_since;
   std::uint64_t generation = 0;
 
   // May own keys (member of the ring / Maglev table).
@@ -146,10 +148,36 @@ class Published {
   void Store(std::shared_ptr<const T> value) {
     Lock();
     value_.swap(value);
+    version_.fetch_add(1, std::memory_order_release);
     Unlock();
     // `value` now holds the previous snapshot; if this was its last reference it is destroyed
     // here, outside the lock.
   }
+
+  // A per-thread view for hot loops: Current() reloads only when a new value was published, so
+  // in the steady state a read is one atomic load of a counter that only the writer writes -- no
+  // lock, no reference-count traffic. A Reader keeps its last value alive until its next
+  // Current() call, and frees it there if it held the last reference. Not thread-safe: one
+  // Reader per thread. Must not outlive its Published.
+  class Reader {
+   public:
+    explicit Reader(const Published& source) : source_(&source) {}
+
+    const std::shared_ptr<const T>& Current() {
+      const std::uint64_t version = source_->version_.load(std::memory_order_acquire);
+      if (version != version_ || value_ == nullptr) {
+        // A Store between the two loads only makes the next call reload once more.
+        value_ = source_->Load();
+        version_ = version;
+      }
+      return value_;
+    }
+
+   private:
+    const Published* source_;
+    std::uint64_t version_ = 0;
+    std::shared_ptr<const T> value_;
+  };
 
  private:
   void Lock() const {
@@ -161,23 +189,26 @@ class Published {
 
   mutable std::atomic_flag locked_;  // guards value_
   std::shared_ptr<const T> value_;
+  std::atomic<std::uint64_t> version_{0};  // bumped by every Store
 };
 
 // ---------------------------------------------------------------------------------------------
 // Loads and bounded load
 
-// Current load per table endpoint (loads[i] belongs to table endpoint i) and their sum over the
-// picker's members. Plain values: the caller snapshots its counters before picking.
+// Current load per table endpoint (loads[i] belongs to table endpoint i of the snapshot being
+// picked on -- positions shift between table versions, so counters must be re-indexed when a new
+// snapshot is taken) and their sum over the picker's members. Plain values: the caller snapshots
+// its counters before picking. Fewer loads than endpoints is INVALID_ARGUMENT.
 struct LoadView {
   std::span<const std::uint64_t> loads;
   std::uint64_t total = 0;
 };
 
 struct BoundedLoadOptions {
-  double c = 1.25;  // > 1: an endpoint takes at most ceil(c * (total + 1) * w / W) load
+  double c = 1.25;  // finite, >= 1: an endpoint takes at most ceil(c * (total + 1) * w / W)
 };
 
-// The cap of one member: ceil(c * (total + 1) * weight / total_weight).
+// The cap of one member: ceil(c * (total + 1) * weight / total_weight), saturating near 2^63.
 std::uint64_t BoundedLoadCap(double c, std::uint64_t total_load, std::uint32_t weight,
                              std::uint64_t total_weight);
 
@@ -191,6 +222,7 @@ struct MemberView {
   std::vector<std::uint32_t> weight;
   std::vector<std::uint8_t> accepting;
   std::size_t count = 0;
+  std::size_t accepting_count = 0;
   std::uint64_t total_weight = 0;
 
   static MemberView FromTable(const RoutingTable& table);
@@ -217,6 +249,9 @@ class RingHash {
   // Exact fraction of the 64-bit hash space each table endpoint owns (0 for non-members).
   std::vector<double> Shares() const;
   std::size_t points() const { return hashes_.size(); }
+  // Point i in ring order (i < points()): its hash and the table index owning it.
+  std::uint64_t point_hash(std::size_t i) const { return hashes_[i]; }
+  std::uint32_t point_owner(std::size_t i) const { return owners_[i]; }
   std::size_t members() const { return members_.count; }
   std::uint64_t total_weight() const { return members_.total_weight; }
 
@@ -233,7 +268,8 @@ class RingHash {
 };
 
 struct MaglevOptions {
-  // Fixed table size (rounded up to a prime). Set it per service to pin M for good.
+  // Fixed table size (rounded up to a prime, at most max_table_size). Set it per service to pin
+  // M for good.
   std::uint64_t table_size = 0;
   // With table_size 0, M is the first prime above 65536 * 2^k for the smallest k with
   // M >= max(min_table_size, entries_per_member * members), at most max_table_size. M must not
@@ -244,7 +280,7 @@ struct MaglevOptions {
   // or removing one of 100 members is then ~1.6x the ideal 1/N; >= 2500 * N brings it to
   // ~1.25x or less (docs/ARCHITECTURE.md, "Maglev table size"; `drover bench router` shows both).
   std::uint64_t entries_per_member = 2500;
-  std::uint64_t max_table_size = std::uint64_t{1} << 22;  // 4194319 entries, 16 MiB
+  std::uint64_t max_table_size = std::uint64_t{1} << 22;  // 4194319 entries, 16 MiB; <= 2^30
 };
 
 // The table size Maglev::Build uses for `members` members under `options`.
@@ -299,8 +335,9 @@ struct SlowStartOptions {
   double aggression = 1.0;                     // 1.0 = linear ramp; > 1 ramps faster early
 };
 
-// Effective-weight multiplier in [min_weight_percent/100, 1] for an endpoint READY for
-// `since_ready`: max(min, (since_ready / window) ^ (1 / aggression)).
+// Effective-weight multiplier in [min, 1] for an endpoint READY for `since_ready`:
+// max(min, (since_ready / window) ^ (1 / aggression)), where min = min_weight_percent / 100
+// clamped to [0.01, 1] (a floor above zero keeps every score finite).
 double SlowStartFactor(Duration since_ready, const SlowStartOptions& options);
 
 // Power-of-two-choices least-connections over a table's Routable() endpoints: draws two distinct
@@ -324,11 +361,12 @@ class P2cPicker {
   struct Member {
     std::uint32_t index;  // into the table
     double weight;
-    MonoTime ready_since;
+    std::optional<MonoTime> ready_since;
   };
   double EffectiveWeightOf(const Member& m, MonoTime now) const;
 
   std::vector<Member> members_;
+  std::size_t table_size_ = 0;
   SlowStartOptions options_;
 };
 
@@ -338,7 +376,6 @@ class P2cPicker {
 struct RouterOptions {
   RingHashOptions ring;
   MaglevOptions maglev;
-  BoundedLoadOptions bounded;
   SlowStartOptions slow_start;
   bool build_ring = true;
   bool build_maglev = true;
@@ -366,6 +403,10 @@ class Router {
 
   // The current snapshot; never null (version 0 is the initial empty table).
   std::shared_ptr<const RouterSnapshot> Snapshot() const { return current_.Load(); }
+
+  // A per-thread reader of the current snapshot for data-path loops (see Published::Reader).
+  using SnapshotReader = Published<RouterSnapshot>::Reader;
+  SnapshotReader NewReader() const { return SnapshotReader(current_); }
 
   const RouterOptions& options() const { return options_; }
 

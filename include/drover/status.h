@@ -82,6 +82,10 @@ inline Status InternalError(std::string msg) {
   return Status(StatusCode::kInternal, std::move(msg));
 }
 
+namespace internal {
+[[noreturn]] void DieOnBadResultAccess(const Status& status);
+}  // namespace internal
+
 // Either a T or a non-OK Status. Constructing a Result from an OK Status is a programming error
 // and yields an INTERNAL status instead, so that a Result never claims success without a value.
 template <typename T>
@@ -95,18 +99,23 @@ class [[nodiscard]] Result {
   bool ok() const { return value_.has_value(); }
   const Status& status() const { return status_; }
 
-  // Precondition: ok().
-  const T& value() const& { return *value_; }
-  T& value() & { return *value_; }
-  T&& value() && { return std::move(*value_); }
-  const T& operator*() const& { return *value_; }
-  T& operator*() & { return *value_; }
-  const T* operator->() const { return &*value_; }
-  T* operator->() { return &*value_; }
+  // Precondition: ok(). Reading the value of an error is a programming error: the process
+  // aborts with the status on stderr rather than read garbage.
+  const T& value() const& { return (CheckOk(), *value_); }
+  T& value() & { return (CheckOk(), *value_); }
+  T&& value() && { return (CheckOk(), std::move(*value_)); }
+  const T& operator*() const& { return value(); }
+  T& operator*() & { return value(); }
+  const T* operator->() const { return &value(); }
+  T* operator->() { return &value(); }
 
   T value_or(T fallback) const& { return ok() ? *value_ : std::move(fallback); }
 
  private:
+  void CheckOk() const {
+    if (!value_.has_value()) internal::DieOnBadResultAccess(status_);
+  }
+
   std::optional<T> value_;
   Status status_;  // OK exactly when value_ is set.
 };

@@ -6,7 +6,7 @@ bool RealClock::SleepUntil(MonoTime deadline, std::stop_token stop) {
   std::unique_lock lock(mu_);
   // The predicate is only ever satisfied by a stop request; wait_until returns false then.
   cv_.wait_until(lock, stop, deadline, [] { return false; });
-  return !stop.stop_requested();
+  return MonoClock::now() >= deadline;
 }
 
 FakeClock::FakeClock()

@@ -323,7 +323,9 @@ void Histogram::Observe(double value) {
   // Relaxed: each counter is independent; readers only need every finished increment, which
   // coherence on the single atomic already guarantees.
   counts_[bucket].fetch_add(1, std::memory_order_relaxed);
-  sum_.fetch_add(value, std::memory_order_relaxed);
+  // An infinite observation is counted in its bucket but kept out of the sum, which would
+  // otherwise stay infinite (or NaN) for the rest of the process.
+  if (std::isfinite(value)) sum_.fetch_add(value, std::memory_order_relaxed);
 }
 
 HistogramData Histogram::Snapshot() const {

@@ -2,6 +2,8 @@
 
 #include <array>
 #include <cstddef>
+#include <cstdio>
+#include <cstdlib>
 
 namespace drover {
 
@@ -47,4 +49,13 @@ Status Status::WithContext(std::string_view context) const {
   return Status(code_, std::move(msg));
 }
 
+namespace internal {
+
+void DieOnBadResultAccess(const Status& status) {
+  std::fprintf(stderr, "drover: value() of a Result holding an error: %s\n",
+               status.ToString().c_str());
+  std::abort();
+}
+
+}  // namespace internal
 }  // namespace drover

@@ -151,10 +151,11 @@ void HotKeyDetector::Record(std::string_view key, std::uint64_t weight) {
   sketch_.Add(key, weight);
   if (options_.halve_every == 0) return;
   since_halving_ += weight;
-  while (since_halving_ >= options_.halve_every) {
-    sketch_.Halve();
-    since_halving_ -= options_.halve_every;
-  }
+  // One huge weight must not hold the lock for millions of halvings: 64 halvings already bring
+  // every 64-bit count to its floor.
+  const std::uint64_t due = since_halving_ / options_.halve_every;
+  for (std::uint64_t i = 0; i < std::min<std::uint64_t>(due, 64); ++i) sketch_.Halve();
+  since_halving_ %= options_.halve_every;
 }
 
 std::vector<HeavyHitter> HotKeyDetector::HotKeys(double fraction) const {

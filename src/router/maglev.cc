@@ -29,10 +29,14 @@ std::uint64_t NextPrime(std::uint64_t n) {
 }
 
 std::uint64_t MaglevTableSize(std::size_t members, const MaglevOptions& options) {
-  if (options.table_size != 0) return NextPrime(options.table_size);
-  const std::uint64_t wanted =
-      std::max(options.min_table_size, options.entries_per_member * members);
-  const std::uint64_t cap = std::max<std::uint64_t>(options.max_table_size, 65537);
+  // Bounded so that a table always fits the 32-bit slot arithmetic and memory of one process.
+  const std::uint64_t cap =
+      std::clamp<std::uint64_t>(options.max_table_size, 65537, std::uint64_t{1} << 30);
+  if (options.table_size != 0)
+    return NextPrime(std::clamp<std::uint64_t>(options.table_size, 2, cap));
+  const Uint128 by_members = static_cast<Uint128>(options.entries_per_member) * members;
+  const std::uint64_t wanted = std::max<std::uint64_t>(
+      options.min_table_size, static_cast<std::uint64_t>(std::min<Uint128>(by_members, cap)));
   std::uint64_t step = 65536;
   while (step < cap && NextPrime(step) < wanted) step *= 2;
   return NextPrime(std::min(step, cap));
@@ -46,14 +50,17 @@ Maglev Maglev::Build(const RoutingTable& table, const MaglevOptions& options) {
   const std::uint64_t m = MaglevTableSize(maglev.members_.count, options);
 
   // Each member walks its own permutation of the slots (offset, offset + skip, ...) and claims
-  // the next free slot when it has a turn. Turns are handed out in proportion to weight: every
-  // round a member earns weight / max_weight turns, so the heaviest member takes one per round.
+  // the next free slot when it has a turn. Turns are handed out in proportion to weight: member
+  // i's k-th turn comes at time k * max_weight / weight_i, ties going to the lower table index, so
+  // equal weights give the paper's round robin and every turn fills a slot (O(M log N) in all,
+  // however skewed the weights).
   struct Walker {
     std::uint32_t index;
     std::uint64_t position;
     std::uint64_t skip;
-    double rate;
-    double credit = 0.0;
+    double interval;  // time between turns: max_weight / weight
+    std::uint64_t turns = 0;
+    double next_turn() const { return static_cast<double>(turns + 1) * interval; }
   };
   std::uint32_t max_weight = 0;
   for (std::uint32_t w : maglev.members_.weight) max_weight = std::max(max_weight, w);
@@ -65,25 +72,28 @@ Maglev Maglev::Build(const RoutingTable& table, const MaglevOptions& options) {
     const std::string& id = table.endpoints()[i].id;
     walkers.push_back({i, HashWithSeed(id, kOffsetSeed) % m,
                        HashWithSeed(id, kSkipSeed) % (m - 1) + 1,
-                       static_cast<double>(w) / max_weight});
+                       static_cast<double>(max_weight) / static_cast<double>(w)});
   }
+  // Min-heap of walker positions in `walkers`, by (next turn, table index).
+  auto later = [&walkers](std::uint32_t a, std::uint32_t b) {
+    const double ta = walkers[a].next_turn(), tb = walkers[b].next_turn();
+    return ta != tb ? ta > tb : walkers[a].index > walkers[b].index;
+  };
+  std::vector<std::uint32_t> heap(walkers.size());
+  for (std::uint32_t i = 0; i < heap.size(); ++i) heap[i] = i;
+  std::make_heap(heap.begin(), heap.end(), later);
 
   maglev.lookup_.assign(m, kEmpty);
-  std::uint64_t filled = 0;
-  while (filled < m) {
-    for (Walker& walker : walkers) {
-      walker.credit += walker.rate;
-      while (walker.credit >= 1.0 && filled < m) {
-        walker.credit -= 1.0;
-        while (maglev.lookup_[walker.position] != kEmpty) {
-          walker.position += walker.skip;
-          if (walker.position >= m) walker.position -= m;
-        }
-        maglev.lookup_[walker.position] = walker.index;
-        ++filled;
-      }
-      if (filled == m) break;
+  for (std::uint64_t filled = 0; filled < m; ++filled) {
+    std::pop_heap(heap.begin(), heap.end(), later);
+    Walker& walker = walkers[heap.back()];
+    while (maglev.lookup_[walker.position] != kEmpty) {
+      walker.position += walker.skip;
+      if (walker.position >= m) walker.position -= m;
     }
+    maglev.lookup_[walker.position] = walker.index;
+    ++walker.turns;
+    std::push_heap(heap.begin(), heap.end(), later);
   }
   return maglev;
 }
@@ -108,6 +118,7 @@ Result<std::size_t> Maglev::PickBounded(std::uint64_t key_hash, const LoadView& 
 
 std::vector<double> Maglev::Shares() const {
   std::vector<double> shares(members_.weight.size(), 0.0);
+  if (lookup_.empty()) return shares;
   for (std::uint32_t owner : lookup_) shares[owner] += 1.0;
   for (double& s : shares) s /= static_cast<double>(lookup_.size());
   return shares;

@@ -20,6 +20,7 @@ double SlowStartFactor(Duration since_ready, const SlowStartOptions& options) {
 P2cPicker P2cPicker::Build(const RoutingTable& table, const SlowStartOptions& options) {
   P2cPicker picker;
   picker.options_ = options;
+  picker.table_size_ = table.size();
   for (std::uint32_t i = 0; i < table.size(); ++i) {
     const Endpoint& e = table.endpoints()[i];
     if (!e.Routable()) continue;
@@ -29,7 +30,8 @@ P2cPicker P2cPicker::Build(const RoutingTable& table, const SlowStartOptions& op
 }
 
 double P2cPicker::EffectiveWeightOf(const Member& m, MonoTime now) const {
-  return m.weight * SlowStartFactor(now - m.ready_since, options_);
+  if (!m.ready_since) return m.weight;
+  return m.weight * SlowStartFactor(now - *m.ready_since, options_);
 }
 
 double P2cPicker::EffectiveWeight(std::size_t table_index, MonoTime now) const {
@@ -43,6 +45,10 @@ Result<std::size_t> P2cPicker::Pick(std::span<const std::uint64_t> loads, MonoTi
                                     RandomSource& random) const {
   const std::size_t n = members_.size();
   if (n == 0) return UnavailableError("p2c: no endpoint is READY and accepting");
+  if (loads.size() < table_size_) {
+    return InvalidArgumentError("p2c: " + std::to_string(loads.size()) + " loads given for " +
+                                std::to_string(table_size_) + " endpoints");
+  }
   if (n == 1) return members_[0].index;
   const std::size_t first = random.Uniform(n);
   // Second draw over the other n - 1 members, so the two candidates are always distinct.
@@ -50,8 +56,8 @@ Result<std::size_t> P2cPicker::Pick(std::span<const std::uint64_t> loads, MonoTi
   if (second >= first) ++second;
   const Member& a = members_[first];
   const Member& b = members_[second];
-  const std::uint64_t load_a = a.index < loads.size() ? loads[a.index] : 0;
-  const std::uint64_t load_b = b.index < loads.size() ? loads[b.index] : 0;
+  const std::uint64_t load_a = loads[a.index];
+  const std::uint64_t load_b = loads[b.index];
   // Lower (load + 1) / effective weight wins: a ramping endpoint looks as loaded as a full-weight
   // one carrying 1 / factor times its connections, so it fills gradually instead of at once.
   const double score_a = static_cast<double>(load_a + 1) / EffectiveWeightOf(a, now);

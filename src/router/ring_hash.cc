@@ -18,7 +18,8 @@ RingHash RingHash::Build(const RoutingTable& table, const RingHashOptions& optio
   RingHash ring;
   ring.members_ = internal::MemberView::FromTable(table);
   const std::uint64_t vnodes = std::max<std::uint32_t>(options.vnodes_per_weight, 1);
-  const std::uint64_t wanted = vnodes * ring.members_.total_weight;
+  // 128-bit products: vnodes * weight can exceed 64 bits with large weights and options.
+  const Uint128 wanted = static_cast<Uint128>(vnodes) * ring.members_.total_weight;
   const std::uint64_t max_points = std::max<std::uint32_t>(options.max_points, 1);
 
   struct Point {
@@ -26,14 +27,15 @@ RingHash RingHash::Build(const RoutingTable& table, const RingHashOptions& optio
     std::uint32_t owner;
   };
   std::vector<Point> points;
-  points.reserve(std::min(wanted, max_points) + ring.members_.count);
+  points.reserve(static_cast<std::size_t>(std::min<Uint128>(wanted, max_points)) +
+                 ring.members_.count);
   for (std::uint32_t i = 0; i < table.size(); ++i) {
     const std::uint32_t w = ring.members_.weight[i];
     if (w == 0) continue;
-    std::uint64_t n = vnodes * w;
-    if (wanted > max_points) n = std::max<std::uint64_t>(1, n * max_points / wanted);
+    Uint128 n = static_cast<Uint128>(vnodes) * w;
+    if (wanted > max_points) n = std::max<Uint128>(1, n * max_points / wanted);
     const std::string& id = table.endpoints()[i].id;
-    for (std::uint64_t r = 0; r < n; ++r) {
+    for (std::uint64_t r = 0; r < static_cast<std::uint64_t>(n); ++r) {
       points.push_back({HashWithSeed(id, kRingSeed + r * kGolden), i});
     }
   }

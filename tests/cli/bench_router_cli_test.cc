@@ -15,9 +15,11 @@ struct ProcessRun {
   std::string out;
 };
 
-ProcessRun RunDrover(const std::string& args) {
+// Runs drover with `args`; stderr is captured too when `with_stderr`.
+ProcessRun RunDrover(const std::string& args, bool with_stderr = false) {
   ProcessRun run;
-  const std::string command = std::string(DROVER_BINARY) + " " + args + " 2>/dev/null";
+  const std::string command =
+      std::string(DROVER_BINARY) + " " + args + (with_stderr ? " 2>&1" : " 2>/dev/null");
   FILE* pipe = popen(command.c_str(), "r");
   if (pipe == nullptr) return run;
   std::array<char, 4096> buffer;
@@ -64,10 +66,18 @@ TEST(BenchRouterCliTest, JsonReportHasAgreedMembersAndMeetsGoals) {
 }
 
 TEST(BenchRouterCliTest, RejectsBadOptionsWithAClearError) {
-  const ProcessRun run = RunDrover("bench router --keys 5");
-  EXPECT_NE(run.exit_code, 0);
-  EXPECT_NE(RunDrover("bench router --bounded-c 0.5").exit_code, 0);
-  EXPECT_NE(RunDrover("--log-level loud bench router --keys 1000").exit_code, 0);
+  const ProcessRun keys = RunDrover("bench router --keys 5", true);
+  EXPECT_NE(keys.exit_code, 0);
+  EXPECT_NE(keys.out.find("--keys: Value 5 not in range"), std::string::npos) << keys.out;
+  const ProcessRun c = RunDrover("bench router --bounded-c 0.5", true);
+  EXPECT_NE(c.exit_code, 0);
+  EXPECT_NE(c.out.find("--bounded-c"), std::string::npos) << c.out;
+  const ProcessRun level = RunDrover("--log-level loud bench router --keys 1000", true);
+  EXPECT_NE(level.exit_code, 0);
+  EXPECT_NE(level.out.find("trace, debug, info"), std::string::npos) << level.out;
+  const ProcessRun none = RunDrover("", true);
+  EXPECT_NE(none.exit_code, 0);
+  EXPECT_NE(none.out.find("subcommand is required"), std::string::npos) << none.out;
 }
 
 TEST(BenchRouterCliTest, HelpExplainsTheReport) {

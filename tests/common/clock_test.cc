@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <latch>
 #include <thread>
 
 namespace drover {
@@ -39,10 +40,13 @@ TEST(FakeClockTest, AdvanceWakesSleeperOnlyPastItsDeadline) {
   });
   ASSERT_TRUE(clock.AwaitSleepers(1, 10s));
   clock.Advance(9s);
-  // Still parked: the deadline is one fake second away.
-  ASSERT_TRUE(clock.AwaitSleepers(1, 10s));
-  EXPECT_FALSE(woke.load());
+  // One fake second short: the deadline has not passed, so a sleeper whose stop fires at once
+  // reports "stopped first" (and the parked one keeps sleeping).
+  std::stop_source stopped;
+  stopped.request_stop();
+  EXPECT_FALSE(clock.SleepUntil(deadline, stopped.get_token()));
   clock.Advance(1s);
+  EXPECT_TRUE(clock.SleepUntil(deadline, stopped.get_token()));
   sleeper.join();
   EXPECT_TRUE(woke.load());
   EXPECT_TRUE(reached.load());
@@ -76,11 +80,27 @@ TEST(FakeClockTest, SleepForUsesFakeTime) {
 TEST(RealClockTest, StopBeatsLongDeadline) {
   RealClock clock;
   std::atomic<int> result{-1};
-  std::jthread sleeper(
-      [&](std::stop_token stop) { result = clock.SleepUntil(clock.Now() + 1h, stop) ? 1 : 0; });
+  std::latch started(1);
+  std::jthread sleeper([&](std::stop_token stop) {
+    started.count_down();
+    result = clock.SleepUntil(clock.Now() + 1h, stop) ? 1 : 0;
+  });
+  // Usually lands while the sleeper is parked; a stop that comes first must end it as well.
+  started.wait();
   sleeper.request_stop();
   sleeper.join();
   EXPECT_EQ(result.load(), 0);
+}
+
+TEST(ClockTest, DeadlineThatPassedWinsOverStopOnBothClocks) {
+  std::stop_source stopped;
+  stopped.request_stop();
+  RealClock real;
+  FakeClock fake;
+  EXPECT_TRUE(real.SleepUntil(real.Now() - 1s, stopped.get_token()));
+  EXPECT_TRUE(fake.SleepUntil(fake.Now() - 1s, stopped.get_token()));
+  EXPECT_FALSE(real.SleepUntil(real.Now() + 1h, stopped.get_token()));
+  EXPECT_FALSE(fake.SleepUntil(fake.Now() + 1h, stopped.get_token()));
 }
 
 TEST(RealClockTest, ShortDeadlineIsReached) {

@@ -23,6 +23,8 @@ TEST(BoundedLoadCapTest, MatchesFormula) {
   EXPECT_EQ(BoundedLoadCap(1.0, 99, 3, 4), 75u);
   EXPECT_EQ(BoundedLoadCap(1.25, 10, 0, 4), 0u);
   EXPECT_EQ(BoundedLoadCap(1.25, 10, 1, 0), 0u);
+  // Saturates instead of overflowing the conversion.
+  EXPECT_GT(BoundedLoadCap(1e30, ~std::uint64_t{0} - 1, 1, 1), std::uint64_t{1} << 62);
 }
 
 // Routes `draws` one at a time, each adding a unit of load that stays, and checks after every
@@ -108,6 +110,18 @@ TEST(BoundedLoadTest, FullOwnerSpillsToItsSuccessorDeterministically) {
   EXPECT_EQ(*ring.PickBounded(h, LoadView{loads, 110}), first);
 }
 
+TEST(BoundedLoadTest, FullFleetFailsFastWithoutVisitingEverySlot) {
+  auto table = Table(ReadyEndpoints(50));
+  Maglev maglev = Maglev::Build(*table);
+  RingHash ring = RingHash::Build(*table);
+  std::vector<std::uint64_t> loads(50, 1000);  // everyone far over cap = ceil(1.25 * 1001 / 50)
+  for (std::uint64_t h : KeyHashes(200)) {
+    EXPECT_EQ(maglev.PickBounded(h, LoadView{loads, 1000}).status().code(),
+              StatusCode::kUnavailable);
+    EXPECT_EQ(ring.PickBounded(h, LoadView{loads, 1000}).status().code(), StatusCode::kUnavailable);
+  }
+}
+
 TEST(BoundedLoadTest, ClearErrorsForBadInput) {
   auto table = Table(ReadyEndpoints(4));
   RingHash ring = RingHash::Build(*table);
@@ -117,6 +131,8 @@ TEST(BoundedLoadTest, ClearErrorsForBadInput) {
             StatusCode::kInvalidArgument);
   std::vector<std::uint64_t> loads(4, 0);
   EXPECT_EQ(maglev.PickBounded(1, LoadView{loads, 0}, {0.5}).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(maglev.PickBounded(1, LoadView{loads, 0}, {HUGE_VAL}).status().code(),
             StatusCode::kInvalidArgument);
   EXPECT_EQ(RingHash::Build(*Table({})).PickBounded(1, LoadView{{}, 0}).status().code(),
             StatusCode::kUnavailable);

@@ -102,6 +102,33 @@ TEST(MaglevTest, ExcludesNonReadyAndSkipsNotAccepting) {
   }
 }
 
+TEST(MaglevTest, NoMembersGivesZeroSharesAndACleanError) {
+  std::vector<Endpoint> endpoints = ReadyEndpoints(3);
+  for (auto& e : endpoints) e.state = EndpointState::kStarting;
+  Maglev maglev = Maglev::Build(*Table(endpoints));
+  EXPECT_EQ(maglev.Shares(), std::vector<double>(3, 0.0));
+  EXPECT_EQ(maglev.Pick(7).status().code(), StatusCode::kUnavailable);
+}
+
+TEST(MaglevTest, SkewedWeightsBuildProportionalShares) {
+  // One member 1000 times heavier than the rest: every turn fills a slot, so this stays cheap.
+  std::vector<Endpoint> endpoints = ReadyEndpoints(50);
+  endpoints[0].weight = 1000;
+  auto table = Table(endpoints);
+  auto shares = Maglev::Build(*table).Shares();
+  EXPECT_NEAR(shares[*table->IndexOf("node-0")], 1000.0 / 1049, 0.001);
+  EXPECT_NEAR(shares[*table->IndexOf("node-1")], 1.0 / 1049, 0.0002);
+}
+
+TEST(MaglevTest, ExplicitTableSizeIsBounded) {
+  MaglevOptions huge;
+  huge.table_size = std::uint64_t{1} << 62;
+  EXPECT_EQ(MaglevTableSize(3, huge), NextPrime(std::uint64_t{1} << 22));
+  MaglevOptions many;
+  many.entries_per_member = std::uint64_t{1} << 60;
+  EXPECT_EQ(MaglevTableSize(1000, many), NextPrime(std::uint64_t{1} << 22));
+}
+
 TEST(MaglevTest, DeterministicAcrossBuilds) {
   auto a = Maglev::Build(*Table(ReadyEndpoints(25)));
   auto b = Maglev::Build(*Table(ReadyEndpoints(25)));

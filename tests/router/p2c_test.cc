@@ -79,6 +79,20 @@ TEST(P2cTest, NeverPicksExcludedEndpoints) {
   EXPECT_EQ(seen.size(), 4u);
 }
 
+TEST(P2cTest, UnsetReadySinceMeansFullWeight) {
+  FakeClock clock;
+  auto table = Table({ReadyEndpoint("known-before-start", 2)});
+  EXPECT_DOUBLE_EQ(P2cPicker::Build(*table).EffectiveWeight(0, clock.Now()), 2.0);
+}
+
+TEST(P2cTest, TooFewLoadsIsAnError) {
+  auto table = Table(ReadyEndpoints(4));
+  Xoshiro256 random(1);
+  std::vector<std::uint64_t> loads(2, 0);
+  EXPECT_EQ(P2cPicker::Build(*table).Pick(loads, MonoTime{}, random).status().code(),
+            StatusCode::kInvalidArgument);
+}
+
 TEST(P2cTest, SingleAndNoMembers) {
   Xoshiro256 random(3);
   auto one = Table({ReadyEndpoint("only")});

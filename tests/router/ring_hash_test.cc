@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <numeric>
+#include <vector>
 
 #include "drover/router.h"
 #include "testing/endpoints.h"
@@ -141,6 +142,36 @@ TEST(RingHashTest, ExtremeHashesWrapAround) {
   EXPECT_TRUE(ring.Pick(~std::uint64_t{0}).ok());
   // Past the last point a key belongs to the first point's owner.
   EXPECT_EQ(*ring.Pick(~std::uint64_t{0}), *ring.Pick(0));
+}
+
+// The prefix-indexed lookup must agree exactly with a lower_bound over the sorted points, with
+// wrap-around, for every hash -- including each point's own hash, its neighbours and both ends.
+TEST(RingHashTest, LookupMatchesLowerBoundReference) {
+  for (std::uint32_t vnodes : {1u, 3u, 64u}) {
+    for (std::size_t members : {1u, 2u, 37u}) {
+      RingHashOptions options;
+      options.vnodes_per_weight = vnodes;
+      auto table = Table(ReadyEndpoints(members));
+      RingHash ring = RingHash::Build(*table, options);
+      std::vector<std::uint64_t> hashes;
+      for (std::size_t i = 0; i < ring.points(); ++i) hashes.push_back(ring.point_hash(i));
+      ASSERT_TRUE(std::is_sorted(hashes.begin(), hashes.end()));
+      auto reference = [&](std::uint64_t h) {
+        auto it = std::lower_bound(hashes.begin(), hashes.end(), h);
+        const std::size_t i = it == hashes.end() ? 0 : it - hashes.begin();
+        return static_cast<std::size_t>(ring.point_owner(i));
+      };
+      std::vector<std::uint64_t> probes = {0, 1, ~std::uint64_t{0}, ~std::uint64_t{0} - 1};
+      for (std::uint64_t h : hashes) {
+        probes.insert(probes.end(), {h - 1, h, h + 1});
+      }
+      Xoshiro256 random(vnodes * 1000 + members);
+      for (int i = 0; i < 2000; ++i) probes.push_back(random.Next());
+      for (std::uint64_t h : probes) {
+        ASSERT_EQ(*ring.Pick(h), reference(h)) << "hash " << h << " vnodes " << vnodes;
+      }
+    }
+  }
 }
 
 TEST(RingHashTest, MaxPointsScalesLargeWeightsDown) {

@@ -45,6 +45,18 @@ TEST(RoutingTableTest, EmptyTableIsValidAndPickersFailCleanly) {
             StatusCode::kUnavailable);
 }
 
+TEST(PublishedTest, ReaderReloadsOnlyAfterAStore) {
+  Published<int> cell(std::make_shared<const int>(1));
+  Published<int>::Reader reader(cell);
+  const std::shared_ptr<const int> first = reader.Current();
+  EXPECT_EQ(*first, 1);
+  EXPECT_EQ(reader.Current().get(), first.get());  // cached: the same object, no reload
+  cell.Store(std::make_shared<const int>(2));
+  EXPECT_EQ(*reader.Current(), 2);
+  EXPECT_EQ(*first, 1);  // the old value lives on while someone holds it
+  EXPECT_EQ(*cell.Load(), 2);
+}
+
 TEST(RouterTest, UpdatePublishesIncreasingVersions) {
   Router router;
   EXPECT_EQ(router.Snapshot()->version(), 0u);
@@ -81,12 +93,14 @@ TEST(RouterTest, ConcurrentReadersDuringRapidPublishes) {
   std::atomic<std::uint64_t> picks{0};
   std::atomic<int> failures{0};
 
+  // Odd readers load through Snapshot(), even ones through a per-thread SnapshotReader.
   auto reader = [&](int seed) {
     Xoshiro256 random(seed);
+    Router::SnapshotReader cached = router.NewReader();
     std::uint64_t last_version = 0;
     std::vector<std::uint64_t> loads;
     while (!done.load(std::memory_order_acquire)) {
-      auto snap = router.Snapshot();
+      auto snap = seed % 2 == 1 ? router.Snapshot() : cached.Current();
       if (snap->version() < last_version) failures++;
       last_version = snap->version();
       const std::size_t size = snap->table->size();
@@ -106,15 +120,17 @@ TEST(RouterTest, ConcurrentReadersDuringRapidPublishes) {
     }
   };
   std::vector<std::jthread> readers;
-  for (int i = 0; i < 3; ++i) readers.emplace_back(reader, i + 1);
+  for (int i = 0; i < 4; ++i) readers.emplace_back(reader, i + 1);
   // At least kPublishes publications, and on until the readers have routed a fair amount
   // concurrently with them (bounded, so a starved reader cannot hang the test).
   std::uint64_t v = 0;
-  while (v < kPublishes || (picks.load() < 2000 && v < 200'000)) {
+  bool updates_ok = true;
+  while (updates_ok && (v < kPublishes || (picks.load() < 2000 && v < 200'000))) {
     ++v;
-    ASSERT_TRUE(router.Update(ReadyEndpoints((v % 7) + 1, v)).ok());
+    updates_ok = router.Update(ReadyEndpoints((v % 7) + 1, v)).ok();
   }
   done.store(true, std::memory_order_release);
+  EXPECT_TRUE(updates_ok) << "update " << v << " failed";
   readers.clear();
   EXPECT_EQ(failures.load(), 0);
   EXPECT_GE(picks.load(), 2000u);
