@@ -7,7 +7,7 @@ packages=(
   # toolchain
   g++ cmake ninja-build pkg-config ccache git
   # libraries
-  libcli11-dev libspdlog-dev libfmt-dev libxxhash-dev nlohmann-json3-dev
+  libcli11-dev libspdlog-dev libfmt-dev libxxhash-dev nlohmann-json3-dev libsqlite3-dev
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev
 )

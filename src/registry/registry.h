@@ -1,0 +1,165 @@
+// Registry: the rules of service discovery over a Store (REG-1..REG-5).
+//
+// - Fencing (REG-2): every write carries the instance's generation; a write older than the newest
+//   generation seen -- live or in a tombstone -- is ABORTED ("fenced"). A deregistration or expiry
+//   leaves a tombstone for at least one TTL, so a late register or heartbeat cannot resurrect it.
+// - State (REG-1): STARTING / READY / DRAINING is sticky intent: heartbeats never change it and a
+//   re-register of the same generation cannot undo a drain. `accepting` is separate.
+// - Leases (REG-3): a register, heartbeat or state change renews the lease in memory. Tick()
+//   expires lapsed leases with reason "ttl", unless more than `self_preservation_fraction` of a
+//   service would go within `self_preservation_window`: then expiry freezes for that service and
+//   its lists, RESYNC and PROGRESS events say `degraded` until its instances heartbeat again.
+//   Open() grants every stored instance a fresh lease of its TTL: a restart never expires
+//   instances that could not reach a registry that was down.
+// - Revisions and watch (REG-5): every committed change advances one global revision. Watch(from)
+//   replays the retained events after `from`, or starts with a RESYNC (full snapshot) when they
+//   are gone or `from` is 0; a watcher that falls too far behind gets a RESYNC instead of a gap;
+//   Tick() sends PROGRESS to watchers idle for `progress_interval`.
+//
+// Thread-safe: one mutex serialises every operation (the store commit included), and watchers
+// have their own queue. Time comes from the injected Clock, so tests drive hours of leases with a
+// FakeClock. The registry does not own the Clock, which must outlive it.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <stop_token>
+#include <string>
+#include <vector>
+
+#include "drover/clock.h"
+#include "drover/status.h"
+#include "registry/model.h"
+#include "registry/store.h"
+
+namespace drover::registry {
+
+struct RegistryOptions {
+  Limits limits;
+  std::size_t history = 10'000;  // events kept for watchers resuming from a revision
+  double self_preservation_fraction = 0.5;
+  Duration self_preservation_window = std::chrono::seconds(60);
+  std::size_t self_preservation_min_instances = 3;  // smaller services always expire
+  Duration progress_interval = std::chrono::seconds(5);
+  std::size_t watcher_queue_limit = 10'000;  // beyond this a watcher is resynced, not stalled
+};
+
+struct ListResult {
+  std::uint64_t revision = 0;
+  bool degraded = false;
+  std::vector<Instance> instances;
+};
+
+struct ServiceSummary {
+  std::string name;
+  std::size_t instances = 0;
+  std::size_t ready = 0;
+  bool degraded = false;
+};
+
+class Registry;
+
+// One watch stream. Events arrive in revision order; a RESYNC replaces everything before it.
+// Next() may be called from one thread at a time; Cancel() from any thread.
+class Watcher {
+ public:
+  // Waits up to `timeout` (real time) for events; returns what is queued (possibly nothing).
+  // Returns CANCELLED once cancelled or when `stop` fires.
+  Result<std::vector<Event>> Next(std::chrono::milliseconds timeout, std::stop_token stop = {});
+  void Cancel();
+  const std::string& service_filter() const { return service_; }
+
+ private:
+  friend class Registry;
+  explicit Watcher(std::string service) : service_(std::move(service)) {}
+
+  const std::string service_;  // empty: every service
+  std::mutex mu_;
+  std::condition_variable_any cv_;
+  std::deque<Event> queue_;  // guarded by mu_
+  bool cancelled_ = false;   // guarded by mu_
+  MonoTime last_sent_{};     // guarded by Registry::mu_: last event or progress queued
+};
+
+class Registry {
+ public:
+  static Result<std::unique_ptr<Registry>> Open(std::unique_ptr<Store> store, Clock& clock,
+                                                RegistryOptions options = {});
+
+  // Each returns the revision the registry is at after the call.
+  Result<std::uint64_t> Register(const std::string& service, const std::string& id,
+                                 const InstanceSpec& spec);
+  Result<std::uint64_t> Heartbeat(const std::string& service, const std::string& id,
+                                  std::uint64_t generation);
+  Result<std::uint64_t> SetState(const std::string& service, const std::string& id,
+                                 std::uint64_t generation, std::optional<InstanceState> state,
+                                 std::optional<bool> accepting);
+  Result<std::uint64_t> Deregister(const std::string& service, const std::string& id,
+                                   std::uint64_t generation);
+
+  // NOT_FOUND for a service that has never had an instance is not an error here: an unknown
+  // service lists as empty with the current revision (REG-4: errors are statuses, and an empty
+  // list is only ever a real empty list).
+  Result<ListResult> List(const std::string& service) const;
+  std::vector<ServiceSummary> Services() const;
+  std::uint64_t revision() const;
+
+  // Watches every service (`service` empty) or one, from `from_revision` (0: start with a
+  // RESYNC). OUT_OF_RANGE when `from_revision` is ahead of the registry.
+  Result<std::shared_ptr<Watcher>> Watch(std::uint64_t from_revision, const std::string& service);
+
+  // Expires lapsed leases (or freezes expiry, see above), prunes expired tombstones, and sends
+  // PROGRESS to idle watchers. Returns the first store error, if any; the rest still runs.
+  Status Tick();
+
+ private:
+  struct Entry {
+    Instance instance;
+    MonoTime lease_deadline;
+  };
+  struct ServiceState {
+    std::map<std::string, Entry> instances;
+    std::deque<MonoTime> recent_expiries;  // within the self-preservation window
+    bool degraded = false;
+  };
+  using Key = std::pair<std::string, std::string>;  // service, id
+
+  Registry(std::unique_ptr<Store> store, Clock& clock, RegistryOptions options)
+      : store_(std::move(store)), clock_(clock), options_(std::move(options)) {}
+
+  Status ValidateKey(const std::string& service, const std::string& id) const;
+  // The live entry, or the error a write of `generation` to a missing/newer entry deserves.
+  Result<Entry*> FindForWrite(const std::string& service, const std::string& id,
+                              std::uint64_t generation);
+  Status Fenced(const std::string& service, const std::string& id, std::uint64_t generation,
+                std::uint64_t newest) const;
+  // Commits `writes` and publishes `events` at the new revision.
+  Result<std::uint64_t> CommitAndPublish(const std::vector<Write>& writes,
+                                         std::vector<Event> events);
+  void Publish(std::vector<Event> events);
+  Event ResyncEvent(const std::string& service) const;
+  bool Degraded(const std::string& service) const;
+  Status ExpireLeases(MonoTime now);
+  Status PruneTombstones();
+  void SendProgress(MonoTime now);
+  void Enqueue(Watcher& watcher, Event event, MonoTime now);
+
+  std::unique_ptr<Store> store_;
+  Clock& clock_;
+  const RegistryOptions options_;
+
+  mutable std::mutex mu_;
+  std::uint64_t revision_ = 0;                    // guarded by mu_
+  std::map<std::string, ServiceState> services_;  // guarded by mu_
+  std::map<Key, Tombstone> tombstones_;           // guarded by mu_
+  std::deque<Event> history_;                     // guarded by mu_: PUT/DELETE only
+  std::uint64_t history_floor_ = 0;               // guarded by mu_: events <= this are gone
+  std::vector<std::weak_ptr<Watcher>> watchers_;  // guarded by mu_
+};
+
+}  // namespace drover::registry

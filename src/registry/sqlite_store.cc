@@ -1,0 +1,356 @@
+#include "registry/sqlite_store.h"
+
+#include <sqlite3.h>
+
+#include <nlohmann/json.hpp>
+#include <utility>
+
+namespace drover::registry {
+namespace {
+
+constexpr int kSchemaVersion = 1;
+
+constexpr const char* kSchema = R"sql(
+CREATE TABLE IF NOT EXISTS meta (
+  key   TEXT PRIMARY KEY,
+  value INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS instances (
+  service         TEXT NOT NULL,
+  id              TEXT NOT NULL,
+  address         TEXT NOT NULL,
+  generation      INTEGER NOT NULL,
+  state           INTEGER NOT NULL,
+  ttl_ms          INTEGER NOT NULL,
+  weight          INTEGER NOT NULL,
+  zone            TEXT NOT NULL,
+  labels          TEXT NOT NULL,
+  version         TEXT NOT NULL,
+  accepting       INTEGER NOT NULL,
+  create_revision INTEGER NOT NULL,
+  mod_revision    INTEGER NOT NULL,
+  ready_since_ms  INTEGER NOT NULL,
+  PRIMARY KEY (service, id)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS tombstones (
+  service       TEXT NOT NULL,
+  id            TEXT NOT NULL,
+  generation    INTEGER NOT NULL,
+  revision      INTEGER NOT NULL,
+  expires_at_ms INTEGER NOT NULL,
+  PRIMARY KEY (service, id)
+) WITHOUT ROWID;
+)sql";
+
+std::int64_t ToMillis(SystemTime t) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(t.time_since_epoch()).count();
+}
+SystemTime FromMillis(std::int64_t ms) {
+  return SystemTime(
+      std::chrono::duration_cast<SystemTime::duration>(std::chrono::milliseconds(ms)));
+}
+
+// A prepared statement, finalized on scope exit.
+class Statement {
+ public:
+  Statement(sqlite3* db, const char* sql) : db_(db) {
+    rc_ = sqlite3_prepare_v2(db, sql, -1, &stmt_, nullptr);
+  }
+  ~Statement() { sqlite3_finalize(stmt_); }
+  Statement(const Statement&) = delete;
+  Statement& operator=(const Statement&) = delete;
+
+  Status status() const {
+    if (rc_ == SQLITE_OK) return Status::Ok();
+    return InternalError(std::string("sqlite prepare: ") + sqlite3_errmsg(db_));
+  }
+  void Bind(int i, std::int64_t v) { sqlite3_bind_int64(stmt_, i, v); }
+  void Bind(int i, const std::string& v) {
+    sqlite3_bind_text(stmt_, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT);
+  }
+  // SQLITE_ROW, SQLITE_DONE or an error code.
+  int Step() { return sqlite3_step(stmt_); }
+  std::int64_t Int(int col) { return sqlite3_column_int64(stmt_, col); }
+  std::string Text(int col) {
+    const auto* p = sqlite3_column_text(stmt_, col);
+    return p == nullptr ? std::string()
+                        : std::string(reinterpret_cast<const char*>(p),
+                                      static_cast<std::size_t>(sqlite3_column_bytes(stmt_, col)));
+  }
+  Status Done(const char* what) {
+    const int rc = Step();
+    if (rc == SQLITE_DONE) return Status::Ok();
+    return Error(what, rc);
+  }
+  Status Error(const char* what, int rc) const {
+    const std::string msg = std::string("sqlite ") + what + ": " + sqlite3_errmsg(db_);
+    // Busy/locked/full/IO are conditions of the machine, not of the request.
+    if (rc == SQLITE_BUSY || rc == SQLITE_LOCKED || rc == SQLITE_FULL || rc == SQLITE_IOERR) {
+      return UnavailableError(msg);
+    }
+    return InternalError(msg);
+  }
+
+ private:
+  sqlite3* db_;
+  sqlite3_stmt* stmt_ = nullptr;
+  int rc_;
+};
+
+std::string LabelsToJson(const std::map<std::string, std::string>& labels) {
+  return nlohmann::json(labels).dump();
+}
+
+Result<std::map<std::string, std::string>> LabelsFromJson(const std::string& text) {
+  auto parsed = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (parsed.is_discarded() || !parsed.is_object()) {
+    return Status(StatusCode::kDataLoss, "registry.db: malformed labels column: " + text);
+  }
+  std::map<std::string, std::string> labels;
+  for (const auto& [key, value] : parsed.items()) {
+    if (!value.is_string()) {
+      return Status(StatusCode::kDataLoss, "registry.db: non-string label value for " + key);
+    }
+    labels[key] = value.get<std::string>();
+  }
+  return labels;
+}
+
+// Rolls back an open transaction unless committed.
+class Transaction {
+ public:
+  explicit Transaction(sqlite3* db) : db_(db) {}
+  ~Transaction() {
+    if (open_) sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
+  }
+  Transaction(const Transaction&) = delete;
+  Transaction& operator=(const Transaction&) = delete;
+  Status Begin() {
+    if (sqlite3_exec(db_, "BEGIN IMMEDIATE", nullptr, nullptr, nullptr) != SQLITE_OK) {
+      return UnavailableError(std::string("sqlite begin: ") + sqlite3_errmsg(db_));
+    }
+    open_ = true;
+    return Status::Ok();
+  }
+  Status Commit() {
+    if (sqlite3_exec(db_, "COMMIT", nullptr, nullptr, nullptr) != SQLITE_OK) {
+      return UnavailableError(std::string("sqlite commit: ") + sqlite3_errmsg(db_));
+    }
+    open_ = false;
+    return Status::Ok();
+  }
+
+ private:
+  sqlite3* db_;
+  bool open_ = false;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<SqliteStore>> SqliteStore::Open(const std::string& data_dir) {
+  const std::string path = data_dir + "/registry.db";
+  sqlite3* db = nullptr;
+  const int rc = sqlite3_open_v2(
+      path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr);
+  if (rc != SQLITE_OK) {
+    std::string msg = "cannot open " + path + ": " + (db ? sqlite3_errmsg(db) : "out of memory");
+    sqlite3_close(db);
+    return UnavailableError(std::move(msg));
+  }
+  std::unique_ptr<SqliteStore> store(new SqliteStore(db, path));
+  sqlite3_busy_timeout(db, 5000);
+  // WAL with synchronous=FULL: every COMMIT is fsynced before it returns.
+  DROVER_RETURN_IF_ERROR(store->Exec("PRAGMA journal_mode=WAL"));
+  DROVER_RETURN_IF_ERROR(store->Exec("PRAGMA synchronous=FULL"));
+  DROVER_RETURN_IF_ERROR(store->Exec("PRAGMA foreign_keys=ON"));
+  DROVER_RETURN_IF_ERROR(store->Exec(kSchema));
+
+  Statement get(db, "SELECT value FROM meta WHERE key = 'schema_version'");
+  DROVER_RETURN_IF_ERROR(get.status());
+  if (get.Step() == SQLITE_ROW) {
+    const std::int64_t version = get.Int(0);
+    if (version != kSchemaVersion) {
+      return FailedPreconditionError(path + " has schema version " + std::to_string(version) +
+                                     "; this drover understands version " +
+                                     std::to_string(kSchemaVersion));
+    }
+  } else {
+    DROVER_RETURN_IF_ERROR(
+        store->Exec("INSERT INTO meta (key, value) VALUES ('schema_version', 1), ('revision', 0)"));
+  }
+  return store;
+}
+
+SqliteStore::~SqliteStore() { sqlite3_close(db_); }
+
+Status SqliteStore::Exec(const char* sql) {
+  char* err = nullptr;
+  if (sqlite3_exec(db_, sql, nullptr, nullptr, &err) != SQLITE_OK) {
+    std::string msg = std::string("sqlite: ") + (err ? err : sqlite3_errmsg(db_));
+    sqlite3_free(err);
+    return InternalError(std::move(msg));
+  }
+  return Status::Ok();
+}
+
+Result<std::uint64_t> SqliteStore::CurrentRevision() {
+  Statement get(db_, "SELECT value FROM meta WHERE key = 'revision'");
+  DROVER_RETURN_IF_ERROR(get.status());
+  if (get.Step() != SQLITE_ROW) return Status(StatusCode::kDataLoss, "registry.db: no revision");
+  return static_cast<std::uint64_t>(get.Int(0));
+}
+
+Result<StoreState> SqliteStore::Load() {
+  StoreState state;
+  DROVER_ASSIGN_OR_RETURN(state.revision, CurrentRevision());
+  Statement rows(db_,
+                 "SELECT service, id, address, generation, state, ttl_ms, weight, zone, labels, "
+                 "version, accepting, create_revision, mod_revision, ready_since_ms "
+                 "FROM instances ORDER BY service, id");
+  DROVER_RETURN_IF_ERROR(rows.status());
+  int rc;
+  while ((rc = rows.Step()) == SQLITE_ROW) {
+    Instance in;
+    in.service = rows.Text(0);
+    in.id = rows.Text(1);
+    in.spec.address = rows.Text(2);
+    in.spec.generation = static_cast<std::uint64_t>(rows.Int(3));
+    const std::int64_t st = rows.Int(4);
+    if (st < 0 || st > 2) {
+      return Status(StatusCode::kDataLoss, "registry.db: bad state " + std::to_string(st));
+    }
+    in.spec.state = static_cast<InstanceState>(st);
+    in.spec.ttl_ms = rows.Int(5);
+    in.spec.weight = static_cast<std::uint32_t>(rows.Int(6));
+    in.spec.zone = rows.Text(7);
+    DROVER_ASSIGN_OR_RETURN(in.spec.labels, LabelsFromJson(rows.Text(8)));
+    in.spec.version = rows.Text(9);
+    in.spec.accepting = rows.Int(10) != 0;
+    in.create_revision = static_cast<std::uint64_t>(rows.Int(11));
+    in.mod_revision = static_cast<std::uint64_t>(rows.Int(12));
+    in.ready_since = FromMillis(rows.Int(13));
+    state.instances.push_back(std::move(in));
+  }
+  if (rc != SQLITE_DONE) return rows.Error("load instances", rc);
+
+  Statement tombs(db_,
+                  "SELECT service, id, generation, revision, expires_at_ms FROM tombstones "
+                  "ORDER BY service, id");
+  DROVER_RETURN_IF_ERROR(tombs.status());
+  while ((rc = tombs.Step()) == SQLITE_ROW) {
+    Tombstone t;
+    t.service = tombs.Text(0);
+    t.id = tombs.Text(1);
+    t.generation = static_cast<std::uint64_t>(tombs.Int(2));
+    t.revision = static_cast<std::uint64_t>(tombs.Int(3));
+    t.expires_at = FromMillis(tombs.Int(4));
+    state.tombstones.push_back(std::move(t));
+  }
+  if (rc != SQLITE_DONE) return tombs.Error("load tombstones", rc);
+  return state;
+}
+
+Result<std::uint64_t> SqliteStore::Commit(const std::vector<Write>& writes) {
+  Transaction txn(db_);
+  DROVER_RETURN_IF_ERROR(txn.Begin());
+  DROVER_ASSIGN_OR_RETURN(const std::uint64_t current, CurrentRevision());
+  const std::uint64_t revision = current + 1;
+  const auto rev = static_cast<std::int64_t>(revision);
+
+  for (const Write& w : writes) {
+    if (w.expect_mod_revision.has_value()) {
+      Statement get(db_, "SELECT mod_revision FROM instances WHERE service = ?1 AND id = ?2");
+      DROVER_RETURN_IF_ERROR(get.status());
+      get.Bind(1, w.service);
+      get.Bind(2, w.id);
+      const std::uint64_t actual =
+          get.Step() == SQLITE_ROW ? static_cast<std::uint64_t>(get.Int(0)) : 0;
+      if (actual != *w.expect_mod_revision) {
+        return Status(StatusCode::kAborted, "store: " + w.service + "/" + w.id +
+                                                " changed concurrently (mod_revision " +
+                                                std::to_string(actual) + ", expected " +
+                                                std::to_string(*w.expect_mod_revision) + ")");
+      }
+    }
+    switch (w.kind) {
+      case Write::Kind::kPutInstance: {
+        const Instance& in = w.instance;
+        Statement put(db_,
+                      "INSERT OR REPLACE INTO instances (service, id, address, generation, state, "
+                      "ttl_ms, weight, zone, labels, version, accepting, create_revision, "
+                      "mod_revision, ready_since_ms) VALUES "
+                      "(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)");
+        DROVER_RETURN_IF_ERROR(put.status());
+        put.Bind(1, w.service);
+        put.Bind(2, w.id);
+        put.Bind(3, in.spec.address);
+        put.Bind(4, static_cast<std::int64_t>(in.spec.generation));
+        put.Bind(5, static_cast<std::int64_t>(in.spec.state));
+        put.Bind(6, in.spec.ttl_ms);
+        put.Bind(7, static_cast<std::int64_t>(in.spec.weight));
+        put.Bind(8, in.spec.zone);
+        put.Bind(9, LabelsToJson(in.spec.labels));
+        put.Bind(10, in.spec.version);
+        put.Bind(11, in.spec.accepting ? 1 : 0);
+        put.Bind(12, w.create ? rev : static_cast<std::int64_t>(in.create_revision));
+        put.Bind(13, rev);
+        put.Bind(14, ToMillis(in.ready_since));
+        DROVER_RETURN_IF_ERROR(put.Done("put instance"));
+        break;
+      }
+      case Write::Kind::kDeleteInstance: {
+        Statement del(db_, "DELETE FROM instances WHERE service = ?1 AND id = ?2");
+        DROVER_RETURN_IF_ERROR(del.status());
+        del.Bind(1, w.service);
+        del.Bind(2, w.id);
+        DROVER_RETURN_IF_ERROR(del.Done("delete instance"));
+        break;
+      }
+      case Write::Kind::kPutTombstone: {
+        Statement put(db_,
+                      "INSERT OR REPLACE INTO tombstones (service, id, generation, revision, "
+                      "expires_at_ms) VALUES (?1, ?2, ?3, ?4, ?5)");
+        DROVER_RETURN_IF_ERROR(put.status());
+        put.Bind(1, w.service);
+        put.Bind(2, w.id);
+        put.Bind(3, static_cast<std::int64_t>(w.tombstone.generation));
+        put.Bind(4, rev);
+        put.Bind(5, ToMillis(w.tombstone.expires_at));
+        DROVER_RETURN_IF_ERROR(put.Done("put tombstone"));
+        break;
+      }
+      case Write::Kind::kDeleteTombstone: {
+        Statement del(db_, "DELETE FROM tombstones WHERE service = ?1 AND id = ?2");
+        DROVER_RETURN_IF_ERROR(del.status());
+        del.Bind(1, w.service);
+        del.Bind(2, w.id);
+        DROVER_RETURN_IF_ERROR(del.Done("delete tombstone"));
+        break;
+      }
+    }
+  }
+  Statement bump(db_, "UPDATE meta SET value = ?1 WHERE key = 'revision'");
+  DROVER_RETURN_IF_ERROR(bump.status());
+  bump.Bind(1, rev);
+  DROVER_RETURN_IF_ERROR(bump.Done("advance revision"));
+  DROVER_RETURN_IF_ERROR(txn.Commit());
+  return revision;
+}
+
+Status SqliteStore::PruneTombstones(const std::vector<Tombstone>& expired) {
+  if (expired.empty()) return Status::Ok();
+  Transaction txn(db_);
+  DROVER_RETURN_IF_ERROR(txn.Begin());
+  for (const Tombstone& t : expired) {
+    // Only the tombstone that expired: a newer one for the same id stays.
+    Statement del(db_, "DELETE FROM tombstones WHERE service = ?1 AND id = ?2 AND revision = ?3");
+    DROVER_RETURN_IF_ERROR(del.status());
+    del.Bind(1, t.service);
+    del.Bind(2, t.id);
+    del.Bind(3, static_cast<std::int64_t>(t.revision));
+    DROVER_RETURN_IF_ERROR(del.Done("prune tombstone"));
+  }
+  return txn.Commit();
+}
+
+}  // namespace drover::registry

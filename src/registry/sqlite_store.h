@@ -1,0 +1,39 @@
+// SqliteStore: the embedded Store, one SQLite database file in WAL mode with synchronous=FULL,
+// so a commit that returned OK survives SIGKILL and power loss. Schema-versioned; opening a
+// newer schema fails clearly instead of misreading it. Not thread-safe (see Store).
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "registry/store.h"
+
+struct sqlite3;
+
+namespace drover::registry {
+
+class SqliteStore final : public Store {
+ public:
+  // Opens (creating when missing) `<data_dir>/registry.db`. The directory must exist.
+  static Result<std::unique_ptr<SqliteStore>> Open(const std::string& data_dir);
+  ~SqliteStore() override;
+
+  SqliteStore(const SqliteStore&) = delete;
+  SqliteStore& operator=(const SqliteStore&) = delete;
+
+  Result<StoreState> Load() override;
+  Result<std::uint64_t> Commit(const std::vector<Write>& writes) override;
+  Status PruneTombstones(const std::vector<Tombstone>& expired) override;
+
+  const std::string& path() const { return path_; }
+
+ private:
+  SqliteStore(sqlite3* db, std::string path) : db_(db), path_(std::move(path)) {}
+  Status Exec(const char* sql);
+  Result<std::uint64_t> CurrentRevision();
+
+  sqlite3* db_;
+  std::string path_;
+};
+
+}  // namespace drover::registry
