@@ -14,7 +14,7 @@ echo "== tests"
 ctest --test-dir build --output-on-failure -j"$jobs"
 
 echo "== ThreadSanitizer build (build-tsan/): the parts with concurrent readers and writers"
-tsan_tests=(common_test router_test)
+tsan_tests=(common_test router_test registry_test)
 scripts/build.sh build-tsan -DDROVER_WERROR=ON -DDROVER_SANITIZE=thread -DDROVER_BUILD_BENCH=OFF \
   -- "${tsan_tests[@]}"
 # GCC 12's TSan cannot map its shadow memory under high ASLR entropy (vm.mmap_rnd_bits > 28,

@@ -9,4 +9,7 @@ namespace drover::cli {
 // `drover bench ...`: measurement runs that print a report.
 void AddBenchCommands(CLI::App& app);
 
+// `drover registry`: the discovery daemon.
+void AddRegistryCommand(CLI::App& app);
+
 }  // namespace drover::cli

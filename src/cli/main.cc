@@ -25,6 +25,7 @@ int main(int argc, char** argv) {
   });
 
   drover::cli::AddBenchCommands(app);
+  drover::cli::AddRegistryCommand(app);
 
   CLI11_PARSE(app, argc, argv);
   return 0;

@@ -93,8 +93,21 @@ void Watcher::Cancel() {
     std::lock_guard lock(mu_);
     cancelled_ = true;
     queue_.clear();
+    listener_ = nullptr;
   }
   cv_.notify_all();
+}
+
+void Watcher::SetListener(std::function<void()> listener) {
+  std::function<void()> call_now;
+  {
+    std::lock_guard lock(mu_);
+    if (cancelled_) return;
+    listener_ = std::move(listener);
+    // Events queued before the listener was set would otherwise wait for the next one.
+    if (!queue_.empty()) call_now = listener_;
+  }
+  if (call_now) call_now();
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -370,6 +383,7 @@ Event Registry::ResyncEvent(const std::string& service) const {
 }
 
 void Registry::Enqueue(Watcher& watcher, Event event, MonoTime now) {
+  std::function<void()> listener;
   {
     std::lock_guard lock(watcher.mu_);
     if (watcher.cancelled_) return;
@@ -381,9 +395,11 @@ void Registry::Enqueue(Watcher& watcher, Event event, MonoTime now) {
     } else {
       watcher.queue_.push_back(std::move(event));
     }
+    listener = watcher.listener_;
   }
   watcher.last_sent_ = now;
   watcher.cv_.notify_all();
+  if (listener) listener();
 }
 
 void Registry::Publish(std::vector<Event> events) {

@@ -24,6 +24,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -74,6 +75,11 @@ class Watcher {
   void Cancel();
   const std::string& service_filter() const { return service_; }
 
+  // Called after events are queued, on the thread that queued them and while the registry's
+  // lock is held: it must be cheap and must not call into the Registry (post to an event loop).
+  // Cancel() clears it. Lets an asynchronous server wait for events without a thread per watch.
+  void SetListener(std::function<void()> listener);
+
  private:
   friend class Registry;
   explicit Watcher(std::string service) : service_(std::move(service)) {}
@@ -81,9 +87,10 @@ class Watcher {
   const std::string service_;  // empty: every service
   std::mutex mu_;
   std::condition_variable_any cv_;
-  std::deque<Event> queue_;  // guarded by mu_
-  bool cancelled_ = false;   // guarded by mu_
-  MonoTime last_sent_{};     // guarded by Registry::mu_: last event or progress queued
+  std::deque<Event> queue_;         // guarded by mu_
+  bool cancelled_ = false;          // guarded by mu_
+  std::function<void()> listener_;  // guarded by mu_
+  MonoTime last_sent_{};            // guarded by Registry::mu_: last event or progress queued
 };
 
 class Registry {

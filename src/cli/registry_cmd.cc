@@ -1,0 +1,137 @@
+// `drover registry`: the discovery daemon on the embedded SQLite store.
+#include <signal.h>
+#include <spdlog/spdlog.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <thread>
+
+#include "commands.h"
+#include "registry/http_api.h"
+#include "registry/registry.h"
+#include "registry/sqlite_store.h"
+
+namespace drover::cli {
+namespace {
+
+struct RegistryArgs {
+  std::string data_dir = "drover-data";
+  std::string http = "127.0.0.1:7070";
+  int tick_ms = 500;
+  double self_preservation_fraction = 0.5;
+};
+
+// "host:port" (IPv6 as "[::1]:port").
+bool SplitHostPort(const std::string& text, std::string* host, std::uint16_t* port) {
+  const std::size_t colon = text.rfind(':');
+  if (colon == std::string::npos || colon == 0) return false;
+  std::string h = text.substr(0, colon);
+  if (h.size() >= 2 && h.front() == '[' && h.back() == ']') h = h.substr(1, h.size() - 2);
+  try {
+    const int p = std::stoi(text.substr(colon + 1));
+    if (p < 0 || p > 65535) return false;
+    *port = static_cast<std::uint16_t>(p);
+  } catch (...) {
+    return false;
+  }
+  *host = h;
+  return true;
+}
+
+bool IsLoopback(const std::string& host) {
+  return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
+}
+
+int RunRegistry(const RegistryArgs& args) {
+  registry::HttpOptions http;
+  if (!SplitHostPort(args.http, &http.address, &http.port)) {
+    spdlog::error("--http must be host:port, got '{}'", args.http);
+    return 2;
+  }
+  std::error_code ec;
+  std::filesystem::create_directories(args.data_dir, ec);
+  if (ec) {
+    spdlog::error("cannot create data directory {}: {}", args.data_dir, ec.message());
+    return 1;
+  }
+  // Block the shutdown signals before any thread starts, so that every thread inherits the mask
+  // and only sigwait below receives them.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  auto store = registry::SqliteStore::Open(args.data_dir);
+  if (!store.ok()) {
+    spdlog::error("{}", store.status().ToString());
+    return 1;
+  }
+  RealClock clock;
+  registry::RegistryOptions options;
+  options.self_preservation_fraction = args.self_preservation_fraction;
+  auto reg = registry::Registry::Open(std::move(*store), clock, options);
+  if (!reg.ok()) {
+    spdlog::error("{}", reg.status().ToString());
+    return 1;
+  }
+  auto server = registry::HttpServer::Start(**reg, http);
+  if (!server.ok()) {
+    spdlog::error("{}", server.status().ToString());
+    return 1;
+  }
+  if (!IsLoopback(http.address)) {
+    spdlog::warn(
+        "registry: HTTP API on non-loopback address {} WITHOUT authentication: anyone who can "
+        "reach it can register and deregister instances",
+        http.address);
+  }
+  // The first line on stdout is the bound address, for scripts and tests that pass port 0.
+  std::printf("drover registry listening on http://%s:%u (data dir %s)\n", http.address.c_str(),
+              static_cast<unsigned>((*server)->port()), args.data_dir.c_str());
+  std::fflush(stdout);
+  spdlog::info("registry: serving HTTP on {}:{}", http.address, (*server)->port());
+
+  std::jthread ticker([&clock, registry = reg->get(),
+                       tick = std::chrono::milliseconds(args.tick_ms)](std::stop_token stop) {
+    while (clock.SleepFor(tick, stop)) {
+      if (Status s = registry->Tick(); !s.ok()) spdlog::error("registry tick: {}", s.ToString());
+    }
+  });
+
+  int signal_number = 0;
+  sigwait(&signals, &signal_number);
+  spdlog::info("registry: {} received, shutting down", strsignal(signal_number));
+  ticker.request_stop();
+  ticker.join();
+  (*server)->Stop();
+  return 0;
+}
+
+}  // namespace
+
+void AddRegistryCommand(CLI::App& app) {
+  auto args = std::make_shared<RegistryArgs>();
+  CLI::App* cmd = app.add_subcommand(
+      "registry",
+      "Run the service registry: leases, generations, readiness and watch over HTTP/JSON, "
+      "stored in SQLite under --data-dir");
+  cmd->add_option("--data-dir", args->data_dir, "Directory for registry.db (created if missing)")
+      ->capture_default_str();
+  cmd->add_option("--http", args->http, "HTTP listen address host:port (port 0: any free port)")
+      ->capture_default_str();
+  cmd->add_option("--tick-ms", args->tick_ms, "Lease expiry and progress interval in ms")
+      ->check(CLI::Range(10, 60'000))
+      ->capture_default_str();
+  cmd->add_option("--self-preservation", args->self_preservation_fraction,
+                  "Freeze expiry when more than this fraction of a service would expire at once")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
+  cmd->callback([args] {
+    const int code = RunRegistry(*args);
+    if (code != 0) throw CLI::RuntimeError(code);
+  });
+}
+
+}  // namespace drover::cli

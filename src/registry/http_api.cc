@@ -1,0 +1,493 @@
+#include "registry/http_api.h"
+
+// Boost 1.74's asio/awaitable.hpp uses std::exchange without including <utility>.
+#include <spdlog/spdlog.h>
+
+#include <boost/asio.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <charconv>
+#include <map>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "common/metrics_text.h"
+#include "registry/json_codec.h"
+#include "registry/registry.h"
+
+namespace drover::registry {
+
+namespace net = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = net::ip::tcp;
+using Request = http::request<http::string_body>;
+using Response = http::response<http::string_body>;
+
+namespace {
+
+http::status HttpStatusFor(StatusCode code) {
+  switch (code) {
+    case StatusCode::kOk:
+      return http::status::ok;
+    case StatusCode::kInvalidArgument:
+    case StatusCode::kOutOfRange:
+      return http::status::bad_request;
+    case StatusCode::kNotFound:
+      return http::status::not_found;
+    case StatusCode::kAborted:
+    case StatusCode::kAlreadyExists:
+    case StatusCode::kFailedPrecondition:
+      return http::status::conflict;
+    case StatusCode::kUnauthenticated:
+      return http::status::unauthorized;
+    case StatusCode::kPermissionDenied:
+      return http::status::forbidden;
+    case StatusCode::kResourceExhausted:
+      return http::status::too_many_requests;
+    case StatusCode::kUnavailable:
+      return http::status::service_unavailable;
+    case StatusCode::kDeadlineExceeded:
+      return http::status::gateway_timeout;
+    case StatusCode::kUnimplemented:
+      return http::status::not_implemented;
+    default:
+      return http::status::internal_server_error;
+  }
+}
+
+// Fencing is the one ABORTED the registry returns; clients branch on it, so it gets its name.
+std::string ErrorCode(const Status& status) {
+  if (status.code() == StatusCode::kAborted && status.message().rfind("fenced", 0) == 0) {
+    return "FENCED";
+  }
+  return std::string(StatusCodeName(status.code()));
+}
+
+Response JsonResponse(const Request& req, http::status status, const nlohmann::json& body) {
+  Response res{status, req.version()};
+  res.set(http::field::server, "drover-registry");
+  res.set(http::field::content_type, "application/json");
+  res.keep_alive(req.keep_alive());
+  res.body() = body.dump() + "\n";
+  res.prepare_payload();
+  return res;
+}
+
+Response ErrorResponse(const Request& req, const Status& status) {
+  return JsonResponse(req, HttpStatusFor(status.code()),
+                      {{"error", {{"code", ErrorCode(status)}, {"message", status.message()}}}});
+}
+
+Response ErrorResponse(const Request& req, http::status http_status, StatusCode code,
+                       std::string message) {
+  Response res = ErrorResponse(req, Status(code, std::move(message)));
+  res.result(http_status);
+  return res;
+}
+
+std::vector<std::string_view> SplitPath(std::string_view path) {
+  std::vector<std::string_view> parts;
+  std::size_t start = 1;  // skip the leading '/'
+  while (start <= path.size()) {
+    const std::size_t end = std::min(path.find('/', start), path.size());
+    parts.push_back(path.substr(start, end - start));
+    start = end + 1;
+  }
+  return parts;
+}
+
+std::map<std::string, std::string, std::less<>> ParseQuery(std::string_view query) {
+  std::map<std::string, std::string, std::less<>> out;
+  while (!query.empty()) {
+    const std::size_t amp = query.find('&');
+    const std::string_view pair = query.substr(0, amp);
+    const std::size_t eq = pair.find('=');
+    out[std::string(pair.substr(0, eq))] =
+        eq == std::string_view::npos ? std::string() : std::string(pair.substr(eq + 1));
+    if (amp == std::string_view::npos) break;
+    query.remove_prefix(amp + 1);
+  }
+  return out;
+}
+
+Result<std::uint64_t> ParseUint(std::string_view text, const char* what) {
+  std::uint64_t value = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (text.empty() || ec != std::errc() || end != text.data() + text.size()) {
+    return InvalidArgumentError(std::string(what) + " must be a non-negative integer");
+  }
+  return value;
+}
+
+nlohmann::json RevisionBody(std::uint64_t revision) { return {{"revision", revision}}; }
+
+}  // namespace
+
+struct HttpServer::Impl {
+  Impl(Registry& r, HttpOptions o) : registry(r), options(std::move(o)) {}
+
+  net::awaitable<void> Accept();
+  net::awaitable<void> Session(tcp::socket socket);
+  net::awaitable<void> ServeWatch(beast::tcp_stream& stream, const Request& req, std::uint64_t from,
+                                  std::string service);
+  Response Handle(const Request& req);
+  Response HandleInstance(const Request& req, std::string_view service, std::string_view id,
+                          std::string_view action, std::string_view query);
+  std::string Metrics();
+  void Count(unsigned status) {
+    std::lock_guard lock(mu);
+    ++responses[status];
+  }
+
+  Registry& registry;
+  const HttpOptions options;
+  net::io_context io{1};
+  tcp::acceptor acceptor{io};
+  std::vector<std::thread> threads;
+  std::once_flag stop_once;
+
+  std::mutex mu;
+  std::set<std::shared_ptr<Watcher>> watches;   // guarded by mu: live watch streams
+  std::map<unsigned, std::uint64_t> responses;  // guarded by mu: by HTTP status
+};
+
+net::awaitable<void> HttpServer::Impl::Accept() {
+  for (;;) {
+    boost::system::error_code ec;
+    // Each connection gets its own strand: its coroutine and the watch wake-ups it receives
+    // never run concurrently.
+    tcp::socket socket = co_await acceptor.async_accept(
+        net::make_strand(io), net::redirect_error(net::use_awaitable, ec));
+    if (ec) {
+      if (ec == net::error::operation_aborted || !acceptor.is_open()) co_return;
+      spdlog::warn("registry http: accept failed: {}", ec.message());
+      continue;
+    }
+    const auto executor = socket.get_executor();
+    net::co_spawn(executor, Session(std::move(socket)), net::detached);
+  }
+}
+
+net::awaitable<void> HttpServer::Impl::Session(tcp::socket socket) {
+  beast::tcp_stream stream(std::move(socket));
+  beast::flat_buffer buffer;
+  for (;;) {
+    http::request_parser<http::string_body> parser;
+    parser.body_limit(options.max_body);
+    parser.header_limit(16 * 1024);
+    stream.expires_after(options.idle_timeout);
+    boost::system::error_code ec;
+    co_await http::async_read(stream, buffer, parser, net::redirect_error(net::use_awaitable, ec));
+    if (ec == http::error::end_of_stream || ec == beast::error::timeout ||
+        ec == net::error::operation_aborted || ec == net::error::connection_reset) {
+      break;
+    }
+    if (ec) {
+      // A malformed or oversized request: answer once, then close (the stream is out of sync).
+      Request bad;
+      bad.version(11);
+      Response res =
+          ec == http::error::body_limit
+              ? ErrorResponse(bad, http::status::payload_too_large, StatusCode::kResourceExhausted,
+                              "body larger than " + std::to_string(options.max_body) + " bytes")
+              : ErrorResponse(bad, http::status::bad_request, StatusCode::kInvalidArgument,
+                              "malformed HTTP request: " + ec.message());
+      res.keep_alive(false);
+      Count(res.result_int());
+      co_await http::async_write(stream, res, net::redirect_error(net::use_awaitable, ec));
+      break;
+    }
+    Request req = parser.release();
+    const std::string_view target(req.target().data(), req.target().size());
+    if (req.method() == http::verb::get && target.rfind("/v1/watch", 0) == 0 &&
+        (target.size() == 9 || target[9] == '?')) {
+      const auto query = ParseQuery(target.size() > 10 ? target.substr(10) : std::string_view());
+      std::uint64_t from = 0;
+      if (auto it = query.find("from"); it != query.end()) {
+        auto parsed = ParseUint(it->second, "from");
+        if (!parsed.ok()) {
+          Response res = ErrorResponse(req, parsed.status());
+          Count(res.result_int());
+          co_await http::async_write(stream, res, net::redirect_error(net::use_awaitable, ec));
+          if (ec || !req.keep_alive()) break;
+          continue;
+        }
+        from = *parsed;
+      }
+      // Named, not a temporary: GCC 12 miscompiles some temporaries inside co_await operands.
+      std::string service;
+      if (auto it = query.find("service"); it != query.end()) service = it->second;
+      co_await ServeWatch(stream, req, from, std::move(service));
+      break;
+    }
+    Response res = Handle(req);
+    Count(res.result_int());
+    co_await http::async_write(stream, res, net::redirect_error(net::use_awaitable, ec));
+    if (ec || !res.keep_alive()) break;
+  }
+  boost::system::error_code ignored;
+  stream.socket().shutdown(tcp::socket::shutdown_send, ignored);
+}
+
+net::awaitable<void> HttpServer::Impl::ServeWatch(beast::tcp_stream& stream, const Request& req,
+                                                  std::uint64_t from, std::string service) {
+  boost::system::error_code ec;
+  auto watcher = registry.Watch(from, service);
+  if (!watcher.ok()) {
+    Response res = ErrorResponse(req, watcher.status());
+    Count(res.result_int());
+    co_await http::async_write(stream, res, net::redirect_error(net::use_awaitable, ec));
+    co_return;
+  }
+  std::shared_ptr<Watcher> w = *watcher;
+  {
+    std::lock_guard lock(mu);
+    watches.insert(w);
+  }
+  // The listener runs under the registry's lock: it only posts a wake-up to this strand.
+  auto wake = std::make_shared<net::steady_timer>(stream.get_executor());
+  wake->expires_at(net::steady_timer::time_point::max());
+  w->SetListener([wake, executor = stream.get_executor()] {
+    net::post(executor, [wake] { wake->cancel(); });
+  });
+
+  http::response<http::empty_body> header{http::status::ok, req.version()};
+  header.set(http::field::server, "drover-registry");
+  header.set(http::field::content_type, "application/x-ndjson");
+  header.set(http::field::cache_control, "no-cache");
+  header.chunked(true);
+  Count(200);
+  http::response_serializer<http::empty_body> serializer{header};
+  stream.expires_never();
+  co_await http::async_write_header(stream, serializer,
+                                    net::redirect_error(net::use_awaitable, ec));
+  while (!ec) {
+    auto batch = w->Next(std::chrono::milliseconds(0));
+    if (!batch.ok()) break;  // cancelled: the server is stopping
+    if (batch->empty()) {
+      // Woken by the listener (operation_aborted) when events are queued. Both run on this
+      // connection's strand, so a wake-up cannot slip in between Next() and this wait.
+      co_await wake->async_wait(net::redirect_error(net::use_awaitable, ec));
+      if (ec == net::error::operation_aborted) ec = {};
+      wake->expires_at(net::steady_timer::time_point::max());
+      continue;
+    }
+    std::string lines;
+    for (const Event& e : *batch) lines += EventToJson(e).dump() + "\n";
+    co_await net::async_write(stream, http::make_chunk(net::buffer(lines)),
+                              net::redirect_error(net::use_awaitable, ec));
+  }
+  w->Cancel();
+  std::lock_guard lock(mu);
+  watches.erase(w);
+}
+
+Response HttpServer::Impl::Handle(const Request& req) {
+  const std::string_view target(req.target().data(), req.target().size());
+  const std::size_t q = target.find('?');
+  const std::string_view path = target.substr(0, q);
+  const std::string_view query = q == std::string_view::npos ? "" : target.substr(q + 1);
+  const auto parts = SplitPath(path);
+  const auto method = req.method();
+  auto only = [&](http::verb allowed) {
+    return method == allowed
+               ? std::optional<Response>()
+               : ErrorResponse(req, http::status::method_not_allowed, StatusCode::kInvalidArgument,
+                               std::string("use ") + std::string(http::to_string(allowed)) +
+                                   " on " + std::string(path));
+  };
+
+  if (path == "/live") {
+    if (auto r = only(http::verb::get)) return *r;
+    return JsonResponse(req, http::status::ok, {{"status", "alive"}});
+  }
+  if (path == "/ready") {
+    if (auto r = only(http::verb::get)) return *r;
+    return JsonResponse(req, http::status::ok,
+                        {{"status", "ready"}, {"revision", registry.revision()}});
+  }
+  if (path == "/metrics") {
+    if (auto r = only(http::verb::get)) return *r;
+    Response res{http::status::ok, req.version()};
+    res.set(http::field::content_type, "text/plain; version=0.0.4");
+    res.keep_alive(req.keep_alive());
+    res.body() = Metrics();
+    res.prepare_payload();
+    return res;
+  }
+  if (parts.size() >= 2 && parts[0] == "v1" && parts[1] == "services") {
+    if (parts.size() == 2) {
+      if (auto r = only(http::verb::get)) return *r;
+      nlohmann::json services = nlohmann::json::array();
+      bool degraded = false;
+      for (const auto& s : registry.Services()) {
+        degraded |= s.degraded;
+        services.push_back({{"name", s.name},
+                            {"instances", s.instances},
+                            {"ready", s.ready},
+                            {"degraded", s.degraded}});
+      }
+      return JsonResponse(req, http::status::ok,
+                          {{"revision", registry.revision()},
+                           {"degraded", degraded},
+                           {"services", std::move(services)}});
+    }
+    if (parts.size() >= 4 && parts[3] == "instances") {
+      const std::string_view service = parts[2];
+      if (parts.size() == 4) {
+        if (auto r = only(http::verb::get)) return *r;
+        auto list = registry.List(std::string(service));
+        if (!list.ok()) return ErrorResponse(req, list.status());
+        nlohmann::json instances = nlohmann::json::array();
+        for (const Instance& in : list->instances) instances.push_back(InstanceToJson(in));
+        return JsonResponse(req, http::status::ok,
+                            {{"revision", list->revision},
+                             {"degraded", list->degraded},
+                             {"instances", std::move(instances)}});
+      }
+      if (parts.size() <= 6) {
+        return HandleInstance(req, service, parts[4], parts.size() == 6 ? parts[5] : "", query);
+      }
+    }
+  }
+  return ErrorResponse(req, http::status::not_found, StatusCode::kNotFound,
+                       "no such endpoint: " + std::string(path));
+}
+
+Response HttpServer::Impl::HandleInstance(const Request& req, std::string_view service_view,
+                                          std::string_view id_view, std::string_view action,
+                                          std::string_view query) {
+  const std::string service(service_view), id(id_view);
+  const auto method = req.method();
+  auto reply = [&](const Result<std::uint64_t>& rev) {
+    return rev.ok() ? JsonResponse(req, http::status::ok, RevisionBody(*rev))
+                    : ErrorResponse(req, rev.status());
+  };
+  auto not_allowed = [&] {
+    return ErrorResponse(req, http::status::method_not_allowed, StatusCode::kInvalidArgument,
+                         "method not allowed here");
+  };
+  if (action.empty()) {
+    if (method == http::verb::put) {
+      auto spec = SpecFromJson(req.body());
+      if (!spec.ok()) return ErrorResponse(req, spec.status());
+      return reply(registry.Register(service, id, *spec));
+    }
+    if (method == http::verb::delete_) {
+      auto params = ParseQuery(query);
+      auto it = params.find("generation");
+      if (it == params.end()) {
+        return ErrorResponse(req, InvalidArgumentError("missing query parameter 'generation'"));
+      }
+      auto generation = ParseUint(it->second, "generation");
+      if (!generation.ok()) return ErrorResponse(req, generation.status());
+      return reply(registry.Deregister(service, id, *generation));
+    }
+    return not_allowed();
+  }
+  if (method != http::verb::post) return not_allowed();
+  if (action == "heartbeat") {
+    auto body = ParseObject(req.body(), {"generation"});
+    if (!body.ok()) return ErrorResponse(req, body.status());
+    auto generation = GetUint(*body, "generation", true);
+    if (!generation.ok()) return ErrorResponse(req, generation.status());
+    return reply(registry.Heartbeat(service, id, *generation));
+  }
+  if (action == "state") {
+    auto body = ParseObject(req.body(), {"generation", "state", "accepting"});
+    if (!body.ok()) return ErrorResponse(req, body.status());
+    auto generation = GetUint(*body, "generation", true);
+    if (!generation.ok()) return ErrorResponse(req, generation.status());
+    std::optional<InstanceState> state;
+    if (body->contains("state")) {
+      auto name = GetString(*body, "state", true);
+      if (!name.ok()) return ErrorResponse(req, name.status());
+      auto parsed = ParseInstanceState(*name);
+      if (!parsed.ok()) return ErrorResponse(req, parsed.status());
+      state = *parsed;
+    }
+    std::optional<bool> accepting;
+    if (body->contains("accepting")) {
+      auto value = GetBool(*body, "accepting", true);
+      if (!value.ok()) return ErrorResponse(req, value.status());
+      accepting = *value;
+    }
+    if (!state && !accepting) {
+      return ErrorResponse(req, InvalidArgumentError("give 'state' and/or 'accepting'"));
+    }
+    return reply(registry.SetState(service, id, *generation, state, accepting));
+  }
+  return ErrorResponse(req, http::status::not_found, StatusCode::kNotFound,
+                       "no such action: " + std::string(action));
+}
+
+std::string HttpServer::Impl::Metrics() {
+  metrics::TextWriter out;
+  out.Gauge("drover_registry_revision", "Current global revision",
+            static_cast<double>(registry.revision()));
+  for (const auto& s : registry.Services()) {
+    out.Gauge("drover_registry_instances", "Registered instances per service",
+              static_cast<double>(s.instances), {{"service", s.name}});
+    out.Gauge("drover_registry_ready_instances", "READY instances per service",
+              static_cast<double>(s.ready), {{"service", s.name}});
+    out.Gauge("drover_registry_degraded", "1 while a service is in self-preservation",
+              s.degraded ? 1 : 0, {{"service", s.name}});
+  }
+  std::lock_guard lock(mu);
+  out.Gauge("drover_registry_watch_streams", "Open HTTP watch streams",
+            static_cast<double>(watches.size()));
+  for (const auto& [status, count] : responses) {
+    out.Counter("drover_registry_http_responses_total", "HTTP responses by status",
+                static_cast<double>(count), {{"code", std::to_string(status)}});
+  }
+  return out.Take();
+}
+
+Result<std::unique_ptr<HttpServer>> HttpServer::Start(Registry& registry, HttpOptions options) {
+  auto impl = std::make_unique<Impl>(registry, std::move(options));
+  boost::system::error_code ec;
+  const auto address = net::ip::make_address(impl->options.address, ec);
+  if (ec) return InvalidArgumentError("bad HTTP listen address '" + impl->options.address + "'");
+  const tcp::endpoint endpoint(address, impl->options.port);
+  impl->acceptor.open(endpoint.protocol(), ec);
+  if (!ec) impl->acceptor.set_option(net::socket_base::reuse_address(true), ec);
+  if (!ec) impl->acceptor.bind(endpoint, ec);
+  if (!ec) impl->acceptor.listen(net::socket_base::max_listen_connections, ec);
+  if (ec) {
+    return UnavailableError("cannot listen on " + impl->options.address + ":" +
+                            std::to_string(impl->options.port) + ": " + ec.message());
+  }
+  net::co_spawn(impl->io, impl->Accept(), net::detached);
+  for (int i = 0; i < std::max(1, impl->options.threads); ++i) {
+    impl->threads.emplace_back([io = &impl->io] { io->run(); });
+  }
+  return std::unique_ptr<HttpServer>(new HttpServer(std::move(impl)));
+}
+
+HttpServer::HttpServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+HttpServer::~HttpServer() { Stop(); }
+
+std::uint16_t HttpServer::port() const { return impl_->acceptor.local_endpoint().port(); }
+
+void HttpServer::Stop() {
+  std::call_once(impl_->stop_once, [this] {
+    {
+      std::lock_guard lock(impl_->mu);
+      for (const auto& w : impl_->watches) w->Cancel();
+    }
+    impl_->io.stop();
+    for (auto& t : impl_->threads) t.join();
+    // No thread runs the io_context any more, so the acceptor can be closed from here; until it
+    // is, the kernel would keep accepting connections nobody serves.
+    boost::system::error_code ignored;
+    impl_->acceptor.close(ignored);
+  });
+}
+
+}  // namespace drover::registry

@@ -1,0 +1,60 @@
+// The registry's HTTP/1.1 + JSON API (REG-6), on Boost.Beast over Asio with C++20 coroutines.
+//
+//   PUT    /v1/services/{service}/instances/{id}            register (body: InstanceSpec JSON)
+//   POST   /v1/services/{service}/instances/{id}/heartbeat  {"generation": G}
+//   POST   /v1/services/{service}/instances/{id}/state      {"generation": G, "state"?,
+//   "accepting"?} DELETE /v1/services/{service}/instances/{id}?generation=G GET    /v1/services
+//   summaries GET    /v1/services/{service}/instances {"revision","degraded","instances"} GET
+//   /v1/watch?from=REV[&service=S]                   chunked JSON lines, one event each GET
+//   /metrics  /live  /ready
+//
+// Errors are {"error":{"code":"FENCED|INVALID_ARGUMENT|...","message":...}} with the matching HTTP
+// status. Bodies above `max_body` get 413 before they are read in full.
+//
+// Threading: `threads` threads run one io_context; each connection is one coroutine. Handlers
+// call the Registry synchronously (its calls are short; a registration waits for one fsync).
+// A watch stream waits on a timer that the Watcher's listener cancels, so a thousand watches
+// cost a thousand coroutines, not threads. Stop() (or the destructor) closes the listener,
+// cancels every watch and joins the threads.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "drover/clock.h"
+#include "drover/status.h"
+
+namespace drover::registry {
+
+class Registry;
+
+struct HttpOptions {
+  std::string address = "127.0.0.1";
+  std::uint16_t port = 0;  // 0: any free port; read it back with port()
+  int threads = 2;
+  std::size_t max_body = 64 * 1024;
+  Duration idle_timeout = std::chrono::seconds(60);  // keep-alive connections without a request
+};
+
+class HttpServer {
+ public:
+  // Binds and starts serving. The Registry must outlive the server.
+  static Result<std::unique_ptr<HttpServer>> Start(Registry& registry, HttpOptions options);
+  ~HttpServer();
+
+  HttpServer(const HttpServer&) = delete;
+  HttpServer& operator=(const HttpServer&) = delete;
+
+  std::uint16_t port() const;
+  // Idempotent; safe from any thread except the server's own.
+  void Stop();
+
+  struct Impl;
+
+ private:
+  explicit HttpServer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace drover::registry

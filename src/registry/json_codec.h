@@ -1,0 +1,30 @@
+// JSON forms of the registry's model, shared by the HTTP API and the CLI. Parsing is strict: a
+// body with a wrong type, an unknown field or a missing required field is INVALID_ARGUMENT.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string_view>
+
+#include "registry/model.h"
+
+namespace drover::registry {
+
+nlohmann::json InstanceToJson(const Instance& instance);
+nlohmann::json EventToJson(const Event& event);
+
+// The body of `PUT /v1/services/{service}/instances/{id}`: {address, generation (required);
+// state, ttl_ms, weight, zone, labels, version, accepting (optional)}.
+Result<InstanceSpec> SpecFromJson(std::string_view body);
+
+// A JSON object body whose members are all among `allowed`; INVALID_ARGUMENT otherwise.
+Result<nlohmann::json> ParseObject(std::string_view body,
+                                   std::initializer_list<std::string_view> allowed);
+
+// Typed member access for ParseObject results; `required` members must be present.
+Result<std::uint64_t> GetUint(const nlohmann::json& object, const char* name, bool required,
+                              std::uint64_t fallback = 0);
+Result<std::string> GetString(const nlohmann::json& object, const char* name, bool required,
+                              std::string fallback = {});
+Result<bool> GetBool(const nlohmann::json& object, const char* name, bool fallback);
+
+}  // namespace drover::registry

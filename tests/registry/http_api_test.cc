@@ -1,0 +1,189 @@
+#include "registry/http_api.h"
+
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "registry/registry.h"
+#include "registry/sqlite_store.h"
+#include "testing/http_client.h"
+#include "testing/temp_dir.h"
+
+namespace drover::registry {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::Http;
+
+nlohmann::json Json(const std::string& text) {
+  return nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+}
+
+const char* kGoodBody = R"({"address":"127.0.0.1:9001","generation":2,"state":"READY",
+  "ttl_ms":5000,"weight":3,"zone":"z1","labels":{"shard":"1"},"version":"1.0","accepting":true})";
+
+class HttpApiTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto store = SqliteStore::Open(dir_.path());
+    ASSERT_TRUE(store.ok());
+    auto registry = Registry::Open(std::move(*store), clock_);
+    ASSERT_TRUE(registry.ok());
+    registry_ = std::move(*registry);
+    HttpOptions options;
+    options.max_body = 4096;
+    auto server = HttpServer::Start(*registry_, options);
+    ASSERT_TRUE(server.ok()) << server.status().ToString();
+    server_ = std::move(*server);
+    port_ = server_->port();
+  }
+  void TearDown() override { server_.reset(); }
+
+  testing::TempDir dir_;
+  FakeClock clock_;
+  std::unique_ptr<Registry> registry_;
+  std::unique_ptr<HttpServer> server_;
+  std::uint16_t port_ = 0;
+};
+
+TEST_F(HttpApiTest, RegisterListWatchOverRealSockets) {
+  auto put = Http(port_, "PUT", "/v1/services/zone/instances/z1", kGoodBody);
+  ASSERT_EQ(put.status, 200) << put.body;
+  EXPECT_EQ(Json(put.body)["revision"], 1);
+
+  auto list = Http(port_, "GET", "/v1/services/zone/instances");
+  ASSERT_EQ(list.status, 200);
+  auto body = Json(list.body);
+  EXPECT_EQ(body["revision"], 1);
+  EXPECT_EQ(body["degraded"], false);
+  ASSERT_EQ(body["instances"].size(), 1u);
+  EXPECT_EQ(body["instances"][0]["state"], "READY");
+  EXPECT_EQ(body["instances"][0]["labels"]["shard"], "1");
+  EXPECT_EQ(body["instances"][0]["weight"], 3);
+
+  testing::StreamReader watch(port_, "/v1/watch?from=0&service=zone");
+  auto first = watch.Lines(1, 5s);
+  ASSERT_EQ(first.size(), 1u);
+  EXPECT_EQ(watch.status(), 200);
+  EXPECT_EQ(Json(first[0])["type"], "RESYNC");
+  EXPECT_EQ(Json(first[0])["instances"].size(), 1u);
+
+  ASSERT_EQ(Http(port_, "POST", "/v1/services/zone/instances/z1/state",
+                 R"({"generation":2,"accepting":false})")
+                .status,
+            200);
+  ASSERT_EQ(Http(port_, "DELETE", "/v1/services/zone/instances/z1?generation=2").status, 200);
+  auto lines = watch.Lines(3, 5s);
+  ASSERT_EQ(lines.size(), 3u);
+  EXPECT_EQ(Json(lines[1])["type"], "PUT");
+  EXPECT_EQ(Json(lines[1])["instance"]["accepting"], false);
+  EXPECT_EQ(Json(lines[2])["type"], "DELETE");
+  EXPECT_EQ(Json(lines[2])["reason"], "deregister");
+  EXPECT_EQ(Json(lines[2])["revision"], 3);
+
+  auto services = Json(Http(port_, "GET", "/v1/services").body);
+  EXPECT_EQ(services["revision"], 3);
+}
+
+TEST_F(HttpApiTest, HeartbeatAndFencing) {
+  ASSERT_EQ(Http(port_, "PUT", "/v1/services/zone/instances/z1", kGoodBody).status, 200);
+  EXPECT_EQ(
+      Http(port_, "POST", "/v1/services/zone/instances/z1/heartbeat", R"({"generation":2})").status,
+      200);
+  auto fenced =
+      Http(port_, "POST", "/v1/services/zone/instances/z1/heartbeat", R"({"generation":1})");
+  EXPECT_EQ(fenced.status, 409);
+  EXPECT_EQ(Json(fenced.body)["error"]["code"], "FENCED");
+  auto missing =
+      Http(port_, "POST", "/v1/services/zone/instances/nobody/heartbeat", R"({"generation":1})");
+  EXPECT_EQ(missing.status, 404);
+  EXPECT_EQ(Json(missing.body)["error"]["code"], "NOT_FOUND");
+}
+
+TEST_F(HttpApiTest, MalformedRequestsGet4xxAndChangeNothing) {
+  ASSERT_EQ(Http(port_, "PUT", "/v1/services/zone/instances/z1", kGoodBody).status, 200);
+  const std::string before = Http(port_, "GET", "/v1/services/zone/instances").body;
+  struct Case {
+    const char* name;
+    std::string method, target, body;
+    int status;
+  };
+  const std::vector<Case> cases = {
+      {"not json", "PUT", "/v1/services/zone/instances/z2", "{nope", 400},
+      {"array body", "PUT", "/v1/services/zone/instances/z2", "[1,2]", 400},
+      {"empty body", "PUT", "/v1/services/zone/instances/z2", "", 400},
+      {"missing address", "PUT", "/v1/services/zone/instances/z2", R"({"generation":1})", 400},
+      {"missing generation", "PUT", "/v1/services/zone/instances/z2", R"({"address":"a:1"})", 400},
+      {"generation string", "PUT", "/v1/services/zone/instances/z2",
+       R"({"address":"a:1","generation":"1"})", 400},
+      {"negative generation", "PUT", "/v1/services/zone/instances/z2",
+       R"({"address":"a:1","generation":-1})", 400},
+      {"unknown field", "PUT", "/v1/services/zone/instances/z2",
+       R"({"address":"a:1","generation":1,"colour":"red"})", 400},
+      {"bad state", "PUT", "/v1/services/zone/instances/z2",
+       R"({"address":"a:1","generation":1,"state":"ready"})", 400},
+      {"labels not strings", "PUT", "/v1/services/zone/instances/z2",
+       R"({"address":"a:1","generation":1,"labels":{"a":1}})", 400},
+      {"accepting not bool", "PUT", "/v1/services/zone/instances/z2",
+       R"({"address":"a:1","generation":1,"accepting":"yes"})", 400},
+      {"bad port", "PUT", "/v1/services/zone/instances/z2",
+       R"({"address":"a:70000","generation":1})", 400},
+      {"ttl too small", "PUT", "/v1/services/zone/instances/z2",
+       R"({"address":"a:1","generation":1,"ttl_ms":1})", 400},
+      {"bad service name", "PUT", "/v1/services/zo%20ne/instances/z2",
+       R"({"address":"a:1","generation":1})", 400},
+      {"id too long", "PUT", "/v1/services/zone/instances/" + std::string(200, 'x'),
+       R"({"address":"a:1","generation":1})", 400},
+      {"heartbeat no generation", "POST", "/v1/services/zone/instances/z1/heartbeat", "{}", 400},
+      {"heartbeat extra field", "POST", "/v1/services/zone/instances/z1/heartbeat",
+       R"({"generation":2,"x":1})", 400},
+      {"state without change", "POST", "/v1/services/zone/instances/z1/state",
+       R"({"generation":2})", 400},
+      {"state bad value", "POST", "/v1/services/zone/instances/z1/state",
+       R"({"generation":2,"state":"GONE"})", 400},
+      {"delete without generation", "DELETE", "/v1/services/zone/instances/z1", "", 400},
+      {"delete bad generation", "DELETE", "/v1/services/zone/instances/z1?generation=x", "", 400},
+      {"watch bad from", "GET", "/v1/watch?from=abc", "", 400},
+      {"watch from the future", "GET", "/v1/watch?from=999", "", 400},
+      {"unknown action", "POST", "/v1/services/zone/instances/z1/explode", "{}", 404},
+      {"unknown endpoint", "GET", "/v2/everything", "", 404},
+      {"wrong method", "POST", "/v1/services", "", 405},
+      {"oversized body", "PUT", "/v1/services/zone/instances/z2",
+       R"({"address":"a:1","generation":1,"version":")" + std::string(10000, 'v') + "\"}", 413},
+  };
+  ASSERT_GE(cases.size(), 20u);
+  for (const Case& c : cases) {
+    auto reply = Http(port_, c.method, c.target, c.body);
+    EXPECT_EQ(reply.status, c.status) << c.name << ": " << reply.body;
+    EXPECT_TRUE(Json(reply.body).contains("error")) << c.name << ": " << reply.body;
+  }
+  // A request line that is not HTTP at all.
+  EXPECT_EQ(testing::SendRaw(port_, "HELLO\r\n\r\n").status, 400);
+  EXPECT_EQ(Http(port_, "GET", "/v1/services/zone/instances").body, before);
+  EXPECT_EQ(registry_->revision(), 1u);
+}
+
+TEST_F(HttpApiTest, HealthAndMetrics) {
+  EXPECT_EQ(Http(port_, "GET", "/live").status, 200);
+  EXPECT_EQ(Json(Http(port_, "GET", "/ready").body)["status"], "ready");
+  ASSERT_EQ(Http(port_, "PUT", "/v1/services/zone/instances/z1", kGoodBody).status, 200);
+  auto metrics = Http(port_, "GET", "/metrics");
+  ASSERT_EQ(metrics.status, 200);
+  EXPECT_NE(metrics.headers.find("text/plain"), std::string::npos);
+  EXPECT_NE(metrics.body.find("drover_registry_revision 1\n"), std::string::npos);
+  EXPECT_NE(metrics.body.find("drover_registry_instances{service=\"zone\"} 1\n"),
+            std::string::npos);
+  EXPECT_NE(metrics.body.find("drover_registry_http_responses_total{code=\"200\"}"),
+            std::string::npos);
+}
+
+TEST_F(HttpApiTest, StopEndsOpenWatchStreams) {
+  testing::StreamReader watch(port_, "/v1/watch?from=0");
+  ASSERT_EQ(watch.Lines(1, 5s).size(), 1u);
+  server_->Stop();
+  server_->Stop();                                   // idempotent
+  EXPECT_EQ(Http(port_, "GET", "/live").status, 0);  // nothing listens any more
+}
+
+}  // namespace
+}  // namespace drover::registry
