@@ -8,7 +8,7 @@ packages=(
   g++ cmake ninja-build pkg-config ccache git
   # libraries
   libcli11-dev libspdlog-dev libfmt-dev libxxhash-dev nlohmann-json3-dev libsqlite3-dev
-  libboost1.74-dev libboost-system1.74-dev curl
+  libboost1.74-dev libboost-system1.74-dev libyaml-cpp-dev curl
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev
 )

@@ -13,8 +13,10 @@ scripts/build.sh build -DDROVER_WERROR=ON
 echo "== tests"
 ctest --test-dir build --output-on-failure -j"$jobs"
 
+# The registry's HTTP server is left out: Asio's handler fences are not modelled by GCC's TSan
+# (-Wtsan), so its reports there would not be trustworthy.
 echo "== ThreadSanitizer build (build-tsan/): the parts with concurrent readers and writers"
-tsan_tests=(common_test router_test registry_test)
+tsan_tests=(common_test router_test)
 scripts/build.sh build-tsan -DDROVER_WERROR=ON -DDROVER_SANITIZE=thread -DDROVER_BUILD_BENCH=OFF \
   -- "${tsan_tests[@]}"
 # GCC 12's TSan cannot map its shadow memory under high ASLR entropy (vm.mmap_rnd_bits > 28,

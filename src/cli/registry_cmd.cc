@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "commands.h"
+#include "registry/auth.h"
 #include "registry/http_api.h"
 #include "registry/registry.h"
 #include "registry/sqlite_store.h"
@@ -18,6 +19,7 @@ namespace {
 struct RegistryArgs {
   std::string data_dir = "drover-data";
   std::string http = "127.0.0.1:7070";
+  std::string auth_tokens;  // empty: no authentication
   int tick_ms = 500;
   double self_preservation_fraction = 0.5;
 };
@@ -48,6 +50,16 @@ int RunRegistry(const RegistryArgs& args) {
   if (!SplitHostPort(args.http, &http.address, &http.port)) {
     spdlog::error("--http must be host:port, got '{}'", args.http);
     return 2;
+  }
+  if (!args.auth_tokens.empty()) {
+    auto auth = registry::Authorizer::LoadFile(args.auth_tokens);
+    if (!auth.ok()) {
+      spdlog::error("{}", auth.status().ToString());
+      return 2;
+    }
+    spdlog::info("registry: bearer-token auth on, {} tokens from {}", (*auth)->size(),
+                 args.auth_tokens);
+    http.auth = *auth;
   }
   std::error_code ec;
   std::filesystem::create_directories(args.data_dir, ec);
@@ -81,7 +93,7 @@ int RunRegistry(const RegistryArgs& args) {
     spdlog::error("{}", server.status().ToString());
     return 1;
   }
-  if (!IsLoopback(http.address)) {
+  if (!IsLoopback(http.address) && !http.auth) {
     spdlog::warn(
         "registry: HTTP API on non-loopback address {} WITHOUT authentication: anyone who can "
         "reach it can register and deregister instances",
@@ -121,6 +133,10 @@ void AddRegistryCommand(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--http", args->http, "HTTP listen address host:port (port 0: any free port)")
       ->capture_default_str();
+  cmd->add_option("--auth-tokens", args->auth_tokens,
+                  "YAML file of bearer tokens (name, token, write: [services] or read_only); "
+                  "without it the API is open")
+      ->check(CLI::ExistingFile);
   cmd->add_option("--tick-ms", args->tick_ms, "Lease expiry and progress interval in ms")
       ->check(CLI::Range(10, 60'000))
       ->capture_default_str();

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "common/metrics_text.h"
+#include "registry/auth.h"
 #include "registry/json_codec.h"
 #include "registry/registry.h"
 
@@ -79,8 +80,18 @@ Response JsonResponse(const Request& req, http::status status, const nlohmann::j
 }
 
 Response ErrorResponse(const Request& req, const Status& status) {
-  return JsonResponse(req, HttpStatusFor(status.code()),
-                      {{"error", {{"code", ErrorCode(status)}, {"message", status.message()}}}});
+  Response res =
+      JsonResponse(req, HttpStatusFor(status.code()),
+                   {{"error", {{"code", ErrorCode(status)}, {"message", status.message()}}}});
+  if (status.code() == StatusCode::kUnauthenticated) {
+    res.set(http::field::www_authenticate, "Bearer realm=\"drover-registry\"");
+  }
+  return res;
+}
+
+std::string_view AuthorizationHeader(const Request& req) {
+  const auto value = req[http::field::authorization];
+  return std::string_view(value.data(), value.size());
 }
 
 Response ErrorResponse(const Request& req, http::status http_status, StatusCode code,
@@ -136,6 +147,11 @@ struct HttpServer::Impl {
   net::awaitable<void> ServeWatch(beast::tcp_stream& stream, const Request& req, std::uint64_t from,
                                   std::string service);
   Response Handle(const Request& req);
+  // OK when auth is off or the request carries a known token.
+  Status Authenticate(const Request& req) const {
+    if (!options.auth) return Status::Ok();
+    return options.auth->Authenticate(AuthorizationHeader(req)).status();
+  }
   Response HandleInstance(const Request& req, std::string_view service, std::string_view id,
                           std::string_view action, std::string_view query);
   std::string Metrics();
@@ -218,6 +234,12 @@ net::awaitable<void> HttpServer::Impl::Session(tcp::socket socket) {
           continue;
         }
         from = *parsed;
+      }
+      if (Status auth = Authenticate(req); !auth.ok()) {
+        Response res = ErrorResponse(req, auth);
+        Count(res.result_int());
+        co_await http::async_write(stream, res, net::redirect_error(net::use_awaitable, ec));
+        break;
       }
       // Named, not a temporary: GCC 12 miscompiles some temporaries inside co_await operands.
       std::string service;
@@ -320,6 +342,9 @@ Response HttpServer::Impl::Handle(const Request& req) {
     res.prepare_payload();
     return res;
   }
+  if (!parts.empty() && parts[0] == "v1") {
+    if (Status auth = Authenticate(req); !auth.ok()) return ErrorResponse(req, auth);
+  }
   if (parts.size() >= 2 && parts[0] == "v1" && parts[1] == "services") {
     if (parts.size() == 2) {
       if (auto r = only(http::verb::get)) return *r;
@@ -372,6 +397,12 @@ Response HttpServer::Impl::HandleInstance(const Request& req, std::string_view s
     return ErrorResponse(req, http::status::method_not_allowed, StatusCode::kInvalidArgument,
                          "method not allowed here");
   };
+  // Every instance endpoint writes.
+  if (options.auth) {
+    if (Status s = options.auth->AuthorizeWrite(AuthorizationHeader(req), service); !s.ok()) {
+      return ErrorResponse(req, s);
+    }
+  }
   if (action.empty()) {
     if (method == http::verb::put) {
       auto spec = SpecFromJson(req.body());

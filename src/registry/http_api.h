@@ -9,7 +9,8 @@
 //   /metrics  /live  /ready
 //
 // Errors are {"error":{"code":"FENCED|INVALID_ARGUMENT|...","message":...}} with the matching HTTP
-// status. Bodies above `max_body` get 413 before they are read in full.
+// status. With `auth` set, /v1 needs "Authorization: Bearer <token>" (see auth.h). Bodies above
+// `max_body` get 413 before they are read in full.
 //
 // Threading: `threads` threads run one io_context; each connection is one coroutine. Handlers
 // call the Registry synchronously (its calls are short; a registration waits for one fsync).
@@ -27,6 +28,7 @@
 
 namespace drover::registry {
 
+class Authorizer;
 class Registry;
 
 struct HttpOptions {
@@ -35,6 +37,9 @@ struct HttpOptions {
   int threads = 2;
   std::size_t max_body = 64 * 1024;
   Duration idle_timeout = std::chrono::seconds(60);  // keep-alive connections without a request
+  // Null: no authentication. Otherwise every /v1 request needs a bearer token, and writes a
+  // token allowed to write the service (401 / 403). /live, /ready and /metrics stay open.
+  std::shared_ptr<const Authorizer> auth;
 };
 
 class HttpServer {

@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "registry/auth.h"
 #include "registry/registry.h"
 #include "registry/sqlite_store.h"
 #include "testing/http_client.h"
@@ -183,6 +184,90 @@ TEST_F(HttpApiTest, StopEndsOpenWatchStreams) {
   server_->Stop();
   server_->Stop();                                   // idempotent
   EXPECT_EQ(Http(port_, "GET", "/live").status, 0);  // nothing listens any more
+}
+
+class HttpAuthTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto auth = Authorizer::FromYaml(R"(
+tokens:
+  - name: zone-servers
+    token: "zone-token-0123456789"
+    write: ["zone"]
+  - name: admin
+    token: "admin-token-0123456789"
+    write: ["*"]
+  - name: dashboard
+    token: "read-token-0123456789"
+    read_only: true
+)");
+    ASSERT_TRUE(auth.ok()) << auth.status().ToString();
+    auto store = SqliteStore::Open(dir_.path());
+    ASSERT_TRUE(store.ok());
+    registry_ = Registry::Open(std::move(*store), clock_).value();
+    HttpOptions options;
+    options.auth = *auth;
+    server_ = HttpServer::Start(*registry_, options).value();
+    port_ = server_->port();
+  }
+
+  testing::HttpReply As(const std::string& token, const std::string& method,
+                        const std::string& target, const std::string& body = {}) {
+    return testing::SendRaw(port_, testing::RequestText(method, target, body,
+                                                        "Authorization: Bearer " + token + "\r\n"));
+  }
+
+  testing::TempDir dir_;
+  FakeClock clock_;
+  std::unique_ptr<Registry> registry_;
+  std::unique_ptr<HttpServer> server_;
+  std::uint16_t port_ = 0;
+};
+
+TEST_F(HttpAuthTest, TokensGateReadsAndPerServiceWrites) {
+  const std::string body = R"({"address":"127.0.0.1:1","generation":1})";
+  auto anonymous = Http(port_, "PUT", "/v1/services/zone/instances/a", body);
+  EXPECT_EQ(anonymous.status, 401);
+  EXPECT_NE(anonymous.headers.find("WWW-Authenticate: Bearer"), std::string::npos);
+  EXPECT_EQ(As("wrong-token-0123456789", "GET", "/v1/services").status, 401);
+  EXPECT_EQ(Http(port_, "GET", "/v1/watch?from=0").status, 401);
+
+  EXPECT_EQ(As("zone-token-0123456789", "PUT", "/v1/services/zone/instances/a", body).status, 200);
+  // A token writing a service it does not own.
+  auto denied = As("zone-token-0123456789", "PUT", "/v1/services/chat/instances/a", body);
+  EXPECT_EQ(denied.status, 403);
+  EXPECT_EQ(Json(denied.body)["error"]["code"], "PERMISSION_DENIED");
+  EXPECT_EQ(
+      As("zone-token-0123456789", "DELETE", "/v1/services/chat/instances/a?generation=1").status,
+      403);
+  EXPECT_EQ(As("read-token-0123456789", "POST", "/v1/services/zone/instances/a/heartbeat",
+               R"({"generation":1})")
+                .status,
+            403);
+  EXPECT_EQ(As("admin-token-0123456789", "PUT", "/v1/services/chat/instances/a", body).status, 200);
+
+  // Every valid token reads; health endpoints stay open for probes.
+  auto list = As("read-token-0123456789", "GET", "/v1/services/zone/instances");
+  EXPECT_EQ(list.status, 200);
+  EXPECT_EQ(Json(list.body)["instances"].size(), 1u);
+  EXPECT_EQ(Http(port_, "GET", "/live").status, 200);
+  EXPECT_EQ(registry_->revision(), 2u);  // the denied writes changed nothing
+}
+
+TEST(AuthorizerTest, RejectsMalformedTokenFiles) {
+  for (const char* yaml :
+       {"", "tokens: 3", "tokens: []", "[1, 2]", "tokens:\n  - name: a\n",
+        "tokens:\n  - name: a\n    token: short\n",
+        "tokens:\n  - name: a\n    token: aaaaaaaaaaaaaaaaaa\n    colour: red\n",
+        "tokens:\n  - name: a\n    token: aaaaaaaaaaaaaaaaaa\n"
+        "  - name: a\n    token: bbbbbbbbbbbbbbbbbb\n",
+        "tokens:\n  - name: a\n    token: aaaaaaaaaaaaaaaaaa\n    read_only: true\n"
+        "    write: [x]\n",
+        "tokens: [unclosed"}) {
+    EXPECT_EQ(Authorizer::FromYaml(yaml).status().code(), StatusCode::kInvalidArgument) << yaml;
+  }
+  EXPECT_EQ(Authorizer::LoadFile("/nonexistent/tokens.yaml").status().code(),
+            StatusCode::kInvalidArgument);
 }
 
 }  // namespace

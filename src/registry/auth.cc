@@ -1,0 +1,129 @@
+#include "registry/auth.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <fstream>
+#include <set>
+#include <sstream>
+
+namespace drover::registry {
+namespace {
+
+constexpr std::size_t kMinTokenLength = 16;
+
+// Compares without an early exit, so response time does not reveal how much of a guess matched.
+bool ConstantTimeEquals(std::string_view a, std::string_view b) {
+  unsigned char diff = a.size() == b.size() ? 0 : 1;
+  const std::size_t n = std::max(a.size(), b.size());
+  for (std::size_t i = 0; i < n; ++i) {
+    const unsigned char x = i < a.size() ? static_cast<unsigned char>(a[i]) : 0;
+    const unsigned char y = i < b.size() ? static_cast<unsigned char>(b[i]) : 0;
+    diff |= x ^ y;
+  }
+  return diff == 0;
+}
+
+}  // namespace
+
+Result<std::shared_ptr<const Authorizer>> Authorizer::LoadFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return InvalidArgumentError("cannot read token file " + path);
+  std::stringstream text;
+  text << in.rdbuf();
+  auto auth = FromYaml(text.str());
+  if (!auth.ok()) return auth.status().WithContext(path);
+  return auth;
+}
+
+Result<std::shared_ptr<const Authorizer>> Authorizer::FromYaml(std::string_view yaml) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(std::string(yaml));
+  } catch (const YAML::Exception& e) {
+    return InvalidArgumentError(std::string("token file is not valid YAML: ") + e.what());
+  }
+  if (!root.IsMap() || !root["tokens"] || !root["tokens"].IsSequence()) {
+    return InvalidArgumentError("token file must have a 'tokens' list");
+  }
+  std::vector<Token> tokens;
+  std::set<std::string> names, secrets;
+  try {
+    for (const YAML::Node& entry : root["tokens"]) {
+      const std::string where = "token entry " + std::to_string(tokens.size() + 1);
+      if (!entry.IsMap() || !entry["name"] || !entry["token"]) {
+        return InvalidArgumentError(where + ": needs 'name' and 'token'");
+      }
+      for (const auto& kv : entry) {
+        const std::string key = kv.first.as<std::string>();
+        if (key != "name" && key != "token" && key != "write" && key != "read_only") {
+          return InvalidArgumentError(where + ": unknown field '" + key + "'");
+        }
+      }
+      Token t;
+      t.name = entry["name"].as<std::string>();
+      t.secret = entry["token"].as<std::string>();
+      if (t.secret.size() < kMinTokenLength) {
+        return InvalidArgumentError(where + " (" + t.name + "): token shorter than " +
+                                    std::to_string(kMinTokenLength) + " characters");
+      }
+      if (!names.insert(t.name).second) {
+        return InvalidArgumentError(where + ": duplicate name '" + t.name + "'");
+      }
+      if (!secrets.insert(t.secret).second) {
+        return InvalidArgumentError(where + " (" + t.name + "): the same token appears twice");
+      }
+      if (entry["read_only"]) t.read_only = entry["read_only"].as<bool>();
+      if (entry["write"]) {
+        if (!entry["write"].IsSequence()) {
+          return InvalidArgumentError(where + " (" + t.name + "): 'write' must be a list");
+        }
+        for (const YAML::Node& s : entry["write"]) t.write.push_back(s.as<std::string>());
+      }
+      if (t.read_only && !t.write.empty()) {
+        return InvalidArgumentError(where + " (" + t.name + "): read_only with a 'write' list");
+      }
+      tokens.push_back(std::move(t));
+    }
+  } catch (const YAML::Exception& e) {
+    return InvalidArgumentError(std::string("token file: ") + e.what());
+  }
+  if (tokens.empty()) return InvalidArgumentError("token file lists no tokens");
+  return std::shared_ptr<const Authorizer>(new Authorizer(std::move(tokens)));
+}
+
+const Authorizer::Token* Authorizer::Find(std::string_view authorization) const {
+  constexpr std::string_view kBearer = "Bearer ";
+  if (authorization.substr(0, kBearer.size()) != kBearer) return nullptr;
+  const std::string_view presented = authorization.substr(kBearer.size());
+  const Token* found = nullptr;
+  // Every token is compared, so timing does not say which one (or whether any) matched.
+  for (const Token& t : tokens_) {
+    if (ConstantTimeEquals(t.secret, presented)) found = &t;
+  }
+  return found;
+}
+
+Result<std::string> Authorizer::Authenticate(std::string_view authorization) const {
+  if (authorization.empty()) {
+    return Status(StatusCode::kUnauthenticated, "missing 'Authorization: Bearer <token>'");
+  }
+  const Token* t = Find(authorization);
+  if (t == nullptr) return Status(StatusCode::kUnauthenticated, "unknown bearer token");
+  return t->name;
+}
+
+Status Authorizer::AuthorizeWrite(std::string_view authorization, std::string_view service) const {
+  const Token* t = Find(authorization);
+  if (t == nullptr) {
+    return Status(StatusCode::kUnauthenticated, authorization.empty()
+                                                    ? "missing 'Authorization: Bearer <token>'"
+                                                    : "unknown bearer token");
+  }
+  for (const std::string& allowed : t->write) {
+    if (allowed == "*" || allowed == service) return Status::Ok();
+  }
+  return Status(StatusCode::kPermissionDenied,
+                "token '" + t->name + "' may not write service '" + std::string(service) + "'");
+}
+
+}  // namespace drover::registry

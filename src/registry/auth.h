@@ -1,0 +1,56 @@
+// Bearer-token authorisation for the registry's APIs (REG-8).
+//
+// A token file (YAML) lists the tokens this registry accepts:
+//
+//   tokens:
+//     - name: zone-servers        # shown in logs, never the token itself
+//       token: "7c1e...f9"        # at least 16 characters
+//       write: ["zone", "chat"]   # services it may write; "*" for all
+//     - name: dashboard
+//       token: "0b3a...22"
+//       read_only: true
+//
+// Every token may read; only the services listed under `write` may be written with it. With no
+// Authorizer (auth off) everything is allowed. Tokens are compared in constant time. Immutable
+// after loading; thread-safe.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "drover/status.h"
+
+namespace drover::registry {
+
+class Authorizer {
+ public:
+  struct Token {
+    std::string name;
+    std::string secret;
+    bool read_only = false;
+    std::vector<std::string> write;  // service names, or "*"
+  };
+
+  // Parses a token file. INVALID_ARGUMENT with the file and entry named on any malformed,
+  // duplicate or too short token.
+  static Result<std::shared_ptr<const Authorizer>> LoadFile(const std::string& path);
+  static Result<std::shared_ptr<const Authorizer>> FromYaml(std::string_view yaml);
+
+  // `authorization` is the raw Authorization header ("Bearer <token>"); empty when missing.
+  // UNAUTHENTICATED when missing or unknown; otherwise OK and the token's name.
+  Result<std::string> Authenticate(std::string_view authorization) const;
+  // PERMISSION_DENIED unless the token may write `service`.
+  Status AuthorizeWrite(std::string_view authorization, std::string_view service) const;
+
+  std::size_t size() const { return tokens_.size(); }
+
+ private:
+  explicit Authorizer(std::vector<Token> tokens) : tokens_(std::move(tokens)) {}
+  const Token* Find(std::string_view authorization) const;
+
+  std::vector<Token> tokens_;
+};
+
+}  // namespace drover::registry
