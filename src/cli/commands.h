@@ -12,4 +12,7 @@ void AddBenchCommands(CLI::App& app);
 // `drover registry`: the discovery daemon.
 void AddRegistryCommand(CLI::App& app);
 
+// `drover ctl ...`: list / services / watch / drain / deregister / register against a registry.
+void AddCtlCommands(CLI::App& app);
+
 }  // namespace drover::cli

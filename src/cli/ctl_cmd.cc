@@ -1,0 +1,277 @@
+// `drover ctl`: the operator's view of a registry over its HTTP API. Tables for people, --json
+// for scripts; exit code 0 on success, 1 when the registry refused, 2 on bad usage, 3 when the
+// registry could not be reached.
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "commands.h"
+#include "http_client.h"
+#include "registry/model.h"
+
+namespace drover::cli {
+namespace {
+
+struct CtlArgs {
+  std::string registry = "http://127.0.0.1:7070";
+  std::string token;
+  bool json = false;
+  std::string service;
+  std::string id;
+  std::optional<std::uint64_t> generation;
+  std::uint64_t from = 0;
+  std::uint64_t count = 0;  // watch: stop after this many events (0: never)
+  // register
+  std::string address;
+  std::string state = "READY";
+  std::int64_t ttl_ms = 10'000;
+  std::uint32_t weight = 1;
+  std::string zone;
+  std::string version;
+};
+
+[[noreturn]] void Fail(int code, const std::string& message) {
+  std::cerr << "drover ctl: " << message << "\n";
+  throw CLI::RuntimeError(code);
+}
+
+// Names go into URLs: check them here, with the registry's own rules, for a clear message.
+void CheckNames(const CtlArgs& args) {
+  const registry::Limits limits;
+  if (!args.service.empty()) {
+    if (Status s = registry::ValidateName("service", args.service, limits); !s.ok()) {
+      Fail(2, s.message());
+    }
+  }
+  if (!args.id.empty()) {
+    if (Status s = registry::ValidateName("instance id", args.id, limits); !s.ok()) {
+      Fail(2, s.message());
+    }
+  }
+}
+
+HttpClient Client(const CtlArgs& args) {
+  CheckNames(args);
+  std::string token = args.token;
+  if (token.empty()) {
+    if (const char* env = std::getenv("DROVER_TOKEN")) token = env;
+  }
+  auto client = HttpClient::Create(args.registry, token);
+  if (!client.ok()) Fail(2, client.status().message());
+  return std::move(client).value();
+}
+
+// The JSON body of a successful reply; exits with the registry's error otherwise.
+nlohmann::json Call(const HttpClient& client, std::string_view method, const std::string& target,
+                    const std::string& body = {}) {
+  auto reply = client.Send(method, target, body);
+  if (!reply.ok()) Fail(3, reply.status().message());
+  auto json = nlohmann::json::parse(reply->body, nullptr, /*allow_exceptions=*/false);
+  if (reply->status != 200) {
+    std::string message = reply->body;
+    if (!json.is_discarded() && json.contains("error")) {
+      message = json["error"].value("code", "") + ": " + json["error"].value("message", "");
+    }
+    Fail(1, "registry answered " + std::to_string(reply->status) + ": " + message);
+  }
+  if (json.is_discarded()) Fail(3, "registry sent a reply that is not JSON: " + reply->body);
+  return json;
+}
+
+std::string InstancePath(const CtlArgs& args) {
+  return "/v1/services/" + args.service + "/instances/" + args.id;
+}
+
+// The generation to write with: the one given, else the instance's current one.
+std::uint64_t Generation(const HttpClient& client, const CtlArgs& args) {
+  if (args.generation) return *args.generation;
+  const auto list = Call(client, "GET", "/v1/services/" + args.service + "/instances");
+  for (const auto& in : list["instances"]) {
+    if (in.value("id", "") == args.id) return in.value("generation", std::uint64_t{0});
+  }
+  Fail(1, args.service + "/" + args.id + " is not registered");
+}
+
+void PrintTable(const std::vector<std::string>& header,
+                const std::vector<std::vector<std::string>>& rows) {
+  std::vector<std::size_t> width(header.size());
+  for (std::size_t c = 0; c < header.size(); ++c) width[c] = header[c].size();
+  for (const auto& row : rows) {
+    for (std::size_t c = 0; c < row.size(); ++c) width[c] = std::max(width[c], row[c].size());
+  }
+  auto line = [&](const std::vector<std::string>& cells) {
+    std::string out;
+    for (std::size_t c = 0; c < cells.size(); ++c) {
+      out += cells[c];
+      if (c + 1 < cells.size()) out += std::string(width[c] - cells[c].size() + 2, ' ');
+    }
+    std::cout << out << "\n";
+  };
+  line(header);
+  for (const auto& row : rows) line(row);
+}
+
+std::string Str(const nlohmann::json& j, const char* key) {
+  if (!j.contains(key)) return "-";
+  const auto& v = j[key];
+  if (v.is_string()) return v.get<std::string>().empty() ? "-" : v.get<std::string>();
+  if (v.is_boolean()) return v.get<bool>() ? "yes" : "no";
+  return v.dump();
+}
+
+void Services(const CtlArgs& args) {
+  const auto reply = Call(Client(args), "GET", "/v1/services");
+  if (args.json) {
+    std::cout << reply.dump(2) << "\n";
+    return;
+  }
+  std::vector<std::vector<std::string>> rows;
+  for (const auto& s : reply["services"]) {
+    rows.push_back({Str(s, "name"), Str(s, "instances"), Str(s, "ready"), Str(s, "degraded")});
+  }
+  PrintTable({"SERVICE", "INSTANCES", "READY", "DEGRADED"}, rows);
+  std::cout << "revision " << reply["revision"]
+            << (reply.value("degraded", false) ? " (DEGRADED)" : "") << "\n";
+}
+
+void List(const CtlArgs& args) {
+  const auto reply = Call(Client(args), "GET", "/v1/services/" + args.service + "/instances");
+  if (args.json) {
+    std::cout << reply.dump(2) << "\n";
+    return;
+  }
+  std::vector<std::vector<std::string>> rows;
+  for (const auto& in : reply["instances"]) {
+    rows.push_back({Str(in, "id"), Str(in, "address"), Str(in, "state"), Str(in, "accepting"),
+                    Str(in, "generation"), Str(in, "weight"), Str(in, "zone"), Str(in, "version")});
+  }
+  PrintTable({"ID", "ADDRESS", "STATE", "ACCEPTING", "GENERATION", "WEIGHT", "ZONE", "VERSION"},
+             rows);
+  std::cout << "revision " << reply["revision"]
+            << (reply.value("degraded", false)
+                    ? "  DEGRADED: self-preservation is holding back expiry"
+                    : "")
+            << "\n";
+}
+
+void Watch(const CtlArgs& args) {
+  std::string target = "/v1/watch?from=" + std::to_string(args.from);
+  if (!args.service.empty()) target += "&service=" + args.service;
+  std::uint64_t seen = 0;
+  const Status status = Client(args).Stream(target, [&](std::string_view line) {
+    if (args.json) {
+      std::cout << line << std::endl;
+    } else {
+      const auto e = nlohmann::json::parse(line, nullptr, false);
+      if (e.is_discarded()) return true;
+      const std::string type = e.value("type", "");
+      std::cout << e.value("revision", std::uint64_t{0}) << "  " << type;
+      if (e.contains("instance")) {
+        const auto& in = e["instance"];
+        std::cout << "  " << Str(in, "service") << "/" << Str(in, "id") << "  "
+                  << Str(in, "address") << "  " << Str(in, "state") << "  gen "
+                  << Str(in, "generation");
+      }
+      if (e.contains("reason")) std::cout << "  reason " << Str(e, "reason");
+      if (e.contains("instances")) std::cout << "  " << e["instances"].size() << " instances";
+      if (e.value("degraded", false)) std::cout << "  DEGRADED";
+      std::cout << std::endl;
+    }
+    return args.count == 0 || ++seen < args.count;
+  });
+  if (!status.ok()) Fail(3, status.message());
+}
+
+void PrintRevision(const CtlArgs& args, const nlohmann::json& reply, const std::string& what) {
+  if (args.json) {
+    std::cout << reply.dump() << "\n";
+  } else {
+    std::cout << what << " at revision " << reply["revision"] << "\n";
+  }
+}
+
+void Drain(const CtlArgs& args) {
+  const HttpClient client = Client(args);
+  const std::uint64_t generation = Generation(client, args);
+  const nlohmann::json body = {{"generation", generation}, {"state", "DRAINING"}};
+  PrintRevision(args, Call(client, "POST", InstancePath(args) + "/state", body.dump()),
+                args.service + "/" + args.id + " draining");
+}
+
+void Deregister(const CtlArgs& args) {
+  const HttpClient client = Client(args);
+  const std::uint64_t generation = Generation(client, args);
+  PrintRevision(
+      args,
+      Call(client, "DELETE", InstancePath(args) + "?generation=" + std::to_string(generation)),
+      args.service + "/" + args.id + " deregistered");
+}
+
+void Register(const CtlArgs& args) {
+  nlohmann::json body = {{"address", args.address},
+                         {"generation", args.generation.value_or(1)},
+                         {"state", args.state},
+                         {"ttl_ms", args.ttl_ms},
+                         {"weight", args.weight}};
+  if (!args.zone.empty()) body["zone"] = args.zone;
+  if (!args.version.empty()) body["version"] = args.version;
+  PrintRevision(args, Call(Client(args), "PUT", InstancePath(args), body.dump()),
+                args.service + "/" + args.id + " registered");
+}
+
+}  // namespace
+
+void AddCtlCommands(CLI::App& app) {
+  auto args = std::make_shared<CtlArgs>();
+  CLI::App* ctl = app.add_subcommand("ctl", "Operate a running registry over its HTTP API");
+  ctl->require_subcommand(1);
+  ctl->add_option("--registry", args->registry, "Registry URL http://host:port")
+      ->capture_default_str();
+  ctl->add_option("--token", args->token, "Bearer token (default: $DROVER_TOKEN)");
+  ctl->add_flag("--json", args->json, "Print JSON instead of tables");
+
+  ctl->add_subcommand("services", "List services with instance counts")->callback([args] {
+    Services(*args);
+  });
+  auto* list = ctl->add_subcommand("list", "List the instances of a service");
+  list->add_option("service", args->service, "Service name")->required();
+  list->callback([args] { List(*args); });
+
+  auto* watch = ctl->add_subcommand("watch", "Follow changes as they happen");
+  watch->add_option("service", args->service, "Only this service");
+  watch->add_option("--from", args->from, "Resume after this revision (0: snapshot first)");
+  watch->add_option("--count", args->count, "Stop after this many events");
+  watch->callback([args] { Watch(*args); });
+
+  auto* drain = ctl->add_subcommand(
+      "drain", "Mark an instance DRAINING: no new traffic; heartbeats do not undo it");
+  drain->add_option("service", args->service, "Service name")->required();
+  drain->add_option("id", args->id, "Instance id")->required();
+  drain->add_option("--generation", args->generation, "Generation (default: the current one)");
+  drain->callback([args] { Drain(*args); });
+
+  auto* dereg = ctl->add_subcommand("deregister", "Remove an instance (leaves a tombstone)");
+  dereg->add_option("service", args->service, "Service name")->required();
+  dereg->add_option("id", args->id, "Instance id")->required();
+  dereg->add_option("--generation", args->generation, "Generation (default: the current one)");
+  dereg->callback([args] { Deregister(*args); });
+
+  auto* reg = ctl->add_subcommand("register", "Register (or update) an instance by hand");
+  reg->add_option("service", args->service, "Service name")->required();
+  reg->add_option("id", args->id, "Instance id")->required();
+  reg->add_option("--address", args->address, "host:port")->required();
+  reg->add_option("--generation", args->generation, "Generation (default 1)");
+  reg->add_option("--state", args->state, "STARTING, READY or DRAINING")->capture_default_str();
+  reg->add_option("--ttl-ms", args->ttl_ms, "Lease in ms")->capture_default_str();
+  reg->add_option("--weight", args->weight, "Relative capacity")->capture_default_str();
+  reg->add_option("--zone", args->zone, "Zone");
+  reg->add_option("--version", args->version, "Version");
+  reg->callback([args] { Register(*args); });
+}
+
+}  // namespace drover::cli

@@ -1,0 +1,48 @@
+// A small blocking HTTP/1.1 client for `drover ctl`: one connection per request, JSON bodies,
+// bearer token, and a streaming GET that hands each line of a chunked body to a callback.
+// Not thread-safe; one per thread.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <string>
+#include <string_view>
+
+#include "drover/status.h"
+
+namespace drover::cli {
+
+struct HttpResult {
+  int status = 0;
+  std::string body;
+};
+
+class HttpClient {
+ public:
+  // `base` is "http://host:port"; INVALID_ARGUMENT for anything else.
+  static Result<HttpClient> Create(const std::string& base, std::string token,
+                                   std::chrono::seconds timeout = std::chrono::seconds(10));
+
+  // UNAVAILABLE when the server cannot be reached or the exchange fails.
+  Result<HttpResult> Send(std::string_view method, const std::string& target,
+                          const std::string& body = {}) const;
+
+  // GETs a chunked stream and calls `on_line` for every complete line until it returns false,
+  // the server ends the stream, or an error occurs (no timeout while streaming).
+  Status Stream(const std::string& target,
+                const std::function<bool(std::string_view)>& on_line) const;
+
+ private:
+  HttpClient(std::string host, std::string port, std::string token, std::chrono::seconds timeout)
+      : host_(std::move(host)),
+        port_(std::move(port)),
+        token_(std::move(token)),
+        timeout_(timeout) {}
+
+  std::string host_;
+  std::string port_;
+  std::string token_;
+  std::chrono::seconds timeout_;
+};
+
+}  // namespace drover::cli

@@ -1,0 +1,105 @@
+// `drover ctl` against a real `drover registry` process: tables, JSON, exit codes.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <regex>
+
+#include "testing/child_process.h"
+#include "testing/temp_dir.h"
+
+namespace {
+
+using namespace std::chrono_literals;
+
+struct CtlRun {
+  int exit_code = -1;
+  std::string out;  // stdout and stderr
+};
+
+class CtlTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    registry_ = std::make_unique<drover::testing::ChildProcess>(std::vector<std::string>{
+        DROVER_BINARY, "registry", "--data-dir", dir_.path(), "--http", "127.0.0.1:0"});
+    auto line = registry_->ReadLine(20s);
+    ASSERT_TRUE(line.has_value());
+    std::smatch m;
+    ASSERT_TRUE(std::regex_search(*line, m, std::regex(R"(http://127\.0\.0\.1:(\d+))")));
+    url_ = "http://127.0.0.1:" + m[1].str();
+  }
+
+  CtlRun Ctl(const std::string& args) {
+    CtlRun run;
+    const std::string command =
+        std::string(DROVER_BINARY) + " ctl --registry " + url_ + " " + args + " 2>&1";
+    FILE* pipe = popen(command.c_str(), "r");
+    if (pipe == nullptr) return run;
+    std::array<char, 4096> buf;
+    std::size_t n;
+    while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) run.out.append(buf.data(), n);
+    const int status = pclose(pipe);
+    run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    return run;
+  }
+
+  drover::testing::TempDir dir_;
+  std::unique_ptr<drover::testing::ChildProcess> registry_;
+  std::string url_;
+};
+
+TEST_F(CtlTest, RegisterListDrainDeregister) {
+  auto reg = Ctl("register zone z1 --address 127.0.0.1:9001 --generation 3 --zone eu-1");
+  ASSERT_EQ(reg.exit_code, 0) << reg.out;
+  EXPECT_NE(reg.out.find("registered at revision 1"), std::string::npos) << reg.out;
+  ASSERT_EQ(Ctl("register zone z2 --address 127.0.0.1:9002").exit_code, 0);
+
+  auto table = Ctl("list zone");
+  ASSERT_EQ(table.exit_code, 0) << table.out;
+  EXPECT_NE(table.out.find("ID  ADDRESS"), std::string::npos) << table.out;
+  EXPECT_TRUE(
+      std::regex_search(table.out, std::regex(R"(z1\s+127\.0\.0\.1:9001\s+READY\s+yes\s+3)")))
+      << table.out;
+
+  // Drain and deregister find the current generation themselves.
+  EXPECT_EQ(Ctl("drain zone z1").exit_code, 0);
+  EXPECT_EQ(Ctl("deregister zone z2").exit_code, 0);
+  auto json = Ctl("--json list zone");
+  ASSERT_EQ(json.exit_code, 0);
+  auto body = nlohmann::json::parse(json.out);
+  ASSERT_EQ(body["instances"].size(), 1u);
+  EXPECT_EQ(body["instances"][0]["state"], "DRAINING");
+  EXPECT_EQ(body["revision"], 4);
+
+  auto watch = Ctl("--json watch zone --count 1");
+  ASSERT_EQ(watch.exit_code, 0) << watch.out;
+  EXPECT_EQ(nlohmann::json::parse(watch.out)["type"], "RESYNC");
+
+  auto services = Ctl("services");
+  EXPECT_TRUE(std::regex_search(services.out, std::regex(R"(zone\s+1\s+0\s+no)"))) << services.out;
+}
+
+TEST_F(CtlTest, ExitCodesSayWhatWentWrong) {
+  auto missing = Ctl("drain zone nobody");
+  EXPECT_EQ(missing.exit_code, 1);
+  EXPECT_NE(missing.out.find("not registered"), std::string::npos) << missing.out;
+  auto bad_name = Ctl("list 'bad name'");
+  EXPECT_EQ(bad_name.exit_code, 2);
+  EXPECT_NE(bad_name.out.find("may only contain"), std::string::npos) << bad_name.out;
+  ASSERT_EQ(Ctl("register zone z1 --address 127.0.0.1:9001 --generation 5").exit_code, 0);
+  auto fenced = Ctl("deregister zone z1 --generation 4");
+  EXPECT_EQ(fenced.exit_code, 1);
+  EXPECT_NE(fenced.out.find("FENCED"), std::string::npos) << fenced.out;
+  const std::string saved = url_;
+  url_ = "http://127.0.0.1:1";
+  auto down = Ctl("services");
+  EXPECT_EQ(down.exit_code, 3);
+  EXPECT_NE(down.out.find("127.0.0.1:1"), std::string::npos) << down.out;
+  url_ = "ftp://x";
+  EXPECT_EQ(Ctl("services").exit_code, 2);
+  url_ = saved;
+}
+
+}  // namespace
