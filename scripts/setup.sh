@@ -9,6 +9,7 @@ packages=(
   # libraries
   libcli11-dev libspdlog-dev libfmt-dev libxxhash-dev nlohmann-json3-dev libsqlite3-dev
   libboost1.74-dev libboost-system1.74-dev libyaml-cpp-dev curl
+  libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev
 )

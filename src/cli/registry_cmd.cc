@@ -9,6 +9,7 @@
 
 #include "commands.h"
 #include "registry/auth.h"
+#include "registry/grpc_api.h"
 #include "registry/http_api.h"
 #include "registry/registry.h"
 #include "registry/sqlite_store.h"
@@ -19,7 +20,8 @@ namespace {
 struct RegistryArgs {
   std::string data_dir = "drover-data";
   std::string http = "127.0.0.1:7070";
-  std::string auth_tokens;  // empty: no authentication
+  std::string grpc = "127.0.0.1:7071";  // "off": no gRPC API
+  std::string auth_tokens;              // empty: no authentication
   int tick_ms = 500;
   double self_preservation_fraction = 0.5;
 };
@@ -93,6 +95,28 @@ int RunRegistry(const RegistryArgs& args) {
     spdlog::error("{}", server.status().ToString());
     return 1;
   }
+  registry::GrpcOptions grpc_options;
+  grpc_options.address = args.grpc;
+  grpc_options.auth = http.auth;
+  std::unique_ptr<registry::GrpcServer> grpc_server;
+  std::string grpc_note;
+  if (args.grpc != "off") {
+    auto started = registry::GrpcServer::Start(**reg, grpc_options);
+    if (!started.ok()) {
+      spdlog::error("{}", started.status().ToString());
+      return 1;
+    }
+    grpc_server = std::move(started).value();
+    std::string grpc_host;
+    std::uint16_t ignored_port = 0;
+    SplitHostPort(args.grpc, &grpc_host, &ignored_port);
+    grpc_note = " and grpc://" + args.grpc.substr(0, args.grpc.rfind(':')) + ":" +
+                std::to_string(grpc_server->port());
+    if (!IsLoopback(grpc_host) && !http.auth) {
+      spdlog::warn("registry: gRPC API on non-loopback address {} WITHOUT authentication",
+                   grpc_host);
+    }
+  }
   if (!IsLoopback(http.address) && !http.auth) {
     spdlog::warn(
         "registry: HTTP API on non-loopback address {} WITHOUT authentication: anyone who can "
@@ -100,8 +124,8 @@ int RunRegistry(const RegistryArgs& args) {
         http.address);
   }
   // The first line on stdout is the bound address, for scripts and tests that pass port 0.
-  std::printf("drover registry listening on http://%s:%u (data dir %s)\n", http.address.c_str(),
-              static_cast<unsigned>((*server)->port()), args.data_dir.c_str());
+  std::printf("drover registry listening on http://%s:%u%s (data dir %s)\n", http.address.c_str(),
+              static_cast<unsigned>((*server)->port()), grpc_note.c_str(), args.data_dir.c_str());
   std::fflush(stdout);
   spdlog::info("registry: serving HTTP on {}:{}", http.address, (*server)->port());
 
@@ -117,6 +141,7 @@ int RunRegistry(const RegistryArgs& args) {
   spdlog::info("registry: {} received, shutting down", strsignal(signal_number));
   ticker.request_stop();
   ticker.join();
+  if (grpc_server) grpc_server->Stop();
   (*server)->Stop();
   return 0;
 }
@@ -132,6 +157,8 @@ void AddRegistryCommand(CLI::App& app) {
   cmd->add_option("--data-dir", args->data_dir, "Directory for registry.db (created if missing)")
       ->capture_default_str();
   cmd->add_option("--http", args->http, "HTTP listen address host:port (port 0: any free port)")
+      ->capture_default_str();
+  cmd->add_option("--grpc", args->grpc, "gRPC listen address host:port, or 'off'")
       ->capture_default_str();
   cmd->add_option("--auth-tokens", args->auth_tokens,
                   "YAML file of bearer tokens (name, token, write: [services] or read_only); "

@@ -22,8 +22,9 @@ struct CtlRun {
 class CtlTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    registry_ = std::make_unique<drover::testing::ChildProcess>(std::vector<std::string>{
-        DROVER_BINARY, "registry", "--data-dir", dir_.path(), "--http", "127.0.0.1:0"});
+    registry_ = std::make_unique<drover::testing::ChildProcess>(
+        std::vector<std::string>{DROVER_BINARY, "registry", "--data-dir", dir_.path(), "--http",
+                                 "127.0.0.1:0", "--grpc", "127.0.0.1:0"});
     auto line = registry_->ReadLine(20s);
     ASSERT_TRUE(line.has_value());
     std::smatch m;

@@ -1,0 +1,48 @@
+// The registry's gRPC API (REG-6): drover.registry.v1.Registry from
+// proto/drover/registry/v1/registry.proto, with the HTTP API's semantics. Status codes are the
+// registry's own (they share gRPC's numbering): ABORTED "fenced: ..." for a stale generation,
+// NOT_FOUND, INVALID_ARGUMENT, FAILED_PRECONDITION, UNAUTHENTICATED, PERMISSION_DENIED,
+// UNAVAILABLE. With `auth` set, every call needs "authorization: Bearer <token>" metadata and
+// writes a token allowed to write the service.
+//
+// Threading: gRPC's synchronous server; each call runs on one of its threads and calls the
+// Registry directly. A Watch holds its thread and polls its Watcher with a short timeout so that
+// client cancellation and Stop() end it promptly.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "drover/status.h"
+
+namespace drover::registry {
+
+class Authorizer;
+class Registry;
+
+struct GrpcOptions {
+  std::string address = "127.0.0.1:0";  // port 0: any free port; read it back with port()
+  std::shared_ptr<const Authorizer> auth;
+};
+
+class GrpcServer {
+ public:
+  // The Registry must outlive the server.
+  static Result<std::unique_ptr<GrpcServer>> Start(Registry& registry, GrpcOptions options);
+  ~GrpcServer();
+
+  GrpcServer(const GrpcServer&) = delete;
+  GrpcServer& operator=(const GrpcServer&) = delete;
+
+  int port() const;
+  // Ends every watch, stops accepting calls and waits for running ones. Idempotent.
+  void Stop();
+
+  struct Impl;
+
+ private:
+  explicit GrpcServer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace drover::registry
