@@ -200,6 +200,8 @@ class RegistryService final : public pb::Registry::Service {
     w->Cancel();
     std::lock_guard lock(mu_);
     watches_.erase(w);
+    // Ended by Stop(): UNAVAILABLE tells the client to reconnect (to this or another registry).
+    if (stopping_) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "registry is stopping");
     return grpc::Status::OK;
   }
 
@@ -244,6 +246,8 @@ Result<std::unique_ptr<GrpcServer>> GrpcServer::Start(Registry& registry, GrpcOp
   impl->service = std::make_unique<RegistryService>(registry, options.auth);
   grpc::ServerBuilder builder;
   builder.AddListeningPort(options.address, grpc::InsecureServerCredentials(), &impl->port);
+  // Without this a second registry could bind the same port and silently take half the clients.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.RegisterService(impl->service.get());
   impl->server = builder.BuildAndStart();
   if (!impl->server || impl->port == 0) {

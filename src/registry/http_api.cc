@@ -7,6 +7,7 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <charconv>
+#include <condition_variable>
 #include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -74,7 +75,7 @@ Response JsonResponse(const Request& req, http::status status, const nlohmann::j
   res.set(http::field::server, "drover-registry");
   res.set(http::field::content_type, "application/json");
   res.keep_alive(req.keep_alive());
-  res.body() = body.dump() + "\n";
+  res.body() = DumpJson(body) + "\n";
   res.prepare_payload();
   return res;
 }
@@ -137,6 +138,10 @@ Result<std::uint64_t> ParseUint(std::string_view text, const char* what) {
 
 nlohmann::json RevisionBody(std::uint64_t revision) { return {{"revision", revision}}; }
 
+constexpr std::chrono::seconds kWatchWriteTimeout{30};
+constexpr std::chrono::milliseconds kAcceptBackoff{200};
+constexpr std::chrono::seconds kStopGrace{2};
+
 }  // namespace
 
 struct HttpServer::Impl {
@@ -162,12 +167,13 @@ struct HttpServer::Impl {
 
   Registry& registry;
   const HttpOptions options;
-  net::io_context io{1};
+  net::io_context io{std::max(1, options.threads)};
   tcp::acceptor acceptor{io};
   std::vector<std::thread> threads;
   std::once_flag stop_once;
 
   std::mutex mu;
+  std::condition_variable watches_done;         // a watch stream ended
   std::set<std::shared_ptr<Watcher>> watches;   // guarded by mu: live watch streams
   std::map<unsigned, std::uint64_t> responses;  // guarded by mu: by HTTP status
 };
@@ -181,7 +187,12 @@ net::awaitable<void> HttpServer::Impl::Accept() {
         net::make_strand(io), net::redirect_error(net::use_awaitable, ec));
     if (ec) {
       if (ec == net::error::operation_aborted || !acceptor.is_open()) co_return;
-      spdlog::warn("registry http: accept failed: {}", ec.message());
+      // Out of descriptors or memory: retrying at once would spin. Back off and let
+      // connections close.
+      spdlog::warn("registry http: accept failed ({}); retrying in {} ms", ec.message(),
+                   kAcceptBackoff.count());
+      net::steady_timer backoff(acceptor.get_executor(), kAcceptBackoff);
+      co_await backoff.async_wait(net::redirect_error(net::use_awaitable, ec));
       continue;
     }
     const auto executor = socket.get_executor();
@@ -247,7 +258,15 @@ net::awaitable<void> HttpServer::Impl::Session(tcp::socket socket) {
       co_await ServeWatch(stream, req, from, std::move(service));
       break;
     }
-    Response res = Handle(req);
+    Response res;
+    try {
+      res = Handle(req);
+    } catch (const std::exception& e) {
+      // Handlers return statuses; reaching here is a bug, and the client still gets an answer.
+      spdlog::error("registry http: {} {} failed: {}", std::string(req.method_string()),
+                    std::string(req.target()), e.what());
+      res = ErrorResponse(req, InternalError("internal error"));
+    }
     Count(res.result_int());
     co_await http::async_write(stream, res, net::redirect_error(net::use_awaitable, ec));
     if (ec || !res.keep_alive()) break;
@@ -290,7 +309,13 @@ net::awaitable<void> HttpServer::Impl::ServeWatch(beast::tcp_stream& stream, con
                                     net::redirect_error(net::use_awaitable, ec));
   while (!ec) {
     auto batch = w->Next(std::chrono::milliseconds(0));
-    if (!batch.ok()) break;  // cancelled: the server is stopping
+    if (!batch.ok()) {
+      // Cancelled: the server is stopping. End the response properly so the client sees a
+      // clean end of stream and reconnects.
+      const auto last = http::make_chunk_last();
+      co_await net::async_write(stream, last, net::redirect_error(net::use_awaitable, ec));
+      break;
+    }
     if (batch->empty()) {
       // Woken by the listener (operation_aborted) when events are queued. Both run on this
       // connection's strand, so a wake-up cannot slip in between Next() and this wait.
@@ -300,13 +325,18 @@ net::awaitable<void> HttpServer::Impl::ServeWatch(beast::tcp_stream& stream, con
       continue;
     }
     std::string lines;
-    for (const Event& e : *batch) lines += EventToJson(e).dump() + "\n";
-    co_await net::async_write(stream, http::make_chunk(net::buffer(lines)),
-                              net::redirect_error(net::use_awaitable, ec));
+    for (const Event& e : *batch) lines += DumpJson(EventToJson(e)) + "\n";
+    // A client that stops reading is cut off instead of pinning its backlog forever; it
+    // resumes from the last revision it saw.
+    stream.expires_after(kWatchWriteTimeout);
+    const auto chunk = http::make_chunk(net::buffer(lines));
+    co_await net::async_write(stream, chunk, net::redirect_error(net::use_awaitable, ec));
+    stream.expires_never();
   }
   w->Cancel();
   std::lock_guard lock(mu);
   watches.erase(w);
+  watches_done.notify_all();
 }
 
 Response HttpServer::Impl::Handle(const Request& req) {
@@ -508,9 +538,16 @@ std::uint16_t HttpServer::port() const { return impl_->acceptor.local_endpoint()
 
 void HttpServer::Stop() {
   std::call_once(impl_->stop_once, [this] {
+    net::post(impl_->io, [this] {
+      boost::system::error_code ignored;
+      impl_->acceptor.close(ignored);
+    });
     {
-      std::lock_guard lock(impl_->mu);
+      // Cancelling wakes each stream, which ends its chunked response and closes; give them a
+      // moment to do so before the event loop stops.
+      std::unique_lock lock(impl_->mu);
       for (const auto& w : impl_->watches) w->Cancel();
+      impl_->watches_done.wait_for(lock, kStopGrace, [this] { return impl_->watches.empty(); });
     }
     impl_->io.stop();
     for (auto& t : impl_->threads) t.join();

@@ -17,6 +17,10 @@ Status TypeError(const char* name, const char* type) {
 
 }  // namespace
 
+std::string DumpJson(const nlohmann::json& j) {
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
 nlohmann::json InstanceToJson(const Instance& in) {
   nlohmann::json j = {
       {"service", in.service},

@@ -9,6 +9,10 @@
 
 namespace drover::registry {
 
+// One line of JSON; bytes that are not valid UTF-8 (say, echoed from a request path) become
+// U+FFFD instead of throwing.
+std::string DumpJson(const nlohmann::json& j);
+
 nlohmann::json InstanceToJson(const Instance& instance);
 nlohmann::json EventToJson(const Event& event);
 

@@ -93,6 +93,8 @@ void Watcher::Cancel() {
     std::lock_guard lock(mu_);
     cancelled_ = true;
     queue_.clear();
+    // Wake an asynchronous consumer so that it notices the cancellation.
+    if (listener_) listener_();
     listener_ = nullptr;
   }
   cv_.notify_all();
@@ -267,6 +269,14 @@ Result<std::uint64_t> Registry::SetState(const std::string& service, const std::
   DROVER_ASSIGN_OR_RETURN(Entry * entry, FindForWrite(service, id, generation));
   entry->lease_deadline = clock_.Now() + Ttl(entry->instance.spec);
   const Instance& cur = entry->instance;
+  if (state && cur.spec.state == InstanceState::kDraining && *state != InstanceState::kDraining) {
+    // Drain is sticky intent (REG-1): the same incarnation cannot become routable again. A
+    // restarted process registers a new generation instead.
+    return FailedPreconditionError(Path(service, id) + " is DRAINING; generation " +
+                                   std::to_string(generation) + " cannot return to " +
+                                   std::string(InstanceStateName(*state)) +
+                                   " (register a new generation)");
+  }
   Instance next = cur;
   if (state) next.spec.state = *state;
   if (accepting) next.spec.accepting = *accepting;
@@ -383,23 +393,28 @@ Event Registry::ResyncEvent(const std::string& service) const {
 }
 
 void Registry::Enqueue(Watcher& watcher, Event event, MonoTime now) {
-  std::function<void()> listener;
   {
     std::lock_guard lock(watcher.mu_);
     if (watcher.cancelled_) return;
+    // A change already contained in a RESYNC queued for this watcher (the rest of a revision
+    // whose first events overflowed the queue) is not sent again, nor anything older.
+    const bool data_event = event.type == EventType::kPut || event.type == EventType::kDelete;
+    if (data_event && event.revision <= watcher.resynced_at_) return;
     if (watcher.queue_.size() >= options_.watcher_queue_limit) {
       // Too far behind to catch up event by event: replace the backlog with the full state,
       // which is what those events would have produced. Never a gap.
       watcher.queue_.clear();
       watcher.queue_.push_back(ResyncEvent(watcher.service_));
+      watcher.resynced_at_ = revision_;
     } else {
+      if (event.type == EventType::kResync) watcher.resynced_at_ = event.revision;
       watcher.queue_.push_back(std::move(event));
     }
-    listener = watcher.listener_;
+    // Called under the watcher's lock, so that once Cancel() returns it is never called again.
+    if (watcher.listener_) watcher.listener_();
   }
   watcher.last_sent_ = now;
   watcher.cv_.notify_all();
-  if (listener) listener();
 }
 
 void Registry::Publish(std::vector<Event> events) {
@@ -436,7 +451,13 @@ Result<std::shared_ptr<Watcher>> Registry::Watch(std::uint64_t from_revision,
   }
   std::shared_ptr<Watcher> watcher(new Watcher(service));
   const MonoTime now = clock_.Now();
-  if (from_revision == 0 || from_revision < history_floor_) {
+  std::size_t replay = 0;
+  for (const Event& e : history_) {
+    replay += e.revision > from_revision && (service.empty() || e.instance.service == service);
+  }
+  // A replay longer than a watcher's queue would overflow into a RESYNC anyway: start with one.
+  if (from_revision == 0 || from_revision < history_floor_ ||
+      replay >= options_.watcher_queue_limit) {
     Enqueue(*watcher, ResyncEvent(service), now);
   } else {
     for (const Event& e : history_) {
@@ -466,6 +487,8 @@ Status Registry::Tick() {
 Status Registry::ExpireLeases(MonoTime now) {
   Status first;
   const SystemTime system_now = clock_.SystemNow();
+  std::vector<std::pair<std::string, bool>> degraded_before;
+  for (const auto& [name, svc] : services_) degraded_before.emplace_back(name, svc.degraded);
   for (auto& [name, svc] : services_) {
     while (!svc.recent_expiries.empty() &&
            svc.recent_expiries.front() + options_.self_preservation_window <= now) {
@@ -482,7 +505,8 @@ Status Registry::ExpireLeases(MonoTime now) {
       }
       continue;
     }
-    const std::size_t n = svc.instances.size();
+    // Measured against the service as it was at the start of the window.
+    const std::size_t n = svc.instances.size() + svc.recent_expiries.size();
     const double would_expire = static_cast<double>(svc.recent_expiries.size() + lapsed.size());
     if (n >= options_.self_preservation_min_instances &&
         would_expire > options_.self_preservation_fraction * static_cast<double>(n)) {
@@ -535,7 +559,24 @@ Status Registry::ExpireLeases(MonoTime now) {
                  lapsed.size(), name);
     Publish(std::move(events));
   }
+  // Watchers learn of a change in self-preservation at once, not at their next idle PROGRESS.
+  for (const auto& [name, was] : degraded_before) {
+    auto svc = services_.find(name);
+    if (svc != services_.end() && svc->second.degraded != was) AnnounceDegraded(name, now);
+  }
   return first;
+}
+
+void Registry::AnnounceDegraded(const std::string& service, MonoTime now) {
+  for (const auto& weak : watchers_) {
+    std::shared_ptr<Watcher> watcher = weak.lock();
+    if (!watcher || !(watcher->service_.empty() || watcher->service_ == service)) continue;
+    Event e;
+    e.type = EventType::kProgress;
+    e.revision = revision_;
+    e.degraded = Degraded(watcher->service_);
+    Enqueue(*watcher, std::move(e), now);
+  }
 }
 
 Status Registry::PruneTombstones() {

@@ -75,9 +75,11 @@ class Watcher {
   void Cancel();
   const std::string& service_filter() const { return service_; }
 
-  // Called after events are queued, on the thread that queued them and while the registry's
-  // lock is held: it must be cheap and must not call into the Registry (post to an event loop).
-  // Cancel() clears it. Lets an asynchronous server wait for events without a thread per watch.
+  // Called after events are queued, on the thread that queued them and while the registry's and
+  // this watcher's locks are held: it must be cheap and must not call into the Registry or this
+  // Watcher (post to an event loop). Cancel() calls it once more, so a waiting consumer wakes
+  // and sees the cancellation, then clears it. Lets an asynchronous server wait for events without
+  // a thread per watch.
   void SetListener(std::function<void()> listener);
 
  private:
@@ -91,6 +93,7 @@ class Watcher {
   bool cancelled_ = false;          // guarded by mu_
   std::function<void()> listener_;  // guarded by mu_
   MonoTime last_sent_{};            // guarded by Registry::mu_: last event or progress queued
+  std::uint64_t resynced_at_ = 0;   // guarded by mu_: revision of the last RESYNC queued
 };
 
 class Registry {
@@ -154,6 +157,7 @@ class Registry {
   Status ExpireLeases(MonoTime now);
   Status PruneTombstones();
   void SendProgress(MonoTime now);
+  void AnnounceDegraded(const std::string& service, MonoTime now);
   void Enqueue(Watcher& watcher, Event event, MonoTime now);
 
   std::unique_ptr<Store> store_;

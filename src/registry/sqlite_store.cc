@@ -1,7 +1,12 @@
 #include "registry/sqlite_store.h"
 
+#include <fcntl.h>
 #include <sqlite3.h>
+#include <sys/file.h>
+#include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
 #include <nlohmann/json.hpp>
 #include <utility>
 
@@ -149,15 +154,26 @@ class Transaction {
 
 Result<std::unique_ptr<SqliteStore>> SqliteStore::Open(const std::string& data_dir) {
   const std::string path = data_dir + "/registry.db";
+  const std::string lock_path = data_dir + "/LOCK";
+  const int lock_fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (lock_fd < 0) {
+    return UnavailableError("cannot open " + lock_path + ": " + std::strerror(errno));
+  }
+  if (::flock(lock_fd, LOCK_EX | LOCK_NB) != 0) {
+    ::close(lock_fd);
+    return FailedPreconditionError(data_dir + " is in use by another registry process (it holds " +
+                                   lock_path + ")");
+  }
   sqlite3* db = nullptr;
   const int rc = sqlite3_open_v2(
       path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr);
   if (rc != SQLITE_OK) {
     std::string msg = "cannot open " + path + ": " + (db ? sqlite3_errmsg(db) : "out of memory");
     sqlite3_close(db);
+    ::close(lock_fd);
     return UnavailableError(std::move(msg));
   }
-  std::unique_ptr<SqliteStore> store(new SqliteStore(db, path));
+  std::unique_ptr<SqliteStore> store(new SqliteStore(db, path, lock_fd));
   sqlite3_busy_timeout(db, 5000);
   // WAL with synchronous=FULL: every COMMIT is fsynced before it returns.
   DROVER_RETURN_IF_ERROR(store->Exec("PRAGMA journal_mode=WAL"));
@@ -181,7 +197,10 @@ Result<std::unique_ptr<SqliteStore>> SqliteStore::Open(const std::string& data_d
   return store;
 }
 
-SqliteStore::~SqliteStore() { sqlite3_close(db_); }
+SqliteStore::~SqliteStore() {
+  sqlite3_close(db_);
+  ::close(lock_fd_);  // releases the flock
+}
 
 Status SqliteStore::Exec(const char* sql) {
   char* err = nullptr;

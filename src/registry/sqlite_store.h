@@ -14,7 +14,9 @@ namespace drover::registry {
 
 class SqliteStore final : public Store {
  public:
-  // Opens (creating when missing) `<data_dir>/registry.db`. The directory must exist.
+  // Opens (creating when missing) `<data_dir>/registry.db`. The directory must exist. Holds an
+  // exclusive lock on `<data_dir>/LOCK`: a second store on the same directory (a second registry
+  // process) fails with FAILED_PRECONDITION instead of interleaving revisions.
   static Result<std::unique_ptr<SqliteStore>> Open(const std::string& data_dir);
   ~SqliteStore() override;
 
@@ -28,12 +30,14 @@ class SqliteStore final : public Store {
   const std::string& path() const { return path_; }
 
  private:
-  SqliteStore(sqlite3* db, std::string path) : db_(db), path_(std::move(path)) {}
+  SqliteStore(sqlite3* db, std::string path, int lock_fd)
+      : db_(db), path_(std::move(path)), lock_fd_(lock_fd) {}
   Status Exec(const char* sql);
   Result<std::uint64_t> CurrentRevision();
 
   sqlite3* db_;
   std::string path_;
+  int lock_fd_;  // <data_dir>/LOCK, flock'ed exclusively for the store's life
 };
 
 }  // namespace drover::registry

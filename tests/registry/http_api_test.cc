@@ -164,6 +164,14 @@ TEST_F(HttpApiTest, MalformedRequestsGet4xxAndChangeNothing) {
   EXPECT_EQ(registry_->revision(), 1u);
 }
 
+TEST_F(HttpApiTest, InvalidUtf8InThePathGetsAClearError) {
+  auto reply = Http(port_, "GET", "/v2/\xff\xfe");
+  EXPECT_EQ(reply.status, 404);
+  EXPECT_TRUE(Json(reply.body).contains("error")) << reply.body;
+  auto action = Http(port_, "POST", "/v1/services/zone/instances/b/\xff", "{}");
+  EXPECT_EQ(action.status, 404);
+}
+
 TEST_F(HttpApiTest, HealthAndMetrics) {
   EXPECT_EQ(Http(port_, "GET", "/live").status, 200);
   EXPECT_EQ(Json(Http(port_, "GET", "/ready").body)["status"], "ready");
@@ -183,6 +191,7 @@ TEST_F(HttpApiTest, StopEndsOpenWatchStreams) {
   ASSERT_EQ(watch.Lines(1, 5s).size(), 1u);
   server_->Stop();
   server_->Stop();                                   // idempotent
+  EXPECT_TRUE(watch.Ended(5s));                      // the stream was closed, not left hanging
   EXPECT_EQ(Http(port_, "GET", "/live").status, 0);  // nothing listens any more
 }
 

@@ -145,6 +145,21 @@ TEST_F(RegistryTest, DrainIsStickyAgainstHeartbeatsAndReRegister) {
   EXPECT_EQ(events[0].reason, RemovalReason::kDrain);
 }
 
+TEST_F(RegistryTest, SetStateCannotUndoADrain) {
+  ASSERT_TRUE(registry_->Register("svc", "a", Spec(1)).ok());
+  ASSERT_TRUE(registry_->SetState("svc", "a", 1, InstanceState::kDraining, std::nullopt).ok());
+  EXPECT_EQ(registry_->SetState("svc", "a", 1, InstanceState::kReady, std::nullopt).status().code(),
+            StatusCode::kFailedPrecondition);
+  EXPECT_EQ(
+      registry_->SetState("svc", "a", 1, InstanceState::kStarting, std::nullopt).status().code(),
+      StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(registry_->SetState("svc", "a", 1, std::nullopt, false).ok());
+  EXPECT_EQ(registry_->List("svc")->instances[0].spec.state, InstanceState::kDraining);
+  // A new incarnation starts afresh.
+  ASSERT_TRUE(registry_->Register("svc", "a", Spec(2, InstanceState::kReady)).ok());
+  EXPECT_EQ(registry_->List("svc")->instances[0].spec.state, InstanceState::kReady);
+}
+
 TEST_F(RegistryTest, AcceptingIsSeparateFromReadiness) {
   ASSERT_TRUE(registry_->Register("svc", "a", Spec(1)).ok());
   const SystemTime ready = registry_->List("svc")->instances[0].ready_since;
@@ -305,6 +320,66 @@ TEST_F(RegistryTest, SlowWatcherGetsResyncInsteadOfAGap) {
   }
   EXPECT_EQ(last, registry_->revision());
   EXPECT_EQ(known, 5u);
+}
+
+TEST_F(RegistryTest, OverflowNeverDuplicatesOrReordersEvents) {
+  RegistryOptions options;
+  options.watcher_queue_limit = 2;
+  options.history = 100;
+  Reopen(options);
+  for (int i = 0; i < 6; ++i) {
+    ASSERT_TRUE(
+        registry_->Register("svc", "i" + std::to_string(i), Spec(1, InstanceState::kReady, 10'000))
+            .ok());
+  }
+  // A replay longer than the queue starts with a RESYNC instead of overflowing mid-way.
+  auto replay = registry_->Watch(1, "svc");
+  auto replayed = Drain(**replay);
+  ASSERT_EQ(replayed.size(), 1u);
+  EXPECT_EQ(replayed[0].type, EventType::kResync);
+  EXPECT_EQ(replayed[0].revision, 6u);
+
+  // One revision with six DELETEs overflows a two-event queue part way through: the watcher
+  // gets one RESYNC and none of that revision's DELETEs after it. (Self-preservation off, so
+  // all six really expire.)
+  RegistryOptions no_freeze = options;
+  no_freeze.self_preservation_fraction = 1.0;
+  Reopen(no_freeze);
+  auto watcher = registry_->Watch(registry_->revision(), "svc");
+  clock_.Advance(11s);
+  ASSERT_TRUE(registry_->Tick().ok());
+  auto events = Drain(**watcher);
+  ASSERT_FALSE(events.empty());
+  std::uint64_t last = 0;
+  for (const Event& e : events) {
+    EXPECT_GE(e.revision, last);
+    if (e.type == EventType::kResync) last = e.revision + 1;  // nothing at or below it follows
+    if (e.type == EventType::kPut || e.type == EventType::kDelete) {
+      EXPECT_GE(e.revision, last) << "an event already contained in the RESYNC";
+    }
+  }
+  EXPECT_EQ(events.front().type, EventType::kResync);
+  EXPECT_TRUE(events.front().snapshot.empty());
+}
+
+TEST_F(RegistryTest, DegradedChangeIsAnnouncedAtOnce) {
+  for (int i = 0; i < 4; ++i) {
+    ASSERT_TRUE(registry_->Register("svc", "i" + std::to_string(i), Spec(1)).ok());
+  }
+  auto watcher = registry_->Watch(registry_->revision(), "");
+  clock_.Advance(11s);
+  ASSERT_TRUE(registry_->Tick().ok());
+  auto events = Drain(**watcher);
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].type, EventType::kProgress);
+  EXPECT_TRUE(events[0].degraded);
+  for (int i = 0; i < 4; ++i) {
+    ASSERT_TRUE(registry_->Heartbeat("svc", "i" + std::to_string(i), 1).ok());
+  }
+  ASSERT_TRUE(registry_->Tick().ok());
+  events = Drain(**watcher);
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_FALSE(events[0].degraded);
 }
 
 TEST_F(RegistryTest, ProgressEventsOnIdleWatchers) {

@@ -96,6 +96,17 @@ TEST(SqliteStoreTest, RefusesAnUnknownSchemaVersion) {
   EXPECT_NE(store.status().message().find("schema version 99"), std::string::npos);
 }
 
+TEST(SqliteStoreTest, SecondStoreOnTheSameDirectoryIsRefused) {
+  testing::TempDir dir;
+  auto first = SqliteStore::Open(dir.path());
+  ASSERT_TRUE(first.ok());
+  auto second = SqliteStore::Open(dir.path());
+  EXPECT_EQ(second.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(second.status().message().find("in use by another registry"), std::string::npos);
+  first->reset();
+  EXPECT_TRUE(SqliteStore::Open(dir.path()).ok());  // released with the first store
+}
+
 TEST(SqliteStoreTest, MissingDirectoryIsUnavailable) {
   auto store = SqliteStore::Open("/nonexistent-drover-dir/sub");
   EXPECT_EQ(store.status().code(), StatusCode::kUnavailable);

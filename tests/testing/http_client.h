@@ -109,6 +109,20 @@ class StreamReader {
     return Decode();
   }
 
+  // Waits until the server closes the connection; false if it stays open past `timeout`.
+  bool Ended(std::chrono::milliseconds timeout) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (std::chrono::steady_clock::now() < deadline) {
+      pollfd p{fd_, POLLIN, 0};
+      if (::poll(&p, 1, 100) <= 0) continue;
+      char buf[4096];
+      const ssize_t n = ::recv(fd_, buf, sizeof(buf), 0);
+      if (n <= 0) return true;
+      raw_.append(buf, static_cast<std::size_t>(n));
+    }
+    return false;
+  }
+
   int status() const { return raw_.rfind("HTTP/1.1 ", 0) == 0 ? std::stoi(raw_.substr(9, 3)) : 0; }
 
  private:
@@ -122,7 +136,12 @@ class StreamReader {
     while (true) {
       const std::size_t eol = raw_.find("\r\n", pos);
       if (eol == std::string::npos) break;
-      const std::size_t size = std::stoul(raw_.substr(pos, eol - pos), nullptr, 16);
+      std::size_t size = 0;
+      try {
+        size = std::stoul(raw_.substr(pos, eol - pos), nullptr, 16);
+      } catch (const std::exception&) {
+        break;  // not chunked framing
+      }
       if (size == 0 || raw_.size() < eol + 2 + size + 2) break;
       payload += raw_.substr(eol + 2, size);
       pos = eol + 2 + size + 2;
