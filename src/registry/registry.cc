@@ -220,8 +220,10 @@ Result<std::uint64_t> Registry::Register(const std::string& service, const std::
       if (cur.spec.state == InstanceState::kDraining) next.spec.state = InstanceState::kDraining;
       next.create_revision = cur.create_revision;
       next.ready_since = ReadySince(&cur, next.spec.state, system_now);
-      existing->lease_deadline = now + Ttl(next.spec);
-      if (next.spec == cur.spec) return revision_;
+      if (next.spec == cur.spec) {
+        existing->lease_deadline = now + Ttl(next.spec);
+        return revision_;
+      }
       writes.push_back(PutInstance(next, /*create=*/false, cur.mod_revision));
     } else {
       replaces_incarnation = true;
@@ -267,7 +269,6 @@ Result<std::uint64_t> Registry::SetState(const std::string& service, const std::
   DROVER_RETURN_IF_ERROR(ValidateKey(service, id));
   std::lock_guard lock(mu_);
   DROVER_ASSIGN_OR_RETURN(Entry * entry, FindForWrite(service, id, generation));
-  entry->lease_deadline = clock_.Now() + Ttl(entry->instance.spec);
   const Instance& cur = entry->instance;
   if (state && cur.spec.state == InstanceState::kDraining && *state != InstanceState::kDraining) {
     // Drain is sticky intent (REG-1): the same incarnation cannot become routable again. A
@@ -281,12 +282,18 @@ Result<std::uint64_t> Registry::SetState(const std::string& service, const std::
   if (state) next.spec.state = *state;
   if (accepting) next.spec.accepting = *accepting;
   next.ready_since = ReadySince(&cur, next.spec.state, clock_.SystemNow());
-  if (next.spec == cur.spec) return revision_;
+  // A state change is a sign of life and renews the lease -- once it is accepted.
+  const MonoTime renewed = clock_.Now() + Ttl(cur.spec);
+  if (next.spec == cur.spec) {
+    entry->lease_deadline = renewed;
+    return revision_;
+  }
   DROVER_ASSIGN_OR_RETURN(const std::uint64_t rev,
                           store_->Commit({PutInstance(next, false, cur.mod_revision)}));
   revision_ = rev;
   next.mod_revision = rev;
   entry->instance = next;
+  entry->lease_deadline = renewed;
   Publish({PutEvent(next)});
   return rev;
 }
@@ -323,6 +330,7 @@ Result<std::uint64_t> Registry::Deregister(const std::string& service, const std
   tomb.revision = rev;
   tombstones_[Key{service, id}] = tomb;
   svc->second.instances.erase(id);
+  if (svc->second.instances.empty() && !svc->second.degraded) services_.erase(svc);
   const RemovalReason reason = cur.spec.state == InstanceState::kDraining
                                    ? RemovalReason::kDrain
                                    : RemovalReason::kDeregister;
@@ -564,6 +572,10 @@ Status Registry::ExpireLeases(MonoTime now) {
     auto svc = services_.find(name);
     if (svc != services_.end() && svc->second.degraded != was) AnnounceDegraded(name, now);
   }
+  // A service with no instances left is forgotten, so the map does not grow with every name ever
+  // registered.
+  std::erase_if(services_,
+                [](const auto& kv) { return kv.second.instances.empty() && !kv.second.degraded; });
   return first;
 }
 

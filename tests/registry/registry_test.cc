@@ -160,6 +160,17 @@ TEST_F(RegistryTest, SetStateCannotUndoADrain) {
   EXPECT_EQ(registry_->List("svc")->instances[0].spec.state, InstanceState::kReady);
 }
 
+TEST_F(RegistryTest, RefusedWriteDoesNotRenewTheLease) {
+  ASSERT_TRUE(registry_->Register("svc", "a", Spec(1, InstanceState::kReady, 10'000)).ok());
+  ASSERT_TRUE(registry_->SetState("svc", "a", 1, InstanceState::kDraining, std::nullopt).ok());
+  clock_.Advance(9s);
+  EXPECT_FALSE(registry_->SetState("svc", "a", 1, InstanceState::kReady, std::nullopt).ok());
+  clock_.Advance(1s);
+  ASSERT_TRUE(registry_->Tick().ok());
+  EXPECT_TRUE(registry_->List("svc")->instances.empty());
+  EXPECT_TRUE(registry_->Services().empty());  // an empty service is forgotten
+}
+
 TEST_F(RegistryTest, AcceptingIsSeparateFromReadiness) {
   ASSERT_TRUE(registry_->Register("svc", "a", Spec(1)).ok());
   const SystemTime ready = registry_->List("svc")->instances[0].ready_since;
