@@ -20,6 +20,19 @@ Status Unreachable(const std::string& host, const std::string& port, const std::
   return UnavailableError("registry at " + host + ":" + port + ": " + what);
 }
 
+// Resolves and connects `stream` to host:port, with `timeout` armed.
+Status Connect(beast::tcp_stream& stream, const std::string& host, const std::string& port,
+               std::chrono::seconds timeout) {
+  beast::error_code ec;
+  tcp::resolver resolver(stream.get_executor());
+  const auto endpoints = resolver.resolve(host, port, ec);
+  if (ec) return Unreachable(host, port, ec.message());
+  stream.expires_after(timeout);
+  stream.connect(endpoints, ec);
+  if (ec) return Unreachable(host, port, ec.message());
+  return Status::Ok();
+}
+
 }  // namespace
 
 Result<HttpClient> HttpClient::Create(const std::string& base, std::string token,
@@ -46,13 +59,8 @@ Result<HttpResult> HttpClient::Send(std::string_view method, const std::string& 
                                     const std::string& body) const {
   net::io_context io;
   beast::tcp_stream stream(io);
+  DROVER_RETURN_IF_ERROR(Connect(stream, host_, port_, timeout_));
   beast::error_code ec;
-  tcp::resolver resolver(io);
-  const auto endpoints = resolver.resolve(host_, port_, ec);
-  if (ec) return Unreachable(host_, port_, ec.message());
-  stream.expires_after(timeout_);
-  stream.connect(endpoints, ec);
-  if (ec) return Unreachable(host_, port_, ec.message());
 
   const http::verb verb = http::string_to_verb(beast::string_view(method.data(), method.size()));
   http::request<http::string_body> req{verb, target, 11};
@@ -77,13 +85,8 @@ Status HttpClient::Stream(const std::string& target,
                           const std::function<bool(std::string_view)>& on_line) const {
   net::io_context io;
   beast::tcp_stream stream(io);
+  DROVER_RETURN_IF_ERROR(Connect(stream, host_, port_, timeout_));
   beast::error_code ec;
-  tcp::resolver resolver(io);
-  const auto endpoints = resolver.resolve(host_, port_, ec);
-  if (ec) return Unreachable(host_, port_, ec.message());
-  stream.expires_after(timeout_);
-  stream.connect(endpoints, ec);
-  if (ec) return Unreachable(host_, port_, ec.message());
 
   http::request<http::empty_body> req{http::verb::get, target, 11};
   req.set(http::field::host, host_);
