@@ -44,7 +44,7 @@ bool SplitHostPort(const std::string& text, std::string* host, std::uint16_t* po
 }
 
 bool IsLoopback(const std::string& host) {
-  return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
+  return host == "localhost" || host == "::1" || host == "[::1]" || host.rfind("127.", 0) == 0;
 }
 
 int RunRegistry(const RegistryArgs& args) {
@@ -107,11 +107,8 @@ int RunRegistry(const RegistryArgs& args) {
       return 1;
     }
     grpc_server = std::move(started).value();
-    std::string grpc_host;
-    std::uint16_t ignored_port = 0;
-    SplitHostPort(args.grpc, &grpc_host, &ignored_port);
-    grpc_note = " and grpc://" + args.grpc.substr(0, args.grpc.rfind(':')) + ":" +
-                std::to_string(grpc_server->port());
+    const std::string grpc_host = args.grpc.substr(0, args.grpc.rfind(':'));
+    grpc_note = " and grpc://" + grpc_host + ":" + std::to_string(grpc_server->port());
     if (!IsLoopback(grpc_host) && !http.auth) {
       spdlog::warn("registry: gRPC API on non-loopback address {} WITHOUT authentication",
                    grpc_host);

@@ -22,10 +22,6 @@ grpc::Status ToGrpc(const Status& status) {
   return grpc::Status(static_cast<grpc::StatusCode>(status.code()), status.message());
 }
 
-std::int64_t Millis(SystemTime t) {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(t.time_since_epoch()).count();
-}
-
 pb::State ToProto(InstanceState state) {
   switch (state) {
     case InstanceState::kStarting:
@@ -66,7 +62,7 @@ void ToProto(const Instance& in, pb::Instance* out) {
   spec->set_accepting(in.spec.accepting);
   out->set_create_revision(in.create_revision);
   out->set_mod_revision(in.mod_revision);
-  if (in.ready_since != SystemTime{}) out->set_ready_since_ms(Millis(in.ready_since));
+  if (in.ready_since != SystemTime{}) out->set_ready_since_ms(ToUnixMillis(in.ready_since));
 }
 
 Result<InstanceSpec> FromProto(const pb::InstanceSpec& in) {

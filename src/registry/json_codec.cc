@@ -7,10 +7,6 @@
 namespace drover::registry {
 namespace {
 
-std::int64_t Millis(SystemTime t) {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(t.time_since_epoch()).count();
-}
-
 Status TypeError(const char* name, const char* type) {
   return InvalidArgumentError(std::string("field '") + name + "' must be " + type);
 }
@@ -37,7 +33,7 @@ nlohmann::json InstanceToJson(const Instance& in) {
       {"create_revision", in.create_revision},
       {"mod_revision", in.mod_revision},
   };
-  if (in.ready_since != SystemTime{}) j["ready_since_ms"] = Millis(in.ready_since);
+  if (in.ready_since != SystemTime{}) j["ready_since_ms"] = ToUnixMillis(in.ready_since);
   return j;
 }
 

@@ -47,14 +47,6 @@ CREATE TABLE IF NOT EXISTS tombstones (
 ) WITHOUT ROWID;
 )sql";
 
-std::int64_t ToMillis(SystemTime t) {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(t.time_since_epoch()).count();
-}
-SystemTime FromMillis(std::int64_t ms) {
-  return SystemTime(
-      std::chrono::duration_cast<SystemTime::duration>(std::chrono::milliseconds(ms)));
-}
-
 // A prepared statement, finalized on scope exit.
 class Statement {
  public:
@@ -247,7 +239,7 @@ Result<StoreState> SqliteStore::Load() {
     in.spec.accepting = rows.Int(10) != 0;
     in.create_revision = static_cast<std::uint64_t>(rows.Int(11));
     in.mod_revision = static_cast<std::uint64_t>(rows.Int(12));
-    in.ready_since = FromMillis(rows.Int(13));
+    in.ready_since = FromUnixMillis(rows.Int(13));
     state.instances.push_back(std::move(in));
   }
   if (rc != SQLITE_DONE) return rows.Error("load instances", rc);
@@ -262,7 +254,7 @@ Result<StoreState> SqliteStore::Load() {
     t.id = tombs.Text(1);
     t.generation = static_cast<std::uint64_t>(tombs.Int(2));
     t.revision = static_cast<std::uint64_t>(tombs.Int(3));
-    t.expires_at = FromMillis(tombs.Int(4));
+    t.expires_at = FromUnixMillis(tombs.Int(4));
     state.tombstones.push_back(std::move(t));
   }
   if (rc != SQLITE_DONE) return tombs.Error("load tombstones", rc);
@@ -313,7 +305,7 @@ Result<std::uint64_t> SqliteStore::Commit(const std::vector<Write>& writes) {
         put.Bind(11, in.spec.accepting ? 1 : 0);
         put.Bind(12, w.create ? rev : static_cast<std::int64_t>(in.create_revision));
         put.Bind(13, rev);
-        put.Bind(14, ToMillis(in.ready_since));
+        put.Bind(14, ToUnixMillis(in.ready_since));
         DROVER_RETURN_IF_ERROR(put.Done("put instance"));
         break;
       }
@@ -334,7 +326,7 @@ Result<std::uint64_t> SqliteStore::Commit(const std::vector<Write>& writes) {
         put.Bind(2, w.id);
         put.Bind(3, static_cast<std::int64_t>(w.tombstone.generation));
         put.Bind(4, rev);
-        put.Bind(5, ToMillis(w.tombstone.expires_at));
+        put.Bind(5, ToUnixMillis(w.tombstone.expires_at));
         DROVER_RETURN_IF_ERROR(put.Done("put tombstone"));
         break;
       }

@@ -26,13 +26,18 @@ const char* kGoodBody = R"({"address":"127.0.0.1:9001","generation":2,"state":"R
 class HttpApiTest : public ::testing::Test {
  protected:
   void SetUp() override {
+    HttpOptions options;
+    options.max_body = 4096;
+    Start(options);
+  }
+
+  void Start(const HttpOptions& options) {
+    ASSERT_FALSE(dir_.path().empty());
     auto store = SqliteStore::Open(dir_.path());
     ASSERT_TRUE(store.ok());
     auto registry = Registry::Open(std::move(*store), clock_);
     ASSERT_TRUE(registry.ok());
     registry_ = std::move(*registry);
-    HttpOptions options;
-    options.max_body = 4096;
     auto server = HttpServer::Start(*registry_, options);
     ASSERT_TRUE(server.ok()) << server.status().ToString();
     server_ = std::move(*server);
@@ -195,7 +200,7 @@ TEST_F(HttpApiTest, StopEndsOpenWatchStreams) {
   EXPECT_EQ(Http(port_, "GET", "/live").status, 0);  // nothing listens any more
 }
 
-class HttpAuthTest : public ::testing::Test {
+class HttpAuthTest : public HttpApiTest {
  protected:
   void SetUp() override {
     auto auth = Authorizer::FromYaml(R"(
@@ -211,13 +216,9 @@ tokens:
     read_only: true
 )");
     ASSERT_TRUE(auth.ok()) << auth.status().ToString();
-    auto store = SqliteStore::Open(dir_.path());
-    ASSERT_TRUE(store.ok());
-    registry_ = Registry::Open(std::move(*store), clock_).value();
     HttpOptions options;
     options.auth = *auth;
-    server_ = HttpServer::Start(*registry_, options).value();
-    port_ = server_->port();
+    Start(options);
   }
 
   testing::HttpReply As(const std::string& token, const std::string& method,
@@ -225,12 +226,6 @@ tokens:
     return testing::SendRaw(port_, testing::RequestText(method, target, body,
                                                         "Authorization: Bearer " + token + "\r\n"));
   }
-
-  testing::TempDir dir_;
-  FakeClock clock_;
-  std::unique_ptr<Registry> registry_;
-  std::unique_ptr<HttpServer> server_;
-  std::uint16_t port_ = 0;
 };
 
 TEST_F(HttpAuthTest, TokensGateReadsAndPerServiceWrites) {
