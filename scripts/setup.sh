@@ -11,7 +11,9 @@ packages=(
   libboost1.74-dev libboost-system1.74-dev libyaml-cpp-dev curl
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
   # tests and benchmarks
-  libgtest-dev libgmock-dev libbenchmark-dev
+  libgtest-dev libgmock-dev libbenchmark-dev openssl
+  # peers the registry benchmark (and the etcd store) run against
+  etcd-server
 )
 
 missing=()

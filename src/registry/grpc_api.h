@@ -5,9 +5,10 @@
 // UNAVAILABLE. With `auth` set, every call needs "authorization: Bearer <token>" metadata and
 // writes a token allowed to write the service.
 //
-// Threading: gRPC's synchronous server; each call runs on one of its threads and calls the
-// Registry directly. A Watch holds its thread and polls its Watcher with a short timeout so that
-// client cancellation and Stop() end it promptly.
+// Threading: unary calls and KeepAlive streams run on gRPC's callback threads (memory-only work
+// inline, store commits on a small write pool); each Watch holds a synchronous-server thread
+// that sleeps until its Watcher has events. Stop() ends watches with UNAVAILABLE and cancels
+// KeepAlive streams.
 #pragma once
 
 #include <memory>

@@ -255,11 +255,29 @@ Result<std::uint64_t> Registry::Register(const std::string& service, const std::
 
 Result<std::uint64_t> Registry::Heartbeat(const std::string& service, const std::string& id,
                                           std::uint64_t generation) {
-  DROVER_RETURN_IF_ERROR(ValidateKey(service, id));
   std::lock_guard lock(mu_);
-  DROVER_ASSIGN_OR_RETURN(Entry * entry, FindForWrite(service, id, generation));
-  entry->lease_deadline = clock_.Now() + Ttl(entry->instance.spec);
+  DROVER_RETURN_IF_ERROR(RenewLocked(service, id, generation, clock_.Now()));
   return revision_;
+}
+
+std::uint64_t Registry::HeartbeatAll(const std::vector<LeaseRenewal>& renewals,
+                                     std::vector<Status>& results) {
+  results.clear();
+  results.reserve(renewals.size());
+  std::lock_guard lock(mu_);
+  const MonoTime now = clock_.Now();
+  for (const LeaseRenewal& r : renewals) {
+    results.push_back(RenewLocked(r.service, r.id, r.generation, now));
+  }
+  return revision_;
+}
+
+Status Registry::RenewLocked(const std::string& service, const std::string& id,
+                             std::uint64_t generation, MonoTime now) {
+  DROVER_RETURN_IF_ERROR(ValidateKey(service, id));
+  DROVER_ASSIGN_OR_RETURN(Entry * entry, FindForWrite(service, id, generation));
+  entry->lease_deadline = now + Ttl(entry->instance.spec);
+  return Status::Ok();
 }
 
 Result<std::uint64_t> Registry::SetState(const std::string& service, const std::string& id,

@@ -56,6 +56,13 @@ struct ListResult {
   std::vector<Instance> instances;
 };
 
+// One lease renewal of a batch (Registry::HeartbeatAll).
+struct LeaseRenewal {
+  std::string service;
+  std::string id;
+  std::uint64_t generation = 0;
+};
+
 struct ServiceSummary {
   std::string name;
   std::size_t instances = 0;
@@ -106,6 +113,11 @@ class Registry {
                                  const InstanceSpec& spec);
   Result<std::uint64_t> Heartbeat(const std::string& service, const std::string& id,
                                   std::uint64_t generation);
+  // Heartbeats for many instances under one lock acquisition (a process renewing all the
+  // instances it hosts). `results` gets one status per renewal, in order, each what Heartbeat()
+  // would have returned; the return value is the registry's revision.
+  std::uint64_t HeartbeatAll(const std::vector<LeaseRenewal>& renewals,
+                             std::vector<Status>& results);
   Result<std::uint64_t> SetState(const std::string& service, const std::string& id,
                                  std::uint64_t generation, std::optional<InstanceState> state,
                                  std::optional<bool> accepting);
@@ -146,6 +158,9 @@ class Registry {
   // The live entry, or the error a write of `generation` to a missing/newer entry deserves.
   Result<Entry*> FindForWrite(const std::string& service, const std::string& id,
                               std::uint64_t generation);
+  // Heartbeat() with mu_ held.
+  Status RenewLocked(const std::string& service, const std::string& id, std::uint64_t generation,
+                     MonoTime now);
   Status Fenced(const std::string& service, const std::string& id, std::uint64_t generation,
                 std::uint64_t newest) const;
   // Commits `writes` and publishes `events` at the new revision.

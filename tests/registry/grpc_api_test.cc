@@ -158,6 +158,176 @@ TEST_F(GrpcApiTest, StopEndsOpenWatches) {
   ASSERT_TRUE(reader->Read(&event));  // the RESYNC
   server_->Stop();
   EXPECT_FALSE(reader->Read(&event));
+  EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::UNAVAILABLE);
+}
+
+TEST_F(GrpcApiTest, WatchStreamsEveryEventInOrderToManyWatchers) {
+  Start();
+  constexpr int kWatchers = 20;
+  constexpr int kWrites = 300;
+  std::vector<std::unique_ptr<grpc::ClientContext>> contexts;
+  std::vector<std::unique_ptr<grpc::ClientReader<pb::Event>>> readers;
+  pb::WatchRequest req;
+  req.set_from_revision(0);
+  req.set_service("zone");
+  for (int i = 0; i < kWatchers; ++i) {
+    contexts.push_back(Context());
+    readers.push_back(stub_->Watch(contexts.back().get(), req));
+    pb::Event resync;
+    ASSERT_TRUE(readers.back()->Read(&resync));
+    ASSERT_EQ(resync.type(), pb::Event::RESYNC);
+  }
+  pb::RevisionReply rev;
+  for (int i = 1; i <= kWrites; ++i) {
+    ASSERT_TRUE(
+        stub_->Register(Context().get(), Register("zone", "z" + std::to_string(i), 1), &rev).ok());
+  }
+  // Half read everything and see every revision once, in order; the other half go away early.
+  for (int w = 0; w < kWatchers; ++w) {
+    if (w % 2 == 1) {
+      contexts[w]->TryCancel();
+      continue;
+    }
+    for (int i = 1; i <= kWrites; ++i) {
+      pb::Event event;
+      ASSERT_TRUE(readers[w]->Read(&event));
+      ASSERT_EQ(event.type(), pb::Event::PUT);
+      ASSERT_EQ(event.revision(), static_cast<std::uint64_t>(i));
+    }
+  }
+  for (int w = 1; w < kWatchers; w += 2) {
+    EXPECT_EQ(readers[w]->Finish().error_code(), grpc::StatusCode::CANCELLED);
+  }
+  server_->Stop();  // returns although half the watches were abandoned by their clients
+  for (int w = 0; w < kWatchers; w += 2) {
+    EXPECT_EQ(readers[w]->Finish().error_code(), grpc::StatusCode::UNAVAILABLE);
+  }
+}
+
+pb::HeartbeatRequest Beat(const std::string& service, const std::string& id,
+                          std::uint64_t generation) {
+  pb::HeartbeatRequest hb;
+  hb.set_service(service);
+  hb.set_id(id);
+  hb.set_generation(generation);
+  return hb;
+}
+
+TEST_F(GrpcApiTest, KeepAliveRenewsLeasesAndAnswersEachHeartbeat) {
+  Start();
+  pb::RevisionReply rev;
+  auto reg = Register("zone", "z1", 2);
+  reg.mutable_spec()->set_ttl_ms(10'000);
+  ASSERT_TRUE(stub_->Register(Context().get(), reg, &rev).ok());
+  auto reg2 = Register("zone", "z2", 1);
+  reg2.mutable_spec()->set_ttl_ms(10'000);
+  ASSERT_TRUE(stub_->Register(Context().get(), reg2, &rev).ok());
+  auto ctx = Context();
+  auto stream = stub_->KeepAlive(ctx.get());
+  // Several requests in flight before any reply is read: replies come back in order.
+  for (int round = 0; round < 3; ++round) {
+    clock_.Advance(std::chrono::seconds(6));
+    pb::KeepAliveRequest req;
+    *req.add_heartbeats() = Beat("zone", "z1", 2);
+    *req.add_heartbeats() = Beat("zone", "z1", 1);
+    *req.add_heartbeats() = Beat("zone", "ghost", 1);
+    ASSERT_TRUE(stream->Write(req));
+  }
+  for (int round = 0; round < 3; ++round) {
+    pb::KeepAliveReply reply;
+    ASSERT_TRUE(stream->Read(&reply));
+    EXPECT_EQ(reply.revision(), 2u);
+    ASSERT_EQ(reply.results_size(), 3);
+    EXPECT_EQ(reply.results(0).code(), 0);
+    EXPECT_EQ(reply.results(1).code(), grpc::StatusCode::ABORTED);
+    EXPECT_EQ(reply.results(1).message().rfind("fenced", 0), 0u);
+    EXPECT_EQ(reply.results(2).code(), grpc::StatusCode::NOT_FOUND);
+  }
+  ASSERT_TRUE(stream->WritesDone());
+  EXPECT_TRUE(stream->Finish().ok());
+  // 18 s on: z1 was kept alive, z2 (never renewed) has expired.
+  ASSERT_TRUE(registry_->Tick().ok());
+  auto list = registry_->List("zone");
+  ASSERT_EQ(list->instances.size(), 1u);
+  EXPECT_EQ(list->instances[0].id, "z1");
+}
+
+TEST_F(GrpcApiTest, KeepAliveRefusesOversizedMessagesAndEndsOnStop) {
+  Start();
+  {
+    auto ctx = Context();
+    auto stream = stub_->KeepAlive(ctx.get());
+    pb::KeepAliveRequest huge;
+    for (int i = 0; i < 10'001; ++i) *huge.add_heartbeats() = Beat("zone", "z1", 1);
+    stream->Write(huge);
+    pb::KeepAliveReply reply;
+    EXPECT_FALSE(stream->Read(&reply));
+    EXPECT_EQ(stream->Finish().error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  }
+  auto ctx = Context();
+  auto stream = stub_->KeepAlive(ctx.get());
+  pb::KeepAliveRequest req;
+  *req.add_heartbeats() = Beat("zone", "z1", 1);
+  ASSERT_TRUE(stream->Write(req));
+  pb::KeepAliveReply reply;
+  ASSERT_TRUE(stream->Read(&reply));
+  EXPECT_EQ(reply.results(0).code(), grpc::StatusCode::NOT_FOUND);
+  server_->Stop();  // returns promptly although the stream is open
+  EXPECT_FALSE(stream->Read(&reply));
+  EXPECT_FALSE(stream->Finish().ok());
+}
+
+TEST_F(GrpcApiTest, KeepAliveChecksEachHeartbeatsPermission) {
+  Start(Authorizer::FromYaml(R"(
+tokens:
+  - name: zone-servers
+    token: "zone-token-0123456789"
+    write: ["zone"]
+)")
+            .value());
+  pb::RevisionReply rev;
+  ASSERT_TRUE(
+      stub_->Register(Context("zone-token-0123456789").get(), Register("zone", "z1", 1), &rev)
+          .ok());
+  {
+    auto anonymous = Context();
+    auto refused = stub_->KeepAlive(anonymous.get());
+    pb::KeepAliveReply reply;
+    EXPECT_FALSE(refused->Read(&reply));
+    EXPECT_EQ(refused->Finish().error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  }
+  auto ctx = Context("zone-token-0123456789");
+  auto stream = stub_->KeepAlive(ctx.get());
+  pb::KeepAliveRequest req;
+  *req.add_heartbeats() = Beat("zone", "z1", 1);
+  *req.add_heartbeats() = Beat("chat", "c1", 1);
+  ASSERT_TRUE(stream->Write(req));
+  pb::KeepAliveReply reply;
+  ASSERT_TRUE(stream->Read(&reply));
+  ASSERT_EQ(reply.results_size(), 2);
+  EXPECT_EQ(reply.results(0).code(), 0);
+  EXPECT_EQ(reply.results(1).code(), grpc::StatusCode::PERMISSION_DENIED);
+  stream->WritesDone();
+  EXPECT_TRUE(stream->Finish().ok());
+}
+
+TEST_F(GrpcApiTest, WatchNeedsAToken) {
+  Start(Authorizer::FromYaml(R"(
+tokens:
+  - name: dashboard
+    token: "dashboard-token-0123456789"
+    read_only: true
+)")
+            .value());
+  auto anonymous = Context();
+  auto refused = stub_->Watch(anonymous.get(), pb::WatchRequest());
+  pb::Event event;
+  EXPECT_FALSE(refused->Read(&event));
+  EXPECT_EQ(refused->Finish().error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  auto reader_ctx = Context("dashboard-token-0123456789");
+  auto reader = stub_->Watch(reader_ctx.get(), pb::WatchRequest());
+  ASSERT_TRUE(reader->Read(&event));
+  EXPECT_EQ(event.type(), pb::Event::RESYNC);
 }
 
 }  // namespace

@@ -227,6 +227,26 @@ TEST_F(RegistryTest, LeasesExpireOnFakeClockWithReason) {
   EXPECT_EQ(registry_->Heartbeat("svc", "a", 1).status().code(), StatusCode::kNotFound);
 }
 
+TEST_F(RegistryTest, HeartbeatAllAnswersEachRenewalAsHeartbeatWould) {
+  ASSERT_TRUE(registry_->Register("svc", "a", Spec(2, InstanceState::kReady, 10'000)).ok());
+  ASSERT_TRUE(registry_->Register("svc", "b", Spec(1, InstanceState::kReady, 10'000)).ok());
+  clock_.Advance(9s);
+  std::vector<Status> results;
+  const std::uint64_t rev = registry_->HeartbeatAll(
+      {{"svc", "a", 2}, {"svc", "a", 1}, {"svc", "nobody", 1}, {"bad name", "x", 1}}, results);
+  EXPECT_EQ(rev, registry_->revision());
+  ASSERT_EQ(results.size(), 4u);
+  EXPECT_TRUE(results[0].ok());
+  EXPECT_EQ(results[1].code(), StatusCode::kAborted);  // fenced
+  EXPECT_EQ(results[2].code(), StatusCode::kNotFound);
+  EXPECT_EQ(results[3].code(), StatusCode::kInvalidArgument);
+  clock_.Advance(2s);  // b was not renewed and lapses; a was
+  ASSERT_TRUE(registry_->Tick().ok());
+  auto list = registry_->List("svc");
+  ASSERT_EQ(list->instances.size(), 1u);
+  EXPECT_EQ(list->instances[0].id, "a");
+}
+
 TEST_F(RegistryTest, ExpiryLeavesATombstone) {
   ASSERT_TRUE(registry_->Register("svc", "a", Spec(1, InstanceState::kReady, 10'000)).ok());
   clock_.Advance(10s);

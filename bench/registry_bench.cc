@@ -1,0 +1,1124 @@
+// Registry benchmark: a real `drover registry` and a real etcd, each started as a child process on
+// loopback with its own temporary data directory, driven by the same gRPC client code with the
+// same number of concurrent clients.
+//
+//   registrations/s  N new instances registered (Drover) | N new keys put (etcd), clients in
+//                    closed loops; both make every acknowledged write durable (fsync)
+//   heartbeats/s     unary Heartbeat for --seconds | etcd LeaseKeepAlive on one stream per client
+//                    (etcd's own heartbeat), and etcd Put overwriting keys
+//   watch latency    --watchers streams watch the N instances (one service | one key prefix);
+//                    one writer changes an instance every --interval-ms; each sample is the time
+//                    from just before the write is sent until a watcher holds the event, so it
+//                    includes the durable commit (a superset of "acknowledged -> received")
+//
+// Every figure is printed next to etcd's as a ratio (Drover / etcd; above 1 is better for rates,
+// below 1 is better for latencies). Nothing leaves 127.0.0.1.
+#include <arpa/inet.h>
+#include <fmt/format.h>
+#include <grpcpp/grpcpp.h>
+#include <netinet/in.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "drover/registry/v1/registry.grpc.pb.h"
+#include "etcd/etcdserverpb/rpc.grpc.pb.h"
+#include "testing/child_process.h"
+#include "testing/temp_dir.h"
+
+namespace {
+
+namespace pb = ::drover::registry::v1;
+namespace etcd = ::etcdserverpb;
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+
+struct Options {
+  std::string drover;
+  std::string etcd = "etcd";
+  int clients = 64;
+  int connections = 4;
+  double seconds = 3;
+  int instances = 10'000;
+  int watchers = 1'000;
+  int writes = 100;
+  int interval_ms = 20;
+  int batch = 10;
+  int watch_connections = 10;
+  bool json = false;
+};
+
+std::int64_t NowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch())
+      .count();
+}
+
+[[noreturn]] void Fail(const std::string& what) {
+  std::fprintf(stderr, "registry_bench: %s\n", what.c_str());
+  std::exit(1);
+}
+
+std::string FindInPath(const std::string& name) {
+  if (name.find('/') != std::string::npos) return name;
+  const char* path = std::getenv("PATH");
+  std::string dirs = path != nullptr ? path : "/usr/bin:/bin";
+  std::size_t start = 0;
+  while (start <= dirs.size()) {
+    std::size_t end = dirs.find(':', start);
+    if (end == std::string::npos) end = dirs.size();
+    std::filesystem::path candidate = std::filesystem::path(dirs.substr(start, end - start)) / name;
+    if (::access(candidate.c_str(), X_OK) == 0) return candidate.string();
+    start = end + 1;
+  }
+  return {};
+}
+
+int FreePort() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof addr;
+  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    Fail("cannot find a free loopback port");
+  }
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+// Separate TCP connections to one target (gRPC would otherwise share one subchannel).
+std::vector<std::shared_ptr<grpc::Channel>> Connect(const std::string& target, int n) {
+  std::vector<std::shared_ptr<grpc::Channel>> channels;
+  for (int i = 0; i < n; ++i) {
+    grpc::ChannelArguments args;
+    args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+    args.SetInt("drover.bench.connection", i);
+    channels.push_back(grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args));
+  }
+  for (auto& ch : channels) {
+    if (!ch->WaitForConnected(std::chrono::system_clock::now() + 10s)) {
+      Fail("cannot connect to " + target);
+    }
+  }
+  return channels;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Closed-loop load: `clients` loops, each starting its next request when the previous completes.
+
+class ClosedLoop {
+ public:
+  // Starts request number `seq` for client `client` and calls `done(ok)` when it completes.
+  using Issue = std::function<void(int client, std::uint64_t seq, std::function<void(bool)> done)>;
+
+  struct Result {
+    double per_second = 0;
+    std::uint64_t errors = 0;
+  };
+
+  // Runs until `total` requests have completed; the rate covers all of them.
+  static Result Count(int clients, std::uint64_t total, const Issue& issue) {
+    ClosedLoop loop(issue, total);
+    const auto start = Clock::now();
+    loop.Start(clients);
+    loop.WaitIdle();
+    const double secs = std::chrono::duration<double>(Clock::now() - start).count();
+    return {static_cast<double>(loop.completed_.load()) / secs, loop.errors_.load()};
+  }
+
+  // Runs for `warmup` + `measure`; the rate covers the completions within `measure`.
+  static Result For(int clients, Clock::duration warmup, Clock::duration measure,
+                    const Issue& issue) {
+    ClosedLoop loop(issue, UINT64_MAX);
+    loop.Start(clients);
+    std::this_thread::sleep_for(warmup);
+    const std::uint64_t c0 = loop.completed_.load();
+    const auto t0 = Clock::now();
+    std::this_thread::sleep_for(measure);
+    const std::uint64_t c1 = loop.completed_.load();
+    const auto t1 = Clock::now();
+    loop.stop_ = true;
+    loop.WaitIdle();
+    const double secs = std::chrono::duration<double>(t1 - t0).count();
+    return {static_cast<double>(c1 - c0) / secs, loop.errors_.load()};
+  }
+
+ private:
+  ClosedLoop(const Issue& issue, std::uint64_t total) : issue_(issue), total_(total) {}
+
+  void Start(int clients) {
+    active_ = clients;
+    for (int c = 0; c < clients; ++c) Next(c);
+  }
+
+  void Next(int client) {
+    const std::uint64_t seq = stop_ ? total_ : next_.fetch_add(1);
+    if (seq >= total_) {
+      std::lock_guard lock(mu_);
+      if (--active_ == 0) idle_.notify_all();
+      return;
+    }
+    issue_(client, seq, [this, client](bool ok) {
+      completed_.fetch_add(1);
+      if (!ok) errors_.fetch_add(1);
+      Next(client);
+    });
+  }
+
+  void WaitIdle() {
+    std::unique_lock lock(mu_);
+    idle_.wait(lock, [&] { return active_ == 0; });
+  }
+
+  const Issue& issue_;
+  const std::uint64_t total_;
+  std::atomic<std::uint64_t> next_{0};
+  std::atomic<std::uint64_t> completed_{0};
+  std::atomic<std::uint64_t> errors_{0};
+  std::atomic<bool> stop_{false};
+  std::mutex mu_;
+  std::condition_variable idle_;
+  int active_ = 0;  // guarded by mu_
+};
+
+// One unary call in flight: owns what gRPC needs until the callback runs.
+template <typename Request, typename Reply>
+struct UnaryCall {
+  grpc::ClientContext ctx;
+  Request request;
+  Reply reply;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Watch latency bookkeeping shared by both systems.
+
+// Arrival times are kept raw and turned into latencies at the end, because the send times come
+// from the writer process and may be read after the events they caused.
+struct Arrival {
+  int write;
+  std::int64_t at_ns;
+};
+
+class LatencyProbe {
+ public:
+  LatencyProbe(int writes, int watchers)
+      : sent_(static_cast<std::size_t>(writes) + 1),
+        expected_(static_cast<std::uint64_t>(writes) * static_cast<std::uint64_t>(watchers)) {}
+
+  void Sent(int write, std::int64_t at_ns) {
+    if (write >= 1 && write < static_cast<int>(sent_.size())) sent_[write] = at_ns;
+  }
+
+  // A watcher received write number `write` (1-based); `arrivals` is that watcher's own list.
+  void Received(std::int64_t write, std::vector<Arrival>& arrivals) {
+    if (write < 1 || write >= static_cast<std::int64_t>(sent_.size())) return;
+    arrivals.push_back({static_cast<int>(write), NowNs()});
+    if (received_.fetch_add(1) + 1 == expected_) {
+      std::lock_guard lock(mu_);
+      all_in_.notify_all();
+    }
+  }
+
+  bool WaitAll(Clock::duration timeout) {
+    std::unique_lock lock(mu_);
+    return all_in_.wait_for(lock, timeout, [&] { return received_.load() >= expected_; });
+  }
+  std::uint64_t expected() const { return expected_; }
+
+  // Call once the writer has finished and every watcher is closed.
+  void Collect(const std::vector<Arrival>& arrivals, std::vector<std::int64_t>& latencies) const {
+    for (const Arrival& a : arrivals) latencies.push_back(a.at_ns - sent_[a.write]);
+  }
+
+ private:
+  std::vector<std::int64_t> sent_;  // written by the reader of the writer process only
+  const std::uint64_t expected_;
+  std::atomic<std::uint64_t> received_{0};
+  std::mutex mu_;
+  std::condition_variable all_in_;
+};
+
+struct Latency {
+  double p50_ms = 0, p99_ms = 0, max_ms = 0;
+  std::uint64_t samples = 0, missing = 0;
+};
+
+Latency Summarise(std::vector<std::int64_t> all, std::uint64_t expected) {
+  Latency out;
+  out.samples = all.size();
+  out.missing = expected > all.size() ? expected - all.size() : 0;
+  if (all.empty()) return out;
+  auto pct = [&](double p) {
+    auto idx = static_cast<std::size_t>(p * static_cast<double>(all.size() - 1));
+    std::nth_element(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(idx), all.end());
+    return static_cast<double>(all[idx]) / 1e6;
+  };
+  out.p50_ms = pct(0.50);
+  out.p99_ms = pct(0.99);
+  out.max_ms = static_cast<double>(*std::max_element(all.begin(), all.end())) / 1e6;
+  return out;
+}
+
+// The writer runs in its own process (`--write-to`), as an instance changing its state is not in
+// the process of the gateways watching it. It paces `writes` sequential writes `interval` apart,
+// printing "sent K NS" (CLOCK_MONOTONIC, shared by every process here) before write K.
+void PacedWrites(int writes, std::chrono::milliseconds interval,
+                 const std::function<void(int)>& write) {
+  auto next = Clock::now();
+  for (int k = 1; k <= writes; ++k) {
+    std::this_thread::sleep_until(next);
+    next += interval;
+    std::printf("sent %d %lld\n", k, static_cast<long long>(NowNs()));
+    std::fflush(stdout);
+    write(k);
+  }
+  std::printf("done\n");
+  std::fflush(stdout);
+}
+
+// Starts the writer process for `system` and records its send times until it is done.
+void RemoteWrites(const Options& opt, const std::string& system, const std::string& target,
+                  std::int64_t base, LatencyProbe& probe) {
+  drover::testing::ChildProcess writer(
+      {std::filesystem::read_symlink("/proc/self/exe").string(), "--write-to", target, "--system",
+       system, "--base", std::to_string(base), "--instances", std::to_string(opt.instances),
+       "--writes", std::to_string(opt.writes), "--interval-ms", std::to_string(opt.interval_ms)});
+  while (true) {
+    auto line = writer.ReadLine(60s);
+    if (!line) Fail(system + ": the writer process stopped early");
+    if (*line == "done") break;
+    int k = 0;
+    long long ns = 0;
+    if (std::sscanf(line->c_str(), "sent %d %lld", &k, &ns) == 2) probe.Sent(k, ns);
+  }
+  if (writer.Wait() != 0) Fail(system + ": the writer process failed");
+}
+
+struct SystemFigures {
+  double registrations_per_s = 0;
+  double unary_heartbeats_per_s = 0;    // Drover only: one Heartbeat call each
+  double keepalive_per_s = 0;           // one per stream message: Drover KeepAlive | etcd's
+  double batched_heartbeats_per_s = 0;  // Drover only: --batch heartbeats per KeepAlive message
+  double puts_per_s = 0;                // etcd only: Put overwriting keys
+  Latency watch;                        // gRPC Watch
+  Latency http_watch;                   // Drover only: GET /v1/watch
+  std::uint64_t errors = 0;
+};
+
+std::string InstanceId(std::uint64_t i) { return fmt::format("inst-{:05d}", i); }
+
+// A bidirectional stream run as a closed loop: write the request, read the reply, repeat.
+template <typename Request, typename Reply>
+class PingPongStream final : public grpc::ClientBidiReactor<Request, Reply> {
+ public:
+  using Open = std::function<void(grpc::ClientContext*, grpc::ClientBidiReactor<Request, Reply>*)>;
+  using Check = std::function<bool(const Reply&)>;
+
+  PingPongStream(const Open& open, Request request, Check check)
+      : request_(std::move(request)), check_(std::move(check)) {
+    open(&ctx_, this);
+    this->StartCall();
+  }
+  // Sends the request once; `done` runs when the reply arrives.
+  void Send(std::function<void(bool)> done) {
+    done_ = std::move(done);
+    this->StartWrite(&request_);
+  }
+  void OnWriteDone(bool ok) override {
+    if (!ok) return Complete(false);
+    this->StartRead(&reply_);
+  }
+  void OnReadDone(bool ok) override { Complete(ok && check_(reply_)); }
+  void OnDone(const grpc::Status&) override {
+    std::lock_guard lock(mu_);
+    finished_ = true;
+    cv_.notify_all();
+  }
+  void Close() {
+    ctx_.TryCancel();
+    std::unique_lock lock(mu_);
+    cv_.wait(lock, [&] { return finished_; });
+  }
+
+ private:
+  void Complete(bool ok) {
+    auto done = std::move(done_);
+    if (done) done(ok);
+  }
+  grpc::ClientContext ctx_;
+  Request request_;
+  Reply reply_;
+  const Check check_;
+  std::function<void(bool)> done_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool finished_ = false;
+};
+
+// Runs one PingPongStream per client for the measured period.
+template <typename Stream>
+ClosedLoop::Result StreamLoop(const Options& opt, std::vector<std::unique_ptr<Stream>>& streams) {
+  auto result = ClosedLoop::For(
+      static_cast<int>(streams.size()), 500ms,
+      std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(opt.seconds)),
+      [&](int c, std::uint64_t, auto done) { streams[static_cast<std::size_t>(c)]->Send(done); });
+  for (auto& s : streams) s->Close();
+  return result;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Drover
+
+class DroverServer {
+ public:
+  explicit DroverServer(const std::string& binary)
+      : process_({binary, "--log-level", "warn", "registry", "--data-dir", dir_.path(), "--http",
+                  "127.0.0.1:0", "--grpc", "127.0.0.1:0"}) {
+    auto line = process_.ReadLine(30s);
+    if (!line) Fail("drover registry did not start");
+    target_ = Address(*line, "grpc://");
+    http_ = Address(*line, "http://");
+  }
+  const std::string& target() const { return target_; }
+  const std::string& http() const { return http_; }
+
+ private:
+  drover::testing::TempDir dir_;
+  drover::testing::ChildProcess process_;
+  std::string target_;
+  std::string http_;
+
+  static std::string Address(const std::string& line, const std::string& scheme) {
+    auto at = line.find(scheme);
+    if (at == std::string::npos) Fail("unexpected first line from drover registry: " + line);
+    at += scheme.size();
+    const auto end = line.find_first_of(" )", at);
+    return line.substr(at, end == std::string::npos ? std::string::npos : end - at);
+  }
+};
+
+// Watchers on the HTTP API (GET /v1/watch, chunked JSON lines), each its own connection, all
+// read by one epoll thread.
+class HttpWatchers {
+ public:
+  HttpWatchers(const std::string& address, int count, std::uint64_t from, std::uint64_t base,
+               LatencyProbe& probe)
+      : base_(base), probe_(probe), conns_(static_cast<std::size_t>(count)) {
+    epoll_ = ::epoll_create1(EPOLL_CLOEXEC);
+    const auto colon = address.rfind(':');
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<std::uint16_t>(std::stoi(address.substr(colon + 1))));
+    ::inet_pton(AF_INET, address.substr(0, colon).c_str(), &addr.sin_addr);
+    const std::string request = fmt::format(
+        "GET /v1/watch?from={}&service=bench HTTP/1.1\r\nHost: {}\r\n\r\n", from, address);
+    for (std::size_t i = 0; i < conns_.size(); ++i) {
+      Conn& c = conns_[i];
+      c.fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+      if (c.fd < 0 || ::connect(c.fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
+          ::send(c.fd, request.data(), request.size(), MSG_NOSIGNAL) !=
+              static_cast<ssize_t>(request.size())) {
+        Fail("http watch: cannot connect to " + address);
+      }
+      epoll_event ev{};
+      ev.events = EPOLLIN;
+      ev.data.u64 = i;
+      ::epoll_ctl(epoll_, EPOLL_CTL_ADD, c.fd, &ev);
+    }
+    thread_ = std::jthread([this](std::stop_token stop) { Run(stop); });
+  }
+  ~HttpWatchers() {
+    Stop();
+    for (Conn& c : conns_) ::close(c.fd);
+    ::close(epoll_);
+  }
+  int ready() const { return ready_.load(); }
+  // Call after the reader has stopped seeing new events (the probe has them all, or timed out).
+  void Collect(std::vector<std::int64_t>& latencies) {
+    Stop();
+    for (Conn& c : conns_) probe_.Collect(c.arrivals, latencies);
+  }
+
+ private:
+  void Stop() {
+    if (!thread_.joinable()) return;
+    thread_.request_stop();
+    thread_.join();
+  }
+
+  struct Conn {
+    int fd = -1;
+    std::string in;  // unparsed bytes
+    bool header_done = false;
+    bool counted_ready = false;
+    std::vector<Arrival> arrivals;
+  };
+
+  void Run(std::stop_token stop) {
+    std::vector<epoll_event> events(256);
+    char buf[65536];
+    while (!stop.stop_requested()) {
+      const int n = ::epoll_wait(epoll_, events.data(), static_cast<int>(events.size()), 100);
+      for (int e = 0; e < n; ++e) {
+        Conn& c = conns_[events[static_cast<std::size_t>(e)].data.u64];
+        const ssize_t got = ::recv(c.fd, buf, sizeof buf, MSG_DONTWAIT);
+        if (got <= 0) {
+          ::epoll_ctl(epoll_, EPOLL_CTL_DEL, c.fd, nullptr);
+          continue;
+        }
+        c.in.append(buf, static_cast<std::size_t>(got));
+        Parse(c);
+      }
+    }
+  }
+
+  // Consumes complete chunks; each holds whole JSON lines (one per event).
+  void Parse(Conn& c) {
+    if (!c.header_done) {
+      const auto end = c.in.find("\r\n\r\n");
+      if (end == std::string::npos) return;
+      c.in.erase(0, end + 4);
+      c.header_done = true;
+    }
+    std::size_t pos = 0;
+    while (true) {
+      const auto size_end = c.in.find("\r\n", pos);
+      if (size_end == std::string::npos) break;
+      const std::size_t size = std::stoul(c.in.substr(pos, size_end - pos), nullptr, 16);
+      if (c.in.size() < size_end + 2 + size + 2) break;
+      OnLines(c, std::string_view(c.in).substr(size_end + 2, size));
+      pos = size_end + 2 + size + 2;
+    }
+    c.in.erase(0, pos);
+  }
+
+  void OnLines(Conn& c, std::string_view lines) {
+    while (!lines.empty()) {
+      const auto nl = lines.find('\n');
+      const std::string_view line = lines.substr(0, nl);
+      lines = nl == std::string_view::npos ? std::string_view() : lines.substr(nl + 1);
+      if (line.find(R"("type":"PUT")") == std::string_view::npos) continue;
+      const auto at = line.find(R"("revision":)");
+      if (at == std::string_view::npos) continue;
+      const auto rev =
+          static_cast<std::int64_t>(std::stoull(std::string(line.substr(at + 11, 20))));
+      if (rev <= static_cast<std::int64_t>(base_)) {
+        if (!c.counted_ready) ready_.fetch_add(1);
+        c.counted_ready = true;
+      } else {
+        probe_.Received(rev - static_cast<std::int64_t>(base_), c.arrivals);
+      }
+    }
+  }
+
+  const std::uint64_t base_;
+  LatencyProbe& probe_;
+  std::vector<Conn> conns_;
+  int epoll_ = -1;
+  std::atomic<int> ready_{0};
+  std::jthread thread_;
+};
+
+class DroverWatch final : public grpc::ClientReadReactor<pb::Event> {
+ public:
+  DroverWatch(pb::Registry::Stub& stub, std::uint64_t from, std::uint64_t base, LatencyProbe& probe,
+              std::atomic<int>& ready)
+      : base_(base), probe_(probe), ready_(ready) {
+    request_.set_service("bench");
+    request_.set_from_revision(from);
+    stub.async()->Watch(&ctx_, &request_, this);
+    StartRead(&event_);
+    StartCall();
+  }
+  void OnReadDone(bool ok) override {
+    if (!ok) return;
+    if (event_.type() == pb::Event::PUT) {
+      const auto rev = static_cast<std::int64_t>(event_.revision());
+      const auto base = static_cast<std::int64_t>(base_);
+      if (rev <= base) {
+        if (!counted_ready_) ready_.fetch_add(1);  // the replayed event: the stream is live
+        counted_ready_ = true;
+      } else {
+        probe_.Received(rev - base, samples_);
+      }
+    }
+    StartRead(&event_);
+  }
+  void OnDone(const grpc::Status&) override {
+    std::lock_guard lock(mu_);
+    done_ = true;
+    cv_.notify_all();
+  }
+  void Close() {
+    ctx_.TryCancel();
+    std::unique_lock lock(mu_);
+    cv_.wait(lock, [&] { return done_; });
+  }
+  std::vector<Arrival>& arrivals() { return samples_; }
+
+ private:
+  grpc::ClientContext ctx_;
+  pb::WatchRequest request_;
+  pb::Event event_;
+  const std::uint64_t base_;
+  LatencyProbe& probe_;
+  std::atomic<int>& ready_;
+  bool counted_ready_ = false;
+  std::vector<Arrival> samples_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false;
+};
+
+pb::RegisterRequest Registration(std::uint64_t i) {
+  pb::RegisterRequest req;
+  req.set_service("bench");
+  req.set_id(InstanceId(i));
+  pb::InstanceSpec* spec = req.mutable_spec();
+  spec->set_address(fmt::format("10.0.{}.{}:7000", i / 250, i % 250));
+  spec->set_generation(1);
+  spec->set_state(pb::READY);
+  spec->set_ttl_ms(600'000);  // nothing expires during the run
+  spec->set_zone("zone-a");
+  spec->set_version("1.0.0");
+  (*spec->mutable_labels())["shard"] = std::to_string(i % 64);
+  return req;
+}
+
+SystemFigures BenchDrover(const Options& opt) {
+  DroverServer server(opt.drover);
+  auto channels = Connect(server.target(), opt.connections);
+  std::vector<std::unique_ptr<pb::Registry::Stub>> stubs;
+  for (auto& ch : channels) stubs.push_back(pb::Registry::NewStub(ch));
+  auto stub_for = [&](int client) -> pb::Registry::Stub& { return *stubs[client % stubs.size()]; };
+  SystemFigures out;
+
+  // Registrations.
+  const auto instances = static_cast<std::uint64_t>(opt.instances);
+  auto reg = ClosedLoop::Count(opt.clients, instances, [&](int c, std::uint64_t seq, auto done) {
+    auto* call = new UnaryCall<pb::RegisterRequest, pb::RevisionReply>;
+    call->request = Registration(seq);
+    stub_for(c).async()->Register(&call->ctx, &call->request, &call->reply,
+                                  [call, done](const grpc::Status& s) {
+                                    delete call;
+                                    done(s.ok());
+                                  });
+  });
+  out.registrations_per_s = reg.per_second;
+  out.errors += reg.errors;
+
+  // Heartbeats: unary calls, then KeepAlive streams with one and with --batch per message.
+  const auto measure =
+      std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(opt.seconds));
+  auto hb = ClosedLoop::For(opt.clients, 500ms, measure, [&](int c, std::uint64_t seq, auto done) {
+    auto* call = new UnaryCall<pb::HeartbeatRequest, pb::RevisionReply>;
+    call->request.set_service("bench");
+    call->request.set_id(InstanceId(seq % instances));
+    call->request.set_generation(1);
+    stub_for(c).async()->Heartbeat(&call->ctx, &call->request, &call->reply,
+                                   [call, done](const grpc::Status& s) {
+                                     delete call;
+                                     done(s.ok());
+                                   });
+  });
+  out.unary_heartbeats_per_s = hb.per_second;
+  out.errors += hb.errors;
+  using KeepAlive = PingPongStream<pb::KeepAliveRequest, pb::KeepAliveReply>;
+  auto keepalive = [&](int batch) {
+    std::vector<std::unique_ptr<KeepAlive>> streams;
+    for (int c = 0; c < opt.clients; ++c) {
+      pb::KeepAliveRequest req;
+      for (int b = 0; b < batch; ++b) {
+        pb::HeartbeatRequest* h = req.add_heartbeats();
+        h->set_service("bench");
+        h->set_id(InstanceId(static_cast<std::uint64_t>(c * batch + b) % instances));
+        h->set_generation(1);
+      }
+      pb::Registry::Stub& stub = stub_for(c);
+      streams.push_back(std::make_unique<KeepAlive>(
+          [&stub](grpc::ClientContext* ctx, auto* reactor) {
+            stub.async()->KeepAlive(ctx, reactor);
+          },
+          req,
+          [](const pb::KeepAliveReply& r) {
+            return std::all_of(r.results().begin(), r.results().end(),
+                               [](const pb::HeartbeatResult& h) { return h.code() == 0; });
+          }));
+    }
+    auto result = StreamLoop(opt, streams);
+    out.errors += result.errors;
+    return result.per_second * batch;
+  };
+  out.keepalive_per_s = keepalive(1);
+  out.batched_heartbeats_per_s = keepalive(opt.batch);
+
+  // Watch latency: every watcher resumes from one revision back, so the replayed event proves
+  // its stream is live before the writes start.
+  pb::ListRequest list_req;
+  list_req.set_service("bench");
+  pb::ListReply list;
+  {
+    grpc::ClientContext ctx;
+    if (!stubs[0]->List(&ctx, list_req, &list).ok()) Fail("drover: List failed");
+  }
+  const std::uint64_t base = list.revision();
+  auto watch_channels = Connect(server.target(), opt.watch_connections);
+  std::vector<std::unique_ptr<pb::Registry::Stub>> watch_stubs;
+  for (auto& ch : watch_channels) watch_stubs.push_back(pb::Registry::NewStub(ch));
+  LatencyProbe probe(opt.writes, opt.watchers);
+  std::atomic<int> ready{0};
+  std::vector<std::unique_ptr<DroverWatch>> watches;
+  for (int w = 0; w < opt.watchers; ++w) {
+    watches.push_back(std::make_unique<DroverWatch>(*watch_stubs[w % watch_stubs.size()], base - 1,
+                                                    base, probe, ready));
+  }
+  const auto deadline = Clock::now() + 60s;
+  while (ready.load() < opt.watchers && Clock::now() < deadline) std::this_thread::sleep_for(5ms);
+  if (ready.load() < opt.watchers) Fail("drover: watchers did not start");
+  RemoteWrites(opt, "drover", server.target(), static_cast<std::int64_t>(base), probe);
+  probe.WaitAll(30s);
+  std::vector<std::int64_t> all;
+  for (auto& w : watches) {
+    w->Close();
+    probe.Collect(w->arrivals(), all);
+  }
+  out.watch = Summarise(std::move(all), probe.expected());
+
+  // The same over the HTTP API, which the gateways and the SDK use.
+  const std::uint64_t http_base = base + static_cast<std::uint64_t>(opt.writes);
+  LatencyProbe http_probe(opt.writes, opt.watchers);
+  HttpWatchers http_watchers(server.http(), opt.watchers, http_base - 1, http_base, http_probe);
+  const auto http_deadline = Clock::now() + 60s;
+  while (http_watchers.ready() < opt.watchers && Clock::now() < http_deadline) {
+    std::this_thread::sleep_for(5ms);
+  }
+  if (http_watchers.ready() < opt.watchers) Fail("drover: HTTP watchers did not start");
+  RemoteWrites(opt, "drover", server.target(), static_cast<std::int64_t>(http_base), http_probe);
+  http_probe.WaitAll(30s);
+  std::vector<std::int64_t> http_all;
+  http_watchers.Collect(http_all);
+  out.http_watch = Summarise(std::move(http_all), http_probe.expected());
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// etcd
+
+class EtcdServer {
+ public:
+  explicit EtcdServer(const std::string& binary) {
+    const int client_port = FreePort();
+    const int peer_port = FreePort();
+    const std::string client_url = fmt::format("http://127.0.0.1:{}", client_port);
+    const std::string peer_url = fmt::format("http://127.0.0.1:{}", peer_port);
+    process_ = std::make_unique<drover::testing::ChildProcess>(std::vector<std::string>{
+        binary, "--name", "bench", "--data-dir", dir_.path() + "/etcd", "--listen-client-urls",
+        client_url, "--advertise-client-urls", client_url, "--listen-peer-urls", peer_url,
+        "--initial-advertise-peer-urls", peer_url, "--initial-cluster", "bench=" + peer_url,
+        "--logger", "zap", "--log-level", "error"});
+    target_ = fmt::format("127.0.0.1:{}", client_port);
+    // Ready once a linearizable read succeeds (the single member has elected itself).
+    auto channel = grpc::CreateChannel(target_, grpc::InsecureChannelCredentials());
+    auto kv = etcd::KV::NewStub(channel);
+    const auto deadline = Clock::now() + 30s;
+    while (Clock::now() < deadline) {
+      grpc::ClientContext ctx;
+      ctx.set_deadline(std::chrono::system_clock::now() + 1s);
+      etcd::RangeRequest req;
+      req.set_key("ready");
+      etcd::RangeResponse resp;
+      if (kv->Range(&ctx, req, &resp).ok()) return;
+      if (!process_->running()) break;
+      std::this_thread::sleep_for(100ms);
+    }
+    Fail("etcd did not start on " + target_);
+  }
+  const std::string& target() const { return target_; }
+
+ private:
+  drover::testing::TempDir dir_;
+  std::unique_ptr<drover::testing::ChildProcess> process_;
+  std::string target_;
+};
+
+std::string EtcdKey(std::uint64_t i) { return "/drover/bench/" + InstanceId(i); }
+
+// What Drover stores for an instance, at about the same size.
+std::string EtcdValue(std::uint64_t i, bool accepting) {
+  return fmt::format(
+      R"({{"address":"10.0.{}.{}:7000","generation":1,"state":"READY","ttl_ms":600000,)"
+      R"("weight":1,"zone":"zone-a","labels":{{"shard":"{}"}},"version":"1.0.0","accepting":{}}})",
+      i / 250, i % 250, i % 64, accepting ? "true" : "false");
+}
+
+class EtcdWatch final : public grpc::ClientBidiReactor<etcd::WatchRequest, etcd::WatchResponse> {
+ public:
+  EtcdWatch(etcd::Watch::Stub& stub, std::int64_t base, LatencyProbe& probe,
+            std::atomic<int>& ready)
+      : base_(base), probe_(probe), ready_(ready) {
+    etcd::WatchCreateRequest* create = request_.mutable_create_request();
+    create->set_key("/drover/bench/");
+    create->set_range_end("/drover/bench0");  // '/' + 1: every key under the prefix
+    create->set_start_revision(base + 1);
+    stub.async()->Watch(&ctx_, this);
+    StartWrite(&request_);
+    StartRead(&response_);
+    StartCall();
+  }
+  void OnReadDone(bool ok) override {
+    if (!ok) return;
+    if (response_.created()) ready_.fetch_add(1);
+    for (const auto& e : response_.events())
+      probe_.Received(e.kv().mod_revision() - base_, samples_);
+    StartRead(&response_);
+  }
+  void OnDone(const grpc::Status&) override {
+    std::lock_guard lock(mu_);
+    done_ = true;
+    cv_.notify_all();
+  }
+  void Close() {
+    ctx_.TryCancel();
+    std::unique_lock lock(mu_);
+    cv_.wait(lock, [&] { return done_; });
+  }
+  std::vector<Arrival>& arrivals() { return samples_; }
+
+ private:
+  grpc::ClientContext ctx_;
+  etcd::WatchRequest request_;
+  etcd::WatchResponse response_;
+  const std::int64_t base_;
+  LatencyProbe& probe_;
+  std::atomic<int>& ready_;
+  std::vector<Arrival> samples_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false;
+};
+
+SystemFigures BenchEtcd(const Options& opt) {
+  EtcdServer server(opt.etcd);
+  auto channels = Connect(server.target(), opt.connections);
+  std::vector<std::unique_ptr<etcd::KV::Stub>> kv;
+  for (auto& ch : channels) kv.push_back(etcd::KV::NewStub(ch));
+  auto kv_for = [&](int client) -> etcd::KV::Stub& { return *kv[client % kv.size()]; };
+  const auto instances = static_cast<std::uint64_t>(opt.instances);
+  const auto measure =
+      std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(opt.seconds));
+  SystemFigures out;
+
+  auto put = [&](bool accepting) {
+    return [&, accepting](int c, std::uint64_t seq, auto done) {
+      auto* call = new UnaryCall<etcd::PutRequest, etcd::PutResponse>;
+      call->request.set_key(EtcdKey(seq % instances));
+      call->request.set_value(EtcdValue(seq % instances, accepting));
+      kv_for(c).async()->Put(&call->ctx, &call->request, &call->reply,
+                             [call, done](const grpc::Status& s) {
+                               delete call;
+                               done(s.ok());
+                             });
+    };
+  };
+  auto reg = ClosedLoop::Count(opt.clients, instances, put(true));
+  out.registrations_per_s = reg.per_second;
+  out.errors += reg.errors;
+  auto puts = ClosedLoop::For(opt.clients, 500ms, measure, put(false));
+  out.puts_per_s = puts.per_second;
+  out.errors += puts.errors;
+
+  // Keepalives: one lease and one stream per client, as an etcd client keeps its session.
+  std::vector<std::unique_ptr<etcd::Lease::Stub>> lease_stubs;
+  for (auto& ch : channels) lease_stubs.push_back(etcd::Lease::NewStub(ch));
+  using KeepAlive = PingPongStream<etcd::LeaseKeepAliveRequest, etcd::LeaseKeepAliveResponse>;
+  std::vector<std::unique_ptr<KeepAlive>> streams;
+  for (int c = 0; c < opt.clients; ++c) {
+    etcd::Lease::Stub& stub = *lease_stubs[static_cast<std::size_t>(c) % lease_stubs.size()];
+    grpc::ClientContext ctx;
+    etcd::LeaseGrantRequest grant;
+    grant.set_ttl(600);
+    etcd::LeaseGrantResponse granted;
+    if (!stub.LeaseGrant(&ctx, grant, &granted).ok()) Fail("etcd: LeaseGrant failed");
+    etcd::LeaseKeepAliveRequest req;
+    req.set_id(granted.id());
+    streams.push_back(std::make_unique<KeepAlive>(
+        [&stub](grpc::ClientContext* ctx, auto* reactor) {
+          stub.async()->LeaseKeepAlive(ctx, reactor);
+        },
+        req, [](const etcd::LeaseKeepAliveResponse& r) { return r.ttl() > 0; }));
+  }
+  auto ka = StreamLoop(opt, streams);
+  out.keepalive_per_s = ka.per_second;
+  out.errors += ka.errors;
+
+  // Watch latency.
+  etcd::RangeRequest head;
+  head.set_key("/drover/bench/");
+  head.set_range_end("/drover/bench0");
+  head.set_count_only(true);
+  etcd::RangeResponse head_reply;
+  {
+    grpc::ClientContext ctx;
+    if (!kv[0]->Range(&ctx, head, &head_reply).ok()) Fail("etcd: Range failed");
+  }
+  const std::int64_t base = head_reply.header().revision();
+  auto watch_channels = Connect(server.target(), opt.watch_connections);
+  std::vector<std::unique_ptr<etcd::Watch::Stub>> watch_stubs;
+  for (auto& ch : watch_channels) watch_stubs.push_back(etcd::Watch::NewStub(ch));
+  LatencyProbe probe(opt.writes, opt.watchers);
+  std::atomic<int> ready{0};
+  std::vector<std::unique_ptr<EtcdWatch>> watches;
+  for (int w = 0; w < opt.watchers; ++w) {
+    watches.push_back(
+        std::make_unique<EtcdWatch>(*watch_stubs[w % watch_stubs.size()], base, probe, ready));
+  }
+  const auto deadline = Clock::now() + 60s;
+  while (ready.load() < opt.watchers && Clock::now() < deadline) std::this_thread::sleep_for(5ms);
+  if (ready.load() < opt.watchers) Fail("etcd: watchers did not start");
+  RemoteWrites(opt, "etcd", server.target(), base, probe);
+  probe.WaitAll(30s);
+  std::vector<std::int64_t> all;
+  for (auto& w : watches) {
+    w->Close();
+    probe.Collect(w->arrivals(), all);
+  }
+  out.watch = Summarise(std::move(all), probe.expected());
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------
+
+// The writer process: flips `accepting` of one instance per write (each write changes
+// something, so each is one revision) and checks that nothing else wrote in between.
+int DroverWriter(const Options& opt, const std::string& target, std::uint64_t base) {
+  auto stub = pb::Registry::NewStub(Connect(target, 1)[0]);
+  const auto instances = static_cast<std::uint64_t>(opt.instances);
+  std::vector<bool> accepting(instances, true);
+  {
+    pb::ListRequest req;
+    req.set_service("bench");
+    pb::ListReply list;
+    grpc::ClientContext ctx;
+    if (!stub->List(&ctx, req, &list).ok()) Fail("drover: List failed");
+    for (const pb::Instance& in : list.instances()) {
+      const auto i = std::stoull(in.id().substr(in.id().find('-') + 1));
+      if (i < instances) accepting[i] = in.spec().accepting();
+    }
+  }
+  PacedWrites(opt.writes, std::chrono::milliseconds(opt.interval_ms), [&](int k) {
+    const std::uint64_t i = static_cast<std::uint64_t>(k) % instances;
+    accepting[i] = !accepting[i];
+    pb::SetStateRequest req;
+    req.set_service("bench");
+    req.set_id(InstanceId(i));
+    req.set_generation(1);
+    req.set_accepting(accepting[i]);
+    pb::RevisionReply reply;
+    grpc::ClientContext ctx;
+    grpc::Status s = stub->SetState(&ctx, req, &reply);
+    if (!s.ok()) Fail("drover: SetState failed: " + s.error_message());
+    if (reply.revision() != base + static_cast<std::uint64_t>(k)) {
+      Fail("drover: unexpected revision from a concurrent writer");
+    }
+  });
+  return 0;
+}
+
+int EtcdWriter(const Options& opt, const std::string& target, std::int64_t base) {
+  auto kv = etcd::KV::NewStub(Connect(target, 1)[0]);
+  const auto instances = static_cast<std::uint64_t>(opt.instances);
+  std::vector<bool> accepting(instances, true);
+  PacedWrites(opt.writes, std::chrono::milliseconds(opt.interval_ms), [&](int k) {
+    const std::uint64_t i = static_cast<std::uint64_t>(k) % instances;
+    accepting[i] = !accepting[i];
+    etcd::PutRequest req;
+    req.set_key(EtcdKey(i));
+    req.set_value(EtcdValue(i, accepting[i]));
+    etcd::PutResponse reply;
+    grpc::ClientContext ctx;
+    grpc::Status s = kv->Put(&ctx, req, &reply);
+    if (!s.ok()) Fail("etcd: Put failed: " + s.error_message());
+    if (reply.header().revision() != base + k) Fail("etcd: unexpected revision");
+  });
+  return 0;
+}
+
+double Ratio(double ours, double theirs) { return theirs > 0 ? ours / theirs : 0; }
+
+void PrintReport(const Options& opt, const SystemFigures& d,
+                 const std::optional<SystemFigures>& e) {
+  std::printf(
+      "registry benchmark: %d clients over %d connections, %d instances, %d watchers, "
+      "%d writes %d ms apart\n",
+      opt.clients, opt.connections, opt.instances, opt.watchers, opt.writes, opt.interval_ms);
+  std::printf("%-34s %14s %14s %10s\n", "", "drover", "etcd", "ratio");
+  auto rate = [&](const char* name, double ours, double theirs) {
+    if (e) {
+      std::printf("%-34s %14.0f %14.0f %9.2fx\n", name, ours, theirs, Ratio(ours, theirs));
+    } else {
+      std::printf("%-34s %14.0f %14s %10s\n", name, ours, "-", "-");
+    }
+  };
+  rate("registrations/s (etcd: put new)", d.registrations_per_s, e ? e->registrations_per_s : 0);
+  const double etcd_ka = e ? e->keepalive_per_s : 0;
+  rate("heartbeats/s, unary Heartbeat", d.unary_heartbeats_per_s, etcd_ka);
+  rate("heartbeats/s, KeepAlive 1/message", d.keepalive_per_s, etcd_ka);
+  rate(fmt::format("heartbeats/s, KeepAlive {}/message", opt.batch).c_str(),
+       d.batched_heartbeats_per_s, etcd_ka);
+  rate("KeepAlive 1/message vs etcd put/s", d.keepalive_per_s, e ? e->puts_per_s : 0);
+  auto ms = [&](const char* name, double ours, double theirs) {
+    if (e) {
+      std::printf("%-34s %11.2f ms %11.2f ms %9.2fx\n", name, ours, theirs, Ratio(ours, theirs));
+    } else {
+      std::printf("%-34s %11.2f ms %14s %10s\n", name, ours, "-", "-");
+    }
+  };
+  const double ep50 = e ? e->watch.p50_ms : 0, ep99 = e ? e->watch.p99_ms : 0;
+  ms("watch p50, gRPC Watch", d.watch.p50_ms, ep50);
+  ms("watch p99, gRPC Watch", d.watch.p99_ms, ep99);
+  ms("watch p50, HTTP /v1/watch", d.http_watch.p50_ms, ep50);
+  ms("watch p99, HTTP /v1/watch", d.http_watch.p99_ms, ep99);
+  ms("watch max, gRPC | HTTP", d.watch.max_ms, e ? e->watch.max_ms : 0);
+  ms("", d.http_watch.max_ms, e ? e->watch.max_ms : 0);
+  auto got = [](const Latency& l) {
+    return fmt::format("{}/{}", l.samples, l.samples + l.missing);
+  };
+  std::printf("watch events received: drover gRPC %s, HTTP %s", got(d.watch).c_str(),
+              got(d.http_watch).c_str());
+  if (e) std::printf(", etcd %s", got(e->watch).c_str());
+  std::printf("\nrequest errors: drover %llu%s\n", static_cast<unsigned long long>(d.errors),
+              e ? fmt::format(", etcd {}", e->errors).c_str() : "");
+  std::printf(
+      "(etcd column: heartbeats are LeaseKeepAlive, one lease per stream -- an etcd lease can "
+      "cover many keys, as one KeepAlive message can cover many instances; watch is etcd's "
+      "gRPC Watch)\n");
+  const double best =
+      std::max({d.unary_heartbeats_per_s, d.keepalive_per_s, d.batched_heartbeats_per_s});
+  const double best_p99 = std::min(d.watch.p99_ms, d.http_watch.p99_ms);
+  std::printf(
+      "goals: heartbeats/s >= 50000: %s (unary %.0f, stream %.0f, batched %.0f); "
+      "watch p99 <= 50 ms at %d watchers: %s (gRPC %.1f ms, HTTP %.1f ms)\n",
+      best >= 50'000 ? "met" : "NOT met", d.unary_heartbeats_per_s, d.keepalive_per_s,
+      d.batched_heartbeats_per_s, opt.watchers, best_p99 <= 50 ? "met" : "NOT met", d.watch.p99_ms,
+      d.http_watch.p99_ms);
+}
+
+nlohmann::json ToJson(const SystemFigures& f) {
+  return {{"registrations_per_s", f.registrations_per_s},
+          {"unary_heartbeats_per_s", f.unary_heartbeats_per_s},
+          {"keepalive_per_s", f.keepalive_per_s},
+          {"batched_heartbeats_per_s", f.batched_heartbeats_per_s},
+          {"puts_per_s", f.puts_per_s},
+          {"http_watch_p50_ms", f.http_watch.p50_ms},
+          {"http_watch_p99_ms", f.http_watch.p99_ms},
+          {"http_watch_max_ms", f.http_watch.max_ms},
+          {"http_watch_samples", f.http_watch.samples},
+          {"watch_p50_ms", f.watch.p50_ms},
+          {"watch_p99_ms", f.watch.p99_ms},
+          {"watch_max_ms", f.watch.max_ms},
+          {"watch_samples", f.watch.samples},
+          {"watch_missing", f.watch.missing},
+          {"errors", f.errors}};
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options opt;
+#ifdef DROVER_BINARY
+  opt.drover = DROVER_BINARY;
+#endif
+  CLI::App app{
+      "Registry throughput and watch latency: drover registry against etcd, both on "
+      "loopback in temporary directories, with the same gRPC clients."};
+  app.add_option("--drover", opt.drover, "Path of the drover binary")->capture_default_str();
+  app.add_option("--etcd", opt.etcd, "etcd binary (PATH is searched); 'off' skips etcd")
+      ->capture_default_str();
+  app.add_option("--clients", opt.clients, "Concurrent closed-loop clients")
+      ->check(CLI::Range(1, 4096))
+      ->capture_default_str();
+  app.add_option("--connections", opt.connections, "TCP connections the clients share")
+      ->check(CLI::Range(1, 256))
+      ->capture_default_str();
+  app.add_option("--seconds", opt.seconds, "Measured seconds per throughput run")
+      ->check(CLI::Range(0.1, 600.0))
+      ->capture_default_str();
+  app.add_option("--instances", opt.instances, "Instances registered (and keys put)")
+      ->check(CLI::Range(2, 1'000'000))
+      ->capture_default_str();
+  app.add_option("--watchers", opt.watchers, "Concurrent watch streams")
+      ->check(CLI::Range(1, 100'000))
+      ->capture_default_str();
+  app.add_option("--watch-connections", opt.watch_connections,
+                 "TCP connections the watch streams share")
+      ->check(CLI::Range(1, 10'000))
+      ->capture_default_str();
+  app.add_option("--writes", opt.writes, "Writes observed by the watchers")
+      ->check(CLI::Range(1, 100'000))
+      ->capture_default_str();
+  app.add_option("--interval-ms", opt.interval_ms, "Milliseconds between those writes")
+      ->check(CLI::Range(0, 10'000))
+      ->capture_default_str();
+  app.add_option("--batch", opt.batch, "Heartbeats per KeepAlive message in the batched run")
+      ->check(CLI::Range(1, 10'000))
+      ->capture_default_str();
+  app.add_flag("--json", opt.json, "Print one JSON object instead of the table");
+  std::string write_to, system;
+  std::int64_t base = 0;
+  auto* writer = app.add_option("--write-to", write_to, "(internal) run as the writer process");
+  app.add_option("--system", system)->needs(writer)->group("");
+  app.add_option("--base", base)->needs(writer)->group("");
+  writer->group("");
+  CLI11_PARSE(app, argc, argv);
+  if (!write_to.empty()) {
+    return system == "etcd" ? EtcdWriter(opt, write_to, base)
+                            : DroverWriter(opt, write_to, static_cast<std::uint64_t>(base));
+  }
+
+  if (opt.drover.empty() || ::access(opt.drover.c_str(), X_OK) != 0) {
+    Fail("no drover binary at '" + opt.drover + "' (give --drover)");
+  }
+  std::optional<SystemFigures> etcd_figures;
+  std::string etcd_binary;
+  if (opt.etcd != "off") {
+    etcd_binary = FindInPath(opt.etcd);
+    if (etcd_binary.empty()) {
+      Fail("no etcd binary '" + opt.etcd +
+           "' (Debian: apt-get install etcd-server; or --etcd off)");
+    }
+  }
+  std::fprintf(stderr, "registry_bench: drover ...\n");
+  SystemFigures drover_figures = BenchDrover(opt);
+  if (!etcd_binary.empty()) {
+    std::fprintf(stderr, "registry_bench: etcd ...\n");
+    opt.etcd = etcd_binary;
+    etcd_figures = BenchEtcd(opt);
+  }
+  if (opt.json) {
+    nlohmann::json out = {{"clients", opt.clients},     {"connections", opt.connections},
+                          {"instances", opt.instances}, {"watchers", opt.watchers},
+                          {"writes", opt.writes},       {"drover", ToJson(drover_figures)}};
+    if (etcd_figures) out["etcd"] = ToJson(*etcd_figures);
+    std::printf("%s\n", out.dump(2).c_str());
+  } else {
+    PrintReport(opt, drover_figures, etcd_figures);
+  }
+  return 0;
+}
