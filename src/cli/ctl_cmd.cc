@@ -20,6 +20,7 @@ namespace {
 struct CtlArgs {
   std::string registry = "http://127.0.0.1:7070";
   std::string token;
+  std::string ca_file;
   bool json = false;
   std::string service;
   std::string id;
@@ -61,7 +62,7 @@ HttpClient Client(const CtlArgs& args) {
   if (token.empty()) {
     if (const char* env = std::getenv("DROVER_TOKEN")) token = env;
   }
-  auto client = HttpClient::Create(args.registry, token);
+  auto client = HttpClient::Create(args.registry, token, std::chrono::seconds(10), args.ca_file);
   if (!client.ok()) Fail(2, client.status().message());
   return std::move(client).value();
 }
@@ -230,9 +231,13 @@ void AddCtlCommands(CLI::App& app) {
   auto args = std::make_shared<CtlArgs>();
   CLI::App* ctl = app.add_subcommand("ctl", "Operate a running registry over its HTTP API");
   ctl->require_subcommand(1);
-  ctl->add_option("--registry", args->registry, "Registry URL http://host:port")
+  ctl->add_option("--registry", args->registry,
+                  "Registry URL http://host:port or https://host:port")
       ->capture_default_str();
   ctl->add_option("--token", args->token, "Bearer token (default: $DROVER_TOKEN)");
+  ctl->add_option("--ca", args->ca_file,
+                  "PEM CA certificates to trust for an https:// registry (default: the system's)")
+      ->check(CLI::ExistingFile);
   ctl->add_flag("--json", args->json, "Print JSON instead of tables");
 
   ctl->add_subcommand("services", "List services with instance counts")->callback([args] {

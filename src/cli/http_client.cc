@@ -1,10 +1,14 @@
 #include "http_client.h"
 
 // Boost 1.74's asio headers use std::exchange without including <utility>.
+#include <openssl/ssl.h>
+
 #include <boost/asio/connect.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/ssl.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <boost/beast/ssl.hpp>
 #include <utility>
 
 namespace drover::cli {
@@ -12,6 +16,7 @@ namespace drover::cli {
 namespace net = boost::asio;
 namespace beast = boost::beast;
 namespace http = beast::http;
+namespace ssl = net::ssl;
 using tcp = net::ip::tcp;
 
 namespace {
@@ -36,32 +41,70 @@ Status Connect(beast::tcp_stream& stream, const std::string& host, const std::st
 }  // namespace
 
 Result<HttpClient> HttpClient::Create(const std::string& base, std::string token,
-                                      std::chrono::seconds timeout) {
-  constexpr std::string_view kScheme = "http://";
-  if (base.rfind(kScheme, 0) != 0) {
-    return InvalidArgumentError("registry URL must start with http:// (got '" + base + "')");
+                                      std::chrono::seconds timeout, std::string ca_file) {
+  const bool tls = base.rfind("https://", 0) == 0;
+  if (!tls && base.rfind("http://", 0) != 0) {
+    return InvalidArgumentError("registry URL must start with http:// or https:// (got '" + base +
+                                "')");
   }
-  std::string rest = base.substr(kScheme.size());
+  std::string rest = base.substr(tls ? 8 : 7);
   if (!rest.empty() && rest.back() == '/') rest.pop_back();
   const std::size_t colon = rest.rfind(':');
   if (colon == std::string::npos || colon == 0 || colon + 1 == rest.size() ||
       rest.find('/') != std::string::npos) {
-    return InvalidArgumentError("registry URL must be http://host:port (got '" + base + "')");
+    return InvalidArgumentError("registry URL must be http(s)://host:port (got '" + base + "')");
   }
   std::string host = rest.substr(0, colon);
   if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
     host = host.substr(1, host.size() - 2);
   }
-  return HttpClient(std::move(host), rest.substr(colon + 1), std::move(token), timeout);
+  if (!ca_file.empty() && !tls) {
+    return InvalidArgumentError("a CA file only applies to an https:// registry URL");
+  }
+  return HttpClient(std::move(host), rest.substr(colon + 1), std::move(token), timeout, tls,
+                    std::move(ca_file));
+}
+
+template <typename Use>
+Status HttpClient::WithConnection(Use&& use) const {
+  net::io_context io;
+  if (!tls_) {
+    beast::tcp_stream stream(io);
+    DROVER_RETURN_IF_ERROR(Connect(stream, host_, port_, timeout_));
+    Status result = use(stream);
+    beast::error_code ignored;
+    stream.socket().shutdown(tcp::socket::shutdown_both, ignored);
+    return result;
+  }
+  ssl::context ctx(ssl::context::tls_client);
+  beast::error_code ec;
+  ctx.set_verify_mode(ssl::verify_peer);
+  if (ca_file_.empty()) {
+    ctx.set_default_verify_paths(ec);
+  } else {
+    ctx.load_verify_file(ca_file_, ec);
+  }
+  if (ec) return InvalidArgumentError("cannot load CA certificates: " + ec.message());
+  beast::ssl_stream<beast::tcp_stream> stream(io, ctx);
+  // SNI, and the certificate must name the host we asked for.
+  // (SNI carries names only, not IP addresses.)
+  beast::error_code not_ip;
+  net::ip::make_address(host_, not_ip);
+  if (not_ip && SSL_ctrl(stream.native_handle(), SSL_CTRL_SET_TLSEXT_HOSTNAME,
+                         TLSEXT_NAMETYPE_host_name, const_cast<char*>(host_.c_str())) != 1) {
+    return Unreachable(host_, port_, "cannot set TLS server name");
+  }
+  stream.set_verify_callback(ssl::host_name_verification(host_));
+  DROVER_RETURN_IF_ERROR(Connect(beast::get_lowest_layer(stream), host_, port_, timeout_));
+  stream.handshake(ssl::stream_base::client, ec);
+  if (ec) return Unreachable(host_, port_, "TLS handshake failed: " + ec.message());
+  Status result = use(stream);
+  stream.shutdown(ec);  // close_notify; a server that just closes is fine too
+  return result;
 }
 
 Result<HttpResult> HttpClient::Send(std::string_view method, const std::string& target,
                                     const std::string& body) const {
-  net::io_context io;
-  beast::tcp_stream stream(io);
-  DROVER_RETURN_IF_ERROR(Connect(stream, host_, port_, timeout_));
-  beast::error_code ec;
-
   const http::verb verb = http::string_to_verb(beast::string_view(method.data(), method.size()));
   http::request<http::string_body> req{verb, target, 11};
   req.set(http::field::host, host_);
@@ -70,63 +113,65 @@ Result<HttpResult> HttpClient::Send(std::string_view method, const std::string& 
   if (!body.empty()) req.set(http::field::content_type, "application/json");
   req.body() = body;
   req.prepare_payload();
-  http::write(stream, req, ec);
-  if (ec) return Unreachable(host_, port_, ec.message());
-
-  beast::flat_buffer buffer;
-  http::response<http::string_body> res;
-  http::read(stream, buffer, res, ec);
-  if (ec) return Unreachable(host_, port_, ec.message());
-  stream.socket().shutdown(tcp::socket::shutdown_both, ec);
-  return HttpResult{static_cast<int>(res.result_int()), std::move(res.body())};
+  HttpResult result;
+  DROVER_RETURN_IF_ERROR(WithConnection([&](auto& stream) -> Status {
+    beast::error_code ec;
+    http::write(stream, req, ec);
+    if (ec) return Unreachable(host_, port_, ec.message());
+    beast::flat_buffer buffer;
+    http::response<http::string_body> res;
+    http::read(stream, buffer, res, ec);
+    if (ec) return Unreachable(host_, port_, ec.message());
+    result.status = static_cast<int>(res.result_int());
+    result.body = std::move(res.body());
+    return Status::Ok();
+  }));
+  return result;
 }
 
 Status HttpClient::Stream(const std::string& target,
                           const std::function<bool(std::string_view)>& on_line) const {
-  net::io_context io;
-  beast::tcp_stream stream(io);
-  DROVER_RETURN_IF_ERROR(Connect(stream, host_, port_, timeout_));
-  beast::error_code ec;
-
   http::request<http::empty_body> req{http::verb::get, target, 11};
   req.set(http::field::host, host_);
   req.set(http::field::user_agent, "drover-ctl");
   if (!token_.empty()) req.set(http::field::authorization, "Bearer " + token_);
-  http::write(stream, req, ec);
-  if (ec) return Unreachable(host_, port_, ec.message());
-
-  beast::flat_buffer buffer;
-  http::response_parser<http::string_body> parser;
-  parser.body_limit(boost::none);
-  http::read_header(stream, buffer, parser, ec);
-  if (ec) return Unreachable(host_, port_, ec.message());
-  if (parser.get().result() != http::status::ok) {
-    http::read(stream, buffer, parser, ec);
-    return Status(StatusCode::kUnavailable, "registry answered " +
-                                                std::to_string(parser.get().result_int()) + ": " +
-                                                parser.get().body());
-  }
-  stream.expires_never();
-  std::string pending;
-  bool stop = false;
-  // Chunk bodies arrive as they are sent; lines are handed on as soon as they are complete.
-  auto on_chunk = [&](std::uint64_t, beast::string_view data, beast::error_code& error) {
-    pending.append(data.data(), data.size());
-    std::size_t nl;
-    while (!stop && (nl = pending.find('\n')) != std::string::npos) {
-      stop = !on_line(std::string_view(pending).substr(0, nl));
-      pending.erase(0, nl + 1);
+  return WithConnection([&](auto& stream) -> Status {
+    beast::error_code ec;
+    http::write(stream, req, ec);
+    if (ec) return Unreachable(host_, port_, ec.message());
+    beast::flat_buffer buffer;
+    http::response_parser<http::string_body> parser;
+    parser.body_limit(boost::none);
+    http::read_header(stream, buffer, parser, ec);
+    if (ec) return Unreachable(host_, port_, ec.message());
+    if (parser.get().result() != http::status::ok) {
+      http::read(stream, buffer, parser, ec);
+      return Status(StatusCode::kUnavailable, "registry answered " +
+                                                  std::to_string(parser.get().result_int()) + ": " +
+                                                  parser.get().body());
     }
-    if (stop) error = net::error::operation_aborted;
-    return data.size();
-  };
-  parser.on_chunk_body(on_chunk);
-  while (!parser.is_done() && !stop) {
-    http::read_some(stream, buffer, parser, ec);
-    if (ec) break;
-  }
-  if (stop || !ec || ec == http::error::end_of_stream) return Status::Ok();
-  return Unreachable(host_, port_, ec.message());
+    beast::get_lowest_layer(stream).expires_never();
+    std::string pending;
+    bool stop = false;
+    // Chunk bodies arrive as they are sent; lines are handed on as soon as they are complete.
+    auto on_chunk = [&](std::uint64_t, beast::string_view data, beast::error_code& error) {
+      pending.append(data.data(), data.size());
+      std::size_t nl;
+      while (!stop && (nl = pending.find('\n')) != std::string::npos) {
+        stop = !on_line(std::string_view(pending).substr(0, nl));
+        pending.erase(0, nl + 1);
+      }
+      if (stop) error = net::error::operation_aborted;
+      return data.size();
+    };
+    parser.on_chunk_body(on_chunk);
+    while (!parser.is_done() && !stop) {
+      http::read_some(stream, buffer, parser, ec);
+      if (ec) break;
+    }
+    if (stop || !ec || ec == http::error::end_of_stream) return Status::Ok();
+    return Unreachable(host_, port_, ec.message());
+  });
 }
 
 }  // namespace drover::cli

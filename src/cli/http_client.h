@@ -1,5 +1,7 @@
 // A small blocking HTTP/1.1 client for `drover ctl`: one connection per request, JSON bodies,
 // bearer token, and a streaming GET that hands each line of a chunked body to a callback.
+// https:// verifies the server's certificate and host name against the system's trust store,
+// or against `ca_file` when given.
 // Not thread-safe; one per thread.
 #pragma once
 
@@ -19,9 +21,10 @@ struct HttpResult {
 
 class HttpClient {
  public:
-  // `base` is "http://host:port"; INVALID_ARGUMENT for anything else.
+  // `base` is "http://host:port" or "https://host:port"; INVALID_ARGUMENT for anything else.
   static Result<HttpClient> Create(const std::string& base, std::string token,
-                                   std::chrono::seconds timeout = std::chrono::seconds(10));
+                                   std::chrono::seconds timeout = std::chrono::seconds(10),
+                                   std::string ca_file = {});
 
   // UNAVAILABLE when the server cannot be reached or the exchange fails.
   Result<HttpResult> Send(std::string_view method, const std::string& target,
@@ -33,16 +36,25 @@ class HttpClient {
                 const std::function<bool(std::string_view)>& on_line) const;
 
  private:
-  HttpClient(std::string host, std::string port, std::string token, std::chrono::seconds timeout)
+  HttpClient(std::string host, std::string port, std::string token, std::chrono::seconds timeout,
+             bool tls, std::string ca_file)
       : host_(std::move(host)),
         port_(std::move(port)),
         token_(std::move(token)),
-        timeout_(timeout) {}
+        timeout_(timeout),
+        tls_(tls),
+        ca_file_(std::move(ca_file)) {}
+
+  // Connects (and completes the TLS handshake) and calls `use` with the stream.
+  template <typename Use>
+  Status WithConnection(Use&& use) const;
 
   std::string host_;
   std::string port_;
   std::string token_;
   std::chrono::seconds timeout_;
+  bool tls_ = false;
+  std::string ca_file_;
 };
 
 }  // namespace drover::cli

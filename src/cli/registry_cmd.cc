@@ -1,7 +1,9 @@
 // `drover registry`: the discovery daemon on the embedded SQLite store.
 #include <signal.h>
 #include <spdlog/spdlog.h>
+#include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
@@ -24,7 +26,66 @@ struct RegistryArgs {
   std::string auth_tokens;              // empty: no authentication
   int tick_ms = 500;
   double self_preservation_fraction = 0.5;
+  std::string tls_cert;  // both set: HTTPS and gRPC over TLS
+  std::string tls_key;
+  std::string config;  // YAML file with any of the above; flags given on the command line win
 };
+
+// Fills every setting not given on the command line from the YAML file `args.config`. Keys are
+// the long flag names with '_' for '-' (data_dir, http, grpc, auth_tokens, tick_ms,
+// self_preservation, tls_cert, tls_key); an unknown key is an error, not a silent default.
+Status ApplyConfig(const CLI::App& cmd, RegistryArgs& args) {
+  YAML::Node root;
+  try {
+    root = YAML::LoadFile(args.config);
+  } catch (const std::exception& e) {
+    return InvalidArgumentError("cannot read config " + args.config + ": " + e.what());
+  }
+  if (!root.IsMap()) return InvalidArgumentError("config " + args.config + ": expected a mapping");
+  for (const auto& kv : root) {
+    const std::string key = kv.first.as<std::string>();
+    std::string flag = "--" + key;
+    std::replace(flag.begin(), flag.end(), '_', '-');
+    const CLI::Option* option = nullptr;
+    try {
+      option = cmd.get_option(flag);
+    } catch (const CLI::OptionNotFound&) {
+    }
+    if (option == nullptr || key == "config") {
+      return InvalidArgumentError("config " + args.config + ": unknown key '" + key + "'");
+    }
+    if (option->count() > 0) continue;  // the command line wins
+    try {
+      if (key == "data_dir")
+        args.data_dir = kv.second.as<std::string>();
+      else if (key == "http")
+        args.http = kv.second.as<std::string>();
+      else if (key == "grpc")
+        args.grpc = kv.second.as<std::string>();
+      else if (key == "auth_tokens")
+        args.auth_tokens = kv.second.as<std::string>();
+      else if (key == "tick_ms")
+        args.tick_ms = kv.second.as<int>();
+      else if (key == "self_preservation")
+        args.self_preservation_fraction = kv.second.as<double>();
+      else if (key == "tls_cert")
+        args.tls_cert = kv.second.as<std::string>();
+      else if (key == "tls_key")
+        args.tls_key = kv.second.as<std::string>();
+      else
+        return InvalidArgumentError("config " + args.config + ": unknown key '" + key + "'");
+    } catch (const YAML::Exception& e) {
+      return InvalidArgumentError("config " + args.config + ": bad value for '" + key + "'");
+    }
+  }
+  if (args.tick_ms < 10 || args.tick_ms > 60'000) {
+    return InvalidArgumentError("config " + args.config + ": tick_ms must be 10..60000");
+  }
+  if (args.self_preservation_fraction < 0 || args.self_preservation_fraction > 1) {
+    return InvalidArgumentError("config " + args.config + ": self_preservation must be 0..1");
+  }
+  return Status::Ok();
+}
 
 // "host:port" (IPv6 as "[::1]:port").
 bool SplitHostPort(const std::string& text, std::string* host, std::uint16_t* port) {
@@ -48,7 +109,13 @@ bool IsLoopback(const std::string& host) {
 }
 
 int RunRegistry(const RegistryArgs& args) {
+  if (args.tls_cert.empty() != args.tls_key.empty()) {
+    spdlog::error("--tls-cert and --tls-key go together");
+    return 2;
+  }
   registry::HttpOptions http;
+  http.tls_cert_file = args.tls_cert;
+  http.tls_key_file = args.tls_key;
   if (!SplitHostPort(args.http, &http.address, &http.port)) {
     spdlog::error("--http must be host:port, got '{}'", args.http);
     return 2;
@@ -98,6 +165,9 @@ int RunRegistry(const RegistryArgs& args) {
   registry::GrpcOptions grpc_options;
   grpc_options.address = args.grpc;
   grpc_options.auth = http.auth;
+  grpc_options.tls_cert_file = args.tls_cert;
+  grpc_options.tls_key_file = args.tls_key;
+  const bool tls = !args.tls_cert.empty();
   std::unique_ptr<registry::GrpcServer> grpc_server;
   std::string grpc_note;
   if (args.grpc != "off") {
@@ -108,7 +178,8 @@ int RunRegistry(const RegistryArgs& args) {
     }
     grpc_server = std::move(started).value();
     const std::string grpc_host = args.grpc.substr(0, args.grpc.rfind(':'));
-    grpc_note = " and grpc://" + grpc_host + ":" + std::to_string(grpc_server->port());
+    grpc_note = std::string(" and ") + (tls ? "grpcs://" : "grpc://") + grpc_host + ":" +
+                std::to_string(grpc_server->port());
     if (!IsLoopback(grpc_host) && !http.auth) {
       spdlog::warn("registry: gRPC API on non-loopback address {} WITHOUT authentication",
                    grpc_host);
@@ -120,11 +191,18 @@ int RunRegistry(const RegistryArgs& args) {
         "reach it can register and deregister instances",
         http.address);
   }
+  if (http.auth && !tls && (!IsLoopback(http.address) || !IsLoopback(args.grpc))) {
+    spdlog::warn(
+        "registry: tokens travel in clear text on a non-loopback address; give "
+        "--tls-cert and --tls-key");
+  }
   // The first line on stdout is the bound address, for scripts and tests that pass port 0.
-  std::printf("drover registry listening on http://%s:%u%s (data dir %s)\n", http.address.c_str(),
-              static_cast<unsigned>((*server)->port()), grpc_note.c_str(), args.data_dir.c_str());
+  std::printf("drover registry listening on %s://%s:%u%s (data dir %s)\n", tls ? "https" : "http",
+              http.address.c_str(), static_cast<unsigned>((*server)->port()), grpc_note.c_str(),
+              args.data_dir.c_str());
   std::fflush(stdout);
-  spdlog::info("registry: serving HTTP on {}:{}", http.address, (*server)->port());
+  spdlog::info("registry: serving {} on {}:{}", tls ? "HTTPS" : "HTTP", http.address,
+               (*server)->port());
 
   std::jthread ticker([&clock, registry = reg->get(),
                        tick = std::chrono::milliseconds(args.tick_ms)](std::stop_token stop) {
@@ -168,7 +246,22 @@ void AddRegistryCommand(CLI::App& app) {
                   "Freeze expiry when more than this fraction of a service would expire at once")
       ->check(CLI::Range(0.0, 1.0))
       ->capture_default_str();
-  cmd->callback([args] {
+  cmd->add_option("--tls-cert", args->tls_cert,
+                  "PEM certificate chain: serve HTTPS and gRPC over TLS (with --tls-key)")
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--tls-key", args->tls_key, "PEM private key for --tls-cert")
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--config", args->config,
+                  "YAML file with any of these settings (data_dir, http, grpc, auth_tokens, "
+                  "tick_ms, self_preservation, tls_cert, tls_key); flags override it")
+      ->check(CLI::ExistingFile);
+  cmd->callback([args, cmd] {
+    if (!args->config.empty()) {
+      if (Status s = ApplyConfig(*cmd, *args); !s.ok()) {
+        spdlog::error("{}", s.message());
+        throw CLI::RuntimeError(2);
+      }
+    }
     const int code = RunRegistry(*args);
     if (code != 0) throw CLI::RuntimeError(code);
   });

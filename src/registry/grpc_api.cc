@@ -6,7 +6,9 @@
 #include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <fstream>
 #include <functional>
+#include <iterator>
 #include <mutex>
 #include <set>
 #include <stop_token>
@@ -108,6 +110,14 @@ void ToProto(const Event& e, pb::Event* out) {
       out->set_degraded(e.degraded);
       break;
   }
+}
+
+Result<std::string> ReadFile(const std::string& path, const std::string& what) {
+  std::ifstream in(path, std::ios::binary);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (!in.good() && !in.eof()) return InvalidArgumentError("cannot read " + what + " " + path);
+  if (text.empty()) return InvalidArgumentError(what + " " + path + " is missing or empty");
+  return text;
 }
 
 grpc::Status Reply(const Result<std::uint64_t>& revision, pb::RevisionReply* reply) {
@@ -501,7 +511,18 @@ Result<std::unique_ptr<GrpcServer>> GrpcServer::Start(Registry& registry, GrpcOp
   auto impl = std::make_unique<Impl>();
   impl->service = std::make_unique<RegistryService>(registry, options.auth);
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(options.address, grpc::InsecureServerCredentials(), &impl->port);
+  std::shared_ptr<grpc::ServerCredentials> credentials = grpc::InsecureServerCredentials();
+  if (!options.tls_cert_file.empty() || !options.tls_key_file.empty()) {
+    if (options.tls_cert_file.empty() || options.tls_key_file.empty()) {
+      return InvalidArgumentError("TLS needs both a certificate and a key file");
+    }
+    DROVER_ASSIGN_OR_RETURN(std::string cert, ReadFile(options.tls_cert_file, "TLS certificate"));
+    DROVER_ASSIGN_OR_RETURN(std::string key, ReadFile(options.tls_key_file, "TLS key"));
+    grpc::SslServerCredentialsOptions ssl;
+    ssl.pem_key_cert_pairs.push_back({std::move(key), std::move(cert)});
+    credentials = grpc::SslServerCredentials(ssl);
+  }
+  builder.AddListeningPort(options.address, credentials, &impl->port);
   // Without this a second registry could bind the same port and silently take half the clients.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.RegisterService(impl->service.get());

@@ -24,6 +24,9 @@ class Registry;
 struct GrpcOptions {
   std::string address = "127.0.0.1:0";  // port 0: any free port; read it back with port()
   std::shared_ptr<const Authorizer> auth;
+  // Both set: TLS only, with this PEM certificate chain and private key.
+  std::string tls_cert_file;
+  std::string tls_key_file;
 };
 
 class GrpcServer {

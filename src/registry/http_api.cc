@@ -4,13 +4,16 @@
 #include <spdlog/spdlog.h>
 
 #include <boost/asio.hpp>
+#include <boost/asio/ssl.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <boost/beast/ssl.hpp>
 #include <charconv>
 #include <condition_variable>
 #include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 #include <thread>
 #include <utility>
@@ -26,7 +29,9 @@ namespace drover::registry {
 namespace net = boost::asio;
 namespace beast = boost::beast;
 namespace http = beast::http;
+namespace ssl = net::ssl;
 using tcp = net::ip::tcp;
+using TlsStream = beast::ssl_stream<beast::tcp_stream>;
 using Request = http::request<http::string_body>;
 using Response = http::response<http::string_body>;
 
@@ -141,6 +146,7 @@ nlohmann::json RevisionBody(std::uint64_t revision) { return {{"revision", revis
 constexpr std::chrono::seconds kWatchWriteTimeout{30};
 constexpr std::chrono::milliseconds kAcceptBackoff{200};
 constexpr std::chrono::seconds kStopGrace{2};
+constexpr std::chrono::seconds kTlsHandshakeTimeout{10};
 
 }  // namespace
 
@@ -149,7 +155,10 @@ struct HttpServer::Impl {
 
   net::awaitable<void> Accept();
   net::awaitable<void> Session(tcp::socket socket);
-  net::awaitable<void> ServeWatch(beast::tcp_stream& stream, const Request& req, std::uint64_t from,
+  template <typename Stream>
+  net::awaitable<void> Serve(Stream& stream);
+  template <typename Stream>
+  net::awaitable<void> ServeWatch(Stream& stream, const Request& req, std::uint64_t from,
                                   std::string service);
   Response Handle(const Request& req);
   // OK when auth is off or the request carries a known token.
@@ -167,6 +176,7 @@ struct HttpServer::Impl {
 
   Registry& registry;
   const HttpOptions options;
+  std::optional<ssl::context> tls;  // set when serving HTTPS
   net::io_context io{std::max(1, options.threads)};
   tcp::acceptor acceptor{io};
   std::vector<std::thread> threads;
@@ -201,13 +211,37 @@ net::awaitable<void> HttpServer::Impl::Accept() {
 }
 
 net::awaitable<void> HttpServer::Impl::Session(tcp::socket socket) {
-  beast::tcp_stream stream(std::move(socket));
+  if (!tls) {
+    beast::tcp_stream stream(std::move(socket));
+    co_await Serve(stream);
+    boost::system::error_code ignored;
+    stream.socket().shutdown(tcp::socket::shutdown_send, ignored);
+    co_return;
+  }
+  TlsStream stream(std::move(socket), *tls);
+  boost::system::error_code ec;
+  beast::get_lowest_layer(stream).expires_after(kTlsHandshakeTimeout);
+  co_await stream.async_handshake(ssl::stream_base::server,
+                                  net::redirect_error(net::use_awaitable, ec));
+  if (ec) {
+    // Plain HTTP to the TLS port, a client that does not trust the certificate, a scanner: the
+    // client learns it from its own TLS error; the log says who.
+    spdlog::debug("registry https: handshake failed: {}", ec.message());
+    co_return;
+  }
+  co_await Serve(stream);
+  beast::get_lowest_layer(stream).expires_after(kTlsHandshakeTimeout);
+  co_await stream.async_shutdown(net::redirect_error(net::use_awaitable, ec));
+}
+
+template <typename Stream>
+net::awaitable<void> HttpServer::Impl::Serve(Stream& stream) {
   beast::flat_buffer buffer;
   for (;;) {
     http::request_parser<http::string_body> parser;
     parser.body_limit(options.max_body);
     parser.header_limit(16 * 1024);
-    stream.expires_after(options.idle_timeout);
+    beast::get_lowest_layer(stream).expires_after(options.idle_timeout);
     boost::system::error_code ec;
     co_await http::async_read(stream, buffer, parser, net::redirect_error(net::use_awaitable, ec));
     if (ec == http::error::end_of_stream || ec == beast::error::timeout ||
@@ -271,11 +305,10 @@ net::awaitable<void> HttpServer::Impl::Session(tcp::socket socket) {
     co_await http::async_write(stream, res, net::redirect_error(net::use_awaitable, ec));
     if (ec || !res.keep_alive()) break;
   }
-  boost::system::error_code ignored;
-  stream.socket().shutdown(tcp::socket::shutdown_send, ignored);
 }
 
-net::awaitable<void> HttpServer::Impl::ServeWatch(beast::tcp_stream& stream, const Request& req,
+template <typename Stream>
+net::awaitable<void> HttpServer::Impl::ServeWatch(Stream& stream, const Request& req,
                                                   std::uint64_t from, std::string service) {
   boost::system::error_code ec;
   auto watcher = registry.Watch(from, service);
@@ -304,7 +337,7 @@ net::awaitable<void> HttpServer::Impl::ServeWatch(beast::tcp_stream& stream, con
   header.chunked(true);
   Count(200);
   http::response_serializer<http::empty_body> serializer{header};
-  stream.expires_never();
+  beast::get_lowest_layer(stream).expires_never();
   co_await http::async_write_header(stream, serializer,
                                     net::redirect_error(net::use_awaitable, ec));
   while (!ec) {
@@ -328,10 +361,10 @@ net::awaitable<void> HttpServer::Impl::ServeWatch(beast::tcp_stream& stream, con
     for (const Event& e : *batch) lines += DumpJson(EventToJson(e)) + "\n";
     // A client that stops reading is cut off instead of pinning its backlog forever; it
     // resumes from the last revision it saw.
-    stream.expires_after(kWatchWriteTimeout);
+    beast::get_lowest_layer(stream).expires_after(kWatchWriteTimeout);
     const auto chunk = http::make_chunk(net::buffer(lines));
     co_await net::async_write(stream, chunk, net::redirect_error(net::use_awaitable, ec));
-    stream.expires_never();
+    beast::get_lowest_layer(stream).expires_never();
   }
   w->Cancel();
   std::lock_guard lock(mu);
@@ -512,6 +545,26 @@ std::string HttpServer::Impl::Metrics() {
 Result<std::unique_ptr<HttpServer>> HttpServer::Start(Registry& registry, HttpOptions options) {
   auto impl = std::make_unique<Impl>(registry, std::move(options));
   boost::system::error_code ec;
+  if (!impl->options.tls_cert_file.empty() || !impl->options.tls_key_file.empty()) {
+    if (impl->options.tls_cert_file.empty() || impl->options.tls_key_file.empty()) {
+      return InvalidArgumentError("TLS needs both a certificate and a key file");
+    }
+    ssl::context& ctx = impl->tls.emplace(ssl::context::tls_server);
+    // TLS 1.2 and later only.
+    ctx.set_options(ssl::context::default_workarounds | ssl::context::no_sslv2 |
+                    ssl::context::no_sslv3 | ssl::context::no_tlsv1 | ssl::context::no_tlsv1_1 |
+                    ssl::context::single_dh_use);
+    ctx.use_certificate_chain_file(impl->options.tls_cert_file, ec);
+    if (ec) {
+      return InvalidArgumentError("cannot load TLS certificate " + impl->options.tls_cert_file +
+                                  ": " + ec.message());
+    }
+    ctx.use_private_key_file(impl->options.tls_key_file, ssl::context::pem, ec);
+    if (ec) {
+      return InvalidArgumentError("cannot load TLS key " + impl->options.tls_key_file + ": " +
+                                  ec.message());
+    }
+  }
   const auto address = net::ip::make_address(impl->options.address, ec);
   if (ec) return InvalidArgumentError("bad HTTP listen address '" + impl->options.address + "'");
   const tcp::endpoint endpoint(address, impl->options.port);

@@ -1,16 +1,20 @@
 // The registry's HTTP/1.1 + JSON API (REG-6), on Boost.Beast over Asio with C++20 coroutines.
 //
+// clang-format off
 //   PUT    /v1/services/{service}/instances/{id}            register (body: InstanceSpec JSON)
 //   POST   /v1/services/{service}/instances/{id}/heartbeat  {"generation": G}
-//   POST   /v1/services/{service}/instances/{id}/state      {"generation": G, "state"?,
-//   "accepting"?} DELETE /v1/services/{service}/instances/{id}?generation=G GET    /v1/services
-//   summaries GET    /v1/services/{service}/instances {"revision","degraded","instances"} GET
-//   /v1/watch?from=REV[&service=S]                   chunked JSON lines, one event each GET
-//   /metrics  /live  /ready
+//   POST   /v1/services/{service}/instances/{id}/state      {"generation": G, "state"?, "accepting"?}
+//   DELETE /v1/services/{service}/instances/{id}?generation=G
+//   GET    /v1/services                                     summaries
+//   GET    /v1/services/{service}/instances                 {"revision","degraded","instances"}
+//   GET    /v1/watch?from=REV[&service=S]                   chunked JSON lines, one event each
+//   GET    /metrics  /live  /ready
+// clang-format on
 //
 // Errors are {"error":{"code":"FENCED|INVALID_ARGUMENT|...","message":...}} with the matching HTTP
 // status. With `auth` set, /v1 needs "Authorization: Bearer <token>" (see auth.h). Bodies above
-// `max_body` get 413 before they are read in full.
+// `max_body` get 413 before they are read in full. With a certificate and key the server speaks
+// HTTPS only (TLS 1.2+).
 //
 // Threading: `threads` threads run one io_context; each connection is one coroutine. Handlers
 // call the Registry synchronously (its calls are short; a registration waits for one fsync).
@@ -40,6 +44,9 @@ struct HttpOptions {
   // Null: no authentication. Otherwise every /v1 request needs a bearer token, and writes a
   // token allowed to write the service (401 / 403). /live, /ready and /metrics stay open.
   std::shared_ptr<const Authorizer> auth;
+  // Both set: HTTPS only, with this PEM certificate chain and private key.
+  std::string tls_cert_file;
+  std::string tls_key_file;
 };
 
 class HttpServer {

@@ -1,23 +1,18 @@
 // `drover ctl` against a real `drover registry` process: tables, JSON, exit codes.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
-#include <array>
-#include <cstdio>
 #include <nlohmann/json.hpp>
 #include <regex>
 
 #include "testing/child_process.h"
+#include "testing/run_command.h"
 #include "testing/temp_dir.h"
 
 namespace {
 
 using namespace std::chrono_literals;
 
-struct CtlRun {
-  int exit_code = -1;
-  std::string out;  // stdout and stderr
-};
+using CtlRun = drover::testing::CommandResult;
 
 class CtlTest : public ::testing::Test {
  protected:
@@ -33,17 +28,8 @@ class CtlTest : public ::testing::Test {
   }
 
   CtlRun Ctl(const std::string& args) {
-    CtlRun run;
-    const std::string command =
-        std::string(DROVER_BINARY) + " ctl --registry " + url_ + " " + args + " 2>&1";
-    FILE* pipe = popen(command.c_str(), "r");
-    if (pipe == nullptr) return run;
-    std::array<char, 4096> buf;
-    std::size_t n;
-    while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) run.out.append(buf.data(), n);
-    const int status = pclose(pipe);
-    run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    return run;
+    return drover::testing::RunCommand(std::string(DROVER_BINARY) + " ctl --registry " + url_ +
+                                       " " + args);
   }
 
   drover::testing::TempDir dir_;
