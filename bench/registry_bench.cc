@@ -57,8 +57,9 @@ struct Options {
   double seconds = 3;
   int instances = 10'000;
   int watchers = 1'000;
-  int writes = 100;
+  int writes = 300;
   int interval_ms = 20;
+  int warmup = 5;
   int batch = 10;
   int watch_connections = 10;
   bool json = false;
@@ -218,9 +219,12 @@ struct Arrival {
 
 class LatencyProbe {
  public:
-  LatencyProbe(int writes, int watchers)
-      : sent_(static_cast<std::size_t>(writes) + 1),
+  // The first `warmup` writes are delivered but not measured (connections and buffers warm up).
+  LatencyProbe(int writes, int watchers, int warmup)
+      : sent_(static_cast<std::size_t>(warmup + writes) + 1),
+        warmup_(warmup),
         expected_(static_cast<std::uint64_t>(writes) * static_cast<std::uint64_t>(watchers)) {}
+  int total_writes() const { return static_cast<int>(sent_.size()) - 1; }
 
   void Sent(int write, std::int64_t at_ns) {
     if (write >= 1 && write < static_cast<int>(sent_.size())) sent_[write] = at_ns;
@@ -228,7 +232,7 @@ class LatencyProbe {
 
   // A watcher received write number `write` (1-based); `arrivals` is that watcher's own list.
   void Received(std::int64_t write, std::vector<Arrival>& arrivals) {
-    if (write < 1 || write >= static_cast<std::int64_t>(sent_.size())) return;
+    if (write <= warmup_ || write >= static_cast<std::int64_t>(sent_.size())) return;
     arrivals.push_back({static_cast<int>(write), NowNs()});
     if (received_.fetch_add(1) + 1 == expected_) {
       std::lock_guard lock(mu_);
@@ -249,6 +253,7 @@ class LatencyProbe {
 
  private:
   std::vector<std::int64_t> sent_;  // written by the reader of the writer process only
+  const int warmup_;
   const std::uint64_t expected_;
   std::atomic<std::uint64_t> received_{0};
   std::mutex mu_;
@@ -299,7 +304,8 @@ void RemoteWrites(const Options& opt, const std::string& system, const std::stri
   drover::testing::ChildProcess writer(
       {std::filesystem::read_symlink("/proc/self/exe").string(), "--write-to", target, "--system",
        system, "--base", std::to_string(base), "--instances", std::to_string(opt.instances),
-       "--writes", std::to_string(opt.writes), "--interval-ms", std::to_string(opt.interval_ms)});
+       "--writes", std::to_string(probe.total_writes()), "--interval-ms",
+       std::to_string(opt.interval_ms)});
   while (true) {
     auto line = writer.ReadLine(60s);
     if (!line) Fail(system + ": the writer process stopped early");
@@ -682,7 +688,7 @@ SystemFigures BenchDrover(const Options& opt) {
   auto watch_channels = Connect(server.target(), opt.watch_connections);
   std::vector<std::unique_ptr<pb::Registry::Stub>> watch_stubs;
   for (auto& ch : watch_channels) watch_stubs.push_back(pb::Registry::NewStub(ch));
-  LatencyProbe probe(opt.writes, opt.watchers);
+  LatencyProbe probe(opt.writes, opt.watchers, opt.warmup);
   std::atomic<int> ready{0};
   std::vector<std::unique_ptr<DroverWatch>> watches;
   for (int w = 0; w < opt.watchers; ++w) {
@@ -702,8 +708,8 @@ SystemFigures BenchDrover(const Options& opt) {
   out.watch = Summarise(std::move(all), probe.expected());
 
   // The same over the HTTP API, which the gateways and the SDK use.
-  const std::uint64_t http_base = base + static_cast<std::uint64_t>(opt.writes);
-  LatencyProbe http_probe(opt.writes, opt.watchers);
+  LatencyProbe http_probe(opt.writes, opt.watchers, opt.warmup);
+  const std::uint64_t http_base = base + static_cast<std::uint64_t>(probe.total_writes());
   HttpWatchers http_watchers(server.http(), opt.watchers, http_base - 1, http_base, http_probe);
   const auto http_deadline = Clock::now() + 60s;
   while (http_watchers.ready() < opt.watchers && Clock::now() < http_deadline) {
@@ -882,7 +888,7 @@ SystemFigures BenchEtcd(const Options& opt) {
   auto watch_channels = Connect(server.target(), opt.watch_connections);
   std::vector<std::unique_ptr<etcd::Watch::Stub>> watch_stubs;
   for (auto& ch : watch_channels) watch_stubs.push_back(etcd::Watch::NewStub(ch));
-  LatencyProbe probe(opt.writes, opt.watchers);
+  LatencyProbe probe(opt.writes, opt.watchers, opt.warmup);
   std::atomic<int> ready{0};
   std::vector<std::unique_ptr<EtcdWatch>> watches;
   for (int w = 0; w < opt.watchers; ++w) {
@@ -966,8 +972,9 @@ void PrintReport(const Options& opt, const SystemFigures& d,
                  const std::optional<SystemFigures>& e) {
   std::printf(
       "registry benchmark: %d clients over %d connections, %d instances, %d watchers, "
-      "%d writes %d ms apart\n",
-      opt.clients, opt.connections, opt.instances, opt.watchers, opt.writes, opt.interval_ms);
+      "%d writes %d ms apart (after %d unmeasured)\n",
+      opt.clients, opt.connections, opt.instances, opt.watchers, opt.writes, opt.interval_ms,
+      opt.warmup);
   std::printf("%-34s %14s %14s %10s\n", "", "drover", "etcd", "ratio");
   auto rate = [&](const char* name, double ours, double theirs) {
     if (e) {
@@ -995,8 +1002,8 @@ void PrintReport(const Options& opt, const SystemFigures& d,
   ms("watch p99, gRPC Watch", d.watch.p99_ms, ep99);
   ms("watch p50, HTTP /v1/watch", d.http_watch.p50_ms, ep50);
   ms("watch p99, HTTP /v1/watch", d.http_watch.p99_ms, ep99);
-  ms("watch max, gRPC | HTTP", d.watch.max_ms, e ? e->watch.max_ms : 0);
-  ms("", d.http_watch.max_ms, e ? e->watch.max_ms : 0);
+  ms("watch max, gRPC Watch", d.watch.max_ms, e ? e->watch.max_ms : 0);
+  ms("watch max, HTTP /v1/watch", d.http_watch.max_ms, e ? e->watch.max_ms : 0);
   auto got = [](const Latency& l) {
     return fmt::format("{}/{}", l.samples, l.samples + l.missing);
   };
@@ -1069,6 +1076,9 @@ int main(int argc, char** argv) {
   app.add_option("--watch-connections", opt.watch_connections,
                  "TCP connections the watch streams share")
       ->check(CLI::Range(1, 10'000))
+      ->capture_default_str();
+  app.add_option("--warmup-writes", opt.warmup, "Writes sent before the measured ones")
+      ->check(CLI::Range(0, 1000))
       ->capture_default_str();
   app.add_option("--writes", opt.writes, "Writes observed by the watchers")
       ->check(CLI::Range(1, 100'000))

@@ -258,11 +258,11 @@ class RegistryService final
     pb::Event event;
     bool open = true;
     while (open && !ctx->IsCancelled()) {
-      auto batch = w->Next(std::chrono::milliseconds(500));
+      auto batch = w->NextShared(std::chrono::milliseconds(500));
       if (!batch.ok()) break;
-      for (const Event& e : *batch) {
+      for (const EventPtr& e : *batch) {
         event.Clear();
-        ToProto(e, &event);
+        ToProto(*e, &event);
         if (!writer->Write(event)) {
           open = false;
           break;

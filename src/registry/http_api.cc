@@ -10,12 +10,14 @@
 #include <boost/beast/ssl.hpp>
 #include <charconv>
 #include <condition_variable>
+#include <deque>
 #include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
 #include <thread>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -147,6 +149,7 @@ constexpr std::chrono::seconds kWatchWriteTimeout{30};
 constexpr std::chrono::milliseconds kAcceptBackoff{200};
 constexpr std::chrono::seconds kStopGrace{2};
 constexpr std::chrono::seconds kTlsHandshakeTimeout{10};
+constexpr std::size_t kEncodedEvents = 4096;
 
 }  // namespace
 
@@ -174,6 +177,28 @@ struct HttpServer::Impl {
     ++responses[status];
   }
 
+  // A PUT or DELETE goes to every watcher of its service: encode it once. Holding the EventPtr
+  // keeps the address from being reused while it is a key.
+  std::shared_ptr<const std::string> Encoded(const EventPtr& e) {
+    if (e->type != EventType::kPut && e->type != EventType::kDelete) {
+      return std::make_shared<const std::string>(DumpJson(EventToJson(*e)) + "\n");
+    }
+    {
+      std::lock_guard lock(encoded_mu);
+      if (auto it = encoded.find(e.get()); it != encoded.end()) return it->second.second;
+    }
+    auto line = std::make_shared<const std::string>(DumpJson(EventToJson(*e)) + "\n");
+    std::lock_guard lock(encoded_mu);
+    if (encoded.emplace(e.get(), std::make_pair(e, line)).second) {
+      encoded_order.push_back(e.get());
+      if (encoded_order.size() > kEncodedEvents) {
+        encoded.erase(encoded_order.front());
+        encoded_order.pop_front();
+      }
+    }
+    return line;
+  }
+
   Registry& registry;
   const HttpOptions options;
   std::optional<ssl::context> tls;  // set when serving HTTPS
@@ -186,6 +211,11 @@ struct HttpServer::Impl {
   std::condition_variable watches_done;         // a watch stream ended
   std::set<std::shared_ptr<Watcher>> watches;   // guarded by mu: live watch streams
   std::map<unsigned, std::uint64_t> responses;  // guarded by mu: by HTTP status
+
+  std::mutex encoded_mu;
+  std::unordered_map<const Event*, std::pair<EventPtr, std::shared_ptr<const std::string>>>
+      encoded;                             // guarded by encoded_mu
+  std::deque<const Event*> encoded_order;  // guarded by encoded_mu: oldest first
 };
 
 net::awaitable<void> HttpServer::Impl::Accept() {
@@ -341,7 +371,7 @@ net::awaitable<void> HttpServer::Impl::ServeWatch(Stream& stream, const Request&
   co_await http::async_write_header(stream, serializer,
                                     net::redirect_error(net::use_awaitable, ec));
   while (!ec) {
-    auto batch = w->Next(std::chrono::milliseconds(0));
+    auto batch = w->NextShared(std::chrono::milliseconds(0));
     if (!batch.ok()) {
       // Cancelled: the server is stopping. End the response properly so the client sees a
       // clean end of stream and reconnects.
@@ -358,7 +388,7 @@ net::awaitable<void> HttpServer::Impl::ServeWatch(Stream& stream, const Request&
       continue;
     }
     std::string lines;
-    for (const Event& e : *batch) lines += DumpJson(EventToJson(e)) + "\n";
+    for (const EventPtr& e : *batch) lines += *Encoded(e);
     // A client that stops reading is cut off instead of pinning its backlog forever; it
     // resumes from the last revision it saw.
     beast::get_lowest_layer(stream).expires_after(kWatchWriteTimeout);

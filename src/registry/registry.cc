@@ -78,13 +78,22 @@ SystemTime ReadySince(const Instance* before, InstanceState after, SystemTime no
 // ---------------------------------------------------------------------------------------------
 // Watcher
 
-Result<std::vector<Event>> Watcher::Next(std::chrono::milliseconds timeout, std::stop_token stop) {
+Result<std::vector<EventPtr>> Watcher::NextShared(std::chrono::milliseconds timeout,
+                                                  std::stop_token stop) {
   std::unique_lock lock(mu_);
   cv_.wait_for(lock, stop, timeout, [&] { return cancelled_ || !queue_.empty(); });
   if (cancelled_ || stop.stop_requested()) return Status(StatusCode::kCancelled, "watch cancelled");
-  std::vector<Event> events(std::make_move_iterator(queue_.begin()),
-                            std::make_move_iterator(queue_.end()));
+  std::vector<EventPtr> events(std::make_move_iterator(queue_.begin()),
+                               std::make_move_iterator(queue_.end()));
   queue_.clear();
+  return events;
+}
+
+Result<std::vector<Event>> Watcher::Next(std::chrono::milliseconds timeout, std::stop_token stop) {
+  DROVER_ASSIGN_OR_RETURN(std::vector<EventPtr> shared, NextShared(timeout, std::move(stop)));
+  std::vector<Event> events;
+  events.reserve(shared.size());
+  for (const EventPtr& e : shared) events.push_back(*e);
   return events;
 }
 
@@ -418,22 +427,22 @@ Event Registry::ResyncEvent(const std::string& service) const {
   return e;
 }
 
-void Registry::Enqueue(Watcher& watcher, Event event, MonoTime now) {
+void Registry::Enqueue(Watcher& watcher, EventPtr event, MonoTime now) {
   {
     std::lock_guard lock(watcher.mu_);
     if (watcher.cancelled_) return;
     // A change already contained in a RESYNC queued for this watcher (the rest of a revision
     // whose first events overflowed the queue) is not sent again, nor anything older.
-    const bool data_event = event.type == EventType::kPut || event.type == EventType::kDelete;
-    if (data_event && event.revision <= watcher.resynced_at_) return;
+    const bool data_event = event->type == EventType::kPut || event->type == EventType::kDelete;
+    if (data_event && event->revision <= watcher.resynced_at_) return;
     if (watcher.queue_.size() >= options_.watcher_queue_limit) {
       // Too far behind to catch up event by event: replace the backlog with the full state,
       // which is what those events would have produced. Never a gap.
       watcher.queue_.clear();
-      watcher.queue_.push_back(ResyncEvent(watcher.service_));
+      watcher.queue_.push_back(std::make_shared<const Event>(ResyncEvent(watcher.service_)));
       watcher.resynced_at_ = revision_;
     } else {
-      if (event.type == EventType::kResync) watcher.resynced_at_ = event.revision;
+      if (event->type == EventType::kResync) watcher.resynced_at_ = event->revision;
       watcher.queue_.push_back(std::move(event));
     }
     // Called under the watcher's lock, so that once Cancel() returns it is never called again.
@@ -445,10 +454,13 @@ void Registry::Enqueue(Watcher& watcher, Event event, MonoTime now) {
 
 void Registry::Publish(std::vector<Event> events) {
   const MonoTime now = clock_.Now();
+  std::vector<EventPtr> shared;
+  shared.reserve(events.size());
   for (Event& e : events) {
-    history_.push_back(e);
+    shared.push_back(std::make_shared<const Event>(std::move(e)));
+    history_.push_back(shared.back());
     while (history_.size() > options_.history) {
-      history_floor_ = std::max(history_floor_, history_.front().revision);
+      history_floor_ = std::max(history_floor_, history_.front()->revision);
       history_.pop_front();
     }
   }
@@ -456,8 +468,8 @@ void Registry::Publish(std::vector<Event> events) {
   for (const auto& weak : watchers_) {
     std::shared_ptr<Watcher> watcher = weak.lock();
     if (!watcher) continue;
-    for (const Event& e : events) {
-      if (watcher->service_.empty() || watcher->service_ == e.instance.service) {
+    for (const EventPtr& e : shared) {
+      if (watcher->service_.empty() || watcher->service_ == e->instance.service) {
         Enqueue(*watcher, e, now);
       }
     }
@@ -478,16 +490,16 @@ Result<std::shared_ptr<Watcher>> Registry::Watch(std::uint64_t from_revision,
   std::shared_ptr<Watcher> watcher(new Watcher(service));
   const MonoTime now = clock_.Now();
   std::size_t replay = 0;
-  for (const Event& e : history_) {
-    replay += e.revision > from_revision && (service.empty() || e.instance.service == service);
+  for (const EventPtr& e : history_) {
+    replay += e->revision > from_revision && (service.empty() || e->instance.service == service);
   }
   // A replay longer than a watcher's queue would overflow into a RESYNC anyway: start with one.
   if (from_revision == 0 || from_revision < history_floor_ ||
       replay >= options_.watcher_queue_limit) {
-    Enqueue(*watcher, ResyncEvent(service), now);
+    Enqueue(*watcher, std::make_shared<const Event>(ResyncEvent(service)), now);
   } else {
-    for (const Event& e : history_) {
-      if (e.revision > from_revision && (service.empty() || e.instance.service == service)) {
+    for (const EventPtr& e : history_) {
+      if (e->revision > from_revision && (service.empty() || e->instance.service == service)) {
         Enqueue(*watcher, e, now);
       }
     }
@@ -605,7 +617,7 @@ void Registry::AnnounceDegraded(const std::string& service, MonoTime now) {
     e.type = EventType::kProgress;
     e.revision = revision_;
     e.degraded = Degraded(watcher->service_);
-    Enqueue(*watcher, std::move(e), now);
+    Enqueue(*watcher, std::make_shared<const Event>(std::move(e)), now);
   }
 }
 
@@ -630,7 +642,7 @@ void Registry::SendProgress(MonoTime now) {
     e.type = EventType::kProgress;
     e.revision = revision_;
     e.degraded = Degraded(watcher->service_);
-    Enqueue(*watcher, std::move(e), now);
+    Enqueue(*watcher, std::make_shared<const Event>(std::move(e)), now);
   }
 }
 

@@ -72,6 +72,10 @@ struct ServiceSummary {
 
 class Registry;
 
+// Events are immutable once published and shared by the history and every watcher's queue: a
+// write fanned out to a thousand watchers is one allocation, not a thousand copies.
+using EventPtr = std::shared_ptr<const Event>;
+
 // One watch stream. Events arrive in revision order; a RESYNC replaces everything before it.
 // Next() may be called from one thread at a time; Cancel() from any thread.
 class Watcher {
@@ -79,6 +83,9 @@ class Watcher {
   // Waits up to `timeout` (real time) for events; returns what is queued (possibly nothing).
   // Returns CANCELLED once cancelled or when `stop` fires.
   Result<std::vector<Event>> Next(std::chrono::milliseconds timeout, std::stop_token stop = {});
+  // The same without copying the events (servers encode them; see EventPtr).
+  Result<std::vector<EventPtr>> NextShared(std::chrono::milliseconds timeout,
+                                           std::stop_token stop = {});
   void Cancel();
   const std::string& service_filter() const { return service_; }
 
@@ -96,7 +103,7 @@ class Watcher {
   const std::string service_;  // empty: every service
   std::mutex mu_;
   std::condition_variable_any cv_;
-  std::deque<Event> queue_;         // guarded by mu_
+  std::deque<EventPtr> queue_;      // guarded by mu_
   bool cancelled_ = false;          // guarded by mu_
   std::function<void()> listener_;  // guarded by mu_
   MonoTime last_sent_{};            // guarded by Registry::mu_: last event or progress queued
@@ -173,7 +180,7 @@ class Registry {
   Status PruneTombstones();
   void SendProgress(MonoTime now);
   void AnnounceDegraded(const std::string& service, MonoTime now);
-  void Enqueue(Watcher& watcher, Event event, MonoTime now);
+  void Enqueue(Watcher& watcher, EventPtr event, MonoTime now);
 
   std::unique_ptr<Store> store_;
   Clock& clock_;
@@ -183,7 +190,7 @@ class Registry {
   std::uint64_t revision_ = 0;                    // guarded by mu_
   std::map<std::string, ServiceState> services_;  // guarded by mu_
   std::map<Key, Tombstone> tombstones_;           // guarded by mu_
-  std::deque<Event> history_;                     // guarded by mu_: PUT/DELETE only
+  std::deque<EventPtr> history_;                  // guarded by mu_: PUT/DELETE only
   std::uint64_t history_floor_ = 0;               // guarded by mu_: events <= this are gone
   std::vector<std::weak_ptr<Watcher>> watchers_;  // guarded by mu_
 };

@@ -1,0 +1,34 @@
+// The registry benchmark, small: it must run end to end against a real registry and a real etcd,
+// deliver every watched event and make no failed request. Speed is not checked here.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "testing/run_command.h"
+
+namespace {
+
+TEST(RegistryBenchTest, RunsAgainstDroverAndEtcdAndLosesNothing) {
+  auto run = drover::testing::RunCommand(
+      std::string(REGISTRY_BENCH) +
+      " --json --clients 8 --connections 2 --seconds 0.3 --instances 300 --watchers 20 "
+      "--watch-connections 2 --writes 20 --warmup-writes 2 --interval-ms 10 --batch 5");
+  ASSERT_EQ(run.exit_code, 0) << run.out;
+  const auto start = run.out.find('{');
+  ASSERT_NE(start, std::string::npos) << run.out;
+  const auto report = nlohmann::json::parse(run.out.substr(start), nullptr, false);
+  ASSERT_FALSE(report.is_discarded()) << run.out;
+  for (const char* system : {"drover", "etcd"}) {
+    SCOPED_TRACE(system);
+    const auto& f = report.at(system);
+    EXPECT_EQ(f.at("errors"), 0);
+    EXPECT_GT(f.at("registrations_per_s").get<double>(), 0);
+    EXPECT_GT(f.at("keepalive_per_s").get<double>(), 0);
+    EXPECT_EQ(f.at("watch_samples"), 20 * 20);  // every measured write, at every watcher
+    EXPECT_EQ(f.at("watch_missing"), 0);
+  }
+  EXPECT_GT(report["drover"].at("batched_heartbeats_per_s").get<double>(), 0);
+  EXPECT_EQ(report["drover"].at("http_watch_samples"), 20 * 20);
+}
+
+}  // namespace
