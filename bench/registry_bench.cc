@@ -330,6 +330,25 @@ struct SystemFigures {
 
 std::string InstanceId(std::uint64_t i) { return fmt::format("inst-{:05d}", i); }
 
+// Lets a caller wait until gRPC has called a reactor's OnDone (after which it may be freed).
+class DoneLatch {
+ public:
+  void Done() {
+    std::lock_guard lock(mu_);
+    done_ = true;
+    cv_.notify_all();
+  }
+  void Wait() {
+    std::unique_lock lock(mu_);
+    cv_.wait(lock, [&] { return done_; });
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false;
+};
+
 // A bidirectional stream run as a closed loop: write the request, read the reply, repeat.
 template <typename Request, typename Reply>
 class PingPongStream final : public grpc::ClientBidiReactor<Request, Reply> {
@@ -352,15 +371,10 @@ class PingPongStream final : public grpc::ClientBidiReactor<Request, Reply> {
     this->StartRead(&reply_);
   }
   void OnReadDone(bool ok) override { Complete(ok && check_(reply_)); }
-  void OnDone(const grpc::Status&) override {
-    std::lock_guard lock(mu_);
-    finished_ = true;
-    cv_.notify_all();
-  }
+  void OnDone(const grpc::Status&) override { done_latch_.Done(); }
   void Close() {
     ctx_.TryCancel();
-    std::unique_lock lock(mu_);
-    cv_.wait(lock, [&] { return finished_; });
+    done_latch_.Wait();
   }
 
  private:
@@ -373,9 +387,7 @@ class PingPongStream final : public grpc::ClientBidiReactor<Request, Reply> {
   Reply reply_;
   const Check check_;
   std::function<void(bool)> done_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool finished_ = false;
+  DoneLatch done_latch_;
 };
 
 // Runs one PingPongStream per client for the measured period.
@@ -567,15 +579,10 @@ class DroverWatch final : public grpc::ClientReadReactor<pb::Event> {
     }
     StartRead(&event_);
   }
-  void OnDone(const grpc::Status&) override {
-    std::lock_guard lock(mu_);
-    done_ = true;
-    cv_.notify_all();
-  }
+  void OnDone(const grpc::Status&) override { done_.Done(); }
   void Close() {
     ctx_.TryCancel();
-    std::unique_lock lock(mu_);
-    cv_.wait(lock, [&] { return done_; });
+    done_.Wait();
   }
   std::vector<Arrival>& arrivals() { return samples_; }
 
@@ -588,9 +595,7 @@ class DroverWatch final : public grpc::ClientReadReactor<pb::Event> {
   std::atomic<int>& ready_;
   bool counted_ready_ = false;
   std::vector<Arrival> samples_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool done_ = false;
+  DoneLatch done_;
 };
 
 pb::RegisterRequest Registration(std::uint64_t i) {
@@ -795,15 +800,10 @@ class EtcdWatch final : public grpc::ClientBidiReactor<etcd::WatchRequest, etcd:
       probe_.Received(e.kv().mod_revision() - base_, samples_);
     StartRead(&response_);
   }
-  void OnDone(const grpc::Status&) override {
-    std::lock_guard lock(mu_);
-    done_ = true;
-    cv_.notify_all();
-  }
+  void OnDone(const grpc::Status&) override { done_.Done(); }
   void Close() {
     ctx_.TryCancel();
-    std::unique_lock lock(mu_);
-    cv_.wait(lock, [&] { return done_; });
+    done_.Wait();
   }
   std::vector<Arrival>& arrivals() { return samples_; }
 
@@ -815,9 +815,7 @@ class EtcdWatch final : public grpc::ClientBidiReactor<etcd::WatchRequest, etcd:
   LatencyProbe& probe_;
   std::atomic<int>& ready_;
   std::vector<Arrival> samples_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool done_ = false;
+  DoneLatch done_;
 };
 
 SystemFigures BenchEtcd(const Options& opt) {

@@ -1,33 +1,19 @@
 // `drover bench router --json` run as a real child process: the report parses, has the agreed
 // members, and its exact (key-independent) figures meet the router's goals.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
-#include <array>
-#include <cstdio>
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "testing/run_command.h"
+
 namespace {
 
-struct ProcessRun {
-  int exit_code = -1;
-  std::string out;
-};
+using ProcessRun = drover::testing::CommandResult;
 
 // Runs drover with `args`; stderr is captured too when `with_stderr`.
 ProcessRun RunDrover(const std::string& args, bool with_stderr = false) {
-  ProcessRun run;
-  const std::string command =
-      std::string(DROVER_BINARY) + " " + args + (with_stderr ? " 2>&1" : " 2>/dev/null");
-  FILE* pipe = popen(command.c_str(), "r");
-  if (pipe == nullptr) return run;
-  std::array<char, 4096> buffer;
-  std::size_t n;
-  while ((n = fread(buffer.data(), 1, buffer.size(), pipe)) > 0) run.out.append(buffer.data(), n);
-  const int status = pclose(pipe);
-  run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return run;
+  return drover::testing::RunCommand(std::string(DROVER_BINARY) + " " + args, with_stderr);
 }
 
 TEST(BenchRouterCliTest, JsonReportHasAgreedMembersAndMeetsGoals) {

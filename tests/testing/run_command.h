@@ -11,12 +11,12 @@ namespace drover::testing {
 
 struct CommandResult {
   int exit_code = -1;  // -1: did not run or did not exit normally
-  std::string out;     // stdout and stderr, interleaved
+  std::string out;     // stdout, and stderr interleaved unless dropped
 };
 
-inline CommandResult RunCommand(const std::string& command) {
+inline CommandResult RunCommand(const std::string& command, bool with_stderr = true) {
   CommandResult run;
-  FILE* pipe = popen((command + " 2>&1").c_str(), "r");
+  FILE* pipe = popen((command + (with_stderr ? " 2>&1" : " 2>/dev/null")).c_str(), "r");
   if (pipe == nullptr) return run;
   std::array<char, 4096> buf;
   std::size_t n;
