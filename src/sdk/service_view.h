@@ -1,0 +1,73 @@
+// ServiceView: what a discovery client knows about one service, and the rules for changing it
+// (RT-1, RT-2). Pure logic: no I/O, no threads; the DiscoveryClient feeds it registry events and
+// list answers, and publishes Table() snapshots for readers.
+//
+// - A PUT never replaces a member with a newer generation (a late event from an old incarnation
+//   cannot resurrect it), and a DELETE removes a member only if it names that generation or a
+//   newer one.
+// - A whole-service answer (a RESYNC or a List) that would empty the service, or drop more than
+//   `max_drop_fraction` of its members, is not applied on its own word: it is held and reported
+//   as kNeedsConfirmation until a second, independent read (a fresh List) says the same. This is
+//   the empty-list guard: a registry that lost its data, or answered during a partial failure,
+//   cannot wipe a gateway's view in one step.
+// - Revisions only move forward: anything below the view's revision is stale.
+//
+// Not thread-safe: one owner (the client's event loop) mutates it.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "drover/router.h"
+#include "drover/status.h"
+
+namespace drover::sdk {
+
+struct ServiceViewOptions {
+  double max_drop_fraction = 0.5;  // a snapshot dropping more needs confirmation
+};
+
+enum class Applied {
+  kApplied,            // the view changed (or was confirmed unchanged)
+  kStale,              // older than what the view holds; nothing changed
+  kNeedsConfirmation,  // a snapshot that would drop too much; held until a second read agrees
+};
+
+class ServiceView {
+ public:
+  explicit ServiceView(std::string service, ServiceViewOptions options = {})
+      : service_(std::move(service)), options_(options) {}
+
+  // One instance changed at `revision`.
+  Applied Put(router::Endpoint endpoint, std::uint64_t revision);
+  // One instance left at `revision` (deregistered, expired, fenced).
+  Applied Delete(const std::string& id, std::uint64_t generation, std::uint64_t revision);
+  // The whole service at `revision`, from a RESYNC or a List. `confirmed` is true when this
+  // answer comes from a second read made because the first needed confirmation.
+  Applied Replace(std::vector<router::Endpoint> endpoints, std::uint64_t revision, bool confirmed);
+  // Nothing changed up to `revision` (a PROGRESS event).
+  void Progress(std::uint64_t revision);
+
+  const std::string& service() const { return service_; }
+  std::uint64_t revision() const { return revision_; }
+  std::size_t size() const { return members_.size(); }
+  // True while a drop-too-much snapshot waits for its confirming read.
+  bool awaiting_confirmation() const { return awaiting_confirmation_; }
+
+  // An immutable table of the current members; its version is the view's revision.
+  Result<std::shared_ptr<const router::RoutingTable>> Table() const;
+
+ private:
+  bool DropsTooMuch(const std::vector<router::Endpoint>& next) const;
+
+  const std::string service_;
+  const ServiceViewOptions options_;
+  std::map<std::string, router::Endpoint> members_;  // by id
+  std::uint64_t revision_ = 0;
+  bool awaiting_confirmation_ = false;
+};
+
+}  // namespace drover::sdk
