@@ -1,0 +1,64 @@
+// DiscoveryClient: a watch-driven view of one service in the registry (RT-1, RT-2).
+//
+// One thread per client follows the registry's gRPC Watch from the last revision it has seen,
+// applies every event to a ServiceView (generation-aware, with the empty-list guard) and
+// publishes an immutable snapshot; readers on any thread get values, never pointers into state
+// that changes. When the watch breaks, the client keeps serving the last good snapshot
+// (stale-if-error), polls List every `list_interval` and reconnects with backoff, resuming from
+// its revision (the registry replays what it missed, or sends a RESYNC). A failure is never an
+// empty list: before the first answer Snapshot() is UNAVAILABLE.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "drover/clock.h"
+#include "drover/router.h"
+#include "drover/status.h"
+
+namespace drover {
+
+struct DiscoveryOptions {
+  std::string registry;  // gRPC address of the registry, host:port
+  std::string service;
+  std::string token;                                 // bearer token, if the registry wants one
+  Duration list_interval = std::chrono::seconds(5);  // List polling while the watch is down
+  Duration reconnect_backoff = std::chrono::milliseconds(200);  // first retry; doubles to 5 s
+  double max_drop_fraction = 0.5;  // see ServiceView: bigger drops need a second read
+};
+
+struct DiscoverySnapshot {
+  std::shared_ptr<const router::RoutingTable> table;  // version: the registry revision
+  MonoTime heard_at{};     // when the registry last confirmed it (event, progress or list)
+  bool connected = false;  // a watch stream is live
+  bool degraded = false;   // the registry reported self-preservation for the service
+};
+
+class DiscoveryClient {
+ public:
+  // Starts following `options.service`. The clock must outlive the client.
+  static Result<std::unique_ptr<DiscoveryClient>> Start(DiscoveryOptions options, Clock& clock);
+  ~DiscoveryClient();  // Stop()
+
+  DiscoveryClient(const DiscoveryClient&) = delete;
+  DiscoveryClient& operator=(const DiscoveryClient&) = delete;
+
+  // The last good snapshot; UNAVAILABLE until the registry has answered once. Never blocks on
+  // the network. Thread-safe.
+  Result<DiscoverySnapshot> Snapshot() const;
+  // How long since the registry last confirmed the snapshot (RT-2's staleness metric).
+  Duration Age() const;
+  // Waits (real time) until the snapshot is at `revision` or later. False on timeout.
+  bool WaitForRevision(std::uint64_t revision, std::chrono::milliseconds timeout) const;
+  // Ends the watch and joins the thread. Idempotent.
+  void Stop();
+
+  struct Impl;
+
+ private:
+  explicit DiscoveryClient(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace drover
