@@ -46,6 +46,17 @@ class GrpcApiTest : public ::testing::Test {
     return req;
   }
 
+  // One token, "zone-token-0123456789", allowed to write the "zone" service only.
+  static std::shared_ptr<const Authorizer> ZoneWriterAuth() {
+    return Authorizer::FromYaml(R"(
+tokens:
+  - name: zone-servers
+    token: "zone-token-0123456789"
+    write: ["zone"]
+)")
+        .value();
+  }
+
   std::unique_ptr<grpc::ClientContext> Context(const std::string& token = {}) {
     auto ctx = std::make_unique<grpc::ClientContext>();
     ctx->set_deadline(std::chrono::system_clock::now() + 10s);
@@ -131,13 +142,7 @@ TEST_F(GrpcApiTest, TypedErrors) {
 }
 
 TEST_F(GrpcApiTest, AuthDeniesWritingAServiceTheTokenDoesNotOwn) {
-  Start(Authorizer::FromYaml(R"(
-tokens:
-  - name: zone-servers
-    token: "zone-token-0123456789"
-    write: ["zone"]
-)")
-            .value());
+  Start(ZoneWriterAuth());
   pb::RevisionReply rev;
   EXPECT_EQ(stub_->Register(Context().get(), Register("zone", "z1", 1), &rev).error_code(),
             grpc::StatusCode::UNAUTHENTICATED);
@@ -278,13 +283,7 @@ TEST_F(GrpcApiTest, KeepAliveRefusesOversizedMessagesAndEndsOnStop) {
 }
 
 TEST_F(GrpcApiTest, KeepAliveChecksEachHeartbeatsPermission) {
-  Start(Authorizer::FromYaml(R"(
-tokens:
-  - name: zone-servers
-    token: "zone-token-0123456789"
-    write: ["zone"]
-)")
-            .value());
+  Start(ZoneWriterAuth());
   pb::RevisionReply rev;
   ASSERT_TRUE(
       stub_->Register(Context("zone-token-0123456789").get(), Register("zone", "z1", 1), &rev)
