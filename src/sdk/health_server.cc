@@ -12,19 +12,13 @@
 #include <cstring>
 #include <string_view>
 
+#include "sdk/socket_util.h"
+
 namespace drover::sdk {
 namespace {
 
 constexpr std::size_t kMaxRequest = 8 * 1024;
 constexpr int kSocketTimeoutSeconds = 2;
-
-void SendAll(int fd, std::string_view data) {
-  while (!data.empty()) {
-    const ssize_t n = ::send(fd, data.data(), data.size(), MSG_NOSIGNAL);
-    if (n <= 0) return;
-    data.remove_prefix(static_cast<std::size_t>(n));
-  }
-}
 
 std::string Response(int status, std::string_view reason, std::string_view body, bool head) {
   std::string out = "HTTP/1.1 " + std::to_string(status) + " " + std::string(reason) +
@@ -41,39 +35,16 @@ std::string Response(int status, std::string_view reason, std::string_view body,
 
 Result<std::unique_ptr<HealthServer>> HealthServer::Start(const std::string& address,
                                                           std::function<Readiness()> ready) {
-  const std::size_t colon = address.rfind(':');
-  if (colon == std::string::npos) {
-    return InvalidArgumentError("health address must be host:port, got '" + address + "'");
-  }
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  int port = -1;
-  try {
-    port = std::stoi(address.substr(colon + 1));
-  } catch (...) {
-  }
-  if (port < 0 || port > 65535 ||
-      ::inet_pton(AF_INET, address.substr(0, colon).c_str(), &addr.sin_addr) != 1) {
-    return InvalidArgumentError("health address must be IPv4 host:port, got '" + address + "'");
-  }
-  addr.sin_port = htons(static_cast<std::uint16_t>(port));
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  const int one = 1;
-  socklen_t len = sizeof addr;
-  if (fd < 0 || ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) != 0 ||
-      ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 || ::listen(fd, 64) != 0 ||
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-    const std::string why = std::strerror(errno);
-    if (fd >= 0) ::close(fd);
-    return UnavailableError("cannot listen for health probes on " + address + ": " + why);
-  }
+  auto listening = ListenTcp(address, 64, "health probes");
+  if (!listening.ok()) return listening.status();
+  const int fd = listening->fd;
   const int wake = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (wake < 0) {
     ::close(fd);
     return InternalError("eventfd failed");
   }
   return std::unique_ptr<HealthServer>(
-      new HealthServer(fd, wake, ntohs(addr.sin_port), std::move(ready)));
+      new HealthServer(fd, wake, listening->port, std::move(ready)));
 }
 
 HealthServer::HealthServer(int listen_fd, int wake_fd, std::uint16_t port,
@@ -84,15 +55,19 @@ HealthServer::HealthServer(int listen_fd, int wake_fd, std::uint16_t port,
 
 HealthServer::~HealthServer() {
   Stop();
-  ::close(listen_fd_);
   ::close(wake_fd_);
 }
 
 void HealthServer::Stop() {
-  if (!thread_.joinable()) return;
-  const std::uint64_t one = 1;
-  [[maybe_unused]] const ssize_t n = ::write(wake_fd_, &one, sizeof one);
-  thread_.join();
+  if (thread_.joinable()) {
+    const std::uint64_t one = 1;
+    [[maybe_unused]] const ssize_t n = ::write(wake_fd_, &one, sizeof one);
+    thread_.join();
+  }
+  if (listen_fd_ >= 0) {
+    ::close(listen_fd_);
+    listen_fd_ = -1;
+  }
 }
 
 void HealthServer::Run() {

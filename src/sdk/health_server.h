@@ -45,7 +45,7 @@ class HealthServer {
   void Run();
   void Serve(int fd);
 
-  const int listen_fd_;
+  int listen_fd_;      // closed by Stop(): probes are refused from then on
   const int wake_fd_;  // eventfd: Stop() makes it readable
   const std::uint16_t port_;
   const std::function<Readiness()> ready_;

@@ -6,21 +6,14 @@
 #include <chrono>
 #include <stdexcept>
 
+#include "testing/eventually.h"
+
 namespace drover::sdk {
 namespace {
 
 using namespace std::chrono_literals;
 
-// Waits (real time, bounded) until `done()` holds.
-template <typename Pred>
-bool Eventually(Pred done) {
-  const auto deadline = std::chrono::steady_clock::now() + 10s;
-  while (!done()) {
-    if (std::chrono::steady_clock::now() > deadline) return false;
-    std::this_thread::sleep_for(1ms);
-  }
-  return true;
-}
+using testing::Eventually;
 
 // Advances the fake clock by `d` once the heartbeat thread is asleep, then waits until `after`.
 template <typename Pred>

@@ -1,0 +1,468 @@
+#include "sdk/host_core.h"
+
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <exception>
+#include <utility>
+
+#include "sdk/socket_util.h"
+
+namespace drover::sdk {
+namespace {
+
+constexpr Duration kReadyPoll = std::chrono::milliseconds(100);
+constexpr Duration kMaxRegisterBackoff = std::chrono::seconds(2);
+
+double Ms(Duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
+
+std::string DefaultInstanceId() {
+  char host[256] = {};
+  if (::gethostname(host, sizeof host - 1) != 0 || host[0] == '\0') std::snprintf(host, 8, "host");
+  return std::string(host) + "-" + std::to_string(::getpid());
+}
+
+bool Retryable(const Status& s) {
+  return s.code() == StatusCode::kUnavailable || s.code() == StatusCode::kDeadlineExceeded;
+}
+
+template <typename F>
+Status Guarded(F&& f, const std::string& what) {
+  try {
+    return f();
+  } catch (const std::exception& e) {
+    return InternalError(what + " threw: " + e.what());
+  } catch (...) {
+    return InternalError(what + " threw");
+  }
+}
+
+}  // namespace
+
+Status NormalizeHostOptions(HostOptions& o) {
+  if (o.registry.empty()) return InvalidArgumentError("host: no registry address");
+  if (o.service.empty()) return InvalidArgumentError("host: no service");
+  if (o.instance_id.empty()) o.instance_id = DefaultInstanceId();
+  if (o.ttl <= Duration::zero()) return InvalidArgumentError("host: ttl must be positive");
+  if (o.heartbeat_interval == Duration::zero()) o.heartbeat_interval = o.ttl / 3;
+  if (o.heartbeat_interval <= Duration::zero() || o.heartbeat_interval >= o.ttl) {
+    return InvalidArgumentError("host: the heartbeat interval must be positive and below the ttl");
+  }
+  if (o.call_timeout <= Duration::zero() || o.start_timeout <= Duration::zero()) {
+    return InvalidArgumentError("host: call and start timeouts must be positive");
+  }
+  if (o.propagation_delay < Duration::zero() || o.drain_deadline < Duration::zero()) {
+    return InvalidArgumentError("host: propagation delay and drain deadline cannot be negative");
+  }
+  if (o.propagation_delay + o.drain_deadline > o.grace_period) {
+    return InvalidArgumentError(
+        "host: propagation delay + drain deadline must fit inside the grace period");
+  }
+  if (o.weight == 0) return InvalidArgumentError("host: weight must be at least 1");
+  if (o.on_session && o.listen_fd < 0) {
+    if (Status s = ValidateIpv4Address(o.listen, "host: listen"); !s.ok()) return s;
+  }
+  if (!o.health.empty()) {
+    if (Status s = ValidateIpv4Address(o.health, "host: health"); !s.ok()) return s;
+  }
+  if (!o.on_session) {
+    if (o.listen_fd >= 0) {
+      return InvalidArgumentError("host: a handed-over listener needs an on_session handler");
+    }
+    if (o.advertise.empty()) {
+      return InvalidArgumentError(
+          "host: without on_session the host has no listener; set the advertised address");
+    }
+  }
+  for (const WarmupHook& h : o.warmup) {
+    if (!h.run) return InvalidArgumentError("host: warm-up hook '" + h.name + "' has no function");
+  }
+  for (const ReadinessCheck& c : o.readiness) {
+    if (!c.check) return InvalidArgumentError("host: readiness check '" + c.name + "' is empty");
+  }
+  return Status::Ok();
+}
+
+HostCore::HostCore(HostOptions options, RegistryWriter& writer, Heartbeats& heartbeats,
+                   Clock& clock)
+    : options_(std::move(options)), writer_(writer), heartbeats_(heartbeats), clock_(clock) {}
+
+HostCore::~HostCore() { Shutdown(); }
+
+Status HostCore::Init() {
+  if (options_.health.empty()) return Status::Ok();
+  auto health = HealthServer::Start(options_.health, [this] { return CheckReadiness(); });
+  if (!health.ok()) return health.status();
+  health_ = std::move(*health);
+  return Status::Ok();
+}
+
+Readiness HostCore::CheckReadiness() const {
+  if (draining_.load()) return {false, "draining"};
+  if (const std::uint64_t by = superseded_by_.load(); by != 0) {
+    return {false, "superseded: generation " + std::to_string(by) + " holds this instance id"};
+  }
+  switch (phase_.load()) {
+    case Phase::kCreated:
+      return {false, "starting"};
+    case Phase::kWarmingUp: {
+      const std::size_t i = warming_hook_.load();
+      return {false, "warming up" + (i < options_.warmup.size() ? ": " + options_.warmup[i].name
+                                                                : std::string())};
+    }
+    case Phase::kFailed:
+      return {false, "start failed"};
+    case Phase::kWarm:
+      break;
+  }
+  for (const ReadinessCheck& c : options_.readiness) {
+    const Status s = Guarded([&] { return c.check(); }, "check '" + c.name + "'");
+    if (!s.ok()) return {false, "check '" + c.name + "' failing: " + s.message()};
+  }
+  return {true, ""};
+}
+
+std::string HostCore::address() const {
+  std::lock_guard lock(registry_mu_);
+  return address_;
+}
+
+std::uint64_t HostCore::generation() const {
+  std::lock_guard lock(registry_mu_);
+  return registered_ ? key_.generation : 0;
+}
+
+std::vector<ShutdownStep> HostCore::shutdown_steps() const {
+  std::lock_guard lock(registry_mu_);
+  return steps_;
+}
+
+HostStats HostCore::stats() const {
+  return HostStats{heartbeats_ok_.load(), heartbeat_failures_.load(), reregistrations_.load(),
+                   sessions_.served()};
+}
+
+Status HostCore::Start() {
+  std::lock_guard lifecycle(lifecycle_mu_);
+  if (phase_.load() != Phase::kCreated) return FailedPreconditionError("host: already started");
+  if (stop_.stop_requested()) return Status(StatusCode::kCancelled, "host: shut down before start");
+  Status s = StartLocked();
+  if (!s.ok()) {
+    phase_.store(Phase::kFailed);
+    spdlog::error("host {}/{}: start failed: {}", options_.service, options_.instance_id,
+                  s.ToString());
+  }
+  return s;
+}
+
+Status HostCore::StartLocked() {
+  const std::string name = options_.service + "/" + options_.instance_id;
+  const std::stop_token stop = stop_.get_token();
+  const MonoTime t0 = clock_.Now();
+
+  // 1. Warm-up: nothing listens yet, so nothing can be sent here (a connect is refused).
+  phase_.store(Phase::kWarmingUp);
+  for (std::size_t i = 0; i < options_.warmup.size(); ++i) {
+    const WarmupHook& hook = options_.warmup[i];
+    warming_hook_.store(i);
+    const MonoTime t = clock_.Now();
+    const Status s = Guarded([&] { return hook.run(stop); }, "warm-up '" + hook.name + "'");
+    spdlog::info("host {}: warm-up '{}' took {:.1f} ms", name, hook.name, Ms(clock_.Now() - t));
+    if (stop.stop_requested()) return Status(StatusCode::kCancelled, "shut down during warm-up");
+    if (!s.ok()) return s.WithContext("warm-up '" + hook.name + "'");
+  }
+  const Duration warmup_took = clock_.Now() - t0;
+
+  // 2. The listener. Connections queue and are served from here on; the registry does not know
+  // the instance yet.
+  std::string address = options_.advertise;
+  if (options_.on_session) {
+    Status s = options_.listen_fd >= 0 ? sessions_.Adopt(options_.listen_fd)
+                                       : sessions_.Open(options_.listen);
+    if (!s.ok()) return s;
+    sessions_.Serve(options_.on_session);
+    if (address.empty()) address = sessions_.address();
+    if (address.rfind("0.0.0.0:", 0) == 0) {
+      return InvalidArgumentError("host: listening on " + address +
+                                  "; set the advertised address clients should use");
+    }
+  }
+
+  // 3. Ready: warm-up done, and every readiness check passes.
+  phase_.store(Phase::kWarm);
+  const MonoTime deadline = clock_.Now() + options_.start_timeout;
+  for (Readiness r = CheckReadiness(); !r.ready; r = CheckReadiness()) {
+    if (clock_.Now() >= deadline) {
+      return Status(StatusCode::kDeadlineExceeded,
+                    "not ready after the start timeout: " + r.reason);
+    }
+    if (!clock_.SleepFor(kReadyPoll, stop)) return Status(StatusCode::kCancelled, "shut down");
+  }
+
+  // 4. Register READY with a new generation, retrying while the registry is unreachable.
+  {
+    std::lock_guard lock(registry_mu_);
+    key_ = InstanceKey{options_.service, options_.instance_id, options_.generation};
+    if (key_.generation == 0) {
+      key_.generation =
+          static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                         clock_.SystemNow().time_since_epoch())
+                                         .count());
+    }
+    address_ = address;
+  }
+  Duration backoff = std::chrono::milliseconds(100);
+  while (true) {
+    Status s;
+    {
+      std::lock_guard lock(registry_mu_);
+      if (deregistering_) return Status(StatusCode::kCancelled, "shut down");
+      s = RegisterLocked("start");
+    }
+    if (s.ok()) break;
+    if (!Retryable(s) || clock_.Now() + backoff >= deadline) return s.WithContext("register");
+    spdlog::warn("host {}: cannot register yet ({}); retrying in {:.0f} ms", name, s.message(),
+                 Ms(backoff));
+    if (!clock_.SleepFor(backoff, stop)) return Status(StatusCode::kCancelled, "shut down");
+    backoff = std::min(backoff * 2, kMaxRegisterBackoff);
+  }
+
+  // 5. Heartbeats, on the shared thread; never while draining.
+  heartbeat_task_ = heartbeats_.Add(
+      name, options_.heartbeat_interval, [this] { Beat(); }, [this] { return !draining_.load(); });
+  spdlog::info(
+      "host {}: serving at {} as generation {}; ready and registered in {:.1f} ms (warm-up "
+      "{:.1f} ms)",
+      name, address, generation(), Ms(clock_.Now() - t0), Ms(warmup_took));
+  return Status::Ok();
+}
+
+Status HostCore::RegisterLocked(const char* why) {
+  Registration r;
+  r.key = key_;
+  r.address = address_;
+  r.ttl = options_.ttl;
+  r.weight = options_.weight;
+  r.zone = options_.zone;
+  r.version = options_.version;
+  r.labels = options_.labels;
+  r.accepting = CheckReadiness().ready;
+  const Status s = writer_.Register(r, options_.call_timeout);
+  if (s.ok()) {
+    registered_ = true;
+    accepting_ = r.accepting;
+    spdlog::debug("host {}/{}: registered generation {} ({})", key_.service, key_.id,
+                  key_.generation, why);
+  }
+  return s;
+}
+
+void HostCore::Beat() {
+  // The last line of defence is the Heartbeats thread; catching here too keeps the count per
+  // host and the log line specific.
+  try {
+    BeatOnce();
+  } catch (const std::exception& e) {
+    heartbeat_failures_.fetch_add(1);
+    spdlog::error("host {}/{}: heartbeat threw: {}", options_.service, options_.instance_id,
+                  e.what());
+  } catch (...) {
+    heartbeat_failures_.fetch_add(1);
+    spdlog::error("host {}/{}: heartbeat threw", options_.service, options_.instance_id);
+  }
+}
+
+void HostCore::BeatOnce() {
+  InstanceKey key;
+  {
+    std::lock_guard lock(registry_mu_);
+    if (!registered_ || deregistering_) return;
+    key = key_;
+  }
+  const std::string name = key.service + "/" + key.id;
+  const Status s = writer_.Heartbeat(key, options_.call_timeout);
+  if (s.ok()) {
+    heartbeats_ok_.fetch_add(1);
+    const Readiness r = CheckReadiness();  // application code: outside the lock
+    std::lock_guard lock(registry_mu_);
+    if (heartbeat_failing_) {
+      spdlog::info("host {}: heartbeats renewed again", name);
+      heartbeat_failing_ = false;
+    }
+    if (r.ready != accepting_ && !deregistering_ && key.generation == key_.generation) {
+      const Status set = writer_.SetState(key, std::nullopt, r.ready, options_.call_timeout);
+      if (set.ok()) {
+        accepting_ = r.ready;
+        if (r.ready) {
+          spdlog::info("host {}: ready again; accepting new connections", name);
+        } else {
+          spdlog::warn("host {}: not ready ({}); told the registry to send no new connections",
+                       name, r.reason);
+        }
+      }
+    }
+    return;
+  }
+  std::lock_guard lock(registry_mu_);
+  if (deregistering_ || key.generation != key_.generation) return;  // shutdown, or already redone
+  if (s.code() == StatusCode::kNotFound || s.code() == StatusCode::kAborted) {
+    // The registry no longer holds this lease: it expired (the registry was unreachable for a
+    // ttl; its tombstone fences the old generation) or another process registered the same id
+    // with a newer generation. Only the registry's current answer tells the two apart.
+    const Result<std::uint64_t> current =
+        writer_.CurrentGeneration(key_.service, key_.id, options_.call_timeout);
+    if (!current.ok()) {
+      heartbeat_failures_.fetch_add(1);
+      spdlog::warn("host {}: heartbeat refused ({}) and the registry cannot be read: {}", name,
+                   s.message(), current.status().ToString());
+      return;
+    }
+    if (*current > key_.generation) {
+      heartbeat_failures_.fetch_add(1);
+      registered_ = false;
+      superseded_by_.store(*current);
+      spdlog::error(
+          "host {}: generation {} of this instance id is registered by someone else; this host "
+          "(generation {}) stops heartbeats and reports not ready",
+          name, *current, key_.generation);
+      return;
+    }
+    if (*current == key_.generation) {  // still there: a refusal we do not understand
+      heartbeat_failures_.fetch_add(1);
+      spdlog::warn("host {}: heartbeat refused: {}", name, s.ToString());
+      return;
+    }
+    const auto now_ms = static_cast<std::uint64_t>(
+        std::chrono::duration_cast<std::chrono::milliseconds>(clock_.SystemNow().time_since_epoch())
+            .count());
+    key_.generation = std::max(now_ms, key_.generation + 1);
+    spdlog::warn("host {}: the registry lost the lease ({}); registering again as generation {}",
+                 name, s.message(), key_.generation);
+    const Status again = RegisterLocked("lease lost");
+    if (again.ok()) {
+      reregistrations_.fetch_add(1);
+      heartbeat_failing_ = false;
+      return;
+    }
+    heartbeat_failures_.fetch_add(1);
+    spdlog::warn("host {}: registering again failed: {}", name, again.ToString());
+    return;
+  }
+  heartbeat_failures_.fetch_add(1);
+  if (!heartbeat_failing_) {
+    spdlog::warn("host {}: heartbeat failed ({}); retrying every {:.0f} ms", name, s.ToString(),
+                 Ms(options_.heartbeat_interval));
+    heartbeat_failing_ = true;
+  }
+}
+
+void HostCore::Shutdown() {
+  std::call_once(shutdown_once_, [this] { RunShutdown(); });
+}
+
+Duration HostCore::GraceLeft(MonoTime grace_end) const {
+  return std::max(Duration::zero(), grace_end - clock_.Now());
+}
+
+void HostCore::Record(std::vector<ShutdownStep>& steps, std::string name, MonoTime since,
+                      std::string detail) {
+  const Duration took = clock_.Now() - since;
+  spdlog::info("host {}/{}: shutdown: {} took {:.1f} ms{}{}", options_.service,
+               options_.instance_id, name, Ms(took), detail.empty() ? "" : " -- ", detail);
+  steps.push_back(ShutdownStep{std::move(name), took, std::move(detail)});
+}
+
+void HostCore::RunShutdown() {
+  const MonoTime t0 = clock_.Now();
+  const MonoTime grace_end = t0 + options_.grace_period;
+  // /ready turns 503 now, and Start() (if running) stops at its next step.
+  draining_.store(true);
+  stop_.request_stop();
+  std::lock_guard lifecycle(lifecycle_mu_);
+  std::vector<ShutdownStep> steps;
+
+  // 1. Leave discovery while still serving: DRAINING (clients stop picking us), then deregister
+  // with our generation (a newer incarnation of the same id is never removed by us).
+  MonoTime t = clock_.Now();
+  bool was_registered = false;
+  std::string detail;
+  {
+    std::lock_guard lock(registry_mu_);
+    deregistering_ = true;
+    was_registered = registered_;
+    if (registered_) {
+      const Duration timeout = std::min(options_.call_timeout, GraceLeft(grace_end));
+      const Status drained = writer_.SetState(key_, InstancePhase::kDraining, false, timeout);
+      const Status gone = writer_.Deregister(key_, timeout);
+      registered_ = false;
+      detail = "generation " + std::to_string(key_.generation);
+      if (!drained.ok()) detail += "; DRAINING failed: " + drained.ToString();
+      if (!gone.ok()) detail += "; deregister failed: " + gone.ToString();
+    } else {
+      detail = "was not registered";
+    }
+  }
+  Record(steps, "deregister", t, std::move(detail));
+
+  // 2. Let watchers (gateways, clients) learn it before the port closes.
+  t = clock_.Now();
+  if (was_registered) {
+    clock_.SleepFor(std::min(options_.propagation_delay, GraceLeft(grace_end)), std::stop_token{});
+  }
+  Record(steps, "propagation", t, was_registered ? "" : "skipped");
+
+  // 3. Stop accepting: connects are refused from here on.
+  t = clock_.Now();
+  if (options_.on_session) {
+    sessions_.StopAccepting();
+  } else if (options_.stop_accepting) {
+    const Status s = Guarded(
+        [&] {
+          options_.stop_accepting();
+          return Status::Ok();
+        },
+        "stop_accepting");
+    if (!s.ok())
+      spdlog::error("host {}/{}: {}", options_.service, options_.instance_id, s.message());
+  }
+  Record(steps, "stop-accepting", t, "");
+
+  // 4. Sessions get until the drain deadline (inside the grace period), then are cut.
+  t = clock_.Now();
+  const Duration budget = std::min(options_.drain_deadline, GraceLeft(grace_end));
+  detail.clear();
+  if (options_.on_session) {
+    const DrainResult r = sessions_.Drain(budget);
+    detail = std::to_string(r.finished) + " finished, " + std::to_string(r.cut) + " cut";
+  } else if (options_.drain) {
+    const Status s = Guarded(
+        [&] {
+          options_.drain(budget);
+          return Status::Ok();
+        },
+        "drain");
+    if (!s.ok()) detail = s.message();
+  }
+  Record(steps, "drain", t, std::move(detail));
+
+  // 5. Timers and probes: a heartbeat in flight is cancelled, not waited for.
+  t = clock_.Now();
+  writer_.Cancel();
+  if (heartbeat_task_ != 0) heartbeats_.Remove(heartbeat_task_);
+  if (health_) health_->Stop();
+  Record(steps, "stop-timers", t, "");
+
+  const Duration total = clock_.Now() - t0;
+  if (total > options_.grace_period) {
+    spdlog::warn("host {}/{}: shutdown took {:.1f} ms, past the grace period of {:.1f} ms",
+                 options_.service, options_.instance_id, Ms(total), Ms(options_.grace_period));
+  } else {
+    spdlog::info("host {}/{}: shutdown complete in {:.1f} ms", options_.service,
+                 options_.instance_id, Ms(total));
+  }
+  std::lock_guard lock(registry_mu_);
+  steps_ = std::move(steps);
+}
+
+}  // namespace drover::sdk

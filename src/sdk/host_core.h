@@ -1,0 +1,97 @@
+// HostCore: the life-cycle logic behind drover::ServerHost (see include/drover/host.h), written
+// against the RegistryWriter seam so that it is tested with the real registry over gRPC and with
+// a fake under ThreadSanitizer.
+//
+// Threads: Start() on the caller's thread; heartbeats on the shared Heartbeats thread; probes on
+// the HealthServer thread; sessions on their own threads; Shutdown() on any thread.
+// Registration-changing writes (register, re-register, accepting flips, drain + deregister) are
+// serialised by `registry_mu_`, so a heartbeat that finds its lease gone can never re-register
+// an instance that Shutdown() has just deregistered.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <stop_token>
+#include <string>
+#include <vector>
+
+#include "drover/clock.h"
+#include "drover/host.h"
+#include "sdk/health_server.h"
+#include "sdk/heartbeats.h"
+#include "sdk/registry_writer.h"
+#include "sdk/session_server.h"
+
+namespace drover::sdk {
+
+// Fills defaults (instance id, heartbeat interval) and rejects options that cannot work.
+Status NormalizeHostOptions(HostOptions& options);
+
+class HostCore {
+ public:
+  // The writer, heartbeats and clock must outlive the core.
+  HostCore(HostOptions options, RegistryWriter& writer, Heartbeats& heartbeats, Clock& clock);
+  ~HostCore();  // Shutdown()
+  HostCore(const HostCore&) = delete;
+  HostCore& operator=(const HostCore&) = delete;
+
+  // Starts the probe port. Called once, before Start().
+  Status Init();
+  Status Start();
+  void Shutdown();
+
+  Readiness CheckReadiness() const;
+
+  const std::string& id() const { return options_.instance_id; }
+  std::string address() const;
+  std::uint16_t health_port() const { return health_ ? health_->port() : 0; }
+  std::uint64_t generation() const;
+  std::vector<ShutdownStep> shutdown_steps() const;
+  HostStats stats() const;
+
+ private:
+  enum class Phase { kCreated, kWarmingUp, kWarm, kFailed };
+
+  void Beat();      // one heartbeat: renew, follow readiness, re-register a lost lease
+  void BeatOnce();  // Beat() without the exception guard
+  Status RegisterLocked(const char* why);  // registry_mu_ held
+  Status StartLocked();
+  void RunShutdown();
+  Duration GraceLeft(MonoTime grace_end) const;
+  void Record(std::vector<ShutdownStep>& steps, std::string name, MonoTime since,
+              std::string detail);
+
+  HostOptions options_;
+  RegistryWriter& writer_;
+  Heartbeats& heartbeats_;
+  Clock& clock_;
+
+  std::unique_ptr<HealthServer> health_;
+  SessionServer sessions_;
+  std::stop_source stop_;  // Shutdown() requested: ends warm-up and Start's waits
+  std::atomic<Phase> phase_{Phase::kCreated};
+  std::atomic<bool> draining_{false};
+  std::atomic<std::size_t> warming_hook_{0};     // index of the running warm-up hook
+  std::atomic<std::uint64_t> superseded_by_{0};  // a newer generation holds our id
+
+  std::mutex lifecycle_mu_;  // held by Start() and by Shutdown() past its first step
+  std::once_flag shutdown_once_;
+  std::uint64_t heartbeat_task_ = 0;  // guarded by lifecycle_mu_
+
+  mutable std::mutex registry_mu_;
+  InstanceKey key_;                  // guarded by registry_mu_
+  std::string address_;              // guarded by registry_mu_
+  bool registered_ = false;          // guarded by registry_mu_
+  bool accepting_ = false;           // guarded by registry_mu_: what the registry was told
+  bool deregistering_ = false;       // guarded by registry_mu_: no (re-)registration from now
+  bool heartbeat_failing_ = false;   // guarded by registry_mu_: for one log line per outage
+  std::vector<ShutdownStep> steps_;  // guarded by registry_mu_
+
+  std::atomic<std::uint64_t> heartbeats_ok_{0};
+  std::atomic<std::uint64_t> heartbeat_failures_{0};
+  std::atomic<std::uint64_t> reregistrations_{0};
+};
+
+}  // namespace drover::sdk

@@ -1,0 +1,210 @@
+// drover::ServerHost and HostRuntime: HostCore wired to the registry's gRPC API.
+#include <grpcpp/grpcpp.h>
+#include <pthread.h>
+#include <spdlog/spdlog.h>
+
+#include <csignal>
+#include <set>
+
+#include "drover/host.h"
+#include "drover/registry/v1/registry.grpc.pb.h"
+#include "sdk/host_core.h"
+
+namespace drover {
+
+namespace pb = ::drover::registry::v1;
+
+namespace {
+
+pb::State ToProto(sdk::InstancePhase phase) {
+  switch (phase) {
+    case sdk::InstancePhase::kReady:
+      return pb::READY;
+    case sdk::InstancePhase::kDraining:
+      return pb::DRAINING;
+    case sdk::InstancePhase::kStarting:
+      break;
+  }
+  return pb::STARTING;
+}
+
+// The registry over gRPC. Every call has a deadline; Cancel() fails the ones in flight.
+class GrpcRegistryWriter final : public sdk::RegistryWriter {
+ public:
+  GrpcRegistryWriter(const std::string& registry, std::string token)
+      : token_(std::move(token)),
+        stub_(pb::Registry::NewStub(
+            grpc::CreateChannel(registry, grpc::InsecureChannelCredentials()))) {}
+
+  Status Register(const sdk::Registration& r, Duration timeout) override {
+    pb::RegisterRequest req;
+    req.set_service(r.key.service);
+    req.set_id(r.key.id);
+    pb::InstanceSpec* spec = req.mutable_spec();
+    spec->set_address(r.address);
+    spec->set_generation(r.key.generation);
+    spec->set_state(pb::READY);
+    spec->set_ttl_ms(std::chrono::duration_cast<std::chrono::milliseconds>(r.ttl).count());
+    spec->set_weight(r.weight);
+    spec->set_zone(r.zone);
+    spec->set_version(r.version);
+    spec->set_accepting(r.accepting);
+    for (const auto& [k, v] : r.labels) (*spec->mutable_labels())[k] = v;
+    pb::RevisionReply reply;
+    return Call(timeout,
+                [&](grpc::ClientContext* ctx) { return stub_->Register(ctx, req, &reply); });
+  }
+
+  Status Heartbeat(const sdk::InstanceKey& key, Duration timeout) override {
+    pb::HeartbeatRequest req;
+    req.set_service(key.service);
+    req.set_id(key.id);
+    req.set_generation(key.generation);
+    pb::RevisionReply reply;
+    return Call(timeout,
+                [&](grpc::ClientContext* ctx) { return stub_->Heartbeat(ctx, req, &reply); });
+  }
+
+  Status SetState(const sdk::InstanceKey& key, std::optional<sdk::InstancePhase> phase,
+                  std::optional<bool> accepting, Duration timeout) override {
+    pb::SetStateRequest req;
+    req.set_service(key.service);
+    req.set_id(key.id);
+    req.set_generation(key.generation);
+    if (phase) req.set_state(ToProto(*phase));
+    if (accepting) req.set_accepting(*accepting);
+    pb::RevisionReply reply;
+    return Call(timeout,
+                [&](grpc::ClientContext* ctx) { return stub_->SetState(ctx, req, &reply); });
+  }
+
+  Status Deregister(const sdk::InstanceKey& key, Duration timeout) override {
+    pb::DeregisterRequest req;
+    req.set_service(key.service);
+    req.set_id(key.id);
+    req.set_generation(key.generation);
+    pb::RevisionReply reply;
+    return Call(timeout,
+                [&](grpc::ClientContext* ctx) { return stub_->Deregister(ctx, req, &reply); });
+  }
+
+  Result<std::uint64_t> CurrentGeneration(const std::string& service, const std::string& id,
+                                          Duration timeout) override {
+    pb::ListRequest req;
+    req.set_service(service);
+    pb::ListReply reply;
+    const Status s =
+        Call(timeout, [&](grpc::ClientContext* ctx) { return stub_->List(ctx, req, &reply); });
+    if (!s.ok()) return s;
+    for (const pb::Instance& in : reply.instances()) {
+      if (in.id() == id) return in.spec().generation();
+    }
+    return std::uint64_t{0};
+  }
+
+  void Cancel() override {
+    std::lock_guard lock(mu_);
+    cancelled_ = true;
+    for (grpc::ClientContext* ctx : active_) ctx->TryCancel();
+  }
+
+ private:
+  template <typename F>
+  Status Call(Duration timeout, F&& rpc) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() +
+                     std::chrono::duration_cast<std::chrono::system_clock::duration>(timeout));
+    if (!token_.empty()) ctx.AddMetadata("authorization", "Bearer " + token_);
+    {
+      std::lock_guard lock(mu_);
+      if (cancelled_) return Status(StatusCode::kCancelled, "host is shutting down");
+      active_.insert(&ctx);
+    }
+    const grpc::Status status = rpc(&ctx);
+    {
+      std::lock_guard lock(mu_);
+      active_.erase(&ctx);
+    }
+    if (status.ok()) return Status::Ok();
+    return Status(static_cast<StatusCode>(status.error_code()), status.error_message());
+  }
+
+  const std::string token_;
+  const std::unique_ptr<pb::Registry::Stub> stub_;
+  std::mutex mu_;
+  std::set<grpc::ClientContext*> active_;  // guarded by mu_
+  bool cancelled_ = false;                 // guarded by mu_
+};
+
+}  // namespace
+
+struct HostRuntime::Impl {
+  RealClock clock;
+  sdk::Heartbeats heartbeats{clock};
+};
+
+HostRuntime::HostRuntime() : impl_(std::make_unique<Impl>()) {}
+HostRuntime::~HostRuntime() = default;
+
+std::shared_ptr<HostRuntime> HostRuntime::Create() {
+  return std::shared_ptr<HostRuntime>(new HostRuntime());
+}
+
+struct ServerHost::Impl {
+  // Destroyed bottom-up: the core (which shuts down) before the writer and the runtime it uses.
+  std::shared_ptr<HostRuntime> runtime;
+  std::unique_ptr<GrpcRegistryWriter> writer;
+  std::unique_ptr<sdk::HostCore> core;
+};
+
+Result<std::unique_ptr<ServerHost>> ServerHost::Create(HostOptions options,
+                                                       std::shared_ptr<HostRuntime> runtime) {
+  if (Status s = sdk::NormalizeHostOptions(options); !s.ok()) return s;
+  auto impl = std::make_unique<Impl>();
+  impl->runtime = runtime ? std::move(runtime) : HostRuntime::Create();
+  impl->writer = std::make_unique<GrpcRegistryWriter>(options.registry, options.token);
+  HostRuntime::Impl& rt = impl->runtime->impl();
+  impl->core =
+      std::make_unique<sdk::HostCore>(std::move(options), *impl->writer, rt.heartbeats, rt.clock);
+  if (Status s = impl->core->Init(); !s.ok()) return s;
+  return std::unique_ptr<ServerHost>(new ServerHost(std::move(impl)));
+}
+
+ServerHost::ServerHost(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+ServerHost::~ServerHost() { Shutdown(); }
+
+Status ServerHost::Start() { return impl_->core->Start(); }
+void ServerHost::Shutdown() { impl_->core->Shutdown(); }
+const std::string& ServerHost::id() const { return impl_->core->id(); }
+std::string ServerHost::address() const { return impl_->core->address(); }
+std::uint16_t ServerHost::health_port() const { return impl_->core->health_port(); }
+std::uint64_t ServerHost::generation() const { return impl_->core->generation(); }
+std::vector<ShutdownStep> ServerHost::shutdown_steps() const {
+  return impl_->core->shutdown_steps();
+}
+HostStats ServerHost::stats() const { return impl_->core->stats(); }
+
+namespace {
+sigset_t TerminationSignals() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  return set;
+}
+}  // namespace
+
+void BlockTerminationSignals() {
+  const sigset_t set = TerminationSignals();
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+}
+
+int WaitForTerminationSignal() {
+  const sigset_t set = TerminationSignals();
+  int signal = 0;
+  while (sigwait(&set, &signal) != 0) {
+  }
+  return signal;
+}
+
+}  // namespace drover

@@ -1,0 +1,176 @@
+#include "sdk/session_server.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <spdlog/spdlog.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <exception>
+
+#include "sdk/socket_util.h"
+
+namespace drover::sdk {
+namespace {
+
+std::string PeerAddress(const sockaddr_in& addr) {
+  char ip[INET_ADDRSTRLEN] = {};
+  ::inet_ntop(AF_INET, &addr.sin_addr, ip, sizeof ip);
+  return std::string(ip) + ":" + std::to_string(ntohs(addr.sin_port));
+}
+
+}  // namespace
+
+SessionServer::~SessionServer() {
+  StopAccepting();
+  Drain(Duration::zero());
+  if (wake_fd_ >= 0) ::close(wake_fd_);
+}
+
+Status SessionServer::Open(const std::string& address) {
+  auto listening = ListenTcp(address, 1024, "sessions");
+  if (!listening.ok()) return listening.status();
+  return Adopt(listening->fd);
+}
+
+Status SessionServer::Adopt(int listen_fd) {
+  if (listen_fd_ >= 0) return FailedPreconditionError("sessions: already listening");
+  int accepting = 0;
+  socklen_t len = sizeof accepting;
+  if (::getsockopt(listen_fd, SOL_SOCKET, SO_ACCEPTCONN, &accepting, &len) != 0 || !accepting) {
+    return InvalidArgumentError("sessions: descriptor " + std::to_string(listen_fd) +
+                                " is not a listening socket");
+  }
+  wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (wake_fd_ < 0) return InternalError("eventfd failed");
+  listen_fd_ = listen_fd;
+  address_ = LocalAddress(listen_fd);
+  return Status::Ok();
+}
+
+void SessionServer::Serve(std::function<void(Session&)> handler) {
+  handler_ = std::move(handler);
+  accept_thread_ = std::thread([this] { AcceptLoop(); });
+}
+
+void SessionServer::AcceptLoop() {
+  while (true) {
+    pollfd fds[2] = {{listen_fd_, POLLIN, 0}, {wake_fd_, POLLIN, 0}};
+    if (::poll(fds, 2, -1) < 0) {
+      if (errno == EINTR) continue;
+      spdlog::error("sessions: poll failed: {}", std::strerror(errno));
+      return;
+    }
+    if (fds[1].revents != 0) return;
+    if ((fds[0].revents & POLLIN) == 0) continue;
+    sockaddr_in peer{};
+    socklen_t len = sizeof peer;
+    const int fd = ::accept4(listen_fd_, reinterpret_cast<sockaddr*>(&peer), &len, SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno == EMFILE || errno == ENFILE) {
+        spdlog::warn("sessions: out of file descriptors; connections wait in the backlog");
+        ::poll(nullptr, 0, 100);
+      }
+      continue;
+    }
+    Launch(fd);
+  }
+}
+
+void SessionServer::Launch(int fd) {
+  sockaddr_in peer{};
+  socklen_t len = sizeof peer;
+  ::getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &len);
+  std::unique_lock lock(mu_);
+  ReapLocked(lock);
+  Entry& entry = sessions_.emplace_back(Entry{Session(fd, PeerAddress(peer), draining_), {}});
+  served_.fetch_add(1);
+  entry.thread = std::thread([this, &entry] {
+    try {
+      handler_(entry.session);
+    } catch (const std::exception& e) {
+      spdlog::error("sessions: handler for {} threw: {}", entry.session.peer(), e.what());
+    } catch (...) {
+      spdlog::error("sessions: handler for {} threw", entry.session.peer());
+    }
+    ::close(entry.session.fd());
+    std::lock_guard done_lock(mu_);
+    entry.done = true;
+    changed_.notify_all();
+  });
+}
+
+void SessionServer::ReapLocked(std::unique_lock<std::mutex>& lock) {
+  std::list<Entry> finished;
+  for (auto it = sessions_.begin(); it != sessions_.end();) {
+    auto next = std::next(it);
+    if (it->done) finished.splice(finished.end(), sessions_, it);
+    it = next;
+  }
+  lock.unlock();
+  for (Entry& e : finished) e.thread.join();  // done: the thread is past its last use of mu_
+  lock.lock();
+}
+
+void SessionServer::StopAccepting() {
+  std::call_once(stop_accepting_once_, [this] {
+    if (listen_fd_ < 0) return;
+    if (accept_thread_.joinable()) {
+      const std::uint64_t one = 1;
+      [[maybe_unused]] const ssize_t n = ::write(wake_fd_, &one, sizeof one);
+      accept_thread_.join();
+      // Connections the kernel completed but nobody accepted yet would be reset by close():
+      // serve them instead. After this sweep, new connects are refused.
+      const int flags = ::fcntl(listen_fd_, F_GETFL);
+      ::fcntl(listen_fd_, F_SETFL, flags | O_NONBLOCK);
+      while (true) {
+        const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+        if (fd < 0) break;
+        // The accepted socket must block like the others (accept4 does not inherit O_NONBLOCK
+        // on Linux, but say so explicitly).
+        ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+        Launch(fd);
+      }
+    }
+    ::close(listen_fd_);
+  });
+}
+
+DrainResult SessionServer::Drain(Duration budget) {
+  draining_.store(true);
+  DrainResult result;
+  std::unique_lock lock(mu_);
+  const std::size_t before = sessions_.size();
+  changed_.wait_for(lock, budget, [&] {
+    for (const Entry& e : sessions_) {
+      if (!e.done) return false;
+    }
+    return true;
+  });
+  for (Entry& e : sessions_) {
+    if (!e.done) {
+      ::shutdown(e.session.fd(), SHUT_RDWR);  // its handler's next read returns 0
+      ++result.cut;
+    }
+  }
+  std::list<Entry> all;
+  all.splice(all.end(), sessions_);
+  lock.unlock();
+  for (Entry& e : all) e.thread.join();
+  result.finished = before - result.cut;
+  return result;
+}
+
+std::size_t SessionServer::active() const {
+  std::lock_guard lock(mu_);
+  std::size_t n = 0;
+  for (const Entry& e : sessions_) n += e.done ? 0 : 1;
+  return n;
+}
+
+}  // namespace drover::sdk

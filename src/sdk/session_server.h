@@ -1,0 +1,81 @@
+// SessionServer: the TCP listener a ServerHost owns and the sessions it serves, one thread per
+// session (a zone server holds a few hundred long-lived player sessions, not a million).
+//
+// Life cycle, driven by the host (SDK-1, SDK-4):
+//   Open()/Adopt()  the listening socket exists; connects queue in the backlog
+//   Serve(handler)  an accept thread starts; every connection runs `handler` on its own thread
+//   StopAccepting() the accept thread ends and the listener closes; connections already in the
+//                   backlog are accepted and served first, so none is reset
+//   Drain(budget)   waits for sessions to end; when the budget runs out, the sockets left are
+//                   shut down (their handlers' reads fail and they return), then all are joined
+// Handlers must return once a read or write on their socket fails. Thread-safe; every method
+// may be called from any thread, the life-cycle steps in the order above.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <list>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "drover/clock.h"
+#include "drover/host.h"
+#include "drover/status.h"
+
+namespace drover::sdk {
+
+struct DrainResult {
+  std::size_t finished = 0;  // sessions that ended by themselves during the drain
+  std::size_t cut = 0;       // sessions still open at the deadline, shut down
+};
+
+class SessionServer {
+ public:
+  SessionServer() = default;
+  ~SessionServer();  // StopAccepting() + Drain(0)
+  SessionServer(const SessionServer&) = delete;
+  SessionServer& operator=(const SessionServer&) = delete;
+
+  // Binds and listens on IPv4 host:port (port 0: a free port).
+  Status Open(const std::string& address);
+  // Takes ownership of a socket that is already bound and listening.
+  Status Adopt(int listen_fd);
+  // The bound "ip:port".
+  const std::string& address() const { return address_; }
+
+  void Serve(std::function<void(Session&)> handler);
+  void StopAccepting();  // idempotent
+  DrainResult Drain(Duration budget);
+
+  std::size_t active() const;
+  std::uint64_t served() const { return served_.load(); }
+
+ private:
+  struct Entry {
+    Session session;
+    std::thread thread;
+    bool done = false;  // guarded by mu_
+  };
+
+  void AcceptLoop();
+  void Launch(int fd);                                  // serves one accepted connection
+  void ReapLocked(std::unique_lock<std::mutex>& lock);  // joins finished sessions
+
+  int listen_fd_ = -1;
+  int wake_fd_ = -1;
+  std::string address_;
+  std::function<void(Session&)> handler_;
+  std::atomic<bool> draining_{false};
+  std::atomic<std::uint64_t> served_{0};
+  std::thread accept_thread_;
+  std::once_flag stop_accepting_once_;
+
+  mutable std::mutex mu_;
+  std::condition_variable changed_;  // a session ended
+  std::list<Entry> sessions_;        // guarded by mu_; list: entries never move
+};
+
+}  // namespace drover::sdk

@@ -1,0 +1,30 @@
+// Small POSIX socket helpers shared by the SDK's blocking servers (health probes, sessions).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "drover/status.h"
+
+namespace drover::sdk {
+
+struct Listening {
+  int fd = -1;
+  std::uint16_t port = 0;
+};
+
+// Binds and listens on an IPv4 "host:port" (port 0: any free port), close-on-exec, with
+// SO_REUSEADDR. The caller owns the descriptor.
+Result<Listening> ListenTcp(const std::string& address, int backlog, std::string_view what);
+
+// OK when `address` is an IPv4 "host:port" ListenTcp would accept.
+Status ValidateIpv4Address(const std::string& address, std::string_view what);
+
+// The local "ip:port" a socket is bound to; empty on error.
+std::string LocalAddress(int fd);
+
+// Sends everything or gives up quietly at the first error (the peer left; nothing to report).
+void SendAll(int fd, std::string_view data);
+
+}  // namespace drover::sdk
