@@ -28,4 +28,16 @@ Result<std::uint64_t> Router::Update(std::vector<Endpoint> endpoints) {
   return ++last_version_;
 }
 
+Status Router::Publish(std::shared_ptr<const RoutingTable> table) {
+  if (!table) return InvalidArgumentError("router: no table");
+  std::lock_guard lock(update_mu_);
+  if (table->version() <= last_version_) {
+    return FailedPreconditionError("router: table version " + std::to_string(table->version()) +
+                                   " is not newer than " + std::to_string(last_version_));
+  }
+  last_version_ = table->version();
+  current_.Store(BuildSnapshot(std::move(table), options_));
+  return Status::Ok();
+}
+
 }  // namespace drover::router

@@ -80,6 +80,18 @@ TEST(RouterTest, UpdatePublishesIncreasingVersions) {
   EXPECT_EQ(router.Snapshot()->table->size(), 4u);
 }
 
+TEST(RouterTest, PublishKeepsTheTableVersionAndRefusesOlderTables) {
+  Router router;
+  ASSERT_TRUE(router.Publish(RoutingTable::Create(40, ReadyEndpoints(3)).value()).ok());
+  EXPECT_EQ(router.Snapshot()->version(), 40u);
+  EXPECT_TRUE(router.Snapshot()->maglev->Pick(HashKey("k")).ok());
+  const Status stale = router.Publish(RoutingTable::Create(40, ReadyEndpoints(5)).value());
+  EXPECT_EQ(stale.code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(router.Snapshot()->table->size(), 3u);
+  EXPECT_EQ(router.Publish(nullptr).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(*router.Update(ReadyEndpoints(2)), 41u);  // Update continues from there
+}
+
 // Readers route continuously while the writer publishes as fast as it can. Every snapshot a
 // reader sees must be internally consistent (its pickers belong to its table) and versions
 // must never go backwards for a reader. Run under ASan/UBSan and TSan by the test script.
