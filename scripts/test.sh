@@ -26,7 +26,7 @@ for t in "${tsan_tests[@]}"; do
 done
 
 echo "== AddressSanitizer + UBSan build (build-asan/): unit tests"
-asan_targets=(drover common_test router_test cli_test registry_test sdk_core_test sdk_test)
+asan_targets=(drover common_test router_test cli_test registry_test sdk_core_test sdk_test gateway_test)
 scripts/build.sh build-asan -DDROVER_WERROR=ON -DDROVER_SANITIZE=address,undefined \
   -DDROVER_BUILD_BENCH=OFF -- "${asan_targets[@]}"
 ctest --test-dir build-asan --output-on-failure -j"$jobs" -L unit

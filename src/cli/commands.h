@@ -12,6 +12,9 @@ void AddBenchCommands(CLI::App& app);
 // `drover registry`: the discovery daemon.
 void AddRegistryCommand(CLI::App& app);
 
+// `drover gateway`: the TCP gateway.
+void AddGatewayCommand(CLI::App& app);
+
 // `drover ctl ...`: list / services / watch / drain / deregister / register against a registry.
 void AddCtlCommands(CLI::App& app);
 

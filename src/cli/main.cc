@@ -26,6 +26,7 @@ int main(int argc, char** argv) {
 
   drover::cli::AddBenchCommands(app);
   drover::cli::AddRegistryCommand(app);
+  drover::cli::AddGatewayCommand(app);
   drover::cli::AddCtlCommands(app);
 
   CLI11_PARSE(app, argc, argv);

@@ -1,0 +1,101 @@
+// `drover gateway`: the TCP gateway in front of a service's instances.
+#include <signal.h>
+#include <spdlog/spdlog.h>
+
+#include <cstdio>
+#include <cstring>
+#include <memory>
+
+#include "commands.h"
+#include "gateway/config.h"
+#include "gateway/gateway.h"
+
+namespace drover::cli {
+namespace {
+
+struct GatewayArgs {
+  std::string config;
+  std::string registry;
+  std::string admin;
+  int threads = -1;
+  int drain_ms = -1;
+};
+
+int RunGateway(const GatewayArgs& args) {
+  auto config = gateway::LoadGatewayConfig(args.config);
+  if (!config.ok()) {
+    spdlog::error("gateway: {}", config.status().message());
+    return 2;
+  }
+  if (!args.registry.empty()) config->registry = args.registry;
+  if (!args.admin.empty()) config->admin = args.admin == "off" ? "" : args.admin;
+  if (args.threads >= 0) config->threads = args.threads;
+  if (args.drain_ms >= 0) config->drain = std::chrono::milliseconds(args.drain_ms);
+  if (Status s = gateway::ValidateGatewayConfig(*config); !s.ok()) {
+    spdlog::error("gateway: {}", s.message());
+    return 2;
+  }
+
+  // Before any thread starts: every thread inherits the mask, only sigwait below gets them.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  RealClock clock;
+  auto gw = gateway::Gateway::Start(*config, clock);
+  if (!gw.ok()) {
+    spdlog::error("gateway: {}", gw.status().message());
+    return 1;
+  }
+  std::string line = "drover gateway routing";
+  for (const gateway::ListenerConfig& l : (*gw)->config().listeners) {
+    const std::string host = l.address.substr(0, l.address.rfind(':'));
+    line += " " + l.name + "=" + host + ":" + std::to_string((*gw)->port(l.name)) + " (service " +
+            l.service + ", " + std::string(gateway::PolicyName(l.policy)) + ")";
+  }
+  if ((*gw)->admin_port() != 0) {
+    const std::string& a = (*gw)->config().admin;
+    line +=
+        "; admin http://" + a.substr(0, a.rfind(':')) + ":" + std::to_string((*gw)->admin_port());
+  }
+  std::printf("%s\n", line.c_str());
+  std::fflush(stdout);
+
+  int signal_number = 0;
+  sigwait(&signals, &signal_number);
+  spdlog::info("gateway: {} received, shutting down", strsignal(signal_number));
+  (*gw)->Shutdown();
+  return 0;
+}
+
+}  // namespace
+
+void AddGatewayCommand(CLI::App& app) {
+  auto args = std::make_shared<GatewayArgs>();
+  CLI::App* cmd = app.add_subcommand(
+      "gateway",
+      "Run the TCP gateway: routes each new connection to a READY, accepting instance of a "
+      "service (P2C least connections with slow start, or consistent hashing on a key line), "
+      "following the registry's watch");
+  cmd->add_option("--config", args->config,
+                  "YAML file: registry, token, threads, admin, drain_ms and listeners (see "
+                  "docs/ARCHITECTURE.md, Gateway)")
+      ->required()
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--registry", args->registry, "Registry gRPC address host:port (overrides)");
+  cmd->add_option("--admin", args->admin,
+                  "Admin address host:port for /metrics and /admin/snapshot, or 'off' (overrides)");
+  cmd->add_option("--threads", args->threads, "io threads; 0: one per core (overrides)")
+      ->check(CLI::Range(0, 256));
+  cmd->add_option("--drain-ms", args->drain_ms,
+                  "On SIGTERM, how long open connections may continue (overrides)")
+      ->check(CLI::Range(0, 3'600'000));
+  cmd->callback([args] {
+    const int code = RunGateway(*args);
+    if (code != 0) throw CLI::RuntimeError(code);
+  });
+}
+
+}  // namespace drover::cli

@@ -1,0 +1,51 @@
+// Gateway: the `drover gateway` process in one object -- io threads, one Upstream and TcpProxy
+// per listener, and the admin port (GW-5):
+//   GET /metrics          Prometheus text: per listener and instance, active and total
+//                         connections, connect failures; routing table version; discovery age
+//   GET /admin/snapshot   JSON: every listener's routing table (state, accepting, weight,
+//                         effective weight under slow start, active connections)
+//   GET /live             200 while the process runs
+//   GET /ready            200 once every listener's registry view has been answered, else 503
+// Shutdown(): stop accepting everywhere, let connections finish for `drain`, cut the rest, stop
+// the io threads, stop discovery. Thread-safe and idempotent; the destructor calls it.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "drover/clock.h"
+#include "drover/status.h"
+#include "gateway/config.h"
+
+namespace drover::gateway {
+
+class Gateway {
+ public:
+  // Binds every listener and the admin port and starts routing. The clock must outlive it.
+  static Result<std::unique_ptr<Gateway>> Start(GatewayConfig config, Clock& clock);
+  ~Gateway();
+  Gateway(const Gateway&) = delete;
+  Gateway& operator=(const Gateway&) = delete;
+
+  // The bound port of a listener (by name); 0 if there is none.
+  std::uint16_t port(const std::string& listener) const;
+  std::uint16_t admin_port() const;
+  const GatewayConfig& config() const;
+
+  std::string MetricsText() const;
+  std::string SnapshotJson() const;
+  bool Ready() const;
+
+  // Open client connections across all listeners.
+  std::uint64_t active() const;
+  void Shutdown();
+
+  struct Impl;
+
+ private:
+  explicit Gateway(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace drover::gateway

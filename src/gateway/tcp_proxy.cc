@@ -1,0 +1,380 @@
+#include "gateway/tcp_proxy.h"
+
+// clang-format off
+#include <utility>  // Boost 1.74's asio/awaitable.hpp uses std::exchange without including it
+// clang-format on
+
+#include <spdlog/spdlog.h>
+
+#include <array>
+#include <boost/asio.hpp>
+#include <future>
+#include <map>
+#include <mutex>
+#include <random>
+
+#include "drover/router.h"
+#include "gateway/upstream.h"
+
+namespace drover::gateway {
+
+namespace net = boost::asio;
+using tcp = net::ip::tcp;
+using boost::system::error_code;
+
+namespace {
+
+constexpr std::size_t kMaxKeyLine = 512;
+constexpr std::string_view kKeyPrefix = "DROVER-KEY ";
+
+void SetKeepAlive(tcp::socket& s) {
+  error_code ec;
+  s.set_option(net::socket_base::keep_alive(true), ec);
+  s.set_option(tcp::no_delay(true), ec);
+  // Probe after 30 s idle, every 10 s, give up after 3: a dead peer is found within ~60 s even
+  // when the idle timeout is longer.
+  const int fd = s.native_handle();
+  const int idle = 30, interval = 10, count = 3;
+  ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
+  ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval, sizeof interval);
+  ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &count, sizeof count);
+}
+
+std::optional<tcp::endpoint> ParseEndpoint(const std::string& address) {
+  const std::size_t colon = address.rfind(':');
+  if (colon == std::string::npos) return std::nullopt;
+  error_code ec;
+  const auto ip = net::ip::make_address(address.substr(0, colon), ec);
+  if (ec) return std::nullopt;
+  unsigned port = 0;
+  try {
+    port = static_cast<unsigned>(std::stoul(address.substr(colon + 1)));
+  } catch (...) {
+    return std::nullopt;
+  }
+  if (port == 0 || port > 65535) return std::nullopt;
+  return tcp::endpoint(ip, static_cast<unsigned short>(port));
+}
+
+router::Xoshiro256& ThreadRandom() {
+  thread_local router::Xoshiro256 random(std::random_device{}());
+  return random;
+}
+
+}  // namespace
+
+// One proxied connection; every member is touched only on the connection's strand.
+struct Conn {
+  explicit Conn(tcp::socket c)
+      : client(std::move(c)), upstream(client.get_executor()), timer(client.get_executor()) {}
+  ~Conn() {
+    if (counters) counters->active.fetch_sub(1, std::memory_order_relaxed);
+  }
+  void CloseBoth() {
+    error_code ec;
+    client.close(ec);
+    upstream.close(ec);
+  }
+
+  tcp::socket client;
+  tcp::socket upstream;
+  net::steady_timer timer;        // connect timeout, key timeout, then the idle watchdog
+  std::uint64_t timer_epoch = 0;  // a timer callback from an older phase must not act
+  MonoClock::time_point last_activity{};
+  int pumps_done = 0;
+  std::shared_ptr<InstanceCounters> counters;  // the instance this connection counts against
+};
+
+struct TcpProxy::State : std::enable_shared_from_this<State> {
+  State(net::io_context& io_context, const ListenerConfig& c, Upstream& u, Clock& k)
+      : io(io_context), config(c), upstream(u), clock(k), acceptor(net::make_strand(io_context)) {}
+
+  net::awaitable<void> Accept();
+  net::awaitable<void> Serve(tcp::socket client);
+  net::awaitable<std::optional<std::string>> ReadKeyLine(std::shared_ptr<Conn> c,
+                                                         std::string& rest);
+  net::awaitable<bool> Connect(std::shared_ptr<Conn> c, const tcp::endpoint& to);
+  net::awaitable<void> Pump(std::shared_ptr<Conn> c, bool from_client);
+  net::awaitable<void> Watchdog(std::shared_ptr<Conn> c);
+
+  net::io_context& io;
+  const ListenerConfig config;
+  Upstream& upstream;
+  Clock& clock;
+  tcp::acceptor acceptor;
+  std::uint16_t port = 0;
+  ListenerCounters counters;
+
+  std::mutex conns_mu;
+  std::map<std::uint64_t, std::weak_ptr<Conn>> conns;  // guarded by conns_mu
+  std::uint64_t next_conn = 0;                         // guarded by conns_mu
+  std::once_flag stop_once;
+};
+
+net::awaitable<void> TcpProxy::State::Accept() {
+  auto self = shared_from_this();
+  while (true) {
+    error_code ec;
+    tcp::socket socket = co_await acceptor.async_accept(
+        net::make_strand(io), net::redirect_error(net::use_awaitable, ec));
+    if (ec) {
+      if (ec == net::error::operation_aborted || !acceptor.is_open()) co_return;
+      // Out of descriptors and the like: pause instead of spinning; the backlog waits.
+      spdlog::warn("gateway {}: accept failed: {}", config.name, ec.message());
+      net::steady_timer pause(acceptor.get_executor(), std::chrono::milliseconds(50));
+      co_await pause.async_wait(net::redirect_error(net::use_awaitable, ec));
+      continue;
+    }
+    counters.accepted.fetch_add(1, std::memory_order_relaxed);
+    auto executor = socket.get_executor();
+    net::co_spawn(executor, Serve(std::move(socket)), net::detached);
+  }
+}
+
+net::awaitable<std::optional<std::string>> TcpProxy::State::ReadKeyLine(std::shared_ptr<Conn> c,
+                                                                        std::string& rest) {
+  const std::uint64_t epoch = ++c->timer_epoch;
+  c->timer.expires_after(config.key_timeout);
+  c->timer.async_wait([c, epoch](error_code ec) {
+    if (!ec && c->timer_epoch == epoch) c->CloseBoth();
+  });
+  std::string line;
+  std::array<char, 256> buf;
+  while (true) {
+    error_code ec;
+    const std::size_t n = co_await c->client.async_read_some(
+        net::buffer(buf), net::redirect_error(net::use_awaitable, ec));
+    if (ec) co_return std::nullopt;
+    line.append(buf.data(), n);
+    const std::size_t nl = line.find('\n');
+    if (nl != std::string::npos) {
+      rest = line.substr(nl + 1);
+      line.resize(nl);
+      break;
+    }
+    if (line.size() > kMaxKeyLine) co_return std::nullopt;
+  }
+  ++c->timer_epoch;
+  c->timer.cancel();
+  if (!line.empty() && line.back() == '\r') line.pop_back();
+  if (line.size() > kMaxKeyLine || !line.starts_with(kKeyPrefix) ||
+      line.size() == kKeyPrefix.size()) {
+    co_return std::nullopt;
+  }
+  co_return line.substr(kKeyPrefix.size());
+}
+
+net::awaitable<bool> TcpProxy::State::Connect(std::shared_ptr<Conn> c, const tcp::endpoint& to) {
+  const std::uint64_t epoch = ++c->timer_epoch;
+  c->timer.expires_after(config.connect_timeout);
+  c->timer.async_wait([c, epoch](error_code ec) {
+    if (!ec && c->timer_epoch == epoch) {
+      error_code ignored;
+      c->upstream.close(ignored);  // the pending connect completes with an error
+    }
+  });
+  error_code ec;
+  c->upstream = tcp::socket(c->client.get_executor());
+  co_await c->upstream.async_connect(to, net::redirect_error(net::use_awaitable, ec));
+  ++c->timer_epoch;
+  c->timer.cancel();
+  co_return !ec && c->upstream.is_open();
+}
+
+net::awaitable<void> TcpProxy::State::Pump(std::shared_ptr<Conn> c, bool from_client) {
+  tcp::socket& from = from_client ? c->client : c->upstream;
+  tcp::socket& to = from_client ? c->upstream : c->client;
+  std::array<char, 16 * 1024> buf;
+  while (true) {
+    error_code ec;
+    const std::size_t n = co_await from.async_read_some(
+        net::buffer(buf), net::redirect_error(net::use_awaitable, ec));
+    if (ec) {
+      if (ec == net::error::eof) {
+        error_code ignored;
+        to.shutdown(tcp::socket::shutdown_send, ignored);  // half-close: pass the FIN on
+      } else {
+        c->CloseBoth();
+      }
+      break;
+    }
+    c->last_activity = MonoClock::now();
+    co_await net::async_write(to, net::buffer(buf.data(), n),
+                              net::redirect_error(net::use_awaitable, ec));
+    if (ec) {
+      c->CloseBoth();
+      break;
+    }
+  }
+  if (++c->pumps_done == 2) {
+    c->CloseBoth();
+    c->timer.cancel();  // wakes the watchdog
+  }
+}
+
+net::awaitable<void> TcpProxy::State::Watchdog(std::shared_ptr<Conn> c) {
+  ++c->timer_epoch;
+  bool timed_out = false;
+  while (c->pumps_done < 2) {
+    const auto now = MonoClock::now();
+    const auto deadline = c->last_activity + config.idle_timeout;
+    if (!timed_out && now >= deadline) {
+      timed_out = true;
+      counters.idle_timeouts.fetch_add(1, std::memory_order_relaxed);
+      c->CloseBoth();  // the pumps end; the last one cancels the timer
+    }
+    c->timer.expires_at(timed_out ? now + std::chrono::hours(1) : deadline);
+    error_code ec;
+    co_await c->timer.async_wait(net::redirect_error(net::use_awaitable, ec));
+  }
+}
+
+net::awaitable<void> TcpProxy::State::Serve(tcp::socket client) {
+  auto self = shared_from_this();
+  counters.active.fetch_add(1, std::memory_order_relaxed);
+  auto c = std::make_shared<Conn>(std::move(client));
+  std::uint64_t conn_id = 0;
+  {
+    std::lock_guard lock(conns_mu);
+    conn_id = next_conn++;
+    conns.emplace(conn_id, c);
+  }
+  struct Unregister {
+    State* state;
+    std::uint64_t id;
+    ~Unregister() {
+      {
+        std::lock_guard lock(state->conns_mu);
+        state->conns.erase(id);
+      }
+      state->counters.active.fetch_sub(1, std::memory_order_relaxed);
+    }
+  } unregister{this, conn_id};
+  SetKeepAlive(c->client);
+
+  std::string rest;  // bytes the client sent after its key line
+  std::uint64_t key_hash = 0;
+  if (config.policy == Policy::kHash) {
+    const std::optional<std::string> key = co_await ReadKeyLine(c, rest);
+    if (!key) {
+      counters.bad_key.fetch_add(1, std::memory_order_relaxed);
+      c->CloseBoth();
+      co_return;
+    }
+    key_hash = router::HashKey(*key);
+  }
+
+  const std::shared_ptr<const UpstreamSnapshot> snapshot = upstream.Snapshot();
+  std::vector<std::size_t> tried;
+  bool connected = false;
+  std::string last_error;
+  for (int attempt = 0; attempt < config.connect_attempts && !connected; ++attempt) {
+    const Result<std::size_t> pick =
+        upstream.Pick(*snapshot, key_hash, tried, clock.Now(), ThreadRandom());
+    if (!pick.ok()) {
+      last_error = pick.status().message();
+      break;
+    }
+    const router::Endpoint& e = snapshot->router->table->at(*pick);
+    const std::shared_ptr<InstanceCounters>& counters_of = snapshot->counters[*pick];
+    tried.push_back(*pick);
+    const std::optional<tcp::endpoint> to = ParseEndpoint(e.address);
+    if (to && co_await Connect(c, *to)) {
+      c->counters = counters_of;
+      counters_of->active.fetch_add(1, std::memory_order_relaxed);
+      counters_of->connections.fetch_add(1, std::memory_order_relaxed);
+      connected = true;
+    } else {
+      counters_of->connect_failures.fetch_add(1, std::memory_order_relaxed);
+      last_error = "connect to " + e.id + " at " + e.address + " failed";
+      if (!c->client.is_open()) break;  // cut meanwhile (shutdown)
+    }
+  }
+  if (!connected) {
+    counters.no_upstream.fetch_add(1, std::memory_order_relaxed);
+    spdlog::debug("gateway {}: closing a client: {}", config.name, last_error);
+    c->CloseBoth();
+    co_return;
+  }
+  SetKeepAlive(c->upstream);
+  if (!rest.empty()) {
+    error_code ec;
+    co_await net::async_write(c->upstream, net::buffer(rest),
+                              net::redirect_error(net::use_awaitable, ec));
+    if (ec) {
+      c->CloseBoth();
+      co_return;
+    }
+  }
+  c->last_activity = MonoClock::now();
+  auto executor = c->client.get_executor();
+  net::co_spawn(executor, Pump(c, true), net::detached);
+  net::co_spawn(executor, Pump(c, false), net::detached);
+  co_await Watchdog(c);
+}
+
+Result<std::unique_ptr<TcpProxy>> TcpProxy::Start(net::io_context& io, const ListenerConfig& config,
+                                                  Upstream& upstream, Clock& clock) {
+  auto state = std::make_shared<State>(io, config, upstream, clock);
+  const std::size_t colon = config.address.rfind(':');
+  error_code ec;
+  const auto ip = net::ip::make_address(config.address.substr(0, colon), ec);
+  if (ec) return InvalidArgumentError("gateway " + config.name + ": bad address " + config.address);
+  const tcp::endpoint endpoint(
+      ip, static_cast<unsigned short>(std::stoul(config.address.substr(colon + 1))));
+  state->acceptor.open(endpoint.protocol(), ec);
+  if (!ec) state->acceptor.set_option(net::socket_base::reuse_address(true), ec);
+  if (!ec) state->acceptor.bind(endpoint, ec);
+  if (!ec) state->acceptor.listen(net::socket_base::max_listen_connections, ec);
+  if (ec) {
+    return UnavailableError("gateway " + config.name + ": cannot listen on " + config.address +
+                            ": " + ec.message());
+  }
+  state->port = state->acceptor.local_endpoint().port();
+  net::co_spawn(state->acceptor.get_executor(), state->Accept(), net::detached);
+  return std::unique_ptr<TcpProxy>(new TcpProxy(std::move(state)));
+}
+
+TcpProxy::TcpProxy(std::shared_ptr<State> state) : state_(std::move(state)) {}
+
+TcpProxy::~TcpProxy() {
+  StopAccepting();
+  CloseAll();
+}
+
+std::uint16_t TcpProxy::port() const { return state_->port; }
+const ListenerCounters& TcpProxy::counters() const { return state_->counters; }
+
+void TcpProxy::StopAccepting() {
+  std::call_once(state_->stop_once, [this] {
+    if (state_->io.stopped()) {  // no io thread can touch the acceptor any more
+      error_code ec;
+      state_->acceptor.close(ec);
+      return;
+    }
+    auto closed = std::make_shared<std::promise<void>>();
+    auto done = closed->get_future();
+    net::post(state_->acceptor.get_executor(), [state = state_, closed] {
+      error_code ec;
+      state->acceptor.close(ec);
+      closed->set_value();
+    });
+    done.wait();
+  });
+}
+
+void TcpProxy::CloseAll() {
+  std::vector<std::shared_ptr<Conn>> open;
+  {
+    std::lock_guard lock(state_->conns_mu);
+    for (auto& [id, weak] : state_->conns) {
+      if (auto c = weak.lock()) open.push_back(std::move(c));
+    }
+  }
+  for (auto& c : open) {
+    auto executor = c->client.get_executor();
+    net::post(executor, [c] { c->CloseBoth(); });
+  }
+}
+
+}  // namespace drover::gateway

@@ -1,0 +1,67 @@
+// TcpProxy: one TCP listener of the gateway (GW-1, GW-2, GW-4). Each accepted connection:
+//   1. (policy hash) reads the "DROVER-KEY <key>" line within key_timeout;
+//   2. picks an instance on the listener's Upstream snapshot (loaded once for the connection),
+//      connects with connect_timeout, and on failure tries a different instance, up to
+//      connect_attempts -- nothing has been sent upstream yet, so a retry is always safe;
+//   3. copies bytes both ways (a write completes before the next read: backpressure), passes a
+//      half-close on (FIN one way, the other way keeps flowing), closes both sides on an error
+//      or after idle_timeout without a byte either way; TCP keepalive on both sockets finds
+//      peers that vanished without a FIN.
+// The chosen instance's counters (active, connections, connect failures) feed the next picks.
+//
+// Threads: the connection's coroutines share one strand of the gateway's io_context; the
+// acceptor has its own strand. StopAccepting(), CloseAll() and the getters are thread-safe and
+// must not be called from an io thread (StopAccepting waits for the close to happen).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "drover/clock.h"
+#include "drover/status.h"
+#include "gateway/config.h"
+
+namespace boost::asio {
+class io_context;
+}  // namespace boost::asio
+
+namespace drover::gateway {
+
+class Upstream;
+
+struct ListenerCounters {
+  std::atomic<std::uint64_t> accepted{0};
+  std::atomic<std::uint64_t> active{0};       // client connections open now
+  std::atomic<std::uint64_t> no_upstream{0};  // closed: no instance could be connected
+  std::atomic<std::uint64_t> bad_key{0};      // closed: missing or malformed key line
+  std::atomic<std::uint64_t> idle_timeouts{0};
+};
+
+class TcpProxy {
+ public:
+  // Binds `config.address` and starts accepting on `io`. `upstream` and `clock` must outlive the
+  // proxy and every connection it accepted (the gateway stops its io_context first).
+  static Result<std::unique_ptr<TcpProxy>> Start(boost::asio::io_context& io,
+                                                 const ListenerConfig& config, Upstream& upstream,
+                                                 Clock& clock);
+  ~TcpProxy();
+  TcpProxy(const TcpProxy&) = delete;
+  TcpProxy& operator=(const TcpProxy&) = delete;
+
+  std::uint16_t port() const;
+  const ListenerCounters& counters() const;
+  // Closes the listening socket: connects are refused from here on. Idempotent.
+  void StopAccepting();
+  // Cuts every open connection (end of a graceful shutdown's drain).
+  void CloseAll();
+
+  struct State;
+
+ private:
+  explicit TcpProxy(std::shared_ptr<State> state);
+  std::shared_ptr<State> state_;
+};
+
+}  // namespace drover::gateway

@@ -1,0 +1,84 @@
+// Upstream: one listener's view of its service -- the registry's instances (DiscoveryClient),
+// the pickers built from them (router::Router) and per-instance counters -- and the pick.
+//
+// Threads: one control thread per Upstream waits for new discovery snapshots and publishes a new
+// UpstreamSnapshot (router snapshot + counters aligned with its table); io threads Load() it once
+// per connection and pick on it without locks. Counters live as long as anyone holds them, so a
+// connection keeps counting against its instance after the instance left the table.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "drover/discovery.h"
+#include "drover/router.h"
+#include "gateway/config.h"
+
+namespace drover::gateway {
+
+struct InstanceCounters {
+  explicit InstanceCounters(std::string instance_id) : id(std::move(instance_id)) {}
+  const std::string id;
+  std::atomic<std::uint64_t> active{0};            // open proxied connections
+  std::atomic<std::uint64_t> connections{0};       // proxied connections, ever
+  std::atomic<std::uint64_t> connect_failures{0};  // connects that failed or timed out
+};
+
+struct UpstreamSnapshot {
+  std::shared_ptr<const router::RouterSnapshot> router;
+  std::vector<std::shared_ptr<InstanceCounters>> counters;  // per table index
+  bool discovered = false;  // the registry has answered at least once
+
+  std::uint64_t version() const { return router->version(); }
+};
+
+class Upstream {
+ public:
+  // Starts following `listener.service` in the registry. The clock must outlive the upstream.
+  static Result<std::unique_ptr<Upstream>> Start(const GatewayConfig& gateway,
+                                                 const ListenerConfig& listener, Clock& clock);
+  // For tests: an upstream whose tables are set by hand (no registry).
+  static std::unique_ptr<Upstream> ForTables(const ListenerConfig& listener, Clock& clock);
+  ~Upstream();  // Stop()
+  Upstream(const Upstream&) = delete;
+  Upstream& operator=(const Upstream&) = delete;
+
+  std::shared_ptr<const UpstreamSnapshot> Snapshot() const { return current_.Load(); }
+
+  // Picks a routable instance of `snapshot` by the listener's policy, never one in `exclude`
+  // (table indices already tried for this connection). `key_hash` is used by the hash policy.
+  // UNAVAILABLE when no routable instance is left.
+  Result<std::size_t> Pick(const UpstreamSnapshot& snapshot, std::uint64_t key_hash,
+                           const std::vector<std::size_t>& exclude, MonoTime now,
+                           router::RandomSource& random) const;
+
+  // Publishes `table` (tests, and the control thread). Older versions are ignored.
+  void Apply(std::shared_ptr<const router::RoutingTable> table);
+
+  // Discovery's staleness (RT-2), for metrics and the admin view; max() before the first answer.
+  Duration DiscoveryAge() const;
+  const ListenerConfig& listener() const { return listener_; }
+
+  void Stop();
+
+ private:
+  Upstream(const ListenerConfig& listener, Clock& clock);
+  void Run(std::stop_token stop);
+  void MarkDiscovered();
+
+  const ListenerConfig listener_;
+  Clock& clock_;
+  router::Router router_;
+  std::unique_ptr<DiscoveryClient> discovery_;
+  std::mutex apply_mu_;                                                // serialises Apply()
+  std::map<std::string, std::shared_ptr<InstanceCounters>> counters_;  // guarded by apply_mu_
+  router::Published<UpstreamSnapshot> current_;
+  std::jthread thread_;
+};
+
+}  // namespace drover::gateway

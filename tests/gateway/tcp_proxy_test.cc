@@ -1,0 +1,247 @@
+// TcpProxy over real loopback sockets, with zone-protocol backends and hand-made routing tables.
+#include "gateway/tcp_proxy.h"
+
+#include <gtest/gtest.h>
+#include <sys/socket.h>
+
+#include <boost/asio/io_context.hpp>
+#include <thread>
+
+#include "gateway/upstream.h"
+#include "sdk/session_server.h"
+#include "testing/eventually.h"
+#include "testing/line_client.h"
+#include "zone_protocol.h"
+
+namespace drover::gateway {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::Eventually;
+using testing::LineClient;
+
+// A zone-protocol backend on a loopback port.
+struct Backend {
+  explicit Backend(std::string backend_id) : id(std::move(backend_id)) {
+    EXPECT_TRUE(server.Open("127.0.0.1:0").ok());
+    server.Serve([this](Session& s) { examples::ServeZoneSession(s, id); });
+  }
+  router::Endpoint Endpoint(router::EndpointState state = router::EndpointState::kReady) const {
+    router::Endpoint e;
+    e.id = id;
+    e.address = server.address();
+    e.state = state;
+    return e;
+  }
+  std::string id;
+  sdk::SessionServer server;
+};
+
+// An address where nothing listens (bound once, then closed).
+std::string DeadAddress() {
+  sdk::SessionServer s;
+  EXPECT_TRUE(s.Open("127.0.0.1:0").ok());
+  return s.address();
+}
+
+router::Endpoint Dead(std::string id) {
+  router::Endpoint e;
+  e.id = std::move(id);
+  e.address = DeadAddress();
+  e.state = router::EndpointState::kReady;
+  return e;
+}
+
+class TcpProxyTest : public ::testing::Test {
+ protected:
+  void StartProxy(ListenerConfig l) {
+    l.name = "zone";
+    l.address = "127.0.0.1:0";
+    l.service = "zone";
+    upstream_ = Upstream::ForTables(l, clock_);
+    proxy_ = TcpProxy::Start(io_, l, *upstream_, clock_).value();
+    for (int i = 0; i < 2; ++i) threads_.emplace_back([this] { io_.run(); });
+  }
+  void SetTable(std::vector<router::Endpoint> endpoints) {
+    upstream_->Apply(router::RoutingTable::Create(++version_, std::move(endpoints)).value());
+  }
+  void TearDown() override {
+    proxy_->StopAccepting();
+    proxy_->CloseAll();
+    EXPECT_TRUE(Eventually([&] { return proxy_->counters().active.load() == 0; }));
+    work_.reset();
+    io_.stop();
+    for (auto& t : threads_) t.join();
+    proxy_.reset();
+  }
+  std::uint16_t port() const { return proxy_->port(); }
+  const InstanceCounters& CountersOf(const std::string& id) const {
+    const auto snapshot = upstream_->Snapshot();
+    return *snapshot->counters[*snapshot->router->table->IndexOf(id)];
+  }
+
+  RealClock clock_;
+  boost::asio::io_context io_;
+  boost::asio::executor_work_guard<boost::asio::io_context::executor_type> work_{
+      io_.get_executor()};
+  std::vector<std::thread> threads_;
+  std::unique_ptr<Upstream> upstream_;
+  std::unique_ptr<TcpProxy> proxy_;
+  std::uint64_t version_ = 0;
+};
+
+TEST_F(TcpProxyTest, CarriesBothDirectionsAndCountsAgainstTheInstance) {
+  Backend a("a");
+  StartProxy({});
+  SetTable({a.Endpoint()});
+  {
+    LineClient player(port());
+    EXPECT_EQ(player.Ask("HELLO ann"), "WELCOME a");
+    EXPECT_EQ(player.Ask("PING"), "PONG");
+    EXPECT_EQ(CountersOf("a").active.load(), 1u);
+    EXPECT_EQ(player.Ask("QUIT"), "BYE");
+    EXPECT_EQ(player.ReadLine(), std::nullopt);  // the backend's FIN came through
+  }  // the client closes its side too: the connection is over
+  EXPECT_TRUE(Eventually([&] { return CountersOf("a").active.load() == 0; }));
+  EXPECT_EQ(CountersOf("a").connections.load(), 1u);
+}
+
+TEST_F(TcpProxyTest, AHalfCloseStillGetsItsAnswer) {
+  Backend a("a");
+  StartProxy({});
+  SetTable({a.Endpoint()});
+  const int fd = testing::ConnectLoopback(port());
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::send(fd, "PING\n", 5, 0), 5);
+  ::shutdown(fd, SHUT_WR);  // the client is done sending, but still reading
+  std::string got;
+  char buf[64];
+  for (ssize_t n; (n = ::recv(fd, buf, sizeof buf, 0)) > 0;)
+    got.append(buf, static_cast<std::size_t>(n));
+  ::close(fd);
+  EXPECT_EQ(got, "PONG\n");  // then EOF: the backend's FIN came through too
+}
+
+TEST_F(TcpProxyTest, AFailedConnectIsRetriedOnADifferentInstance) {
+  Backend live("live");
+  ListenerConfig l;
+  l.connect_attempts = 3;
+  l.policy = Policy::kLeastConn;  // the dead ones have no connections: always tried first
+  StartProxy(l);
+  SetTable({Dead("dead1"), Dead("dead2"), live.Endpoint()});
+  for (int i = 0; i < 10; ++i) {
+    LineClient player(port());
+    EXPECT_EQ(player.Ask("HELLO p"), "WELCOME live");
+  }
+  EXPECT_GT(
+      CountersOf("dead1").connect_failures.load() + CountersOf("dead2").connect_failures.load(),
+      0u);
+  EXPECT_EQ(proxy_->counters().no_upstream.load(), 0u);
+}
+
+TEST_F(TcpProxyTest, GivesUpAfterConnectAttemptsAndClosesTheClient) {
+  ListenerConfig l;
+  l.connect_attempts = 2;
+  StartProxy(l);
+  SetTable({Dead("d1"), Dead("d2"), Dead("d3")});
+  LineClient player(port());
+  EXPECT_EQ(player.Ask("HELLO p"), std::nullopt);
+  EXPECT_TRUE(Eventually([&] { return proxy_->counters().no_upstream.load() == 1; }));
+  const std::uint64_t failures = CountersOf("d1").connect_failures +
+                                 CountersOf("d2").connect_failures +
+                                 CountersOf("d3").connect_failures;
+  EXPECT_EQ(failures, 2u);  // exactly the attempts allowed, each on a different instance
+}
+
+TEST_F(TcpProxyTest, AnIdleConnectionIsClosedOnBothSides) {
+  Backend a("a");
+  ListenerConfig l;
+  l.idle_timeout = 300ms;
+  StartProxy(l);
+  SetTable({a.Endpoint()});
+  LineClient player(port());
+  ASSERT_EQ(player.Ask("HELLO p"), "WELCOME a");
+  EXPECT_EQ(player.ReadLine(), std::nullopt);  // nothing either way: cut
+  EXPECT_EQ(proxy_->counters().idle_timeouts.load(), 1u);
+  EXPECT_TRUE(Eventually([&] { return a.server.active() == 0; }));  // the backend side too
+}
+
+TEST_F(TcpProxyTest, KeyLinesRouteConsistentlyAndAreNotForwarded) {
+  Backend a("a"), b("b"), c("c");
+  ListenerConfig l;
+  l.policy = Policy::kHash;
+  StartProxy(l);
+  SetTable({a.Endpoint(), b.Endpoint(), c.Endpoint()});
+  std::map<std::string, std::set<std::string>> served;
+  for (int round = 0; round < 3; ++round) {
+    for (int k = 0; k < 10; ++k) {
+      {
+        LineClient player(port());
+        // The backend would answer the key line with "ERR": the first answer proves it never
+        // saw it.
+        const auto welcome = player.Ask("DROVER-KEY player" + std::to_string(k) + "\nHELLO p");
+        ASSERT_TRUE(welcome && welcome->starts_with("WELCOME ")) << welcome.value_or("(closed)");
+        served["player" + std::to_string(k)].insert(welcome->substr(8));
+      }
+      // One at a time: bounded load would (rightly) spill a key whose owner is still busy.
+      ASSERT_TRUE(Eventually([&] { return proxy_->counters().active.load() == 0; }));
+    }
+  }
+  std::set<std::string> used;
+  for (const auto& [key, instances] : served) {
+    EXPECT_EQ(instances.size(), 1u) << key;  // a key always lands on the same instance
+    used.insert(instances.begin(), instances.end());
+  }
+  EXPECT_GT(used.size(), 1u);
+
+  for (const char* bad : {"HELLO p", "DROVER-KEY \nHELLO p", "DROVER-KEYS x\nHELLO p"}) {
+    LineClient player(port());
+    EXPECT_EQ(player.Ask(bad), std::nullopt) << bad;
+  }
+  EXPECT_TRUE(Eventually([&] { return proxy_->counters().bad_key.load() == 3; }));
+}
+
+TEST_F(TcpProxyTest, AKeyLineThatNeverComesTimesOut) {
+  Backend a("a");
+  ListenerConfig l;
+  l.policy = Policy::kHash;
+  l.key_timeout = 200ms;
+  StartProxy(l);
+  SetTable({a.Endpoint()});
+  LineClient silent(port());
+  EXPECT_EQ(silent.ReadLine(), std::nullopt);
+  EXPECT_EQ(proxy_->counters().bad_key.load(), 1u);
+}
+
+TEST_F(TcpProxyTest, ADrainingInstanceKeepsItsSessionsButGetsNoNewOnes) {
+  Backend a("a"), b("b");
+  ListenerConfig l;
+  l.policy = Policy::kLeastConn;
+  StartProxy(l);
+  SetTable({a.Endpoint()});
+  LineClient old_session(port());
+  ASSERT_EQ(old_session.Ask("HELLO old"), "WELCOME a");
+  SetTable({a.Endpoint(router::EndpointState::kDraining), b.Endpoint()});
+  for (int i = 0; i < 10; ++i) {
+    LineClient player(port());
+    EXPECT_EQ(player.Ask("HELLO new"), "WELCOME b");
+  }
+  EXPECT_EQ(old_session.Ask("PING"), "PONG");  // untouched by the table change
+  EXPECT_EQ(CountersOf("a").active.load(), 1u);
+}
+
+TEST_F(TcpProxyTest, StopAcceptingRefusesNewClientsAndCloseAllCutsOpenOnes) {
+  Backend a("a");
+  StartProxy({});
+  SetTable({a.Endpoint()});
+  LineClient open_session(port());
+  ASSERT_EQ(open_session.Ask("HELLO p"), "WELCOME a");
+  proxy_->StopAccepting();
+  EXPECT_FALSE(LineClient(port()).connected());
+  EXPECT_EQ(open_session.Ask("PING"), "PONG");
+  proxy_->CloseAll();
+  EXPECT_EQ(open_session.ReadLine(), std::nullopt);
+}
+
+}  // namespace
+}  // namespace drover::gateway

@@ -1,0 +1,155 @@
+// The gateway's pick on hand-made tables: only READY + accepting instances, retries never return
+// to an instance already tried, keys stay put, slow start holds a newcomer back.
+#include "gateway/upstream.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+
+namespace drover::gateway {
+namespace {
+
+using namespace std::chrono_literals;
+
+router::Endpoint Ready(std::string id, std::optional<MonoTime> since = std::nullopt) {
+  router::Endpoint e;
+  e.id = std::move(id);
+  e.address = "127.0.0.1:1";
+  e.state = router::EndpointState::kReady;
+  e.ready_since = since;
+  return e;
+}
+
+std::shared_ptr<const router::RoutingTable> Table(std::uint64_t version,
+                                                  std::vector<router::Endpoint> endpoints) {
+  return router::RoutingTable::Create(version, std::move(endpoints)).value();
+}
+
+ListenerConfig Listener(Policy policy) {
+  ListenerConfig l;
+  l.name = "zone";
+  l.address = "127.0.0.1:0";
+  l.service = "zone";
+  l.policy = policy;
+  l.slow_start = 10s;
+  return l;
+}
+
+class UpstreamTest : public ::testing::TestWithParam<Policy> {
+ protected:
+  FakeClock clock_;
+  router::Xoshiro256 random_{7};
+};
+
+TEST_P(UpstreamTest, OnlyReadyAndAcceptingInstancesAreEverPicked) {
+  auto up = Upstream::ForTables(Listener(GetParam()), clock_);
+  EXPECT_EQ(up->Pick(*up->Snapshot(), 1, {}, clock_.Now(), random_).status().code(),
+            StatusCode::kUnavailable);  // nothing discovered: a clean error, no crash
+  router::Endpoint starting = Ready("a");
+  starting.state = router::EndpointState::kStarting;
+  router::Endpoint draining = Ready("b");
+  draining.state = router::EndpointState::kDraining;
+  router::Endpoint full = Ready("c");
+  full.accepting = false;
+  up->Apply(Table(5, {starting, draining, full, Ready("d")}));
+  const auto snapshot = up->Snapshot();
+  EXPECT_EQ(snapshot->version(), 5u);
+  for (std::uint64_t key = 0; key < 500; ++key) {
+    auto pick =
+        up->Pick(*snapshot, router::HashKey(std::to_string(key)), {}, clock_.Now(), random_);
+    ASSERT_TRUE(pick.ok());
+    EXPECT_EQ(snapshot->router->table->at(*pick).id, "d");
+  }
+  // "d" already tried: nothing is left, and the error says why.
+  auto none = up->Pick(*snapshot, 1, {3}, clock_.Now(), random_);
+  EXPECT_EQ(none.status().code(), StatusCode::kUnavailable);
+  EXPECT_NE(none.status().message().find("no routable instance of 'zone'"), std::string::npos);
+}
+
+TEST_P(UpstreamTest, RetriesNeverReturnToAnInstanceAlreadyTried) {
+  auto up = Upstream::ForTables(Listener(GetParam()), clock_);
+  up->Apply(Table(1, {Ready("a"), Ready("b"), Ready("c")}));
+  const auto snapshot = up->Snapshot();
+  for (std::uint64_t key = 0; key < 300; ++key) {
+    std::vector<std::size_t> tried;
+    for (int attempt = 0; attempt < 3; ++attempt) {
+      auto pick =
+          up->Pick(*snapshot, router::HashKey(std::to_string(key)), tried, clock_.Now(), random_);
+      ASSERT_TRUE(pick.ok());
+      EXPECT_EQ(std::count(tried.begin(), tried.end(), *pick), 0);
+      tried.push_back(*pick);
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Policies, UpstreamTest,
+                         ::testing::Values(Policy::kP2c, Policy::kHash, Policy::kLeastConn));
+
+TEST(UpstreamPolicyTest, HashKeepsAKeyOnItsInstanceAcrossTables) {
+  FakeClock clock;
+  router::Xoshiro256 random(1);
+  auto up = Upstream::ForTables(Listener(Policy::kHash), clock);
+  up->Apply(Table(1, {Ready("a"), Ready("b"), Ready("c"), Ready("d")}));
+  const auto before = up->Snapshot();
+  up->Apply(Table(2, {Ready("a"), Ready("b"), Ready("c"), Ready("d"), Ready("e")}));
+  const auto after = up->Snapshot();
+  int moved = 0, to_newcomer = 0;
+  for (int k = 0; k < 2000; ++k) {
+    const std::uint64_t h = router::HashKey("player" + std::to_string(k));
+    const std::string& x =
+        before->router->table->at(*up->Pick(*before, h, {}, clock.Now(), random)).id;
+    const std::string& y =
+        after->router->table->at(*up->Pick(*after, h, {}, clock.Now(), random)).id;
+    if (x != y) {
+      ++moved;
+      to_newcomer += y == "e" ? 1 : 0;
+    }
+  }
+  // About 1/5 of the keys move (mod-N would move 4/5), nearly all of them to the newcomer
+  // (Maglev trades a little extra churn between old members for its even spread).
+  EXPECT_GT(moved, 2000 / 5 / 2);
+  EXPECT_LT(moved, 2000 / 5 * 2);
+  EXPECT_GT(to_newcomer, moved * 8 / 10);
+}
+
+TEST(UpstreamPolicyTest, SlowStartHoldsANewcomerBackWhereLeastConnectionsFloodsIt) {
+  FakeClock clock;
+  router::Xoshiro256 random(3);
+  // Three loaded instances since long ago, one that became READY just now.
+  const auto table =
+      Table(1, {Ready("old1"), Ready("old2"), Ready("old3"), Ready("new", clock.Now())});
+  auto share_of_new = [&](Policy policy) {
+    auto up = Upstream::ForTables(Listener(policy), clock);
+    up->Apply(table);
+    const auto snapshot = up->Snapshot();
+    for (const char* id : {"old1", "old2", "old3"}) {
+      snapshot->counters[*snapshot->router->table->IndexOf(id)]->active = 100;
+    }
+    int to_new = 0;
+    for (int n = 0; n < 200; ++n) {  // 200 new sessions arrive before anything closes
+      const std::size_t pick = *up->Pick(*snapshot, 0, {}, clock.Now(), random);
+      snapshot->counters[pick]->active++;
+      to_new += snapshot->router->table->at(pick).id == "new" ? 1 : 0;
+    }
+    return to_new / 200.0;
+  };
+  const double least_conn = share_of_new(Policy::kLeastConn);
+  const double p2c = share_of_new(Policy::kP2c);
+  EXPECT_GT(least_conn, 0.45);  // seed 000: every new player goes to the cold instance
+  EXPECT_LT(p2c, 0.15);         // at 10% weight it takes a small share
+}
+
+TEST(UpstreamPolicyTest, CountersFollowTheInstanceAcrossTables) {
+  FakeClock clock;
+  auto up = Upstream::ForTables(Listener(Policy::kP2c), clock);
+  up->Apply(Table(1, {Ready("a"), Ready("b")}));
+  auto first = up->Snapshot();
+  first->counters[1]->active = 7;
+  up->Apply(Table(2, {Ready("0"), Ready("a"), Ready("b")}));  // "b" moved to index 2
+  EXPECT_EQ(up->Snapshot()->counters[2]->active.load(), 7u);
+  up->Apply(Table(1, {Ready("z")}));  // older: ignored
+  EXPECT_EQ(up->Snapshot()->version(), 2u);
+}
+
+}  // namespace
+}  // namespace drover::gateway
