@@ -99,6 +99,7 @@ Result<ListenerConfig> ParseListener(const YAML::Node& node, const std::string& 
   DROVER_CONFIG_TRY(r.GetMs("connect_timeout_ms", l.connect_timeout, 1, 600'000));
   DROVER_CONFIG_TRY(r.Get("connect_attempts", l.connect_attempts));
   DROVER_CONFIG_TRY(r.GetMs("idle_timeout_ms", l.idle_timeout, 1, 86'400'000));
+  DROVER_CONFIG_TRY(r.GetMs("response_timeout_ms", l.response_timeout, 0, 86'400'000));
   DROVER_CONFIG_TRY(r.GetMs("key_timeout_ms", l.key_timeout, 1, 600'000));
   DROVER_CONFIG_TRY(r.NoUnknownKeys());
   if (protocol != "tcp") {

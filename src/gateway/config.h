@@ -51,6 +51,7 @@ struct ListenerConfig {
   Duration connect_timeout = std::chrono::seconds(1);
   int connect_attempts = 3;
   Duration idle_timeout = std::chrono::minutes(5);
+  Duration response_timeout{};  // zero: off
   Duration key_timeout = std::chrono::seconds(5);
 };
 

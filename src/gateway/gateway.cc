@@ -137,6 +137,9 @@ std::string MetricsTextOf(const Gateway::Impl& g) {
                 static_cast<double>(c.bad_key.load()), labels);
     out.Counter("drover_gateway_idle_timeouts_total", "Connections closed after the idle timeout.",
                 static_cast<double>(c.idle_timeouts.load()), labels);
+    out.Counter("drover_gateway_response_timeouts_total",
+                "Connections closed because the upstream stopped answering.",
+                static_cast<double>(c.response_timeouts.load()), labels);
     const auto snapshot = g.upstreams[i]->Snapshot();
     out.Gauge("drover_gateway_routing_table_version",
               "Registry revision of the routing table in use.",

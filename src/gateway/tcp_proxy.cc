@@ -81,6 +81,9 @@ struct Conn {
   net::steady_timer timer;        // connect timeout, key timeout, then the idle watchdog
   std::uint64_t timer_epoch = 0;  // a timer callback from an older phase must not act
   MonoClock::time_point last_activity{};
+  // The client sent data the upstream has not answered since (response_timeout).
+  bool awaiting_upstream = false;
+  MonoClock::time_point awaiting_since{};
   int pumps_done = 0;
   std::shared_ptr<InstanceCounters> counters;  // the instance this connection counts against
 };
@@ -199,6 +202,13 @@ net::awaitable<void> TcpProxy::State::Pump(std::shared_ptr<Conn> c, bool from_cl
       break;
     }
     c->last_activity = MonoClock::now();
+    if (!from_client) {
+      c->awaiting_upstream = false;
+    } else if (!c->awaiting_upstream && config.response_timeout > Duration::zero()) {
+      c->awaiting_upstream = true;
+      c->awaiting_since = c->last_activity;
+      c->timer.cancel();  // the watchdog recomputes its deadline
+    }
     co_await net::async_write(to, net::buffer(buf.data(), n),
                               net::redirect_error(net::use_awaitable, ec));
     if (ec) {
@@ -214,16 +224,24 @@ net::awaitable<void> TcpProxy::State::Pump(std::shared_ptr<Conn> c, bool from_cl
 
 net::awaitable<void> TcpProxy::State::Watchdog(std::shared_ptr<Conn> c) {
   ++c->timer_epoch;
-  bool timed_out = false;
+  bool cut = false;
   while (c->pumps_done < 2) {
     const auto now = MonoClock::now();
-    const auto deadline = c->last_activity + config.idle_timeout;
-    if (!timed_out && now >= deadline) {
-      timed_out = true;
-      counters.idle_timeouts.fetch_add(1, std::memory_order_relaxed);
+    auto deadline = c->last_activity + config.idle_timeout;
+    bool response_due = false;
+    if (c->awaiting_upstream && c->awaiting_since + config.response_timeout < deadline) {
+      deadline = c->awaiting_since + config.response_timeout;
+      response_due = true;
+    }
+    if (!cut && now >= deadline) {
+      // Nothing either way for idle_timeout, or an upstream that stopped answering (a frozen
+      // process keeps its sockets open and its kernel keeps acknowledging).
+      cut = true;
+      (response_due ? counters.response_timeouts : counters.idle_timeouts)
+          .fetch_add(1, std::memory_order_relaxed);
       c->CloseBoth();  // the pumps end; the last one cancels the timer
     }
-    c->timer.expires_at(timed_out ? now + std::chrono::hours(1) : deadline);
+    c->timer.expires_at(cut ? now + std::chrono::hours(1) : deadline);
     error_code ec;
     co_await c->timer.async_wait(net::redirect_error(net::use_awaitable, ec));
   }

@@ -5,8 +5,9 @@
 //      connect_attempts -- nothing has been sent upstream yet, so a retry is always safe;
 //   3. copies bytes both ways (a write completes before the next read: backpressure), passes a
 //      half-close on (FIN one way, the other way keeps flowing), closes both sides on an error
-//      or after idle_timeout without a byte either way; TCP keepalive on both sockets finds
-//      peers that vanished without a FIN.
+//      after idle_timeout without a byte either way, or (response_timeout, for request/response
+//      protocols) when the upstream sends nothing for that long after the client sent data;
+//      TCP keepalive on both sockets finds peers that vanished without a FIN.
 // The chosen instance's counters (active, connections, connect failures) feed the next picks.
 //
 // Threads: the connection's coroutines share one strand of the gateway's io_context; the
@@ -37,6 +38,7 @@ struct ListenerCounters {
   std::atomic<std::uint64_t> no_upstream{0};  // closed: no instance could be connected
   std::atomic<std::uint64_t> bad_key{0};      // closed: missing or malformed key line
   std::atomic<std::uint64_t> idle_timeouts{0};
+  std::atomic<std::uint64_t> response_timeouts{0};  // upstream silent after client data
 };
 
 class TcpProxy {

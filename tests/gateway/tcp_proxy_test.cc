@@ -166,6 +166,34 @@ TEST_F(TcpProxyTest, AnIdleConnectionIsClosedOnBothSides) {
   EXPECT_TRUE(Eventually([&] { return a.server.active() == 0; }));  // the backend side too
 }
 
+TEST_F(TcpProxyTest, AnUpstreamThatStopsAnsweringIsCutAfterTheResponseTimeout) {
+  Backend a("a");
+  std::atomic<bool> frozen{false};
+  sdk::SessionServer mute;  // answers HELLO, then swallows everything (a frozen game loop)
+  ASSERT_TRUE(mute.Open("127.0.0.1:0").ok());
+  mute.Serve([&](Session& s) {
+    char buf[256];
+    while (::recv(s.fd(), buf, sizeof buf, 0) > 0) {
+      if (!frozen) ::send(s.fd(), "WELCOME mute\n", 13, MSG_NOSIGNAL);
+      frozen = true;
+    }
+  });
+  ListenerConfig l;
+  l.response_timeout = 300ms;
+  l.idle_timeout = 60s;
+  StartProxy(l);
+  router::Endpoint e;
+  e.id = "mute";
+  e.address = mute.address();
+  e.state = router::EndpointState::kReady;
+  SetTable({e});
+  LineClient player(port());
+  ASSERT_EQ(player.Ask("HELLO p"), "WELCOME mute");
+  EXPECT_EQ(player.Ask("PING"), std::nullopt);  // cut, long before the idle timeout
+  EXPECT_EQ(proxy_->counters().response_timeouts.load(), 1u);
+  EXPECT_EQ(proxy_->counters().idle_timeouts.load(), 0u);
+}
+
 TEST_F(TcpProxyTest, KeyLinesRouteConsistentlyAndAreNotForwarded) {
   Backend a("a"), b("b"), c("c");
   ListenerConfig l;
