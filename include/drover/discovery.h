@@ -12,12 +12,17 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "drover/clock.h"
 #include "drover/router.h"
 #include "drover/status.h"
 
 namespace drover {
+
+// The registry label where an instance publishes its /ready probe address ("host:port");
+// ServerHost sets it, DiscoveryClient copies it into router::Endpoint::health.
+inline constexpr std::string_view kHealthLabel = "drover.health";
 
 struct DiscoveryOptions {
   std::string registry;  // gRPC address of the registry, host:port

@@ -11,9 +11,10 @@
 //
 // /live and /ready are served on a small HTTP port (Kubernetes probes): /live is 200 while the
 // process runs; /ready is 200 only when warm-up is done, every readiness check passes and the
-// host is not draining, else 503 naming why. A readiness check that starts failing after Start
-// marks the instance not accepting in the registry (gateways stop sending new connections)
-// without letting its lease lapse; when the check passes again, it accepts again.
+// host is not draining, else 503 naming why. The probe address is registered as the label
+// `drover.health`, so gateways can check /ready themselves. A readiness check that starts failing
+// after Start marks the instance not accepting in the registry (gateways stop sending new
+// connections) without letting its lease lapse; when the check passes again, it accepts again.
 //
 // Heartbeats of every host in a process run on one thread owned by a HostRuntime; a heartbeat
 // never throws out of it, and stopping wakes it at once. If the registry has lost the lease

@@ -91,6 +91,9 @@ struct Endpoint {
   // then no slow start applies.
   std::optional<MonoTime> ready_since;
   std::uint64_t generation = 0;
+  // "host:port" of the instance's HTTP /ready probe, when it publishes one (label
+  // drover.health); gateways check it actively.
+  std::string health;
 
   // May own keys (member of the ring / Maglev table).
   bool KeyEligible() const { return state == EndpointState::kReady && weight > 0; }

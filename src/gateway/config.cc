@@ -101,6 +101,14 @@ Result<ListenerConfig> ParseListener(const YAML::Node& node, const std::string& 
   DROVER_CONFIG_TRY(r.GetMs("idle_timeout_ms", l.idle_timeout, 1, 86'400'000));
   DROVER_CONFIG_TRY(r.GetMs("response_timeout_ms", l.response_timeout, 0, 86'400'000));
   DROVER_CONFIG_TRY(r.GetMs("key_timeout_ms", l.key_timeout, 1, 600'000));
+  DROVER_CONFIG_TRY(r.GetMs("health_check_interval_ms", l.health_check_interval, 0, 3'600'000));
+  DROVER_CONFIG_TRY(r.GetMs("health_check_timeout_ms", l.health_check_timeout, 1, 600'000));
+  DROVER_CONFIG_TRY(r.Get("unhealthy_threshold", l.unhealthy_threshold));
+  DROVER_CONFIG_TRY(r.Get("healthy_threshold", l.healthy_threshold));
+  DROVER_CONFIG_TRY(r.Get("eject_after_failures", l.eject_after_failures));
+  DROVER_CONFIG_TRY(r.GetMs("ejection_ms", l.ejection, 1, 86'400'000));
+  DROVER_CONFIG_TRY(r.GetMs("max_ejection_ms", l.max_ejection, 1, 86'400'000));
+  DROVER_CONFIG_TRY(r.Get("max_ejected_percent", l.max_ejected_percent));
   DROVER_CONFIG_TRY(r.NoUnknownKeys());
   if (protocol != "tcp") {
     return InvalidArgumentError(r.Path("protocol") + ": '" + protocol + "' is not supported (tcp)");
@@ -164,6 +172,21 @@ Status ValidateGatewayConfig(const GatewayConfig& c) {
     }
     if (!(l.bounded_load >= 1 && std::isfinite(l.bounded_load))) {
       return InvalidArgumentError(path + ".bounded_load: must be a finite number >= 1");
+    }
+    if (l.health_check_interval > Duration::zero() &&
+        l.health_check_timeout >= l.health_check_interval) {
+      return InvalidArgumentError(path +
+                                  ".health_check_timeout_ms: must be below the check interval");
+    }
+    if (l.unhealthy_threshold < 1 || l.healthy_threshold < 1 || l.eject_after_failures < 1) {
+      return InvalidArgumentError(
+          path + ": unhealthy_threshold, healthy_threshold and eject_after_failures must be >= 1");
+    }
+    if (l.ejection > l.max_ejection) {
+      return InvalidArgumentError(path + ".ejection_ms: must not exceed max_ejection_ms");
+    }
+    if (!(l.max_ejected_percent >= 0 && l.max_ejected_percent <= 100)) {
+      return InvalidArgumentError(path + ".max_ejected_percent: must be within 0..100");
     }
     if (l.connect_attempts < 1 || l.connect_attempts > 10) {
       return InvalidArgumentError(path + ".connect_attempts: must be within 1..10");

@@ -53,6 +53,14 @@ struct ListenerConfig {
   Duration idle_timeout = std::chrono::minutes(5);
   Duration response_timeout{};  // zero: off
   Duration key_timeout = std::chrono::seconds(5);
+  Duration health_check_interval = std::chrono::seconds(2);  // zero: no active checks
+  Duration health_check_timeout = std::chrono::seconds(1);
+  int unhealthy_threshold = 2;
+  int healthy_threshold = 1;
+  int eject_after_failures = 3;
+  Duration ejection = std::chrono::seconds(10);
+  Duration max_ejection = std::chrono::minutes(5);
+  double max_ejected_percent = 50;
 };
 
 struct GatewayConfig {

@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "common/metrics_text.h"
+#include "gateway/health_check.h"
 #include "gateway/tcp_proxy.h"
 #include "gateway/upstream.h"
 
@@ -160,6 +161,14 @@ std::string MetricsTextOf(const Gateway::Impl& g) {
       out.Counter("drover_gateway_upstream_connections_total",
                   "Proxied connections to the instance.",
                   static_cast<double>(ic.connections.load()), il);
+      out.Gauge("drover_gateway_upstream_healthy",
+                "1 while the instance passes active /ready checks and is not ejected.",
+                ic.unhealthy.load() || ic.Ejected(g.clock.Now()) ? 0 : 1, il);
+      out.Counter("drover_gateway_upstream_ejections_total",
+                  "Times the instance was ejected for failed connects.",
+                  static_cast<double>(ic.ejections_total.load()), il);
+      out.Counter("drover_gateway_upstream_failed_checks_total", "Failed /ready checks.",
+                  static_cast<double>(ic.checks_failed.load()), il);
       out.Counter("drover_gateway_upstream_connect_failures_total",
                   "Connects to the instance that failed or timed out.",
                   static_cast<double>(ic.connect_failures.load()), il);
@@ -186,6 +195,9 @@ std::string SnapshotJsonOf(const Gateway::Impl& g) {
                            {"weight", e.weight},
                            {"effective_weight", snapshot->router->p2c.EffectiveWeight(k, now)},
                            {"routable", e.Routable()},
+                           {"health", e.health},
+                           {"healthy", !snapshot->counters[k]->unhealthy.load()},
+                           {"ejected", snapshot->counters[k]->Ejected(now)},
                            {"active", snapshot->counters[k]->active.load()},
                            {"connections", snapshot->counters[k]->connections.load()}});
     }
@@ -223,6 +235,7 @@ Result<std::unique_ptr<Gateway>> Gateway::Start(GatewayConfig config, Clock& clo
     if (!upstream.ok()) return upstream.status();
     auto proxy = TcpProxy::Start(impl->io, l, **upstream, clock);
     if (!proxy.ok()) return proxy.status();
+    StartHealthChecks(impl->io, **upstream);
     impl->upstreams.push_back(std::move(*upstream));
     impl->proxies.push_back(std::move(*proxy));
   }

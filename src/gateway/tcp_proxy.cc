@@ -297,7 +297,9 @@ net::awaitable<void> TcpProxy::State::Serve(tcp::socket client) {
     const std::shared_ptr<InstanceCounters>& counters_of = snapshot->counters[*pick];
     tried.push_back(*pick);
     const std::optional<tcp::endpoint> to = ParseEndpoint(e.address);
-    if (to && co_await Connect(c, *to)) {
+    const bool ok = to && co_await Connect(c, *to);
+    upstream.ReportConnect(*snapshot, *pick, ok, clock.Now());
+    if (ok) {
       c->counters = counters_of;
       counters_of->active.fetch_add(1, std::memory_order_relaxed);
       counters_of->connections.fetch_add(1, std::memory_order_relaxed);

@@ -105,6 +105,66 @@ void Upstream::MarkDiscovered() {
   current_.Store(std::move(next));
 }
 
+void Upstream::ReportConnect(const UpstreamSnapshot& snapshot, std::size_t index, bool ok,
+                             MonoTime now) {
+  InstanceCounters& ic = *snapshot.counters[index];
+  if (ok) {
+    ic.connect_failures_in_row.store(0, std::memory_order_relaxed);
+    // Well behaved for a long while since its last ejection: the backoff starts over.
+    const std::int64_t until = ic.ejected_until.load(std::memory_order_relaxed);
+    if (until != 0 &&
+        now.time_since_epoch().count() - until >
+            std::chrono::duration_cast<MonoClock::duration>(listener_.max_ejection).count()) {
+      ic.ejections.store(0, std::memory_order_relaxed);
+    }
+    return;
+  }
+  const int in_row = ic.connect_failures_in_row.fetch_add(1, std::memory_order_relaxed) + 1;
+  if (in_row < listener_.eject_after_failures || ic.Ejected(now)) return;
+  // Never eject more than max_ejected_percent of the routable instances (at least one may go).
+  const router::RoutingTable& table = *snapshot.router->table;
+  std::size_t routable = 0, ejected = 0;
+  for (std::size_t i = 0; i < table.size(); ++i) {
+    if (!table.at(i).Routable()) continue;
+    ++routable;
+    ejected += snapshot.counters[i]->Ejected(now) ? 1 : 0;
+  }
+  const auto allowed =
+      std::max<std::size_t>(1, static_cast<std::size_t>(static_cast<double>(routable) *
+                                                        listener_.max_ejected_percent / 100));
+  if (ejected + 1 > allowed) return;
+  const std::uint32_t times = ic.ejections.fetch_add(1, std::memory_order_relaxed) + 1;
+  Duration ejection = listener_.ejection;
+  for (std::uint32_t k = 1; k < times && ejection < listener_.max_ejection; ++k) ejection *= 2;
+  ejection = std::min(ejection, listener_.max_ejection);
+  ic.ejected_until.store((now + ejection).time_since_epoch().count(), std::memory_order_relaxed);
+  ic.connect_failures_in_row.store(0, std::memory_order_relaxed);
+  ic.ejections_total.fetch_add(1, std::memory_order_relaxed);
+  spdlog::warn(
+      "gateway {}: ejected {} for {:.1f} s after {} failed connects in a row (ejection {})",
+      listener_.name, ic.id, std::chrono::duration<double>(ejection).count(), in_row, times);
+}
+
+void Upstream::ReportCheck(InstanceCounters& ic, bool ok) const {
+  if (ok) {
+    ic.check_failures_in_row.store(0, std::memory_order_relaxed);
+    const int in_row = ic.check_successes_in_row.fetch_add(1, std::memory_order_relaxed) + 1;
+    if (ic.unhealthy.load() && in_row >= listener_.healthy_threshold) {
+      ic.unhealthy.store(false);
+      spdlog::info("gateway {}: {} passes /ready again; routing to it", listener_.name, ic.id);
+    }
+    return;
+  }
+  ic.checks_failed.fetch_add(1, std::memory_order_relaxed);
+  ic.check_successes_in_row.store(0, std::memory_order_relaxed);
+  const int in_row = ic.check_failures_in_row.fetch_add(1, std::memory_order_relaxed) + 1;
+  if (!ic.unhealthy.load() && in_row >= listener_.unhealthy_threshold) {
+    ic.unhealthy.store(true);
+    spdlog::warn("gateway {}: {} failed /ready {} times in a row; no new connections",
+                 listener_.name, ic.id, in_row);
+  }
+}
+
 Duration Upstream::DiscoveryAge() const {
   return discovery_ ? discovery_->Age() : Duration::zero();
 }
@@ -125,8 +185,25 @@ Result<std::size_t> Upstream::Pick(const UpstreamSnapshot& snapshot, std::uint64
       if (table.at(i).Routable()) total += loads[i];
     }
   }
+  // Instances failing active checks or ejected are passed over -- unless that is every routable
+  // one: then health is ignored (panic routing), since refusing everyone helps no one.
+  std::vector<std::uint8_t> sick(n, 0);
+  bool any_well = false;
+  for (std::size_t i = 0; i < n; ++i) {
+    if (!table.at(i).Routable()) continue;
+    const InstanceCounters& ic = *snapshot.counters[i];
+    sick[i] = ic.unhealthy.load(std::memory_order_relaxed) || ic.Ejected(now);
+    any_well = any_well || !sick[i];
+  }
+  if (!any_well) std::fill(sick.begin(), sick.end(), 0);
+  for (std::size_t i = 0; i < n; ++i) {
+    if (sick[i] && loads[i] != kExcludedLoad) {
+      total -= loads[i];
+      loads[i] = kExcludedLoad;
+    }
+  }
   const auto usable = [&](std::size_t i) {
-    return table.at(i).Routable() && !Excluded(exclude, i);
+    return table.at(i).Routable() && !Excluded(exclude, i) && !sick[i];
   };
   const auto unavailable = [&] {
     return UnavailableError("no routable instance of '" + listener_.service + "' (table version " +

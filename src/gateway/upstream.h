@@ -21,12 +21,27 @@
 
 namespace drover::gateway {
 
+// Counters and health of one instance, shared by every table version that lists it.
 struct InstanceCounters {
   explicit InstanceCounters(std::string instance_id) : id(std::move(instance_id)) {}
   const std::string id;
   std::atomic<std::uint64_t> active{0};            // open proxied connections
   std::atomic<std::uint64_t> connections{0};       // proxied connections, ever
   std::atomic<std::uint64_t> connect_failures{0};  // connects that failed or timed out
+  // Active health checks (written by the checker only): /ready failing past the threshold.
+  std::atomic<bool> unhealthy{false};
+  std::atomic<int> check_failures_in_row{0};
+  std::atomic<int> check_successes_in_row{0};
+  std::atomic<std::uint64_t> checks_failed{0};
+  // Passive outlier ejection: consecutive connect failures eject for a backed-off time.
+  std::atomic<int> connect_failures_in_row{0};
+  std::atomic<std::int64_t> ejected_until{0};  // MonoTime ticks; 0: never ejected
+  std::atomic<std::uint32_t> ejections{0};     // times ejected (the backoff exponent)
+  std::atomic<std::uint64_t> ejections_total{0};
+
+  bool Ejected(MonoTime now) const {
+    return ejected_until.load(std::memory_order_relaxed) > now.time_since_epoch().count();
+  }
 };
 
 struct UpstreamSnapshot {
@@ -56,6 +71,11 @@ class Upstream {
   Result<std::size_t> Pick(const UpstreamSnapshot& snapshot, std::uint64_t key_hash,
                            const std::vector<std::size_t>& exclude, MonoTime now,
                            router::RandomSource& random) const;
+
+  // Outcome of a connect to table instance `index` of `snapshot`: feeds outlier ejection.
+  void ReportConnect(const UpstreamSnapshot& snapshot, std::size_t index, bool ok, MonoTime now);
+  // Outcome of an active /ready check of `counters`: flips `unhealthy` at the thresholds.
+  void ReportCheck(InstanceCounters& counters, bool ok) const;
 
   // Publishes `table` (tests, and the control thread). Older versions are ignored.
   void Apply(std::shared_ptr<const router::RoutingTable> table);

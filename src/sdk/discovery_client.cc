@@ -39,6 +39,10 @@ router::Endpoint ToEndpoint(const pb::Instance& in, const Clock& clock) {
   e.state = ToState(in.spec().state());
   e.accepting = in.spec().accepting();
   e.generation = in.spec().generation();
+  if (auto it = in.spec().labels().find(std::string(kHealthLabel));
+      it != in.spec().labels().end()) {
+    e.health = it->second;
+  }
   if (in.ready_since_ms() != 0) {
     // The registry's wall-clock READY time, as a point on this process's monotonic clock (for
     // slow start); a clock skew into the future counts as "just now".

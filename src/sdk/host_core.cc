@@ -7,6 +7,7 @@
 #include <exception>
 #include <utility>
 
+#include "drover/discovery.h"
 #include "sdk/socket_util.h"
 
 namespace drover::sdk {
@@ -247,6 +248,13 @@ Status HostCore::RegisterLocked(const char* why) {
   r.zone = options_.zone;
   r.version = options_.version;
   r.labels = options_.labels;
+  if (health_) {
+    // Gateways probe /ready here; the probe listens where the options said, on the bound port.
+    const std::string host = options_.health.substr(0, options_.health.rfind(':'));
+    const std::string advertised_host =
+        host == "0.0.0.0" ? address_.substr(0, address_.rfind(':')) : host;
+    r.labels[std::string(kHealthLabel)] = advertised_host + ":" + std::to_string(health_->port());
+  }
   r.accepting = CheckReadiness().ready;
   const Status s = writer_.Register(r, options_.call_timeout);
   if (s.ok()) {

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <set>
 
 namespace drover::gateway {
 namespace {
@@ -149,6 +150,89 @@ TEST(UpstreamPolicyTest, CountersFollowTheInstanceAcrossTables) {
   EXPECT_EQ(up->Snapshot()->counters[2]->active.load(), 7u);
   up->Apply(Table(1, {Ready("z")}));  // older: ignored
   EXPECT_EQ(up->Snapshot()->version(), 2u);
+}
+
+TEST(UpstreamHealthTest, ConsecutiveConnectFailuresEjectWithBackoffAndTheInstanceReturns) {
+  FakeClock clock;
+  router::Xoshiro256 random(5);
+  ListenerConfig l = Listener(Policy::kP2c);
+  l.eject_after_failures = 3;
+  l.ejection = 10s;
+  l.max_ejection = 25s;
+  auto up = Upstream::ForTables(l, clock);
+  up->Apply(Table(1, {Ready("a"), Ready("b")}));
+  const auto snapshot = up->Snapshot();
+  const std::size_t a = *snapshot->router->table->IndexOf("a");
+  auto picks_of_a = [&] {
+    int n = 0;
+    for (int i = 0; i < 100; ++i) n += *up->Pick(*snapshot, 0, {}, clock.Now(), random) == a;
+    return n;
+  };
+  up->ReportConnect(*snapshot, a, false, clock.Now());
+  up->ReportConnect(*snapshot, a, false, clock.Now());
+  up->ReportConnect(*snapshot, a, true, clock.Now());  // a success resets the streak
+  up->ReportConnect(*snapshot, a, false, clock.Now());
+  up->ReportConnect(*snapshot, a, false, clock.Now());
+  EXPECT_GT(picks_of_a(), 0);
+  up->ReportConnect(*snapshot, a, false, clock.Now());  // third in a row: ejected for 10 s
+  EXPECT_EQ(picks_of_a(), 0);
+  EXPECT_EQ(snapshot->counters[a]->ejections_total.load(), 1u);
+  clock.Advance(10s);
+  EXPECT_GT(picks_of_a(), 0);  // back
+  for (int i = 0; i < 3; ++i) up->ReportConnect(*snapshot, a, false, clock.Now());
+  clock.Advance(19s);  // second ejection: 20 s
+  EXPECT_EQ(picks_of_a(), 0);
+  clock.Advance(1s);
+  EXPECT_GT(picks_of_a(), 0);
+  for (int i = 0; i < 3; ++i) up->ReportConnect(*snapshot, a, false, clock.Now());
+  clock.Advance(25s);  // third: 40 s, capped at 25 s
+  EXPECT_GT(picks_of_a(), 0);
+}
+
+TEST(UpstreamHealthTest, NeverEjectsMoreThanTheAllowedShare) {
+  FakeClock clock;
+  ListenerConfig l = Listener(Policy::kP2c);
+  l.eject_after_failures = 1;
+  l.max_ejected_percent = 50;
+  auto up = Upstream::ForTables(l, clock);
+  up->Apply(Table(1, {Ready("a"), Ready("b"), Ready("c"), Ready("d")}));
+  const auto snapshot = up->Snapshot();
+  for (std::size_t i = 0; i < 4; ++i) up->ReportConnect(*snapshot, i, false, clock.Now());
+  int ejected = 0;
+  for (std::size_t i = 0; i < 4; ++i) ejected += snapshot->counters[i]->Ejected(clock.Now());
+  EXPECT_EQ(ejected, 2);  // half of four, however many fail
+}
+
+TEST(UpstreamHealthTest, FailedChecksTakeAnInstanceOutAndEveryoneFailingMeansPanicRouting) {
+  FakeClock clock;
+  router::Xoshiro256 random(9);
+  ListenerConfig l = Listener(Policy::kLeastConn);
+  l.unhealthy_threshold = 2;
+  l.healthy_threshold = 2;
+  auto up = Upstream::ForTables(l, clock);
+  up->Apply(Table(1, {Ready("a"), Ready("b")}));
+  const auto snapshot = up->Snapshot();
+  InstanceCounters& a = *snapshot->counters[0];
+  InstanceCounters& b = *snapshot->counters[1];
+  up->ReportCheck(a, false);
+  EXPECT_FALSE(a.unhealthy.load());  // one failure is not enough
+  up->ReportCheck(a, false);
+  EXPECT_TRUE(a.unhealthy.load());
+  for (int i = 0; i < 20; ++i) EXPECT_EQ(*up->Pick(*snapshot, 0, {}, clock.Now(), random), 1u);
+  up->ReportCheck(b, false);
+  up->ReportCheck(b, false);
+  // Both failing: refusing every client would help no one, so health is ignored.
+  std::set<std::size_t> picked;
+  for (int i = 0; i < 50; ++i) {
+    const std::size_t p = *up->Pick(*snapshot, 0, {}, clock.Now(), random);
+    snapshot->counters[p]->active++;
+    picked.insert(p);
+  }
+  EXPECT_EQ(picked.size(), 2u);
+  up->ReportCheck(a, true);
+  EXPECT_TRUE(a.unhealthy.load());
+  up->ReportCheck(a, true);
+  EXPECT_FALSE(a.unhealthy.load());
 }
 
 }  // namespace

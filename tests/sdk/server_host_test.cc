@@ -128,6 +128,7 @@ TEST_F(ServerHostTest, InvisibleAndUnreachableUntilWarmAndReady) {
   EXPECT_TRUE(e.accepting);
   EXPECT_EQ(e.address, o.listen);
   EXPECT_EQ(e.generation, host_->generation());
+  EXPECT_EQ(e.health, "127.0.0.1:" + std::to_string(host_->health_port()));  // for gateways
   EXPECT_EQ(LineClient(port).Ask("HELLO ann"), "WELCOME z1");
   ASSERT_TRUE(Eventually([&] { return host_->stats().heartbeats >= 2; }));
 }

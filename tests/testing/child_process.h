@@ -10,6 +10,8 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <filesystem>
+#include <fstream>
 #include <optional>
 #include <string>
 #include <vector>
@@ -46,8 +48,30 @@ class ChildProcess {
   ChildProcess& operator=(const ChildProcess&) = delete;
 
   bool running() const { return pid_ > 0 && !exit_status_; }
+  pid_t pid() const { return pid_; }
   void Signal(int sig) const {
     if (pid_ > 0) ::kill(pid_, sig);
+  }
+  // SIGSTOP, then waits (bounded) until the kernel reports the process stopped: kill() returns
+  // before every thread has actually stopped, and a test must not race the last ones.
+  bool Freeze() const {
+    Signal(SIGSTOP);
+    const std::string tasks = "/proc/" + std::to_string(pid_) + "/task";
+    for (int i = 0; i < 2000; ++i) {
+      bool all_stopped = true;
+      std::error_code ec;
+      for (const auto& task : std::filesystem::directory_iterator(tasks, ec)) {
+        std::ifstream stat(task.path() / "stat");
+        std::string line;
+        std::getline(stat, line);
+        const std::size_t paren = line.rfind(')');
+        all_stopped = all_stopped && paren != std::string::npos && paren + 2 < line.size() &&
+                      line[paren + 2] == 'T';
+      }
+      if (all_stopped && !ec) return true;
+      ::usleep(1000);
+    }
+    return false;
   }
   // Reaps the child; returns its raw wait status.
   int Wait() {
