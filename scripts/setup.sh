@@ -12,8 +12,8 @@ packages=(
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev openssl
-  # peers the registry benchmark (and the etcd store) run against
-  etcd-server
+  # peers the benchmarks (and the etcd store) run against; their own services stay unused
+  etcd-server haproxy nginx libnginx-mod-stream wrk
 )
 
 missing=()
