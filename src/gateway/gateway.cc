@@ -230,11 +230,17 @@ Result<std::unique_ptr<Gateway>> Gateway::Start(GatewayConfig config, Clock& clo
   if (config.threads == 0)
     config.threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   auto impl = std::make_unique<Impl>(std::move(config), clock);
+  // Nothing runs the io_context yet: mark it stopped so that the listeners already bound close
+  // directly instead of posting to a loop that will never run.
+  const auto fail = [&impl](Status status) {
+    impl->io.stop();
+    return status;
+  };
   for (const ListenerConfig& l : impl->config.listeners) {
     auto upstream = Upstream::Start(impl->config, l, clock);
-    if (!upstream.ok()) return upstream.status();
+    if (!upstream.ok()) return fail(upstream.status());
     auto proxy = TcpProxy::Start(impl->io, l, **upstream, clock);
-    if (!proxy.ok()) return proxy.status();
+    if (!proxy.ok()) return fail(proxy.status());
     StartHealthChecks(impl->io, **upstream);
     impl->upstreams.push_back(std::move(*upstream));
     impl->proxies.push_back(std::move(*proxy));
@@ -249,8 +255,10 @@ Result<std::unique_ptr<Gateway>> Gateway::Start(GatewayConfig config, Clock& clo
     if (!ec) impl->admin_acceptor.set_option(net::socket_base::reuse_address(true), ec);
     if (!ec) impl->admin_acceptor.bind(endpoint, ec);
     if (!ec) impl->admin_acceptor.listen(64, ec);
-    if (ec)
-      return UnavailableError("gateway: cannot listen for admin on " + a + ": " + ec.message());
+    if (ec) {
+      return fail(
+          UnavailableError("gateway: cannot listen for admin on " + a + ": " + ec.message()));
+    }
     impl->admin_port = impl->admin_acceptor.local_endpoint().port();
     net::co_spawn(impl->admin_acceptor.get_executor(), impl->AdminAccept(), net::detached);
   }
