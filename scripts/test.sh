@@ -27,7 +27,7 @@ done
 
 echo "== AddressSanitizer + UBSan build (build-asan/): unit tests"
 asan_targets=(drover common_test router_test cli_test registry_test sdk_core_test sdk_test gateway_test)
-# -O1: the sanitizer build is for finding bugs, not speed; it compiles a third faster than -O2.
+# -O1: the sanitizer build is for finding bugs, not speed, and -O1 compiles faster than -O2.
 scripts/build.sh build-asan -DDROVER_WERROR=ON -DDROVER_SANITIZE=address,undefined \
   -DDROVER_BUILD_BENCH=OFF -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g -DNDEBUG" \
   -- "${asan_targets[@]}"
