@@ -20,23 +20,41 @@ namespace {
 
 using namespace std::chrono_literals;
 
-TEST(FrozenUpstreamTest, ASigstoppedServerIsCutByTheResponseTimeout) {
-  testing::TempDir dir;
-  RealClock clock;
-  auto registry =
-      registry::Registry::Open(registry::SqliteStore::Open(dir.path()).value(), clock).value();
-  registry::GrpcOptions grpc;
-  grpc.address = "127.0.0.1:0";
-  auto server = registry::GrpcServer::Start(*registry, grpc).value();
-  const std::string registry_address = "127.0.0.1:" + std::to_string(server->port());
+// A registry in this process (served over gRPC on loopback) that zone server processes join.
+class FrozenUpstreamTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    registry_ =
+        registry::Registry::Open(registry::SqliteStore::Open(dir_.path()).value(), clock_).value();
+    registry::GrpcOptions grpc;
+    grpc.address = "127.0.0.1:0";
+    server_ = registry::GrpcServer::Start(*registry_, grpc).value();
+    registry_address_ = "127.0.0.1:" + std::to_string(server_->port());
+  }
+  void TearDown() override { server_->Stop(); }
 
-  testing::ChildProcess zone({ZONE_SERVER_BINARY, "--registry", registry_address, "--id", "z1",
-                              "--warmup-ms", "0", "--health", "127.0.0.1:0"});
-  ASSERT_TRUE(zone.ReadLine(20s).has_value());
-  ASSERT_TRUE(zone.ReadLine(20s).has_value());  // serving
+  // A zone server process, started and serving.
+  std::unique_ptr<testing::ChildProcess> Zone(const std::string& id) {
+    auto zone = std::make_unique<testing::ChildProcess>(
+        std::vector<std::string>{ZONE_SERVER_BINARY, "--registry", registry_address_, "--id", id,
+                                 "--warmup-ms", "0", "--health", "127.0.0.1:0"});
+    EXPECT_TRUE(zone->ReadLine(20s).has_value());
+    EXPECT_TRUE(zone->ReadLine(20s).has_value());  // serving
+    return zone;
+  }
+
+  testing::TempDir dir_;
+  RealClock clock_;
+  std::unique_ptr<registry::Registry> registry_;
+  std::unique_ptr<registry::GrpcServer> server_;
+  std::string registry_address_;
+};
+
+TEST_F(FrozenUpstreamTest, ASigstoppedServerIsCutByTheResponseTimeout) {
+  auto zone = Zone("z1");
 
   GatewayConfig c;
-  c.registry = registry_address;
+  c.registry = registry_address_;
   c.threads = 1;
   c.admin = "";
   ListenerConfig l;
@@ -45,40 +63,26 @@ TEST(FrozenUpstreamTest, ASigstoppedServerIsCutByTheResponseTimeout) {
   l.service = "zone";
   l.response_timeout = 1s;
   c.listeners.push_back(l);
-  auto gateway = Gateway::Start(c, clock).value();
+  auto gateway = Gateway::Start(c, clock_).value();
   ASSERT_TRUE(testing::Eventually(
       [&] { return gateway->SnapshotJson().find("\"routable\": true") != std::string::npos; }));
 
   testing::LineClient player(gateway->port("zone"));
   ASSERT_EQ(player.Ask("HELLO ann"), "WELCOME z1");
-  ASSERT_TRUE(zone.Freeze());
+  ASSERT_TRUE(zone->Freeze());
   EXPECT_EQ(player.Ask("PING"), std::nullopt);  // cut after ~1 s, not left hanging
   EXPECT_TRUE(std::regex_search(
       gateway->MetricsText(), std::regex(R"(drover_gateway_response_timeouts_total\{[^}]*\} 1)")));
-  zone.Signal(SIGCONT);
+  zone->Signal(SIGCONT);
   gateway->Shutdown();
-  server->Stop();
 }
 
-TEST(FrozenUpstreamTest, ActiveChecksTakeAFrozenServerOutOfRoutingAndBringItBack) {
-  testing::TempDir dir;
-  RealClock clock;
-  auto registry =
-      registry::Registry::Open(registry::SqliteStore::Open(dir.path()).value(), clock).value();
-  registry::GrpcOptions grpc;
-  grpc.address = "127.0.0.1:0";
-  auto server = registry::GrpcServer::Start(*registry, grpc).value();
-  const std::string registry_address = "127.0.0.1:" + std::to_string(server->port());
+TEST_F(FrozenUpstreamTest, ActiveChecksTakeAFrozenServerOutOfRoutingAndBringItBack) {
   std::vector<std::unique_ptr<testing::ChildProcess>> zones;
-  for (const char* id : {"z1", "z2"}) {
-    zones.push_back(std::make_unique<testing::ChildProcess>(
-        std::vector<std::string>{ZONE_SERVER_BINARY, "--registry", registry_address, "--id", id,
-                                 "--warmup-ms", "0", "--health", "127.0.0.1:0"}));
-    ASSERT_TRUE(zones.back()->ReadLine(20s).has_value());
-    ASSERT_TRUE(zones.back()->ReadLine(20s).has_value());
-  }
+  zones.push_back(Zone("z1"));
+  zones.push_back(Zone("z2"));
   GatewayConfig c;
-  c.registry = registry_address;
+  c.registry = registry_address_;
   c.threads = 1;
   c.admin = "";
   ListenerConfig l;
@@ -91,7 +95,7 @@ TEST(FrozenUpstreamTest, ActiveChecksTakeAFrozenServerOutOfRoutingAndBringItBack
   l.unhealthy_threshold = 2;
   l.healthy_threshold = 1;
   c.listeners.push_back(l);
-  auto gateway = Gateway::Start(c, clock).value();
+  auto gateway = Gateway::Start(c, clock_).value();
   const std::regex healthy_z1(R"(drover_gateway_upstream_healthy\{[^}]*instance="z1"\} 1)");
   const std::regex unhealthy_z1(R"(drover_gateway_upstream_healthy\{[^}]*instance="z1"\} 0)");
   ASSERT_TRUE(
@@ -108,7 +112,6 @@ TEST(FrozenUpstreamTest, ActiveChecksTakeAFrozenServerOutOfRoutingAndBringItBack
   ASSERT_TRUE(
       testing::Eventually([&] { return std::regex_search(gateway->MetricsText(), healthy_z1); }));
   gateway->Shutdown();
-  server->Stop();
 }
 
 }  // namespace
