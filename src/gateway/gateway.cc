@@ -1,7 +1,7 @@
 #include "gateway/gateway.h"
 
 // clang-format off
-#include <utility>  // Boost 1.74's asio/awaitable.hpp uses std::exchange without including it
+#include "gateway/asio_net.h"  // first: it includes <utility> before Asio
 // clang-format on
 
 #include <spdlog/spdlog.h>
@@ -247,14 +247,9 @@ Result<std::unique_ptr<Gateway>> Gateway::Start(GatewayConfig config, Clock& clo
   }
   if (!impl->config.admin.empty()) {
     const std::string& a = impl->config.admin;
-    const std::size_t colon = a.rfind(':');
-    error_code ec;
-    const tcp::endpoint endpoint(net::ip::make_address(a.substr(0, colon)),
-                                 static_cast<unsigned short>(std::stoul(a.substr(colon + 1))));
-    impl->admin_acceptor.open(endpoint.protocol(), ec);
-    if (!ec) impl->admin_acceptor.set_option(net::socket_base::reuse_address(true), ec);
-    if (!ec) impl->admin_acceptor.bind(endpoint, ec);
-    if (!ec) impl->admin_acceptor.listen(64, ec);
+    const auto endpoint = ParseEndpoint(a, /*listening=*/true);  // validated with the config
+    const error_code ec = endpoint ? Listen(impl->admin_acceptor, *endpoint, 64)
+                                   : make_error_code(net::error::invalid_argument);
     if (ec) {
       return fail(
           UnavailableError("gateway: cannot listen for admin on " + a + ": " + ec.message()));

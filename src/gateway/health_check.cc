@@ -1,7 +1,7 @@
 #include "gateway/health_check.h"
 
 // clang-format off
-#include <utility>  // Boost 1.74's asio/awaitable.hpp uses std::exchange without including it
+#include "gateway/asio_net.h"  // first: it includes <utility> before Asio
 // clang-format on
 
 #include <boost/asio.hpp>
@@ -28,16 +28,9 @@ struct Probe {
 
 // True when `address` answers GET /ready with 200 within `timeout`.
 net::awaitable<bool> CheckReady(std::string address, Duration timeout) {
-  const std::size_t colon = address.rfind(':');
+  const auto to = ParseEndpoint(address);
+  if (!to) co_return false;
   error_code ec;
-  const auto ip = net::ip::make_address(address.substr(0, colon), ec);
-  if (ec || colon == std::string::npos) co_return false;
-  unsigned long port = 0;
-  try {
-    port = std::stoul(address.substr(colon + 1));
-  } catch (...) {
-    co_return false;
-  }
   auto probe = std::make_shared<Probe>(co_await net::this_coro::executor);
   probe->timer.expires_after(timeout);
   probe->timer.async_wait([probe](error_code wait_ec) {
@@ -46,8 +39,7 @@ net::awaitable<bool> CheckReady(std::string address, Duration timeout) {
       probe->socket.close(ignored);  // whatever is pending fails
     }
   });
-  co_await probe->socket.async_connect(tcp::endpoint(ip, static_cast<unsigned short>(port)),
-                                       net::redirect_error(net::use_awaitable, ec));
+  co_await probe->socket.async_connect(*to, net::redirect_error(net::use_awaitable, ec));
   if (ec) co_return false;
   const std::string request = "GET /ready HTTP/1.1\r\nHost: " + address +
                               "\r\nUser-Agent: drover-gateway\r\nConnection: close\r\n\r\n";

@@ -1,7 +1,7 @@
 #include "gateway/tcp_proxy.h"
 
 // clang-format off
-#include <utility>  // Boost 1.74's asio/awaitable.hpp uses std::exchange without including it
+#include "gateway/asio_net.h"  // first: it includes <utility> before Asio
 // clang-format on
 
 #include <spdlog/spdlog.h>
@@ -38,22 +38,6 @@ void SetKeepAlive(tcp::socket& s) {
   ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
   ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval, sizeof interval);
   ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &count, sizeof count);
-}
-
-std::optional<tcp::endpoint> ParseEndpoint(const std::string& address) {
-  const std::size_t colon = address.rfind(':');
-  if (colon == std::string::npos) return std::nullopt;
-  error_code ec;
-  const auto ip = net::ip::make_address(address.substr(0, colon), ec);
-  if (ec) return std::nullopt;
-  unsigned port = 0;
-  try {
-    port = static_cast<unsigned>(std::stoul(address.substr(colon + 1)));
-  } catch (...) {
-    return std::nullopt;
-  }
-  if (port == 0 || port > 65535) return std::nullopt;
-  return tcp::endpoint(ip, static_cast<unsigned short>(port));
 }
 
 router::Xoshiro256& ThreadRandom() {
@@ -336,17 +320,12 @@ net::awaitable<void> TcpProxy::State::Serve(tcp::socket client) {
 Result<std::unique_ptr<TcpProxy>> TcpProxy::Start(net::io_context& io, const ListenerConfig& config,
                                                   Upstream& upstream, Clock& clock) {
   auto state = std::make_shared<State>(io, config, upstream, clock);
-  const std::size_t colon = config.address.rfind(':');
-  error_code ec;
-  const auto ip = net::ip::make_address(config.address.substr(0, colon), ec);
-  if (ec) return InvalidArgumentError("gateway " + config.name + ": bad address " + config.address);
-  const tcp::endpoint endpoint(
-      ip, static_cast<unsigned short>(std::stoul(config.address.substr(colon + 1))));
-  state->acceptor.open(endpoint.protocol(), ec);
-  if (!ec) state->acceptor.set_option(net::socket_base::reuse_address(true), ec);
-  if (!ec) state->acceptor.bind(endpoint, ec);
-  if (!ec) state->acceptor.listen(net::socket_base::max_listen_connections, ec);
-  if (ec) {
+  const auto endpoint = ParseEndpoint(config.address, /*listening=*/true);
+  if (!endpoint) {
+    return InvalidArgumentError("gateway " + config.name + ": bad address " + config.address);
+  }
+  if (const error_code ec =
+          Listen(state->acceptor, *endpoint, net::socket_base::max_listen_connections)) {
     return UnavailableError("gateway " + config.name + ": cannot listen on " + config.address +
                             ": " + ec.message());
   }

@@ -1,7 +1,7 @@
 #include "gateway/zone_load.h"
 
 // clang-format off
-#include <utility>  // Boost 1.74's asio/awaitable.hpp uses std::exchange without including it
+#include "gateway/asio_net.h"  // first: it includes <utility> before Asio
 // clang-format on
 
 #include <boost/asio.hpp>
@@ -30,12 +30,16 @@ std::string_view SessionOutcomeName(SessionOutcome outcome) {
 }
 
 struct ZoneLoad::Impl : std::enable_shared_from_this<Impl> {
-  explicit Impl(ZoneLoadOptions o) : options(std::move(o)), work(net::make_work_guard(io)) {}
+  explicit Impl(ZoneLoadOptions o)
+      : options(std::move(o)),
+        to(ParseEndpoint(options.target).value_or(tcp::endpoint())),
+        work(net::make_work_guard(io)) {}
 
   net::awaitable<void> Spawner();
   net::awaitable<void> Session(std::uint64_t n);
 
   ZoneLoadOptions options;
+  tcp::endpoint to;  // parsed once; an unparseable target fails every connect
   net::io_context io;
   net::executor_work_guard<net::io_context::executor_type> work;
   std::thread thread;
@@ -108,9 +112,6 @@ net::awaitable<void> ZoneLoad::Impl::Session(std::uint64_t n) {
     records.push_back(record);
   };
   tcp::socket socket(co_await net::this_coro::executor);
-  const std::size_t colon = options.target.rfind(':');
-  const tcp::endpoint to(net::ip::make_address(options.target.substr(0, colon)),
-                         static_cast<unsigned short>(std::stoul(options.target.substr(colon + 1))));
   {
     net::steady_timer timer(socket.get_executor());
     timer.expires_after(options.timeout);
