@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "sdk/socket_util.h"
+#include "testing/free_port.h"
 #include "testing/http_client.h"
 
 namespace drover::gateway {
@@ -12,16 +13,9 @@ namespace {
 
 using namespace std::chrono_literals;
 
-std::string FreeAddress() {
-  auto l = sdk::ListenTcp("127.0.0.1:0", 1, "probe");
-  EXPECT_TRUE(l.ok());
-  ::close(l->fd);
-  return "127.0.0.1:" + std::to_string(l->port);
-}
-
 GatewayConfig Config() {
   GatewayConfig c;
-  c.registry = FreeAddress();  // nobody there
+  c.registry = testing::FreeLoopbackAddress();  // nobody there
   c.threads = 1;
   c.admin = "127.0.0.1:0";
   c.drain = 0s;
@@ -35,7 +29,7 @@ GatewayConfig Config() {
 
 TEST(GatewayTest, APortInUseIsACleanErrorNotAHang) {
   GatewayConfig c = Config();
-  const std::string taken = FreeAddress();
+  const std::string taken = testing::FreeLoopbackAddress();
   auto holder = sdk::ListenTcp(taken, 1, "holder");
   ASSERT_TRUE(holder.ok());
   c.listeners.push_back(c.listeners[0]);

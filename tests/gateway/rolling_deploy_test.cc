@@ -20,8 +20,8 @@
 #include "registry/registry.h"
 #include "registry/sqlite_store.h"
 #include "sdk/session_server.h"
-#include "sdk/socket_util.h"
 #include "testing/eventually.h"
+#include "testing/free_port.h"
 #include "testing/temp_dir.h"
 #include "zone_protocol.h"
 
@@ -36,13 +36,6 @@ constexpr Duration kSlowStart = 10s;
 constexpr double kMinWeight = 0.1;
 constexpr Duration kShareWindow = 5s;
 
-std::string FreeAddress() {
-  auto l = sdk::ListenTcp("127.0.0.1:0", 1, "probe");
-  EXPECT_TRUE(l.ok());
-  ::close(l->fd);
-  return "127.0.0.1:" + std::to_string(l->port);
-}
-
 // A zone server as the incident had it: registered READY before warm-up (nothing listens yet),
 // and at shutdown the port closes (sessions cut) before it leaves discovery.
 class NaiveZone {
@@ -50,7 +43,7 @@ class NaiveZone {
   NaiveZone(registry::Registry& registry, std::string id)
       : registry_(registry), id_(std::move(id)) {}
   void Start() {
-    address_ = FreeAddress();
+    address_ = testing::FreeLoopbackAddress();
     registry::InstanceSpec spec;
     spec.address = address_;
     spec.generation = 1;
@@ -160,6 +153,12 @@ class RollingDeployTest : public ::testing::Test {
     l.slow_start = kSlowStart;
     l.slow_start_min_percent = kMinWeight * 100;
     l.connect_attempts = connect_attempts;
+    if (policy == Policy::kLeastConn) {
+      // The incident's gateway had neither health checks nor outlier ejection: without this, the
+      // gateway ejects the instance that refuses during its warm-up and hides the incident.
+      l.health_check_interval = Duration::zero();
+      l.eject_after_failures = 1'000'000;
+    }
     c.listeners.push_back(l);
     gateway_ = Gateway::Start(c, clock_).value();
   }

@@ -10,6 +10,7 @@
 #include "gateway/upstream.h"
 #include "sdk/session_server.h"
 #include "testing/eventually.h"
+#include "testing/free_port.h"
 #include "testing/line_client.h"
 #include "zone_protocol.h"
 
@@ -37,17 +38,10 @@ struct Backend {
   sdk::SessionServer server;
 };
 
-// An address where nothing listens (bound once, then closed).
-std::string DeadAddress() {
-  sdk::SessionServer s;
-  EXPECT_TRUE(s.Open("127.0.0.1:0").ok());
-  return s.address();
-}
-
 router::Endpoint Dead(std::string id) {
   router::Endpoint e;
   e.id = std::move(id);
-  e.address = DeadAddress();
+  e.address = testing::FreeLoopbackAddress();  // refuses
   e.state = router::EndpointState::kReady;
   return e;
 }

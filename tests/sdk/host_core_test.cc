@@ -11,8 +11,8 @@
 #include <stdexcept>
 #include <thread>
 
-#include "sdk/socket_util.h"
 #include "testing/eventually.h"
+#include "testing/free_port.h"
 #include "testing/http_client.h"
 #include "testing/line_client.h"
 
@@ -147,10 +147,8 @@ TEST_F(HostCoreTest, WarmsUpThenListensThenRegistersNeverBefore) {
   std::latch in_warmup(1), finish_warmup(1);
   HostOptions o = Options();
   // A fixed port, so the test can try it during warm-up.
-  auto probe = ListenTcp("127.0.0.1:0", 1, "probe");
-  ASSERT_TRUE(probe.ok());
-  ::close(probe->fd);
-  o.listen = "127.0.0.1:" + std::to_string(probe->port);
+  const std::uint16_t port = testing::FreeLoopbackPort();
+  o.listen = "127.0.0.1:" + std::to_string(port);
   o.warmup.push_back({"maps", [&](std::stop_token) {
                         in_warmup.count_down();
                         finish_warmup.wait();
@@ -161,17 +159,17 @@ TEST_F(HostCoreTest, WarmsUpThenListensThenRegistersNeverBefore) {
   in_warmup.wait();
   EXPECT_EQ(host_->CheckReadiness().reason, "warming up: maps");
   EXPECT_TRUE(writer_.calls().empty());
-  EXPECT_FALSE(testing::LineClient(probe->port).connected());  // nothing listens yet
+  EXPECT_FALSE(testing::LineClient(port).connected());  // nothing listens yet
   const auto live = testing::Http(host_->health_port(), "GET", "/live");
   EXPECT_EQ(live.status, 200);
   EXPECT_EQ(testing::Http(host_->health_port(), "GET", "/ready").status, 503);
   finish_warmup.count_down();
   start.join();
   EXPECT_EQ(writer_.calls(), std::vector<std::string>{"register 7 accepting"});
-  EXPECT_EQ(writer_.last_address(), "127.0.0.1:" + std::to_string(probe->port));
+  EXPECT_EQ(writer_.last_address(), "127.0.0.1:" + std::to_string(port));
   EXPECT_TRUE(host_->CheckReadiness().ready);
   EXPECT_EQ(testing::Http(host_->health_port(), "GET", "/ready").status, 200);
-  EXPECT_EQ(testing::LineClient(probe->port).Ask("hi"), "ok");
+  EXPECT_EQ(testing::LineClient(port).Ask("hi"), "ok");
   EXPECT_EQ(host_->generation(), 7u);
 }
 

@@ -12,8 +12,8 @@
 #include "registry/grpc_api.h"
 #include "registry/registry.h"
 #include "registry/sqlite_store.h"
-#include "sdk/socket_util.h"
 #include "testing/eventually.h"
+#include "testing/free_port.h"
 #include "testing/http_client.h"
 #include "testing/line_client.h"
 #include "testing/temp_dir.h"
@@ -25,13 +25,6 @@ namespace {
 using namespace std::chrono_literals;
 using testing::Eventually;
 using testing::LineClient;
-
-std::uint16_t FreePort() {
-  auto l = sdk::ListenTcp("127.0.0.1:0", 1, "probe");
-  EXPECT_TRUE(l.ok());
-  ::close(l->fd);
-  return l->port;
-}
 
 class ServerHostTest : public ::testing::Test {
  protected:
@@ -62,7 +55,7 @@ class ServerHostTest : public ::testing::Test {
     o.registry = Registry();
     o.service = "zone";
     o.instance_id = id;
-    o.listen = "127.0.0.1:" + std::to_string(FreePort());
+    o.listen = "127.0.0.1:" + std::to_string(testing::FreeLoopbackPort());
     o.ttl = 10s;
     o.heartbeat_interval = 100ms;
     o.propagation_delay = 0s;
