@@ -1,4 +1,4 @@
-// `drover gateway`: the TCP gateway in front of a service's instances.
+// `drover gateway`: the TCP and HTTP gateway in front of services' instances.
 #include <signal.h>
 #include <spdlog/spdlog.h>
 
@@ -52,8 +52,17 @@ int RunGateway(const GatewayArgs& args) {
   std::string line = "drover gateway routing";
   for (const gateway::ListenerConfig& l : (*gw)->config().listeners) {
     const std::string host = l.address.substr(0, l.address.rfind(':'));
-    line += " " + l.name + "=" + host + ":" + std::to_string((*gw)->port(l.name)) + " (service " +
-            l.service + ", " + std::string(gateway::PolicyName(l.policy)) + ")";
+    line += " " + l.name + "=" + host + ":" + std::to_string((*gw)->port(l.name));
+    if (l.protocol == gateway::Protocol::kTcp) {
+      line += " (service " + l.service + ", " + std::string(gateway::PolicyName(l.policy)) + ")";
+      continue;
+    }
+    line += " (http";
+    for (const gateway::RouteConfig& r : l.routes) {
+      line +=
+          ", " + r.prefix + " -> " + r.service + " " + std::string(gateway::PolicyName(r.policy));
+    }
+    line += ")";
   }
   if ((*gw)->admin_port() != 0) {
     const std::string& a = (*gw)->config().admin;
@@ -76,9 +85,10 @@ void AddGatewayCommand(CLI::App& app) {
   auto args = std::make_shared<GatewayArgs>();
   CLI::App* cmd = app.add_subcommand(
       "gateway",
-      "Run the TCP gateway: routes each new connection to a READY, accepting instance of a "
-      "service (P2C least connections with slow start, or consistent hashing on a key line), "
-      "following the registry's watch");
+      "Run the gateway: TCP listeners route each new connection, HTTP/1.1 listeners each "
+      "request (by path prefix), to a READY, accepting instance of a service -- P2C least "
+      "connections with slow start, or consistent hashing on a key line or header -- following "
+      "the registry's watch, with health checks, outlier ejection, retries and graceful drain");
   cmd->add_option("--config", args->config,
                   "YAML file: registry, token, threads, admin, drain_ms and listeners (see "
                   "docs/ARCHITECTURE.md, Gateway)")

@@ -9,6 +9,7 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <boost/beast/ssl.hpp>
+#include <limits>
 #include <utility>
 
 namespace drover::cli {
@@ -141,7 +142,7 @@ Status HttpClient::Stream(const std::string& target,
     if (ec) return Unreachable(host_, port_, ec.message());
     beast::flat_buffer buffer;
     http::response_parser<http::string_body> parser;
-    parser.body_limit(boost::none);
+    parser.body_limit(std::numeric_limits<std::uint64_t>::max());  // Boost 1.74: none misreads
     http::read_header(stream, buffer, parser, ec);
     if (ec) return Unreachable(host_, port_, ec.message());
     if (parser.get().result() != http::status::ok) {

@@ -82,6 +82,45 @@ class MapReader {
     if (Status s_ = (expr); !s_.ok()) return s_; \
   } while (false)
 
+Status ParsePolicy(const MapReader& r, const std::string& policy, const std::string& hash,
+                   bool allow_least_conn, Policy& out_policy, HashKind& out_hash) {
+  if (policy == "p2c") {
+    out_policy = Policy::kP2c;
+  } else if (policy == "hash") {
+    out_policy = Policy::kHash;
+  } else if (policy == "least_conn" && allow_least_conn) {
+    out_policy = Policy::kLeastConn;
+  } else {
+    return InvalidArgumentError(r.Path("policy") + ": must be p2c, hash" +
+                                (allow_least_conn ? " or least_conn" : ""));
+  }
+  if (hash == "maglev") {
+    out_hash = HashKind::kMaglev;
+  } else if (hash == "ring") {
+    out_hash = HashKind::kRing;
+  } else {
+    return InvalidArgumentError(r.Path("hash") + ": must be maglev or ring");
+  }
+  return Status::Ok();
+}
+
+Result<RouteConfig> ParseRoute(const YAML::Node& node, const std::string& path) {
+  MapReader r(node, path);
+  DROVER_CONFIG_TRY(r.Check());
+  RouteConfig route;
+  std::string policy = "p2c", hash = "maglev";
+  DROVER_CONFIG_TRY(r.Get("prefix", route.prefix));
+  DROVER_CONFIG_TRY(r.Get("service", route.service));
+  DROVER_CONFIG_TRY(r.Get("policy", policy));
+  DROVER_CONFIG_TRY(r.Get("hash", hash));
+  DROVER_CONFIG_TRY(r.Get("hash_header", route.hash_header));
+  DROVER_CONFIG_TRY(r.GetMs("response_timeout_ms", route.response_timeout, 1, 86'400'000));
+  DROVER_CONFIG_TRY(r.Get("retries", route.retries));
+  DROVER_CONFIG_TRY(r.NoUnknownKeys());
+  DROVER_CONFIG_TRY(ParsePolicy(r, policy, hash, false, route.policy, route.hash));
+  return route;
+}
+
 Result<ListenerConfig> ParseListener(const YAML::Node& node, const std::string& path) {
   MapReader r(node, path);
   DROVER_CONFIG_TRY(r.Check());
@@ -109,30 +148,86 @@ Result<ListenerConfig> ParseListener(const YAML::Node& node, const std::string& 
   DROVER_CONFIG_TRY(r.GetMs("ejection_ms", l.ejection, 1, 86'400'000));
   DROVER_CONFIG_TRY(r.GetMs("max_ejection_ms", l.max_ejection, 1, 86'400'000));
   DROVER_CONFIG_TRY(r.Get("max_ejected_percent", l.max_ejected_percent));
+  DROVER_CONFIG_TRY(r.GetMs("upstream_max_age_ms", l.upstream_max_age, 0, 86'400'000));
+  DROVER_CONFIG_TRY(r.GetMs("upstream_idle_timeout_ms", l.upstream_idle_timeout, 1, 86'400'000));
+  DROVER_CONFIG_TRY(r.Get("max_idle_per_instance", l.max_idle_per_instance));
+  DROVER_CONFIG_TRY(r.Get("retry_budget_percent", l.retry_budget_percent));
+  DROVER_CONFIG_TRY(r.Get("retry_budget_min", l.retry_budget_min));
+  DROVER_CONFIG_TRY(r.Get("max_header_bytes", l.max_header_bytes));
+  const YAML::Node routes = r.node("routes");
   DROVER_CONFIG_TRY(r.NoUnknownKeys());
-  if (protocol != "tcp") {
-    return InvalidArgumentError(r.Path("protocol") + ": '" + protocol + "' is not supported (tcp)");
-  }
-  if (policy == "p2c") {
-    l.policy = Policy::kP2c;
-  } else if (policy == "hash") {
-    l.policy = Policy::kHash;
-  } else if (policy == "least_conn") {
-    l.policy = Policy::kLeastConn;
+  if (protocol == "tcp") {
+    l.protocol = Protocol::kTcp;
+  } else if (protocol == "http") {
+    l.protocol = Protocol::kHttp;
   } else {
-    return InvalidArgumentError(r.Path("policy") + ": must be p2c, hash or least_conn");
+    return InvalidArgumentError(r.Path("protocol") + ": must be tcp or http, got '" + protocol +
+                                "'");
   }
-  if (hash == "maglev") {
-    l.hash = HashKind::kMaglev;
-  } else if (hash == "ring") {
-    l.hash = HashKind::kRing;
-  } else {
-    return InvalidArgumentError(r.Path("hash") + ": must be maglev or ring");
+  DROVER_CONFIG_TRY(ParsePolicy(r, policy, hash, true, l.policy, l.hash));
+  if (routes && !routes.IsSequence())
+    return InvalidArgumentError(r.Path("routes") + ": must be a list");
+  for (std::size_t i = 0; routes && i < routes.size(); ++i) {
+    auto route = ParseRoute(routes[i], r.Path("routes") + "[" + std::to_string(i) + "]");
+    if (!route.ok()) return route.status();
+    l.routes.push_back(std::move(*route));
   }
   return l;
 }
 
+Status ValidateHttp(const ListenerConfig& l, const std::string& path) {
+  if (!l.service.empty()) {
+    return InvalidArgumentError(path + ".service: an http listener routes by routes[].service");
+  }
+  if (l.routes.empty()) return InvalidArgumentError(path + ".routes: at least one is required");
+  std::set<std::string> prefixes;
+  for (std::size_t k = 0; k < l.routes.size(); ++k) {
+    const RouteConfig& r = l.routes[k];
+    const std::string rp = path + ".routes[" + std::to_string(k) + "]";
+    if (r.prefix.empty() || r.prefix[0] != '/') {
+      return InvalidArgumentError(rp + ".prefix: must start with '/', got '" + r.prefix + "'");
+    }
+    if (!prefixes.insert(r.prefix).second) {
+      return InvalidArgumentError(rp + ".prefix: '" + r.prefix + "' is used twice");
+    }
+    if (r.service.empty()) return InvalidArgumentError(rp + ".service: required");
+    if (r.policy == Policy::kLeastConn) return InvalidArgumentError(rp + ".policy: p2c or hash");
+    if (r.policy == Policy::kHash && r.hash_header.empty()) {
+      return InvalidArgumentError(rp + ".hash_header: required for policy hash");
+    }
+    if (r.retries < 0 || r.retries > 9) {
+      return InvalidArgumentError(rp + ".retries: must be within 0..9");
+    }
+  }
+  if (l.max_idle_per_instance < 0 || l.max_idle_per_instance > 10'000) {
+    return InvalidArgumentError(path + ".max_idle_per_instance: must be within 0..10000");
+  }
+  if (!(l.retry_budget_percent >= 0 && l.retry_budget_percent <= 100)) {
+    return InvalidArgumentError(path + ".retry_budget_percent: must be within 0..100");
+  }
+  if (l.retry_budget_min < 0) return InvalidArgumentError(path + ".retry_budget_min: must be >= 0");
+  if (l.max_header_bytes < 1024 || l.max_header_bytes > 1024 * 1024) {
+    return InvalidArgumentError(path + ".max_header_bytes: must be within 1024..1048576");
+  }
+  return Status::Ok();
+}
+
 }  // namespace
+
+std::string_view ProtocolName(Protocol protocol) {
+  return protocol == Protocol::kHttp ? "http" : "tcp";
+}
+
+ListenerConfig RouteUpstreamConfig(const ListenerConfig& listener, const RouteConfig& route) {
+  ListenerConfig c = listener;
+  c.service = route.service;
+  c.policy = route.policy;
+  c.hash = route.hash;
+  c.response_timeout = route.response_timeout;
+  c.connect_attempts = 1 + route.retries;
+  c.routes.clear();
+  return c;
+}
 
 std::string_view PolicyName(Policy policy) {
   switch (policy) {
@@ -166,7 +261,14 @@ Status ValidateGatewayConfig(const GatewayConfig& c) {
       return InvalidArgumentError(path + ".address: must be IPv4 host:port, got '" + l.address +
                                   "'");
     }
-    if (l.service.empty()) return InvalidArgumentError(path + ".service: required");
+    if (l.protocol == Protocol::kTcp) {
+      if (l.service.empty()) return InvalidArgumentError(path + ".service: required");
+      if (!l.routes.empty()) {
+        return InvalidArgumentError(path + ".routes: only for protocol http");
+      }
+    } else if (Status s = ValidateHttp(l, path); !s.ok()) {
+      return s;
+    }
     if (!(l.slow_start_min_percent >= 1 && l.slow_start_min_percent <= 100)) {
       return InvalidArgumentError(path + ".slow_start_min_percent: must be within 1..100");
     }

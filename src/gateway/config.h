@@ -1,4 +1,5 @@
-// The gateway's configuration: listeners, each bound to one service with a routing policy.
+// The gateway's configuration: listeners, each bound to one service with a routing policy (tcp)
+// or routing HTTP requests by path prefix to services (http).
 //
 //   registry: 127.0.0.1:7071        # gRPC address of the registry
 //   token: ...                      # bearer token, if the registry wants one
@@ -16,8 +17,31 @@
 //       is the first line (see below) bounded_load: 1.25          # hash: no instance takes more
 //       than c x its fair share connect_timeout_ms: 1000 connect_attempts: 3         # distinct
 //       instances tried before the client is closed idle_timeout_ms: 300000     # no byte either
-//       way for this long: both sides closed key_timeout_ms: 5000        # hash: time allowed for
-//       the key line
+//       way for this long: both sides closed response_timeout_ms: 0      # upstream silent this
+//       long after client data: closed (0: off) key_timeout_ms: 5000        # hash: time allowed
+//       for the key line health_check_interval_ms: 2000, health_check_timeout_ms: 1000,
+//       unhealthy_threshold: 2, healthy_threshold: 1          # active GET /ready checks
+//       eject_after_failures: 3, ejection_ms: 10000, max_ejection_ms: 300000,
+//       max_ejected_percent: 50                               # passive outlier ejection
+//     - name: web
+//       protocol: http
+//       address: 0.0.0.0:8080
+//       idle_timeout_ms: 60000             # client keep-alive connection idle: closed
+//       upstream_max_age_ms: 60000         # pooled upstream connection retired after ~this (+-10%)
+//       upstream_idle_timeout_ms: 30000    # pooled upstream connection unused this long: closed
+//       max_idle_per_instance: 32          # pooled idle connections kept per instance
+//       retry_budget_percent: 20           # retries in flight <= max(min, percent x requests)
+//       retry_budget_min: 3
+//       max_header_bytes: 16384            # a larger request head is answered 431
+//       routes:                            # longest prefix wins; a path matching none: 404
+//         - prefix: /api/
+//           service: api
+//           policy: p2c                    # p2c | hash
+//           hash_header: X-Route-Key       # hash: the key; a request without it is spread evenly
+//           response_timeout_ms: 15000     # request sent -> response head received, else 504
+//           retries: 2                     # further instances tried (see http_proxy.h)
+//       (health checks, ejection, slow start, connect_timeout_ms and bounded_load as for tcp,
+//        shared by every route of the listener)
 //
 // Key-affine TCP (policy hash): the client's first line is "DROVER-KEY <key>\n" (at most 512
 // bytes). The gateway consumes it -- the upstream never sees it -- and routes the key with
@@ -38,11 +62,24 @@ namespace drover::gateway {
 
 enum class Policy { kP2c, kHash, kLeastConn };
 enum class HashKind { kMaglev, kRing };
+enum class Protocol { kTcp, kHttp };
+
+// One HTTP route: requests whose path starts with `prefix` go to `service`.
+struct RouteConfig {
+  std::string prefix = "/";
+  std::string service;
+  Policy policy = Policy::kP2c;  // p2c or hash
+  HashKind hash = HashKind::kMaglev;
+  std::string hash_header = "X-Route-Key";
+  Duration response_timeout = std::chrono::seconds(15);
+  int retries = 2;
+};
 
 struct ListenerConfig {
   std::string name;
+  Protocol protocol = Protocol::kTcp;
   std::string address;  // IPv4 host:port; port 0: any free port
-  std::string service;
+  std::string service;  // tcp
   Policy policy = Policy::kP2c;
   Duration slow_start = std::chrono::seconds(30);
   double slow_start_min_percent = 10;
@@ -61,7 +98,19 @@ struct ListenerConfig {
   Duration ejection = std::chrono::seconds(10);
   Duration max_ejection = std::chrono::minutes(5);
   double max_ejected_percent = 50;
+  // http
+  std::vector<RouteConfig> routes;
+  Duration upstream_max_age = std::chrono::seconds(60);  // zero: no limit
+  Duration upstream_idle_timeout = std::chrono::seconds(30);
+  int max_idle_per_instance = 32;
+  double retry_budget_percent = 20;
+  int retry_budget_min = 3;
+  std::size_t max_header_bytes = 16 * 1024;
 };
+
+// The settings an HTTP route's Upstream works with: the listener's, with the route's service,
+// policy and timeouts (connect_attempts = 1 + retries).
+ListenerConfig RouteUpstreamConfig(const ListenerConfig& listener, const RouteConfig& route);
 
 struct GatewayConfig {
   std::string registry;
@@ -73,6 +122,7 @@ struct GatewayConfig {
 };
 
 std::string_view PolicyName(Policy policy);
+std::string_view ProtocolName(Protocol protocol);
 
 // Parses and validates YAML text.
 Result<GatewayConfig> ParseGatewayConfig(const std::string& yaml);

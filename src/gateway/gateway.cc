@@ -14,6 +14,7 @@
 
 #include "common/metrics_text.h"
 #include "gateway/health_check.h"
+#include "gateway/http_proxy.h"
 #include "gateway/tcp_proxy.h"
 #include "gateway/upstream.h"
 
@@ -52,8 +53,14 @@ struct Gateway::Impl {
   tcp::acceptor admin_acceptor;
   std::uint16_t admin_port = 0;
   net::executor_work_guard<net::io_context::executor_type> work;
-  std::vector<std::unique_ptr<Upstream>> upstreams;  // per listener, same order
-  std::vector<std::unique_ptr<TcpProxy>> proxies;    // per listener
+  // One per tcp listener, one per route of an http listener.
+  struct UpstreamEntry {
+    std::string listener;
+    std::string route;  // the path prefix (http); empty for tcp
+    std::unique_ptr<Upstream> upstream;
+  };
+  std::vector<UpstreamEntry> upstreams;
+  std::vector<std::unique_ptr<Listener>> proxies;  // per listener, same order
   std::vector<std::thread> threads;
   std::once_flag shutdown_once;
 };
@@ -122,30 +129,69 @@ namespace {
 
 std::string MetricsTextOf(const Gateway::Impl& g) {
   metrics::TextWriter out;
+  const auto count = [&](const char* name, const char* help, const std::atomic<std::uint64_t>& v,
+                         const metrics::Labels& labels) {
+    out.Counter(name, help, static_cast<double>(v.load()), labels);
+  };
   for (std::size_t i = 0; i < g.proxies.size(); ++i) {
     const ListenerConfig& l = g.config.listeners[i];
     const ListenerCounters& c = g.proxies[i]->counters();
-    const metrics::Labels labels{{"listener", l.name}, {"service", l.service}};
-    out.Counter("drover_gateway_accepted_total", "Client connections accepted.",
-                static_cast<double>(c.accepted.load()), labels);
+    const metrics::Labels labels{{"listener", l.name},
+                                 {"protocol", std::string(ProtocolName(l.protocol))}};
+    count("drover_gateway_accepted_total", "Client connections accepted.", c.accepted, labels);
     out.Gauge("drover_gateway_active_connections", "Client connections open now.",
               static_cast<double>(c.active.load()), labels);
-    out.Counter("drover_gateway_no_upstream_total",
-                "Client connections closed because no instance could be connected.",
-                static_cast<double>(c.no_upstream.load()), labels);
-    out.Counter("drover_gateway_bad_key_total",
-                "Client connections closed for a missing or malformed DROVER-KEY line.",
-                static_cast<double>(c.bad_key.load()), labels);
-    out.Counter("drover_gateway_idle_timeouts_total", "Connections closed after the idle timeout.",
-                static_cast<double>(c.idle_timeouts.load()), labels);
-    out.Counter("drover_gateway_response_timeouts_total",
-                "Connections closed because the upstream stopped answering.",
-                static_cast<double>(c.response_timeouts.load()), labels);
-    const auto snapshot = g.upstreams[i]->Snapshot();
+    count("drover_gateway_no_upstream_total",
+          "Clients turned away because no instance could be reached (tcp: closed; http: 502/503).",
+          c.no_upstream, labels);
+    count("drover_gateway_idle_timeouts_total", "Connections closed after the idle timeout.",
+          c.idle_timeouts, labels);
+    count("drover_gateway_response_timeouts_total",
+          "Upstreams that stopped answering (tcp: connection closed; http: 504).",
+          c.response_timeouts, labels);
+    if (l.protocol == Protocol::kTcp) {
+      count("drover_gateway_bad_key_total",
+            "Client connections closed for a missing or malformed DROVER-KEY line.", c.bad_key,
+            labels);
+      continue;
+    }
+    count("drover_gateway_http_requests_total", "HTTP request heads read.", c.requests, labels);
+    count("drover_gateway_http_bad_requests_total", "Requests answered 400 or 431.", c.bad_requests,
+          labels);
+    count("drover_gateway_http_no_route_total", "Requests answered 404: no route for the path.",
+          c.no_route, labels);
+    count("drover_gateway_http_retries_total", "Request attempts on a further instance.", c.retries,
+          labels);
+    count("drover_gateway_http_retry_budget_exhausted_total",
+          "Retries refused because the retry budget was spent.", c.budget_exhausted, labels);
+    count("drover_gateway_http_upstream_connects_total", "New upstream connections.",
+          c.upstream_connects, labels);
+    count("drover_gateway_http_upstream_reused_total",
+          "Requests sent on a pooled keep-alive connection.", c.upstream_reused, labels);
+    const UpstreamPool::Stats pool = static_cast<const HttpProxy&>(*g.proxies[i]).pool_stats();
+    out.Gauge("drover_gateway_http_pool_idle_connections", "Idle pooled upstream connections.",
+              static_cast<double>(pool.idle), labels);
+    out.Counter("drover_gateway_http_pool_retired_total",
+                "Pooled upstream connections closed, by reason.",
+                static_cast<double>(pool.retired_age),
+                metrics::Labels{labels[0], labels[1], {"reason", "max_age"}});
+    out.Counter("drover_gateway_http_pool_retired_total",
+                "Pooled upstream connections closed, by reason.",
+                static_cast<double>(pool.retired_idle),
+                metrics::Labels{labels[0], labels[1], {"reason", "idle"}});
+    out.Counter("drover_gateway_http_pool_retired_total",
+                "Pooled upstream connections closed, by reason.",
+                static_cast<double>(pool.retired_closed),
+                metrics::Labels{labels[0], labels[1], {"reason", "closed_by_peer"}});
+  }
+  for (const Gateway::Impl::UpstreamEntry& u : g.upstreams) {
+    metrics::Labels labels{{"listener", u.listener}, {"service", u.upstream->listener().service}};
+    if (!u.route.empty()) labels.emplace_back("route", u.route);
+    const auto snapshot = u.upstream->Snapshot();
     out.Gauge("drover_gateway_routing_table_version",
               "Registry revision of the routing table in use.",
               static_cast<double>(snapshot->version()), labels);
-    const Duration age = g.upstreams[i]->DiscoveryAge();
+    const Duration age = u.upstream->DiscoveryAge();
     if (age != Duration::max()) {
       out.Gauge("drover_gateway_discovery_age_seconds",
                 "Time since the registry last confirmed the routing table.", Seconds(age), labels);
@@ -155,70 +201,92 @@ std::string MetricsTextOf(const Gateway::Impl& g) {
       const InstanceCounters& ic = *snapshot->counters[k];
       metrics::Labels il = labels;
       il.emplace_back("instance", table.at(k).id);
-      out.Gauge("drover_gateway_upstream_active_connections",
-                "Proxied connections open to the instance.", static_cast<double>(ic.active.load()),
-                il);
-      out.Counter("drover_gateway_upstream_connections_total",
-                  "Proxied connections to the instance.",
-                  static_cast<double>(ic.connections.load()), il);
+      out.Gauge("drover_gateway_upstream_active",
+                "Proxied connections (tcp) or requests in flight (http) at the instance.",
+                static_cast<double>(ic.active.load()), il);
+      count("drover_gateway_upstream_connections_total", "Connections made to the instance.",
+            ic.connections, il);
+      count("drover_gateway_upstream_requests_total", "HTTP requests sent to the instance.",
+            ic.requests, il);
+      count("drover_gateway_upstream_failed_requests_total",
+            "HTTP requests the instance reset, left unanswered or answered 5xx.",
+            ic.failed_requests, il);
       out.Gauge("drover_gateway_upstream_healthy",
                 "1 while the instance passes active /ready checks and is not ejected.",
                 ic.unhealthy.load() || ic.Ejected(g.clock.Now()) ? 0 : 1, il);
-      out.Counter("drover_gateway_upstream_ejections_total",
-                  "Times the instance was ejected for failed connects.",
-                  static_cast<double>(ic.ejections_total.load()), il);
-      out.Counter("drover_gateway_upstream_failed_checks_total", "Failed /ready checks.",
-                  static_cast<double>(ic.checks_failed.load()), il);
-      out.Counter("drover_gateway_upstream_connect_failures_total",
-                  "Connects to the instance that failed or timed out.",
-                  static_cast<double>(ic.connect_failures.load()), il);
+      count("drover_gateway_upstream_ejections_total",
+            "Times the instance was ejected for failed connects or requests.", ic.ejections_total,
+            il);
+      count("drover_gateway_upstream_failed_checks_total", "Failed /ready checks.",
+            ic.checks_failed, il);
+      count("drover_gateway_upstream_connect_failures_total",
+            "Connects to the instance that failed or timed out.", ic.connect_failures, il);
     }
   }
   return out.Take();
 }
 
+nlohmann::json UpstreamJson(const Upstream& upstream, MonoTime now) {
+  const auto snapshot = upstream.Snapshot();
+  const auto& table = *snapshot->router->table;
+  nlohmann::json instances = nlohmann::json::array();
+  for (std::size_t k = 0; k < table.size(); ++k) {
+    const router::Endpoint& e = table.at(k);
+    const InstanceCounters& ic = *snapshot->counters[k];
+    instances.push_back({{"id", e.id},
+                         {"address", e.address},
+                         {"state", std::string(router::EndpointStateName(e.state))},
+                         {"accepting", e.accepting},
+                         {"generation", e.generation},
+                         {"weight", e.weight},
+                         {"effective_weight", snapshot->router->p2c.EffectiveWeight(k, now)},
+                         {"routable", e.Routable()},
+                         {"health", e.health},
+                         {"healthy", !ic.unhealthy.load()},
+                         {"ejected", ic.Ejected(now)},
+                         {"active", ic.active.load()},
+                         {"connections", ic.connections.load()},
+                         {"requests", ic.requests.load()}});
+  }
+  const Duration age = upstream.DiscoveryAge();
+  const ListenerConfig& l = upstream.listener();
+  return {{"service", l.service},
+          {"policy", std::string(PolicyName(l.policy))},
+          {"version", snapshot->version()},
+          {"discovered", snapshot->discovered},
+          {"discovery_age_seconds",
+           age == Duration::max() ? nlohmann::json(nullptr) : nlohmann::json(Seconds(age))},
+          {"instances", std::move(instances)}};
+}
+
 std::string SnapshotJsonOf(const Gateway::Impl& g) {
   nlohmann::json listeners = nlohmann::json::array();
   const MonoTime now = g.clock.Now();
-  for (std::size_t i = 0; i < g.upstreams.size(); ++i) {
+  for (std::size_t i = 0; i < g.proxies.size(); ++i) {
     const ListenerConfig& l = g.config.listeners[i];
-    const auto snapshot = g.upstreams[i]->Snapshot();
-    const auto& table = *snapshot->router->table;
-    nlohmann::json instances = nlohmann::json::array();
-    for (std::size_t k = 0; k < table.size(); ++k) {
-      const router::Endpoint& e = table.at(k);
-      instances.push_back({{"id", e.id},
-                           {"address", e.address},
-                           {"state", std::string(router::EndpointStateName(e.state))},
-                           {"accepting", e.accepting},
-                           {"generation", e.generation},
-                           {"weight", e.weight},
-                           {"effective_weight", snapshot->router->p2c.EffectiveWeight(k, now)},
-                           {"routable", e.Routable()},
-                           {"health", e.health},
-                           {"healthy", !snapshot->counters[k]->unhealthy.load()},
-                           {"ejected", snapshot->counters[k]->Ejected(now)},
-                           {"active", snapshot->counters[k]->active.load()},
-                           {"connections", snapshot->counters[k]->connections.load()}});
+    nlohmann::json listener = {{"name", l.name},
+                               {"protocol", std::string(ProtocolName(l.protocol))},
+                               {"port", g.proxies[i]->port()}};
+    nlohmann::json routes = nlohmann::json::array();
+    for (const Gateway::Impl::UpstreamEntry& u : g.upstreams) {
+      if (u.listener != l.name) continue;
+      nlohmann::json view = UpstreamJson(*u.upstream, now);
+      if (l.protocol == Protocol::kTcp) {
+        listener.update(view);
+      } else {
+        view["prefix"] = u.route;
+        routes.push_back(std::move(view));
+      }
     }
-    const Duration age = g.upstreams[i]->DiscoveryAge();
-    listeners.push_back(
-        {{"name", l.name},
-         {"service", l.service},
-         {"policy", std::string(PolicyName(l.policy))},
-         {"port", g.proxies[i]->port()},
-         {"version", snapshot->version()},
-         {"discovered", snapshot->discovered},
-         {"discovery_age_seconds",
-          age == Duration::max() ? nlohmann::json(nullptr) : nlohmann::json(Seconds(age))},
-         {"instances", std::move(instances)}});
+    if (l.protocol == Protocol::kHttp) listener["routes"] = std::move(routes);
+    listeners.push_back(std::move(listener));
   }
   return nlohmann::json{{"listeners", std::move(listeners)}}.dump(2) + "\n";
 }
 
 bool ReadyOf(const Gateway::Impl& g) {
   for (const auto& u : g.upstreams) {
-    if (!u->Snapshot()->discovered) return false;
+    if (!u.upstream->Snapshot()->discovered) return false;
   }
   return true;
 }
@@ -237,12 +305,29 @@ Result<std::unique_ptr<Gateway>> Gateway::Start(GatewayConfig config, Clock& clo
     return status;
   };
   for (const ListenerConfig& l : impl->config.listeners) {
-    auto upstream = Upstream::Start(impl->config, l, clock);
-    if (!upstream.ok()) return fail(upstream.status());
-    auto proxy = TcpProxy::Start(impl->io, l, **upstream, clock);
+    std::vector<Upstream*> route_upstreams;
+    const std::size_t count = l.protocol == Protocol::kTcp ? 1 : l.routes.size();
+    for (std::size_t r = 0; r < count; ++r) {
+      const bool is_tcp = l.protocol == Protocol::kTcp;
+      auto upstream =
+          Upstream::Start(impl->config, is_tcp ? l : RouteUpstreamConfig(l, l.routes[r]), clock);
+      if (!upstream.ok()) return fail(upstream.status());
+      route_upstreams.push_back(upstream->get());
+      impl->upstreams.push_back({l.name, is_tcp ? "" : l.routes[r].prefix, std::move(*upstream)});
+    }
+    const auto start = [&]() -> Result<std::unique_ptr<Listener>> {
+      if (l.protocol == Protocol::kTcp) {
+        auto p = TcpProxy::Start(impl->io, l, *route_upstreams[0], clock);
+        if (!p.ok()) return p.status();
+        return std::unique_ptr<Listener>(std::move(*p));
+      }
+      auto p = HttpProxy::Start(impl->io, l, route_upstreams, clock);
+      if (!p.ok()) return p.status();
+      return std::unique_ptr<Listener>(std::move(*p));
+    };
+    Result<std::unique_ptr<Listener>> proxy = start();
     if (!proxy.ok()) return fail(proxy.status());
-    StartHealthChecks(impl->io, **upstream);
-    impl->upstreams.push_back(std::move(*upstream));
+    for (Upstream* u : route_upstreams) StartHealthChecks(impl->io, *u);
     impl->proxies.push_back(std::move(*proxy));
   }
   if (!impl->config.admin.empty()) {
@@ -311,7 +396,7 @@ void Gateway::Shutdown() {
     g.work.reset();
     g.io.stop();
     for (auto& t : g.threads) t.join();
-    for (auto& u : g.upstreams) u->Stop();
+    for (auto& u : g.upstreams) u.upstream->Stop();
     spdlog::info("gateway: shut down in {:.1f} s ({} connections cut at the deadline)",
                  Seconds(g.clock.Now() - t0), cut);
   });

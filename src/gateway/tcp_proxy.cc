@@ -11,9 +11,9 @@
 #include <future>
 #include <map>
 #include <mutex>
-#include <random>
 
 #include "drover/router.h"
+#include "gateway/thread_random.h"
 #include "gateway/upstream.h"
 
 namespace drover::gateway {
@@ -26,24 +26,6 @@ namespace {
 
 constexpr std::size_t kMaxKeyLine = 512;
 constexpr std::string_view kKeyPrefix = "DROVER-KEY ";
-
-void SetKeepAlive(tcp::socket& s) {
-  error_code ec;
-  s.set_option(net::socket_base::keep_alive(true), ec);
-  s.set_option(tcp::no_delay(true), ec);
-  // Probe after 30 s idle, every 10 s, give up after 3: a dead peer is found within ~60 s even
-  // when the idle timeout is longer.
-  const int fd = s.native_handle();
-  const int idle = 30, interval = 10, count = 3;
-  ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
-  ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval, sizeof interval);
-  ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &count, sizeof count);
-}
-
-router::Xoshiro256& ThreadRandom() {
-  thread_local router::Xoshiro256 random(std::random_device{}());
-  return random;
-}
 
 }  // namespace
 

@@ -23,6 +23,7 @@
 #include "drover/clock.h"
 #include "drover/status.h"
 #include "gateway/config.h"
+#include "gateway/listener.h"
 
 namespace boost::asio {
 class io_context;
@@ -32,32 +33,21 @@ namespace drover::gateway {
 
 class Upstream;
 
-struct ListenerCounters {
-  std::atomic<std::uint64_t> accepted{0};
-  std::atomic<std::uint64_t> active{0};       // client connections open now
-  std::atomic<std::uint64_t> no_upstream{0};  // closed: no instance could be connected
-  std::atomic<std::uint64_t> bad_key{0};      // closed: missing or malformed key line
-  std::atomic<std::uint64_t> idle_timeouts{0};
-  std::atomic<std::uint64_t> response_timeouts{0};  // upstream silent after client data
-};
-
-class TcpProxy {
+class TcpProxy final : public Listener {
  public:
   // Binds `config.address` and starts accepting on `io`. `upstream` and `clock` must outlive the
   // proxy and every connection it accepted (the gateway stops its io_context first).
   static Result<std::unique_ptr<TcpProxy>> Start(boost::asio::io_context& io,
                                                  const ListenerConfig& config, Upstream& upstream,
                                                  Clock& clock);
-  ~TcpProxy();
+  ~TcpProxy() override;
   TcpProxy(const TcpProxy&) = delete;
   TcpProxy& operator=(const TcpProxy&) = delete;
 
-  std::uint16_t port() const;
-  const ListenerCounters& counters() const;
-  // Closes the listening socket: connects are refused from here on. Idempotent.
-  void StopAccepting();
-  // Cuts every open connection (end of a graceful shutdown's drain).
-  void CloseAll();
+  std::uint16_t port() const override;
+  const ListenerCounters& counters() const override;
+  void StopAccepting() override;
+  void CloseAll() override;
 
   struct State;
 

@@ -140,9 +140,9 @@ void Upstream::ReportConnect(const UpstreamSnapshot& snapshot, std::size_t index
   ic.ejected_until.store((now + ejection).time_since_epoch().count(), std::memory_order_relaxed);
   ic.connect_failures_in_row.store(0, std::memory_order_relaxed);
   ic.ejections_total.fetch_add(1, std::memory_order_relaxed);
-  spdlog::warn(
-      "gateway {}: ejected {} for {:.1f} s after {} failed connects in a row (ejection {})",
-      listener_.name, ic.id, std::chrono::duration<double>(ejection).count(), in_row, times);
+  spdlog::warn("gateway {}: ejected {} for {:.1f} s after {} failures in a row (ejection {})",
+               listener_.name, ic.id, std::chrono::duration<double>(ejection).count(), in_row,
+               times);
 }
 
 void Upstream::ReportCheck(InstanceCounters& ic, bool ok) const {

@@ -26,7 +26,9 @@ struct InstanceCounters {
   explicit InstanceCounters(std::string instance_id) : id(std::move(instance_id)) {}
   const std::string id;
   std::atomic<std::uint64_t> active{0};            // open proxied connections
-  std::atomic<std::uint64_t> connections{0};       // proxied connections, ever
+  std::atomic<std::uint64_t> connections{0};       // connections made to it, ever
+  std::atomic<std::uint64_t> requests{0};          // http: requests sent to it
+  std::atomic<std::uint64_t> failed_requests{0};   // http: reset, timed out or answered 5xx
   std::atomic<std::uint64_t> connect_failures{0};  // connects that failed or timed out
   // Active health checks (written by the checker only): /ready failing past the threshold.
   std::atomic<bool> unhealthy{false};

@@ -1,0 +1,69 @@
+// HttpProxy: one HTTP/1.1 listener of the gateway (GW-1, GW-2, GW-4). Per client connection, one
+// coroutine on the connection's strand reads request after request (keep-alive) and for each:
+//   1. validates the head (Beast's parser plus: HTTP/1.0 or 1.1, origin-form target, Host on
+//      1.1); bad input is answered 400 (431 for a head over max_header_bytes) and the connection
+//      closed -- the listener keeps serving everyone else;
+//   2. routes by the longest matching path prefix (404 when none matches), picks an instance on
+//      the route's Upstream (p2c, or hash on the route's key header);
+//   3. takes a pooled keep-alive connection to the instance or connects (connect_timeout), drops
+//      hop-by-hop headers (Connection and what it names, Keep-Alive, Proxy-Connection, TE,
+//      Trailer, Upgrade), appends the client's address to X-Forwarded-For, answers an
+//      `Expect: 100-continue` itself, and streams the body through a 16 KiB buffer (chunked stays
+//      chunked, Content-Length stays as sent: bodies of any size, never held whole);
+//   4. waits for the response head up to the route's response_timeout (504), streams the
+//      response back the same way (a response framed by connection close is re-framed chunked
+//      for HTTP/1.1 clients), and returns the upstream connection to the pool when both sides
+//      allow keep-alive.
+// Retries go to a different instance, at most route.retries times, each one only while the
+// listener's RetryBudget allows: after a failed connect (always safe: nothing was sent), and
+// for idempotent requests whose body was not yet streamed when the connection failed before any
+// response byte arrived (a pooled connection the upstream closed meanwhile). A request is never
+// retried after a timeout or after part of its body was sent. Connect failures, resets, timeouts
+// and 5xx answers feed the instance's outlier ejection.
+//
+// Threads: like TcpProxy, a strand per connection on the gateway's io_context; a sweeper
+// coroutine closes pooled connections past their idle timeout or age.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "drover/clock.h"
+#include "drover/status.h"
+#include "gateway/config.h"
+#include "gateway/listener.h"
+#include "gateway/upstream_pool.h"
+
+namespace boost::asio {
+class io_context;
+}  // namespace boost::asio
+
+namespace drover::gateway {
+
+class Upstream;
+
+class HttpProxy final : public Listener {
+ public:
+  // Binds `config.address`; `routes[i]` is the Upstream of `config.routes[i]`. The upstreams and
+  // the clock must outlive the proxy and every connection it accepted.
+  static Result<std::unique_ptr<HttpProxy>> Start(boost::asio::io_context& io,
+                                                  const ListenerConfig& config,
+                                                  std::vector<Upstream*> routes, Clock& clock);
+  ~HttpProxy() override;
+  HttpProxy(const HttpProxy&) = delete;
+  HttpProxy& operator=(const HttpProxy&) = delete;
+
+  std::uint16_t port() const override;
+  const ListenerCounters& counters() const override;
+  void StopAccepting() override;
+  void CloseAll() override;
+  UpstreamPool::Stats pool_stats() const;
+
+  struct State;
+
+ private:
+  explicit HttpProxy(std::shared_ptr<State> state);
+  std::shared_ptr<State> state_;
+};
+
+}  // namespace drover::gateway

@@ -1,0 +1,74 @@
+// UpstreamPool: idle keep-alive connections to upstream instances, for the HTTP proxy.
+//
+// Connections are kept as plain file descriptors keyed by instance ("id@address", so an id that
+// comes back at another address never gets the old one's sockets) and carry their creation time:
+//   - a connection past its max age is closed instead of reused. The age is jittered per
+//     connection (+-10%) so a fleet of connections made together does not reconnect in step. Age
+//     bounds how long a request stream stays on one instance after the table changed, as gRPC's
+//     max connection age does (seed 003);
+//   - a connection unused for idle_timeout is closed by Sweep();
+//   - Take() checks that the peer has not closed the connection while it sat idle (a
+//     non-blocking peek), which catches most stale keep-alive connections before a request is
+//     written to them; the proxy's retry covers the rest.
+// Thread-safe (one mutex; every operation is a few deque steps plus at most a peek per entry).
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+
+#include "drover/clock.h"
+
+namespace drover::gateway {
+
+class UpstreamPool {
+ public:
+  struct Options {
+    Duration max_age = std::chrono::seconds(60);  // zero: no limit
+    Duration idle_timeout = std::chrono::seconds(30);
+    std::size_t max_idle_per_key = 32;
+  };
+  struct Stats {
+    std::uint64_t idle = 0;            // connections in the pool now
+    std::uint64_t reused = 0;          // Take() hits
+    std::uint64_t retired_age = 0;     // closed at their max age
+    std::uint64_t retired_idle = 0;    // closed after idle_timeout unused
+    std::uint64_t retired_closed = 0;  // found closed by the peer (or with stray bytes)
+    std::uint64_t overflow = 0;        // closed because the key's idle list was full
+  };
+
+  explicit UpstreamPool(Options options) : options_(options) {}
+  ~UpstreamPool();  // closes every idle connection
+  UpstreamPool(const UpstreamPool&) = delete;
+  UpstreamPool& operator=(const UpstreamPool&) = delete;
+
+  // When a connection created at `now` must be retired (jittered max age); max() for no limit.
+  MonoTime RetireAt(MonoTime now);
+
+  // A live idle connection for `key` (the most recently used: warm, and lets the others idle
+  // out), or nullopt. Expired or closed ones met on the way are closed.
+  std::optional<int> Take(const std::string& key, MonoTime now, MonoTime* retire_at);
+  // Gives a connection back after a complete exchange; closes it instead when it is past its
+  // age or the key's list is full. Takes ownership of `fd` either way.
+  void Put(const std::string& key, int fd, MonoTime retire_at, MonoTime now);
+  // Closes the connections idle for idle_timeout or past their age. Returns how many.
+  std::size_t Sweep(MonoTime now);
+
+  Stats stats() const;
+
+ private:
+  struct Idle {
+    int fd;
+    MonoTime retire_at;
+    MonoTime idle_since;
+  };
+  const Options options_;
+  mutable std::mutex mu_;
+  std::map<std::string, std::deque<Idle>> idle_;  // back: most recently returned
+  Stats stats_;
+};
+
+}  // namespace drover::gateway
