@@ -1,3 +1,4 @@
+// clang-format off
 // The gateway's configuration: listeners, each bound to one service with a routing policy (tcp)
 // or routing HTTP requests by path prefix to services (http).
 //
@@ -11,15 +12,17 @@
 //       protocol: tcp
 //       address: 0.0.0.0:7000
 //       service: zone
-//       policy: p2c                 # p2c (least connections of two, slow start) | hash |
-//       least_conn slow_start_ms: 30000        # p2c: weight ramps from slow_start_min_percent to
-//       100% slow_start_min_percent: 10 hash: maglev                # hash: maglev | ring; the key
-//       is the first line (see below) bounded_load: 1.25          # hash: no instance takes more
-//       than c x its fair share connect_timeout_ms: 1000 connect_attempts: 3         # distinct
-//       instances tried before the client is closed idle_timeout_ms: 300000     # no byte either
-//       way for this long: both sides closed response_timeout_ms: 0      # upstream silent this
-//       long after client data: closed (0: off) key_timeout_ms: 5000        # hash: time allowed
-//       for the key line health_check_interval_ms: 2000, health_check_timeout_ms: 1000,
+//       policy: p2c                 # p2c (least of two, slow start) | hash | least_conn
+//       slow_start_ms: 30000        # p2c: weight ramps from slow_start_min_percent to 100%
+//       slow_start_min_percent: 10
+//       hash: maglev                # hash: maglev | ring; the key is the first line (below)
+//       bounded_load: 1.25          # hash: no instance takes more than c x its fair share
+//       connect_timeout_ms: 1000
+//       connect_attempts: 3         # distinct instances tried before the client is closed
+//       idle_timeout_ms: 300000     # no byte either way for this long: both sides closed
+//       response_timeout_ms: 0      # upstream silent this long after client data: closed
+//       key_timeout_ms: 5000        # hash: time allowed for the key line
+//       health_check_interval_ms: 2000, health_check_timeout_ms: 1000,
 //       unhealthy_threshold: 2, healthy_threshold: 1          # active GET /ready checks
 //       eject_after_failures: 3, ejection_ms: 10000, max_ejection_ms: 300000,
 //       max_ejected_percent: 50                               # passive outlier ejection
@@ -42,6 +45,7 @@
 //           retries: 2                     # further instances tried (see http_proxy.h)
 //       (health checks, ejection, slow start, connect_timeout_ms and bounded_load as for tcp,
 //        shared by every route of the listener)
+// clang-format on
 //
 // Key-affine TCP (policy hash): the client's first line is "DROVER-KEY <key>\n" (at most 512
 // bytes). The gateway consumes it -- the upstream never sees it -- and routes the key with
