@@ -1,17 +1,23 @@
-// Gateway benchmark (TCP): Drover's gateway against HAProxy (mode tcp) and nginx (stream module),
-// all in front of the same zone-server processes on loopback, each configured alike: the same
-// upstreams, least-connections-style balancing, the same number of worker threads.
+// Gateway benchmark: Drover's gateway against HAProxy and nginx, each configured alike (the same
+// upstreams, least-connections-style balancing, keep-alive to the upstream, the same number of
+// worker threads), all on loopback. Two parts:
 //
+// TCP -- Drover (tcp listener), HAProxy (mode tcp), nginx (stream module) in front of the same
+// zone-server processes:
 //   sessions/s   closed loop: --clients concurrent players, each repeating one short session
 //                (connect, HELLO -> WELCOME, QUIT -> BYE, close) for --seconds
 //   p50 / p99    the time of one whole session as the player sees it
 //   direct       the same load straight at one upstream, no proxy: what one upstream does alone
-//
 // The zone server runs a thread per session, so on a small machine the upstreams, not the
 // proxies, bound the rate; the ratios then say how much each proxy costs on top of them.
 //
-// Every proxy row ends with Drover's ratio to it (sessions/s: Drover / peer, above 1 is better;
-// p99: Drover / peer, below 1 is better). A peer whose binary is missing is skipped, said so.
+// HTTP -- Drover (http listener), HAProxy (mode http), nginx (proxy_pass, upstream keepalive) in
+// front of one small fast HTTP upstream (an nginx answering `return 200` from one worker), loaded
+// by wrk: --http-connections keep-alive connections, GET of a 2-byte body, --http-seconds;
+// requests/s and p99 as wrk reports them (wrk --latency).
+//
+// Every proxy row ends with Drover's ratio to it (rate: Drover / peer, above 1 is better; p99:
+// Drover / peer, below 1 is better). A peer whose binary is missing is skipped, said so.
 // Nothing leaves 127.0.0.1.
 #include <fmt/format.h>
 
@@ -22,6 +28,7 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <boost/asio.hpp>
+#include <cmath>
 #include <csignal>
 #include <cstdlib>
 #include <filesystem>
@@ -34,6 +41,7 @@
 #include <vector>
 
 #include "testing/child_process.h"
+#include "testing/http_client.h"
 #include "testing/temp_dir.h"
 
 namespace {
@@ -49,7 +57,12 @@ struct Options {
   std::string zone_server = ZONE_SERVER_BINARY;
   std::string haproxy = "haproxy";
   std::string nginx = "nginx";
+  std::string wrk = "wrk";
   int clients = 64;
+  int http_connections = 64;
+  double http_seconds = 5;
+  bool tcp = true;
+  bool http = true;
   int upstreams = 2;
   int threads = 2;
   double seconds = 3;
@@ -212,134 +225,78 @@ std::string NginxStreamModule() {
   return {};
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  Options o;
-  CLI::App app{"Drover's TCP gateway against HAProxy and nginx in front of the same zone servers"};
-  app.add_option("--clients", o.clients, "Concurrent players (closed loop)")->capture_default_str();
-  app.add_option("--seconds", o.seconds, "Measured time per system")->capture_default_str();
-  app.add_option("--upstreams", o.upstreams, "Zone server processes behind every proxy")
-      ->capture_default_str();
-  app.add_option("--threads", o.threads, "Worker threads of every proxy")->capture_default_str();
-  app.add_option("--haproxy", o.haproxy, "haproxy binary")->capture_default_str();
-  app.add_option("--nginx", o.nginx, "nginx binary")->capture_default_str();
-  app.add_flag("--json", o.json, "Print the report as JSON");
-  CLI11_PARSE(app, argc, argv);
-
-  std::atexit(StopPeers);
-  drover::testing::TempDir dir;
-  const std::string d = dir.path();
-  using drover::testing::ChildProcess;
-  std::vector<std::unique_ptr<ChildProcess>> children;
-
-  // The registry and the upstreams (zone servers registered through ServerHost).
-  auto& registry = children.emplace_back(std::make_unique<ChildProcess>(
-      std::vector<std::string>{o.drover, "registry", "--data-dir", d + "/registry", "--http",
-                               "127.0.0.1:0", "--grpc", "127.0.0.1:0"}));
-  const auto reg_line = registry->ReadLine(20s);
-  if (!reg_line) Fail("the registry did not start");
-  const std::uint16_t grpc_port = PortIn(*reg_line, R"(grpc://127\.0\.0\.1:(\d+))");
-  std::vector<std::uint16_t> upstream_ports;
-  for (int i = 0; i < o.upstreams; ++i) {
-    auto& z = children.emplace_back(std::make_unique<ChildProcess>(std::vector<std::string>{
-        o.zone_server, "--registry", "127.0.0.1:" + std::to_string(grpc_port), "--id",
-        "u" + std::to_string(i), "--warmup-ms", "0", "--health", "127.0.0.1:0", "--log-level",
-        "warn"}));
-    z->ReadLine(20s);
-    const auto serving = z->ReadLine(20s);
-    if (!serving) Fail("a zone server did not start");
-    upstream_ports.push_back(PortIn(*serving, R"(serving at 127\.0\.0\.1:(\d+))"));
+// wrk's report of one run (wrk takes whole seconds): requests/s, p99, errors (socket errors and
+// non-2xx answers).
+Result RunWrk(const std::string& wrk, const std::string& system, std::uint16_t port,
+              const Options& o, double seconds) {
+  Result r;
+  r.system = system;
+  drover::testing::ChildProcess child(
+      {wrk, "-t", "2", "-c", std::to_string(o.http_connections), "-d",
+       std::to_string(std::max(1L, std::lround(seconds))) + "s", "--latency",
+       "http://127.0.0.1:" + std::to_string(port) + "/"});
+  std::string out;
+  while (auto line = child.ReadLine(std::chrono::seconds(std::lround(seconds) + 30))) {
+    out += *line + "\n";
   }
-
-  std::vector<Result> results;
-  results.push_back(Run("direct", upstream_ports[0], o, 0.3));  // warm-up, discarded
-  results.back() = Run("direct (one upstream)", upstream_ports[0], o, o.seconds);
-
-  // Drover.
-  {
-    const std::string config = d + "/gateway.yaml";
-    std::ofstream(config) << "registry: 127.0.0.1:" << grpc_port << "\nthreads: " << o.threads
-                          << "\nadmin: ''\nlisteners:\n  - name: zone\n    address: 127.0.0.1:0\n"
-                          << "    service: zone\n    policy: p2c\n    slow_start_ms: 0\n";
-    auto& gw = children.emplace_back(std::make_unique<ChildProcess>(
-        std::vector<std::string>{o.drover, "--log-level", "warn", "gateway", "--config", config}));
-    const auto line = gw->ReadLine(20s);
-    if (!line) Fail("drover gateway did not start");
-    const std::uint16_t port = PortIn(*line, R"(zone=127\.0\.0\.1:(\d+))");
-    if (!Answers(port)) Fail("drover gateway does not route");
-    Run("drover", port, o, 0.3);
-    results.push_back(Run("drover", port, o, o.seconds));
-  }
-  // HAProxy.
-  if (auto haproxy = FindInPath(o.haproxy)) {
-    const std::uint16_t port = FreePort();
-    const std::string config = d + "/haproxy.cfg";
-    std::ofstream cfg(config);
-    cfg << "global\n  maxconn 8000\n  nbthread " << o.threads
-        << "\ndefaults\n  mode tcp\n  timeout connect 1s\n  timeout client 60s\n"
-        << "  timeout server 60s\nfrontend zone\n  bind 127.0.0.1:" << port
-        << "\n  default_backend zones\nbackend zones\n  balance leastconn\n";
-    for (std::size_t i = 0; i < upstream_ports.size(); ++i) {
-      cfg << "  server u" << i << " 127.0.0.1:" << upstream_ports[i] << "\n";
-    }
-    cfg.close();
-    graceful.push_back(children
-                           .emplace_back(std::make_unique<ChildProcess>(
-                               std::vector<std::string>{*haproxy, "-db", "-f", config}))
-                           .get());
-    if (!Answers(port)) Fail("haproxy does not route");
-    Run("haproxy", port, o, 0.3);
-    results.push_back(Run("haproxy", port, o, o.seconds));
+  child.Wait();
+  std::smatch m;
+  if (std::regex_search(out, m, std::regex(R"(Requests/sec:\s+([\d.]+))"))) {
+    r.sessions_per_s = std::stod(m[1].str());
   } else {
-    results.push_back(Result{.system = "haproxy", .skipped = true, .note = "not installed"});
+    r.skipped = true;
+    r.note = "wrk printed no rate: " + out;
+    return r;
   }
-  // nginx (stream module).
-  const std::string module = NginxStreamModule();
-  if (auto nginx = FindInPath(o.nginx); nginx && !module.empty()) {
-    const std::uint16_t port = FreePort();
-    std::filesystem::create_directories(d + "/nginx/logs");
-    const std::string config = d + "/nginx/nginx.conf";
-    std::ofstream cfg(config);
-    cfg << "load_module " << module << ";\nworker_processes " << o.threads << ";\ndaemon off;\npid "
-        << d << "/nginx/nginx.pid;\nerror_log stderr warn;\n"
-        << "events { worker_connections 20000; }\nstream {\n  upstream zones {\n    least_conn;\n";
-    for (std::uint16_t p : upstream_ports) cfg << "    server 127.0.0.1:" << p << ";\n";
-    cfg << "  }\n  server {\n    listen 127.0.0.1:" << port
-        << ";\n    proxy_pass zones;\n    proxy_connect_timeout 1s;\n  }\n}\n";
-    cfg.close();
-    graceful.push_back(children
-                           .emplace_back(std::make_unique<ChildProcess>(
-                               std::vector<std::string>{*nginx, "-p", d + "/nginx", "-c", config}))
-                           .get());
-    if (!Answers(port)) Fail("nginx does not route");
-    Run("nginx", port, o, 0.3);
-    results.push_back(Run("nginx", port, o, o.seconds));
-  } else {
-    results.push_back(
-        Result{.system = "nginx",
-               .skipped = true,
-               .note = module.empty() ? "stream module not installed" : "not installed"});
+  const auto ms = [&](const std::string& pct) {
+    std::smatch v;
+    if (!std::regex_search(out, v, std::regex("\\s" + pct + R"(%\s+([\d.]+)(us|ms|s))")))
+      return 0.0;
+    const double x = std::stod(v[1].str());
+    return v[2] == "us" ? x / 1000 : v[2] == "s" ? x * 1000 : x;
+  };
+  r.p50_ms = ms("50");
+  r.p99_ms = ms("99");
+  if (std::regex_search(out, m, std::regex(R"((\d+) requests in)"))) {
+    r.sessions = std::stoull(m[1].str());
   }
+  if (std::regex_search(out, m, std::regex(R"(Non-2xx or 3xx responses: (\d+))"))) {
+    r.errors += std::stoull(m[1].str());
+  }
+  if (std::regex_search(
+          out, m,
+          std::regex(R"(Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+))"))) {
+    for (int i = 1; i <= 4; ++i) r.errors += std::stoull(m[i].str());
+  }
+  return r;
+}
 
-  StopPeers();
+bool HttpAnswers(std::uint16_t port) {
+  for (int i = 0; i < 200; ++i) {
+    if (drover::testing::Http(port, "GET", "/").status == 200) return true;
+    std::this_thread::sleep_for(50ms);
+  }
+  return false;
+}
+
+// Prints (or adds to `report`) one table; results[1] is Drover's.
+void Report(const char* title, const char* unit, const std::vector<Result>& results,
+            const Options& o, nlohmann::json& report) {
   const Result& drover = results[1];
-  nlohmann::json report;
   if (!o.json) {
-    std::printf("gateway_bench: %d clients, %d upstreams, %d threads per proxy, %.1f s each\n",
-                o.clients, o.upstreams, o.threads, o.seconds);
-    std::printf("%-22s %12s %9s %9s %8s %16s %13s\n", "system", "sessions/s", "p50 ms", "p99 ms",
-                "errors", "drover/x rate", "drover/x p99");
+    std::printf("%s\n", title);
+    std::printf("%-22s %12s %9s %9s %8s %16s %13s\n", "system", unit, "p50 ms", "p99 ms", "errors",
+                "drover/x rate", "drover/x p99");
   }
   for (const Result& r : results) {
-    nlohmann::json j = {{"sessions_per_s", r.sessions_per_s},
+    nlohmann::json j = {{"rate_per_s", r.sessions_per_s},
                         {"p50_ms", r.p50_ms},
                         {"p99_ms", r.p99_ms},
-                        {"sessions", r.sessions},
+                        {"count", r.sessions},
                         {"errors", r.errors},
                         {"skipped", r.skipped}};
-    const bool peer =
-        (r.system == "haproxy" || r.system == "nginx") && !r.skipped && r.sessions_per_s > 0;
+    const bool peer = (r.system == "haproxy" || r.system == "nginx") && !r.skipped &&
+                      r.sessions_per_s > 0 && !drover.skipped;
     if (peer) {
       j["drover_rate_ratio"] = drover.sessions_per_s / r.sessions_per_s;
       j["drover_p99_ratio"] = r.p99_ms > 0 ? drover.p99_ms / r.p99_ms : 0;
@@ -357,6 +314,238 @@ int main(int argc, char** argv) {
                   r.p99_ms > 0 ? drover.p99_ms / r.p99_ms : 0.0);
     }
     std::printf("\n");
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  CLI::App app{"Drover's gateway against HAProxy and nginx: TCP sessions and HTTP requests"};
+  app.add_option("--clients", o.clients, "Concurrent players (closed loop)")->capture_default_str();
+  app.add_option("--seconds", o.seconds, "Measured time per system")->capture_default_str();
+  app.add_option("--upstreams", o.upstreams, "Zone server processes behind every proxy")
+      ->capture_default_str();
+  app.add_option("--threads", o.threads, "Worker threads of every proxy")->capture_default_str();
+  app.add_option("--haproxy", o.haproxy, "haproxy binary")->capture_default_str();
+  app.add_option("--nginx", o.nginx, "nginx binary")->capture_default_str();
+  app.add_option("--http-connections", o.http_connections, "wrk keep-alive connections")
+      ->capture_default_str();
+  app.add_option("--http-seconds", o.http_seconds, "Measured wrk time per system")
+      ->capture_default_str();
+  app.add_option("--wrk", o.wrk, "wrk binary")->capture_default_str();
+  app.add_flag("!--no-tcp", o.tcp, "Skip the TCP part");
+  app.add_flag("!--no-http", o.http, "Skip the HTTP part");
+  app.add_flag("--json", o.json, "Print the report as JSON");
+  CLI11_PARSE(app, argc, argv);
+
+  std::atexit(StopPeers);
+  drover::testing::TempDir dir;
+  const std::string d = dir.path();
+  using drover::testing::ChildProcess;
+  std::vector<std::unique_ptr<ChildProcess>> children;
+
+  // The registry.
+  auto& registry = children.emplace_back(std::make_unique<ChildProcess>(
+      std::vector<std::string>{o.drover, "registry", "--data-dir", d + "/registry", "--http",
+                               "127.0.0.1:0", "--grpc", "127.0.0.1:0"}));
+  const auto reg_line = registry->ReadLine(20s);
+  if (!reg_line) Fail("the registry did not start");
+  const std::uint16_t grpc_port = PortIn(*reg_line, R"(grpc://127\.0\.0\.1:(\d+))");
+  const std::uint16_t registry_http = PortIn(*reg_line, R"(http://127\.0\.0\.1:(\d+))");
+  nlohmann::json report;
+  // TCP: the upstreams are zone servers registered through ServerHost.
+  if (o.tcp) {
+    std::vector<std::uint16_t> upstream_ports;
+    for (int i = 0; i < o.upstreams; ++i) {
+      auto& z = children.emplace_back(std::make_unique<ChildProcess>(std::vector<std::string>{
+          o.zone_server, "--registry", "127.0.0.1:" + std::to_string(grpc_port), "--id",
+          "u" + std::to_string(i), "--warmup-ms", "0", "--health", "127.0.0.1:0", "--log-level",
+          "warn"}));
+      z->ReadLine(20s);
+      const auto serving = z->ReadLine(20s);
+      if (!serving) Fail("a zone server did not start");
+      upstream_ports.push_back(PortIn(*serving, R"(serving at 127\.0\.0\.1:(\d+))"));
+    }
+
+    std::vector<Result> results;
+    results.push_back(Run("direct", upstream_ports[0], o, 0.3));  // warm-up, discarded
+    results.back() = Run("direct (one upstream)", upstream_ports[0], o, o.seconds);
+
+    // Drover.
+    {
+      const std::string config = d + "/gateway.yaml";
+      std::ofstream(config) << "registry: 127.0.0.1:" << grpc_port << "\nthreads: " << o.threads
+                            << "\nadmin: ''\nlisteners:\n  - name: zone\n    address: 127.0.0.1:0\n"
+                            << "    service: zone\n    policy: p2c\n    slow_start_ms: 0\n";
+      auto& gw = children.emplace_back(std::make_unique<ChildProcess>(std::vector<std::string>{
+          o.drover, "--log-level", "warn", "gateway", "--config", config}));
+      const auto line = gw->ReadLine(20s);
+      if (!line) Fail("drover gateway did not start");
+      const std::uint16_t port = PortIn(*line, R"(zone=127\.0\.0\.1:(\d+))");
+      if (!Answers(port)) Fail("drover gateway does not route");
+      Run("drover", port, o, 0.3);
+      results.push_back(Run("drover", port, o, o.seconds));
+      gw->Signal(SIGTERM);
+      gw->Wait();
+    }
+    // HAProxy.
+    if (auto haproxy = FindInPath(o.haproxy)) {
+      const std::uint16_t port = FreePort();
+      const std::string config = d + "/haproxy.cfg";
+      std::ofstream cfg(config);
+      cfg << "global\n  maxconn 8000\n  nbthread " << o.threads
+          << "\ndefaults\n  mode tcp\n  timeout connect 1s\n  timeout client 60s\n"
+          << "  timeout server 60s\nfrontend zone\n  bind 127.0.0.1:" << port
+          << "\n  default_backend zones\nbackend zones\n  balance leastconn\n";
+      for (std::size_t i = 0; i < upstream_ports.size(); ++i) {
+        cfg << "  server u" << i << " 127.0.0.1:" << upstream_ports[i] << "\n";
+      }
+      cfg.close();
+      graceful.push_back(children
+                             .emplace_back(std::make_unique<ChildProcess>(
+                                 std::vector<std::string>{*haproxy, "-db", "-f", config}))
+                             .get());
+      if (!Answers(port)) Fail("haproxy does not route");
+      Run("haproxy", port, o, 0.3);
+      results.push_back(Run("haproxy", port, o, o.seconds));
+    } else {
+      results.push_back(Result{.system = "haproxy", .skipped = true, .note = "not installed"});
+    }
+    // nginx (stream module).
+    const std::string module = NginxStreamModule();
+    if (auto nginx = FindInPath(o.nginx); nginx && !module.empty()) {
+      const std::uint16_t port = FreePort();
+      std::filesystem::create_directories(d + "/nginx/logs");
+      const std::string config = d + "/nginx/nginx.conf";
+      std::ofstream cfg(config);
+      cfg << "load_module " << module << ";\nworker_processes " << o.threads
+          << ";\ndaemon off;\npid " << d << "/nginx/nginx.pid;\nerror_log stderr warn;\n"
+          << "events { worker_connections 20000; }\nstream {\n  upstream zones {\n    "
+             "least_conn;\n";
+      for (std::uint16_t p : upstream_ports) cfg << "    server 127.0.0.1:" << p << ";\n";
+      cfg << "  }\n  server {\n    listen 127.0.0.1:" << port
+          << ";\n    proxy_pass zones;\n    proxy_connect_timeout 1s;\n  }\n}\n";
+      cfg.close();
+      graceful.push_back(children
+                             .emplace_back(std::make_unique<ChildProcess>(std::vector<std::string>{
+                                 *nginx, "-p", d + "/nginx", "-c", config}))
+                             .get());
+      if (!Answers(port)) Fail("nginx does not route");
+      Run("nginx", port, o, 0.3);
+      results.push_back(Run("nginx", port, o, o.seconds));
+    } else {
+      results.push_back(
+          Result{.system = "nginx",
+                 .skipped = true,
+                 .note = module.empty() ? "stream module not installed" : "not installed"});
+    }
+
+    StopPeers();
+    Report(fmt::format(
+               "gateway_bench tcp: {} clients, {} upstreams, {} threads per proxy, {:.1f} s each",
+               o.clients, o.upstreams, o.threads, o.seconds)
+               .c_str(),
+           "sessions/s", results, o, report["tcp"]);
+  }
+
+  // HTTP: one small fast upstream (nginx, one worker, `return 200`), registered by hand.
+  const auto nginx = FindInPath(o.nginx);
+  const auto wrk = FindInPath(o.wrk);
+  if (o.http && (!nginx || !wrk)) {
+    report["http"]["skipped"] = std::string(!wrk ? "wrk" : "nginx") + " not installed";
+    if (!o.json)
+      std::printf("gateway_bench http: skipped, %s not installed\n", !wrk ? "wrk" : "nginx");
+  } else if (o.http) {
+    const std::uint16_t upstream_port = FreePort();
+    std::filesystem::create_directories(d + "/upstream/logs");
+    {
+      std::ofstream cfg(d + "/upstream/nginx.conf");
+      cfg << "worker_processes 1;\ndaemon off;\npid " << d << "/upstream/nginx.pid;\n"
+          << "error_log stderr warn;\nevents { worker_connections 4096; }\nhttp {\n"
+          << "  access_log off;\n  keepalive_requests 1000000;\n  server {\n    listen 127.0.0.1:"
+          << upstream_port << ";\n    location / { return 200 \"ok\"; }\n  }\n}\n";
+    }
+    graceful.push_back(children
+                           .emplace_back(std::make_unique<ChildProcess>(std::vector<std::string>{
+                               *nginx, "-p", d + "/upstream", "-c", d + "/upstream/nginx.conf"}))
+                           .get());
+    if (!HttpAnswers(upstream_port)) Fail("the nginx upstream does not answer");
+    const auto put =
+        drover::testing::Http(registry_http, "PUT", "/v1/services/web/instances/h0",
+                              R"({"address":"127.0.0.1:)" + std::to_string(upstream_port) +
+                                  R"(","generation":1,"state":"READY","ttl_ms":3600000})");
+    if (put.status != 200) Fail("registering the HTTP upstream failed: " + put.body);
+
+    std::vector<Result> results;
+    RunWrk(*wrk, "direct", upstream_port, o, 0.5);  // warm-up, discarded
+    results.push_back(RunWrk(*wrk, "direct (no proxy)", upstream_port, o, o.http_seconds));
+    // Drover.
+    {
+      const std::string config = d + "/gateway-http.yaml";
+      std::ofstream(config) << "registry: 127.0.0.1:" << grpc_port << "\nthreads: " << o.threads
+                            << "\nadmin: ''\nlisteners:\n  - name: web\n    protocol: http\n"
+                            << "    address: 127.0.0.1:0\n    slow_start_ms: 0\n"
+                            << "    health_check_interval_ms: 0\n    routes:\n"
+                            << "      - prefix: /\n        service: web\n";
+      auto& gw = children.emplace_back(std::make_unique<ChildProcess>(std::vector<std::string>{
+          o.drover, "--log-level", "warn", "gateway", "--config", config}));
+      const auto line = gw->ReadLine(20s);
+      if (!line) Fail("drover gateway (http) did not start");
+      const std::uint16_t port = PortIn(*line, R"(web=127\.0\.0\.1:(\d+))");
+      if (!HttpAnswers(port)) Fail("drover gateway does not route HTTP");
+      RunWrk(*wrk, "drover", port, o, 0.5);
+      results.push_back(RunWrk(*wrk, "drover", port, o, o.http_seconds));
+      gw->Signal(SIGTERM);
+      gw->Wait();
+    }
+    // HAProxy (mode http; it keeps server-side connections alive by default).
+    if (auto haproxy = FindInPath(o.haproxy)) {
+      const std::uint16_t port = FreePort();
+      const std::string config = d + "/haproxy-http.cfg";
+      std::ofstream(config) << "global\n  maxconn 8000\n  nbthread " << o.threads
+                            << "\ndefaults\n  mode http\n  timeout connect 1s\n"
+                            << "  timeout client 60s\n  timeout server 60s\nfrontend web\n"
+                            << "  bind 127.0.0.1:" << port
+                            << "\n  default_backend webs\nbackend webs\n  balance leastconn\n"
+                            << "  server h0 127.0.0.1:" << upstream_port << "\n";
+      auto& peer = children.emplace_back(
+          std::make_unique<ChildProcess>(std::vector<std::string>{*haproxy, "-db", "-f", config}));
+      graceful.push_back(peer.get());
+      if (!HttpAnswers(port)) Fail("haproxy does not route HTTP");
+      RunWrk(*wrk, "haproxy", port, o, 0.5);
+      results.push_back(RunWrk(*wrk, "haproxy", port, o, o.http_seconds));
+      peer->Signal(SIGTERM);
+      peer->Wait();
+    } else {
+      results.push_back(Result{.system = "haproxy", .skipped = true, .note = "not installed"});
+    }
+    // nginx (proxy_pass with upstream keepalive).
+    {
+      const std::uint16_t port = FreePort();
+      std::filesystem::create_directories(d + "/nginx-http/logs");
+      const std::string config = d + "/nginx-http/nginx.conf";
+      std::ofstream(config) << "worker_processes " << o.threads << ";\ndaemon off;\npid " << d
+                            << "/nginx-http/nginx.pid;\nerror_log stderr warn;\n"
+                            << "events { worker_connections 20000; }\nhttp {\n  access_log off;\n"
+                            << "  upstream webs {\n    least_conn;\n    server 127.0.0.1:"
+                            << upstream_port << ";\n    keepalive 256;\n  }\n  server {\n"
+                            << "    listen 127.0.0.1:" << port << ";\n    location / {\n"
+                            << "      proxy_pass http://webs;\n      proxy_http_version 1.1;\n"
+                            << "      proxy_set_header Connection \"\";\n    }\n  }\n}\n";
+      auto& peer = children.emplace_back(std::make_unique<ChildProcess>(
+          std::vector<std::string>{*nginx, "-p", d + "/nginx-http", "-c", config}));
+      graceful.push_back(peer.get());
+      if (!HttpAnswers(port)) Fail("nginx does not route HTTP");
+      RunWrk(*wrk, "nginx", port, o, 0.5);
+      results.push_back(RunWrk(*wrk, "nginx", port, o, o.http_seconds));
+    }
+    StopPeers();
+    Report(fmt::format("gateway_bench http: wrk -t2 -c{} keep-alive GET (2-byte body), {} threads "
+                       "per proxy, {:.1f} s each",
+                       o.http_connections, o.threads, o.http_seconds)
+               .c_str(),
+           "requests/s", results, o, report["http"]);
   }
   if (o.json) std::printf("%s\n", report.dump(2).c_str());
   return 0;

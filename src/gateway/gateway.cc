@@ -40,19 +40,33 @@ struct Gateway::Impl {
   explicit Impl(GatewayConfig c, Clock& k)
       : config(std::move(c)),
         clock(k),
-        io(config.threads),
-        admin_acceptor(net::make_strand(io)),
-        work(net::make_work_guard(io)) {}
+        ios(MakeContexts(config.threads)),
+        admin_acceptor(net::make_strand(*ios[0])) {
+    for (auto& io : ios) {
+      workers.push_back(io.get());
+      work.push_back(net::make_work_guard(*io));
+    }
+  }
+  static std::vector<std::unique_ptr<net::io_context>> MakeContexts(int n) {
+    std::vector<std::unique_ptr<net::io_context>> ios;
+    for (int i = 0; i < n; ++i) ios.push_back(std::make_unique<net::io_context>(1));
+    return ios;
+  }
+  void StopAll() {
+    work.clear();
+    for (auto& io : ios) io->stop();
+  }
 
   net::awaitable<void> AdminAccept();
   net::awaitable<void> AdminSession(tcp::socket socket);
 
   GatewayConfig config;
   Clock& clock;
-  net::io_context io;
+  std::vector<std::unique_ptr<net::io_context>> ios;  // one per io thread
+  Workers workers;
   tcp::acceptor admin_acceptor;
   std::uint16_t admin_port = 0;
-  net::executor_work_guard<net::io_context::executor_type> work;
+  std::vector<net::executor_work_guard<net::io_context::executor_type>> work;
   // One per tcp listener, one per route of an http listener.
   struct UpstreamEntry {
     std::string listener;
@@ -69,7 +83,7 @@ net::awaitable<void> Gateway::Impl::AdminAccept() {
   while (true) {
     error_code ec;
     tcp::socket socket = co_await admin_acceptor.async_accept(
-        net::make_strand(io), net::redirect_error(net::use_awaitable, ec));
+        net::make_strand(*ios[0]), net::redirect_error(net::use_awaitable, ec));
     if (ec) {
       if (ec == net::error::operation_aborted || !admin_acceptor.is_open()) co_return;
       continue;
@@ -301,7 +315,7 @@ Result<std::unique_ptr<Gateway>> Gateway::Start(GatewayConfig config, Clock& clo
   // Nothing runs the io_context yet: mark it stopped so that the listeners already bound close
   // directly instead of posting to a loop that will never run.
   const auto fail = [&impl](Status status) {
-    impl->io.stop();
+    impl->StopAll();
     return status;
   };
   for (const ListenerConfig& l : impl->config.listeners) {
@@ -317,17 +331,17 @@ Result<std::unique_ptr<Gateway>> Gateway::Start(GatewayConfig config, Clock& clo
     }
     const auto start = [&]() -> Result<std::unique_ptr<Listener>> {
       if (l.protocol == Protocol::kTcp) {
-        auto p = TcpProxy::Start(impl->io, l, *route_upstreams[0], clock);
+        auto p = TcpProxy::Start(impl->workers, l, *route_upstreams[0], clock);
         if (!p.ok()) return p.status();
         return std::unique_ptr<Listener>(std::move(*p));
       }
-      auto p = HttpProxy::Start(impl->io, l, route_upstreams, clock);
+      auto p = HttpProxy::Start(impl->workers, l, route_upstreams, clock);
       if (!p.ok()) return p.status();
       return std::unique_ptr<Listener>(std::move(*p));
     };
     Result<std::unique_ptr<Listener>> proxy = start();
     if (!proxy.ok()) return fail(proxy.status());
-    for (Upstream* u : route_upstreams) StartHealthChecks(impl->io, *u);
+    for (Upstream* u : route_upstreams) StartHealthChecks(*impl->ios[0], *u);
     impl->proxies.push_back(std::move(*proxy));
   }
   if (!impl->config.admin.empty()) {
@@ -342,8 +356,8 @@ Result<std::unique_ptr<Gateway>> Gateway::Start(GatewayConfig config, Clock& clo
     impl->admin_port = impl->admin_acceptor.local_endpoint().port();
     net::co_spawn(impl->admin_acceptor.get_executor(), impl->AdminAccept(), net::detached);
   }
-  for (int i = 0; i < impl->config.threads; ++i) {
-    impl->threads.emplace_back([io = &impl->io] { io->run(); });
+  for (auto& io : impl->ios) {
+    impl->threads.emplace_back([io = io.get()] { io->run(); });
   }
   return std::unique_ptr<Gateway>(new Gateway(std::move(impl)));
 }
@@ -393,8 +407,7 @@ void Gateway::Shutdown() {
     while (active() > 0 && g.clock.Now() < unwind) {
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
-    g.work.reset();
-    g.io.stop();
+    g.StopAll();
     for (auto& t : g.threads) t.join();
     for (auto& u : g.upstreams) u.upstream->Stop();
     spdlog::info("gateway: shut down in {:.1f} s ({} connections cut at the deadline)",

@@ -136,28 +136,31 @@ net::awaitable<RelayEnd> RelayBody(http::parser<isRequest, http::buffer_body>& p
 
 // One client connection; touched only on its strand.
 struct HttpConn {
-  explicit HttpConn(tcp::socket s) : client(std::move(s)) {}
+  HttpConn(tcp::socket s, UpstreamPool& p) : client(std::move(s)), pool(p) {}
   void CloseBoth() {
     Close(client);
     if (upstream) Close(*upstream);
   }
 
   beast::tcp_stream client;
+  UpstreamPool& pool;                         // its io thread's
   std::optional<beast::tcp_stream> upstream;  // the connection of the request in flight
   bool in_request = false;                    // between a request head and its response's end
 };
 
 struct HttpProxy::State : std::enable_shared_from_this<State> {
-  State(net::io_context& io_context, const ListenerConfig& c, std::vector<Upstream*> u, Clock& k)
-      : io(io_context),
+  State(const Workers& w, const ListenerConfig& c, std::vector<Upstream*> u, Clock& k)
+      : workers(w),
         config(c),
         routes(std::move(u)),
         clock(k),
-        acceptor(net::make_strand(io_context)),
-        sweep_timer(acceptor.get_executor()),
-        pool(UpstreamPool::Options{c.upstream_max_age, c.upstream_idle_timeout,
-                                   static_cast<std::size_t>(c.max_idle_per_instance)}),
+        acceptor(net::make_strand(*w[0])),
         budget(c.retry_budget_percent, c.retry_budget_min) {
+    for (std::size_t i = 0; i < workers.size(); ++i) {
+      pools.push_back(std::make_unique<UpstreamPool>(
+          UpstreamPool::Options{c.upstream_max_age, c.upstream_idle_timeout,
+                                static_cast<std::size_t>(c.max_idle_per_instance)}));
+    }
     for (std::size_t i = 0; i < config.routes.size(); ++i) route_order.push_back(i);
     std::sort(route_order.begin(), route_order.end(), [this](std::size_t a, std::size_t b) {
       return config.routes[a].prefix.size() > config.routes[b].prefix.size();
@@ -165,8 +168,8 @@ struct HttpProxy::State : std::enable_shared_from_this<State> {
   }
 
   net::awaitable<void> Accept();
-  net::awaitable<void> Sweep();
-  net::awaitable<void> Serve(tcp::socket client);
+  net::awaitable<void> Sweep(std::size_t worker);
+  net::awaitable<void> Serve(tcp::socket client, std::size_t worker);
   // One request/response; false when the client connection must close.
   net::awaitable<bool> Exchange(std::shared_ptr<HttpConn> c, beast::flat_buffer& buffer,
                                 http::request_parser<http::buffer_body>& parser,
@@ -180,16 +183,16 @@ struct HttpProxy::State : std::enable_shared_from_this<State> {
     return std::nullopt;
   }
 
-  net::io_context& io;
+  const Workers workers;
+  std::size_t next_worker = 0;  // on the acceptor's strand
   const ListenerConfig config;
   const std::vector<Upstream*> routes;   // per config.routes
   std::vector<std::size_t> route_order;  // longest prefix first
   Clock& clock;
   tcp::acceptor acceptor;
-  net::steady_timer sweep_timer;  // on the acceptor's strand
   std::uint16_t port = 0;
   ListenerCounters counters;
-  UpstreamPool pool;
+  std::vector<std::unique_ptr<UpstreamPool>> pools;  // per worker
   RetryBudget budget;
   std::atomic<bool> draining{false};
 
@@ -203,8 +206,10 @@ net::awaitable<void> HttpProxy::State::Accept() {
   auto self = shared_from_this();
   while (true) {
     error_code ec;
+    // One thread per worker: the connection needs no strand.
+    const std::size_t worker = next_worker++ % workers.size();
     tcp::socket socket = co_await acceptor.async_accept(
-        net::make_strand(io), net::redirect_error(net::use_awaitable, ec));
+        workers[worker]->get_executor(), net::redirect_error(net::use_awaitable, ec));
     if (ec) {
       if (ec == net::error::operation_aborted || !acceptor.is_open()) co_return;
       spdlog::warn("gateway {}: accept failed: {}", config.name, ec.message());
@@ -214,20 +219,21 @@ net::awaitable<void> HttpProxy::State::Accept() {
     }
     counters.accepted.fetch_add(1, std::memory_order_relaxed);
     auto executor = socket.get_executor();
-    net::co_spawn(executor, Serve(std::move(socket)), net::detached);
+    net::co_spawn(executor, Serve(std::move(socket), worker), net::detached);
   }
 }
 
-net::awaitable<void> HttpProxy::State::Sweep() {
+net::awaitable<void> HttpProxy::State::Sweep(std::size_t worker) {
   auto self = shared_from_this();
   const Duration every = std::clamp<Duration>(
       config.upstream_idle_timeout / 2, std::chrono::milliseconds(10), std::chrono::seconds(1));
-  while (acceptor.is_open()) {
-    sweep_timer.expires_after(every);
+  net::steady_timer timer(workers[worker]->get_executor());
+  while (!draining.load(std::memory_order_relaxed)) {
+    timer.expires_after(every);
     error_code ec;
-    co_await sweep_timer.async_wait(net::redirect_error(net::use_awaitable, ec));
+    co_await timer.async_wait(net::redirect_error(net::use_awaitable, ec));
     if (ec) co_return;
-    pool.Sweep(clock.Now());
+    pools[worker]->Sweep(clock.Now());
   }
 }
 
@@ -244,14 +250,14 @@ net::awaitable<void> HttpProxy::State::Reply(std::shared_ptr<HttpConn> c, http::
   co_await http::async_write(c->client, res, net::redirect_error(net::use_awaitable, ec));
 }
 
-net::awaitable<void> HttpProxy::State::Serve(tcp::socket socket) {
+net::awaitable<void> HttpProxy::State::Serve(tcp::socket socket, std::size_t worker) {
   auto self = shared_from_this();
   counters.active.fetch_add(1, std::memory_order_relaxed);
   SetKeepAlive(socket);
   error_code ec;
   const tcp::endpoint remote = socket.remote_endpoint(ec);
   const std::string client_ip = ec ? std::string() : remote.address().to_string();
-  auto c = std::make_shared<HttpConn>(std::move(socket));
+  auto c = std::make_shared<HttpConn>(std::move(socket), *pools[worker]);
   std::uint64_t conn_id = 0;
   {
     std::lock_guard lock(conns_mu);
@@ -419,10 +425,8 @@ net::awaitable<bool> HttpProxy::State::Exchange(std::shared_ptr<HttpConn> c,
     // A pooled connection, or a new one.
     error_code ec;
     MonoTime retire_at{};
-    if (const std::optional<int> fd = pool.Take(pool_key, clock.Now(), &retire_at)) {
-      tcp::socket s(c->client.get_executor());
-      s.assign(tcp::v4(), *fd, ec);
-      c->upstream.emplace(std::move(s));
+    if (std::optional<tcp::socket> pooled = c->pool.Take(pool_key, clock.Now(), &retire_at)) {
+      c->upstream.emplace(std::move(*pooled));
       counters.upstream_reused.fetch_add(1, std::memory_order_relaxed);
     } else {
       const std::optional<tcp::endpoint> to = ParseEndpoint(e.address);
@@ -433,8 +437,9 @@ net::awaitable<bool> HttpProxy::State::Exchange(std::shared_ptr<HttpConn> c,
       } else {
         ec = net::error::invalid_argument;
       }
-      upstream.ReportConnect(*snapshot, *pick, !ec, clock.Now());
       if (ec) {
+        // (A good connect is not reported: the answer is, and a 5xx streak must not reset.)
+        upstream.ReportConnect(*snapshot, *pick, false, clock.Now());
         ic.connect_failures.fetch_add(1, std::memory_order_relaxed);
         failure_text = "connect to " + e.id + " at " + e.address + " failed: " + ec.message();
         drop_upstream();
@@ -442,7 +447,7 @@ net::awaitable<bool> HttpProxy::State::Exchange(std::shared_ptr<HttpConn> c,
         continue;  // nothing was sent: always safe to try another instance
       }
       SetKeepAlive(c->upstream->socket());
-      retire_at = pool.RetireAt(clock.Now());
+      retire_at = c->pool.RetireAt(clock.Now());
       counters.upstream_connects.fetch_add(1, std::memory_order_relaxed);
       ic.connections.fetch_add(1, std::memory_order_relaxed);
     }
@@ -453,12 +458,10 @@ net::awaitable<bool> HttpProxy::State::Exchange(std::shared_ptr<HttpConn> c,
       ~InFlight() { ic.active.fetch_sub(1, std::memory_order_relaxed); }
     } in_flight{ic};
 
-    // Request head, then (after 100 Continue, if the client asked) the body.
+    // (After 100 Continue, if the client asked) the head and the body, together where they fit:
+    // a request without a body is one write.
     http::request_serializer<http::buffer_body> request_out{req};
-    c->upstream->expires_after(config.idle_timeout);
-    co_await http::async_write_header(*c->upstream, request_out,
-                                      net::redirect_error(net::use_awaitable, ec));
-    if (!ec && expect_continue) {
+    if (expect_continue) {
       expect_continue = false;
       static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
       c->client.expires_after(config.idle_timeout);
@@ -536,15 +539,11 @@ net::awaitable<bool> HttpProxy::State::Exchange(std::shared_ptr<HttpConn> c,
     res.version(version);
     res.keep_alive(keep);
     http::response_serializer<http::buffer_body> response_out{res};
-    c->client.expires_after(config.idle_timeout);
-    co_await http::async_write_header(c->client, response_out,
-                                      net::redirect_error(net::use_awaitable, ec));
     bool response_read = false;
     error_code upstream_error;
     const RelayEnd end =
-        ec ? RelayEnd::kWriteFailed
-           : co_await RelayBody(*response, upstream_buffer, *c->upstream, response_out, c->client,
-                                config.idle_timeout, response_read, upstream_error);
+        co_await RelayBody(*response, upstream_buffer, *c->upstream, response_out, c->client,
+                           config.idle_timeout, response_read, upstream_error);
     if (end != RelayEnd::kDone) {
       // Mid-response: the client already has the head, only closing tells it the rest is lost.
       if (end == RelayEnd::kReadFailed) {
@@ -555,8 +554,7 @@ net::awaitable<bool> HttpProxy::State::Exchange(std::shared_ptr<HttpConn> c,
       co_return false;
     }
     if (upstream_keep && upstream_buffer.size() == 0 && c->upstream->socket().is_open()) {
-      tcp::socket s = c->upstream->release_socket();
-      pool.Put(pool_key, s.release(ec), retire_at, clock.Now());
+      c->pool.Put(pool_key, c->upstream->release_socket(), retire_at, clock.Now());
     } else {
       Close(*c->upstream);
     }
@@ -572,13 +570,14 @@ net::awaitable<bool> HttpProxy::State::Exchange(std::shared_ptr<HttpConn> c,
   co_return keep;
 }
 
-Result<std::unique_ptr<HttpProxy>> HttpProxy::Start(net::io_context& io,
+Result<std::unique_ptr<HttpProxy>> HttpProxy::Start(const Workers& workers,
                                                     const ListenerConfig& config,
                                                     std::vector<Upstream*> routes, Clock& clock) {
   if (routes.size() != config.routes.size() || routes.empty()) {
     return InvalidArgumentError("gateway " + config.name + ": one upstream per route is needed");
   }
-  auto state = std::make_shared<State>(io, config, std::move(routes), clock);
+  if (workers.empty()) return InvalidArgumentError("gateway " + config.name + ": no io threads");
+  auto state = std::make_shared<State>(workers, config, std::move(routes), clock);
   const auto endpoint = ParseEndpoint(config.address, /*listening=*/true);
   if (!endpoint) {
     return InvalidArgumentError("gateway " + config.name + ": bad address " + config.address);
@@ -590,7 +589,9 @@ Result<std::unique_ptr<HttpProxy>> HttpProxy::Start(net::io_context& io,
   }
   state->port = state->acceptor.local_endpoint().port();
   net::co_spawn(state->acceptor.get_executor(), state->Accept(), net::detached);
-  net::co_spawn(state->acceptor.get_executor(), state->Sweep(), net::detached);
+  for (std::size_t w = 0; w < workers.size(); ++w) {
+    net::co_spawn(workers[w]->get_executor(), state->Sweep(w), net::detached);
+  }
   return std::unique_ptr<HttpProxy>(new HttpProxy(std::move(state)));
 }
 
@@ -603,12 +604,24 @@ HttpProxy::~HttpProxy() {
 
 std::uint16_t HttpProxy::port() const { return state_->port; }
 const ListenerCounters& HttpProxy::counters() const { return state_->counters; }
-UpstreamPool::Stats HttpProxy::pool_stats() const { return state_->pool.stats(); }
+UpstreamPool::Stats HttpProxy::pool_stats() const {
+  UpstreamPool::Stats sum;
+  for (const auto& pool : state_->pools) {
+    const UpstreamPool::Stats s = pool->stats();
+    sum.idle += s.idle;
+    sum.reused += s.reused;
+    sum.retired_age += s.retired_age;
+    sum.retired_idle += s.retired_idle;
+    sum.retired_closed += s.retired_closed;
+    sum.overflow += s.overflow;
+  }
+  return sum;
+}
 
 void HttpProxy::StopAccepting() {
   std::call_once(state_->stop_once, [this] {
     state_->draining.store(true);
-    if (state_->io.stopped()) {
+    if (state_->workers[0]->stopped()) {
       error_code ec;
       state_->acceptor.close(ec);
       return;
@@ -618,7 +631,6 @@ void HttpProxy::StopAccepting() {
     net::post(state_->acceptor.get_executor(), [state = state_, closed] {
       error_code ec;
       state->acceptor.close(ec);
-      state->sweep_timer.cancel();
       closed->set_value();
     });
     done.wait();

@@ -21,8 +21,10 @@
 // retried after a timeout or after part of its body was sent. Connect failures, resets, timeouts
 // and 5xx answers feed the instance's outlier ejection.
 //
-// Threads: like TcpProxy, a strand per connection on the gateway's io_context; a sweeper
-// coroutine closes pooled connections past their idle timeout or age.
+// Threads: connections are spread round robin over the workers (io_contexts run by one thread
+// each); a connection, its upstream connections and its thread's UpstreamPool never meet another
+// thread, so a pooled connection moves between client connections without a system call. A
+// sweeper per worker closes pooled connections past their idle timeout or age.
 #pragma once
 
 #include <memory>
@@ -34,19 +36,16 @@
 #include "gateway/listener.h"
 #include "gateway/upstream_pool.h"
 
-namespace boost::asio {
-class io_context;
-}  // namespace boost::asio
-
 namespace drover::gateway {
 
 class Upstream;
 
 class HttpProxy final : public Listener {
  public:
-  // Binds `config.address`; `routes[i]` is the Upstream of `config.routes[i]`. The upstreams and
-  // the clock must outlive the proxy and every connection it accepted.
-  static Result<std::unique_ptr<HttpProxy>> Start(boost::asio::io_context& io,
+  // Binds `config.address`; `routes[i]` is the Upstream of `config.routes[i]`. Each worker must be
+  // run by exactly one thread. The upstreams and the clock must outlive the proxy and every
+  // connection it accepted.
+  static Result<std::unique_ptr<HttpProxy>> Start(const Workers& workers,
                                                   const ListenerConfig& config,
                                                   std::vector<Upstream*> routes, Clock& clock);
   ~HttpProxy() override;

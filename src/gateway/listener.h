@@ -4,8 +4,17 @@
 
 #include <atomic>
 #include <cstdint>
+#include <vector>
+
+namespace boost::asio {
+class io_context;
+}  // namespace boost::asio
 
 namespace drover::gateway {
+
+// The gateway's io threads: one io_context each, each run by exactly one thread. Listeners
+// spread accepted connections over them; a connection stays on its thread for life.
+using Workers = std::vector<boost::asio::io_context*>;
 
 struct ListenerCounters {
   std::atomic<std::uint64_t> accepted{0};

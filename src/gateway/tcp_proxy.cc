@@ -55,8 +55,8 @@ struct Conn {
 };
 
 struct TcpProxy::State : std::enable_shared_from_this<State> {
-  State(net::io_context& io_context, const ListenerConfig& c, Upstream& u, Clock& k)
-      : io(io_context), config(c), upstream(u), clock(k), acceptor(net::make_strand(io_context)) {}
+  State(const Workers& w, const ListenerConfig& c, Upstream& u, Clock& k)
+      : workers(w), config(c), upstream(u), clock(k), acceptor(net::make_strand(*w[0])) {}
 
   net::awaitable<void> Accept();
   net::awaitable<void> Serve(tcp::socket client);
@@ -66,7 +66,8 @@ struct TcpProxy::State : std::enable_shared_from_this<State> {
   net::awaitable<void> Pump(std::shared_ptr<Conn> c, bool from_client);
   net::awaitable<void> Watchdog(std::shared_ptr<Conn> c);
 
-  net::io_context& io;
+  const Workers workers;
+  std::size_t next_worker = 0;  // on the acceptor's strand
   const ListenerConfig config;
   Upstream& upstream;
   Clock& clock;
@@ -84,6 +85,7 @@ net::awaitable<void> TcpProxy::State::Accept() {
   auto self = shared_from_this();
   while (true) {
     error_code ec;
+    net::io_context& io = *workers[next_worker++ % workers.size()];
     tcp::socket socket = co_await acceptor.async_accept(
         net::make_strand(io), net::redirect_error(net::use_awaitable, ec));
     if (ec) {
@@ -299,9 +301,11 @@ net::awaitable<void> TcpProxy::State::Serve(tcp::socket client) {
   co_await Watchdog(c);
 }
 
-Result<std::unique_ptr<TcpProxy>> TcpProxy::Start(net::io_context& io, const ListenerConfig& config,
-                                                  Upstream& upstream, Clock& clock) {
-  auto state = std::make_shared<State>(io, config, upstream, clock);
+Result<std::unique_ptr<TcpProxy>> TcpProxy::Start(const Workers& workers,
+                                                  const ListenerConfig& config, Upstream& upstream,
+                                                  Clock& clock) {
+  if (workers.empty()) return InvalidArgumentError("gateway " + config.name + ": no io threads");
+  auto state = std::make_shared<State>(workers, config, upstream, clock);
   const auto endpoint = ParseEndpoint(config.address, /*listening=*/true);
   if (!endpoint) {
     return InvalidArgumentError("gateway " + config.name + ": bad address " + config.address);
@@ -328,7 +332,7 @@ const ListenerCounters& TcpProxy::counters() const { return state_->counters; }
 
 void TcpProxy::StopAccepting() {
   std::call_once(state_->stop_once, [this] {
-    if (state_->io.stopped()) {  // no io thread can touch the acceptor any more
+    if (state_->workers[0]->stopped()) {  // no io thread can touch the acceptor any more
       error_code ec;
       state_->acceptor.close(ec);
       return;

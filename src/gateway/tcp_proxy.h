@@ -10,9 +10,10 @@
 //      TCP keepalive on both sockets finds peers that vanished without a FIN.
 // The chosen instance's counters (active, connections, connect failures) feed the next picks.
 //
-// Threads: the connection's coroutines share one strand of the gateway's io_context; the
-// acceptor has its own strand. StopAccepting(), CloseAll() and the getters are thread-safe and
-// must not be called from an io thread (StopAccepting waits for the close to happen).
+// Threads: the connection's coroutines share one strand of one of the gateway's io_contexts
+// (round robin); the acceptor has its own strand on the first. StopAccepting(), CloseAll() and the
+// getters are thread-safe and must not be called from an io thread (StopAccepting waits for the
+// close to happen).
 #pragma once
 
 #include <atomic>
@@ -25,19 +26,16 @@
 #include "gateway/config.h"
 #include "gateway/listener.h"
 
-namespace boost::asio {
-class io_context;
-}  // namespace boost::asio
-
 namespace drover::gateway {
 
 class Upstream;
 
 class TcpProxy final : public Listener {
  public:
-  // Binds `config.address` and starts accepting on `io`. `upstream` and `clock` must outlive the
-  // proxy and every connection it accepted (the gateway stops its io_context first).
-  static Result<std::unique_ptr<TcpProxy>> Start(boost::asio::io_context& io,
+  // Binds `config.address` and starts accepting, spreading connections over `workers`.
+  // `upstream` and `clock` must outlive the proxy and every connection it accepted (the gateway
+  // stops its io_contexts first).
+  static Result<std::unique_ptr<TcpProxy>> Start(const Workers& workers,
                                                  const ListenerConfig& config, Upstream& upstream,
                                                  Clock& clock);
   ~TcpProxy() override;

@@ -1,13 +1,15 @@
 #include "gateway/upstream_pool.h"
 
 #include <sys/socket.h>
-#include <unistd.h>
 
 #include <cerrno>
 
 #include "gateway/thread_random.h"
 
 namespace drover::gateway {
+
+using tcp = boost::asio::ip::tcp;
+
 namespace {
 
 // The peer closed the connection, or sent bytes nobody asked for: unusable either way.
@@ -19,12 +21,6 @@ bool Stale(int fd) {
 
 }  // namespace
 
-UpstreamPool::~UpstreamPool() {
-  for (auto& [key, list] : idle_) {
-    for (const Idle& c : list) ::close(c.fd);
-  }
-}
-
 MonoTime UpstreamPool::RetireAt(MonoTime now) {
   if (options_.max_age <= Duration::zero()) return MonoTime::max();
   const double unit = ThreadRandom().UniformDouble();  // [0, 1)
@@ -32,49 +28,48 @@ MonoTime UpstreamPool::RetireAt(MonoTime now) {
   return now + std::chrono::duration_cast<MonoClock::duration>(options_.max_age * factor);
 }
 
-std::optional<int> UpstreamPool::Take(const std::string& key, MonoTime now, MonoTime* retire_at) {
+std::optional<tcp::socket> UpstreamPool::Take(const std::string& key, MonoTime now,
+                                              MonoTime* retire_at) {
   std::lock_guard lock(mu_);
   auto it = idle_.find(key);
   if (it == idle_.end()) return std::nullopt;
   std::deque<Idle>& list = it->second;
-  std::optional<int> found;
+  std::optional<tcp::socket> found;
   while (!list.empty() && !found) {
-    const Idle c = list.back();
+    Idle c = std::move(list.back());
     list.pop_back();
     --stats_.idle;
     if (now >= c.retire_at) {
       ++stats_.retired_age;
     } else if (now - c.idle_since >= options_.idle_timeout) {
       ++stats_.retired_idle;
-    } else if (Stale(c.fd)) {
+    } else if (Stale(c.socket.native_handle())) {
       ++stats_.retired_closed;
     } else {
-      found = c.fd;
       *retire_at = c.retire_at;
       ++stats_.reused;
-      continue;
+      found.emplace(std::move(c.socket));
     }
-    ::close(c.fd);
   }
   if (list.empty()) idle_.erase(it);
-  return found;
+  return found;  // the others close as they go out of scope
 }
 
-void UpstreamPool::Put(const std::string& key, int fd, MonoTime retire_at, MonoTime now) {
+void UpstreamPool::Put(const std::string& key, tcp::socket socket, MonoTime retire_at,
+                       MonoTime now) {
   std::lock_guard lock(mu_);
   if (now >= retire_at) {
     ++stats_.retired_age;
-    ::close(fd);
     return;
   }
-  std::deque<Idle>& list = idle_[key];
+  auto [it, inserted] = idle_.try_emplace(key);
+  std::deque<Idle>& list = it->second;
   if (list.size() >= options_.max_idle_per_key) {
     ++stats_.overflow;
-    ::close(fd);
-    if (list.empty()) idle_.erase(key);
+    if (list.empty()) idle_.erase(it);
     return;
   }
-  list.push_back({fd, retire_at, now});
+  list.push_back({std::move(socket), retire_at, now});
   ++stats_.idle;
 }
 
@@ -91,8 +86,7 @@ std::size_t UpstreamPool::Sweep(MonoTime now) {
         continue;
       }
       ++(aged ? stats_.retired_age : stats_.retired_idle);
-      ::close(c->fd);
-      c = list.erase(c);
+      c = list.erase(c);  // closes it
       --stats_.idle;
       ++closed;
     }

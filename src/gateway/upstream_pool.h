@@ -1,6 +1,8 @@
 // UpstreamPool: idle keep-alive connections to upstream instances, for the HTTP proxy.
 //
-// Connections are kept as plain file descriptors keyed by instance ("id@address", so an id that
+// One pool per io thread (an io_context run by one thread): a pooled socket stays registered with
+// its thread's reactor, so taking and returning one costs no system call. Connections are keyed
+// by instance ("id@address", so an id that
 // comes back at another address never gets the old one's sockets) and carry their creation time:
 //   - a connection past its max age is closed instead of reused. The age is jittered per
 //     connection (+-10%) so a fleet of connections made together does not reconnect in step. Age
@@ -10,8 +12,12 @@
 //   - Take() checks that the peer has not closed the connection while it sat idle (a
 //     non-blocking peek), which catches most stale keep-alive connections before a request is
 //     written to them; the proxy's retry covers the rest.
-// Thread-safe (one mutex; every operation is a few deque steps plus at most a peek per entry).
+// Used by its own thread; stats() may be read from any (one uncontended mutex).
 #pragma once
+
+// clang-format off
+#include "gateway/asio_net.h"  // first: it includes <utility> before Asio
+// clang-format on
 
 #include <cstdint>
 #include <deque>
@@ -41,7 +47,6 @@ class UpstreamPool {
   };
 
   explicit UpstreamPool(Options options) : options_(options) {}
-  ~UpstreamPool();  // closes every idle connection
   UpstreamPool(const UpstreamPool&) = delete;
   UpstreamPool& operator=(const UpstreamPool&) = delete;
 
@@ -50,10 +55,12 @@ class UpstreamPool {
 
   // A live idle connection for `key` (the most recently used: warm, and lets the others idle
   // out), or nullopt. Expired or closed ones met on the way are closed.
-  std::optional<int> Take(const std::string& key, MonoTime now, MonoTime* retire_at);
+  std::optional<boost::asio::ip::tcp::socket> Take(const std::string& key, MonoTime now,
+                                                   MonoTime* retire_at);
   // Gives a connection back after a complete exchange; closes it instead when it is past its
-  // age or the key's list is full. Takes ownership of `fd` either way.
-  void Put(const std::string& key, int fd, MonoTime retire_at, MonoTime now);
+  // age or the key's list is full.
+  void Put(const std::string& key, boost::asio::ip::tcp::socket socket, MonoTime retire_at,
+           MonoTime now);
   // Closes the connections idle for idle_timeout or past their age. Returns how many.
   std::size_t Sweep(MonoTime now);
 
@@ -61,7 +68,7 @@ class UpstreamPool {
 
  private:
   struct Idle {
-    int fd;
+    boost::asio::ip::tcp::socket socket;
     MonoTime retire_at;
     MonoTime idle_since;
   };

@@ -121,8 +121,9 @@ class HttpProxyTest : public ::testing::Test {
       upstreams_.push_back(Upstream::ForTables(RouteUpstreamConfig(l, r), clock_));
       raw.push_back(upstreams_.back().get());
     }
-    proxy_ = HttpProxy::Start(io_, l, raw, clock_).value();
-    for (int i = 0; i < 2; ++i) threads_.emplace_back([this] { io_.run(); });
+    // Two workers, one thread each, as in the gateway.
+    proxy_ = HttpProxy::Start({&io0_, &io1_}, l, raw, clock_).value();
+    for (net::io_context* io : ios_) threads_.emplace_back([io] { io->run(); });
   }
   void SetTable(std::vector<router::Endpoint> endpoints, std::size_t route = 0) {
     upstreams_[route]->Apply(
@@ -132,8 +133,9 @@ class HttpProxyTest : public ::testing::Test {
     proxy_->StopAccepting();
     proxy_->CloseAll();
     EXPECT_TRUE(Eventually([&] { return proxy_->counters().active.load() == 0; }));
-    work_.reset();
-    io_.stop();
+    work0_.reset();
+    work1_.reset();
+    for (net::io_context* io : ios_) io->stop();
     for (auto& t : threads_) t.join();
     proxy_.reset();
   }
@@ -145,8 +147,10 @@ class HttpProxyTest : public ::testing::Test {
   }
 
   RealClock clock_;
-  net::io_context io_;
-  net::executor_work_guard<net::io_context::executor_type> work_{io_.get_executor()};
+  net::io_context io0_{1}, io1_{1};
+  net::io_context* ios_[2] = {&io0_, &io1_};
+  net::executor_work_guard<net::io_context::executor_type> work0_{io0_.get_executor()};
+  net::executor_work_guard<net::io_context::executor_type> work1_{io1_.get_executor()};
   std::vector<std::unique_ptr<Upstream>> upstreams_;
   std::unique_ptr<HttpProxy> proxy_;
   std::vector<std::thread> threads_;

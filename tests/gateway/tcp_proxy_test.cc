@@ -53,7 +53,7 @@ class TcpProxyTest : public ::testing::Test {
     l.address = "127.0.0.1:0";
     l.service = "zone";
     upstream_ = Upstream::ForTables(l, clock_);
-    proxy_ = TcpProxy::Start(io_, l, *upstream_, clock_).value();
+    proxy_ = TcpProxy::Start({&io_}, l, *upstream_, clock_).value();
     for (int i = 0; i < 2; ++i) threads_.emplace_back([this] { io_.run(); });
   }
   void SetTable(std::vector<router::Endpoint> endpoints) {
