@@ -1,9 +1,11 @@
-// Gateway: the `drover gateway` process in one object -- io threads, one Upstream and TcpProxy
-// per listener, and the admin port (GW-5):
-//   GET /metrics          Prometheus text: per listener and instance, active and total
-//                         connections, connect failures; routing table version; discovery age
-//   GET /admin/snapshot   JSON: every listener's routing table (state, accepting, weight,
-//                         effective weight under slow start, active connections)
+// Gateway: the `drover gateway` process in one object -- io threads (one io_context each), per
+// listener a TcpProxy with one Upstream or an HttpProxy with one Upstream per route, and the
+// admin port (GW-5):
+//   GET /metrics          Prometheus text: per listener (connections, HTTP requests, retries,
+//                         pools) and per instance (active, connections, requests, failures,
+//                         health, ejections); routing table version; discovery age
+//   GET /admin/snapshot   JSON: every listener's (or route's) routing table (state, accepting,
+//                         weight, effective weight under slow start, active connections)
 //   GET /live             200 while the process runs
 //   GET /ready            200 once every listener's registry view has been answered, else 503
 // Shutdown(): stop accepting everywhere, let connections finish for `drain`, cut the rest, stop
