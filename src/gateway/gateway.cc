@@ -47,8 +47,18 @@ struct Gateway::Impl {
       work.push_back(net::make_work_guard(*io));
     }
   }
-  static std::vector<std::unique_ptr<net::io_context>> MakeContexts(int n) {
-    std::vector<std::unique_ptr<net::io_context>> ios;
+  // Destroyed last first: the first context (acceptors, admin, health checks) must outlive the
+  // others, whose objects (a connection's last reference to its listener) point into it.
+  struct IoContexts : std::vector<std::unique_ptr<net::io_context>> {
+    IoContexts() = default;
+    IoContexts(IoContexts&&) = default;
+    IoContexts& operator=(IoContexts&&) = default;
+    ~IoContexts() {
+      while (!empty()) pop_back();
+    }
+  };
+  static IoContexts MakeContexts(int n) {
+    IoContexts ios;
     for (int i = 0; i < n; ++i) ios.push_back(std::make_unique<net::io_context>(1));
     return ios;
   }
@@ -62,7 +72,7 @@ struct Gateway::Impl {
 
   GatewayConfig config;
   Clock& clock;
-  std::vector<std::unique_ptr<net::io_context>> ios;  // one per io thread
+  IoContexts ios;  // one per io thread
   Workers workers;
   tcp::acceptor admin_acceptor;
   std::uint16_t admin_port = 0;

@@ -206,10 +206,8 @@ net::awaitable<void> HttpProxy::State::Accept() {
   auto self = shared_from_this();
   while (true) {
     error_code ec;
-    // One thread per worker: the connection needs no strand.
-    const std::size_t worker = next_worker++ % workers.size();
-    tcp::socket socket = co_await acceptor.async_accept(
-        workers[worker]->get_executor(), net::redirect_error(net::use_awaitable, ec));
+    tcp::socket accepted =
+        co_await acceptor.async_accept(net::redirect_error(net::use_awaitable, ec));
     if (ec) {
       if (ec == net::error::operation_aborted || !acceptor.is_open()) co_return;
       spdlog::warn("gateway {}: accept failed: {}", config.name, ec.message());
@@ -218,6 +216,9 @@ net::awaitable<void> HttpProxy::State::Accept() {
       continue;
     }
     counters.accepted.fetch_add(1, std::memory_order_relaxed);
+    // One thread per worker: the connection needs no strand.
+    const std::size_t worker = next_worker++ % workers.size();
+    tcp::socket socket = MoveTo(std::move(accepted), workers[worker]->get_executor());
     auto executor = socket.get_executor();
     net::co_spawn(executor, Serve(std::move(socket), worker), net::detached);
   }

@@ -85,9 +85,8 @@ net::awaitable<void> TcpProxy::State::Accept() {
   auto self = shared_from_this();
   while (true) {
     error_code ec;
-    net::io_context& io = *workers[next_worker++ % workers.size()];
-    tcp::socket socket = co_await acceptor.async_accept(
-        net::make_strand(io), net::redirect_error(net::use_awaitable, ec));
+    tcp::socket accepted =
+        co_await acceptor.async_accept(net::redirect_error(net::use_awaitable, ec));
     if (ec) {
       if (ec == net::error::operation_aborted || !acceptor.is_open()) co_return;
       // Out of descriptors and the like: pause instead of spinning; the backlog waits.
@@ -97,6 +96,8 @@ net::awaitable<void> TcpProxy::State::Accept() {
       continue;
     }
     counters.accepted.fetch_add(1, std::memory_order_relaxed);
+    tcp::socket socket =
+        MoveTo(std::move(accepted), net::make_strand(*workers[next_worker++ % workers.size()]));
     auto executor = socket.get_executor();
     net::co_spawn(executor, Serve(std::move(socket)), net::detached);
   }
