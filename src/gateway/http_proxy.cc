@@ -136,13 +136,15 @@ net::awaitable<RelayEnd> RelayBody(http::parser<isRequest, http::buffer_body>& p
 
 // One client connection; touched only on its strand.
 struct HttpConn {
-  HttpConn(tcp::socket s, UpstreamPool& p) : client(std::move(s)), pool(p) {}
+  HttpConn(tcp::socket s, std::shared_ptr<UpstreamPool> p)
+      : client(std::move(s)), pool_owner(std::move(p)), pool(*pool_owner) {}
   void CloseBoth() {
     Close(client);
     if (upstream) Close(*upstream);
   }
 
   beast::tcp_stream client;
+  std::shared_ptr<UpstreamPool> pool_owner;
   UpstreamPool& pool;                         // its io thread's
   std::optional<beast::tcp_stream> upstream;  // the connection of the request in flight
   bool in_request = false;                    // between a request head and its response's end
@@ -157,7 +159,7 @@ struct HttpProxy::State : std::enable_shared_from_this<State> {
         acceptor(net::make_strand(*w[0])),
         budget(c.retry_budget_percent, c.retry_budget_min) {
     for (std::size_t i = 0; i < workers.size(); ++i) {
-      pools.push_back(std::make_unique<UpstreamPool>(
+      pools.push_back(std::make_shared<UpstreamPool>(
           UpstreamPool::Options{c.upstream_max_age, c.upstream_idle_timeout,
                                 static_cast<std::size_t>(c.max_idle_per_instance)}));
     }
@@ -168,7 +170,7 @@ struct HttpProxy::State : std::enable_shared_from_this<State> {
   }
 
   net::awaitable<void> Accept();
-  net::awaitable<void> Sweep(std::size_t worker);
+  net::awaitable<void> Sweep(std::shared_ptr<UpstreamPool> pool, net::any_io_executor executor);
   net::awaitable<void> Serve(tcp::socket client, std::size_t worker);
   // One request/response; false when the client connection must close.
   net::awaitable<bool> Exchange(std::shared_ptr<HttpConn> c, beast::flat_buffer& buffer,
@@ -192,7 +194,10 @@ struct HttpProxy::State : std::enable_shared_from_this<State> {
   tcp::acceptor acceptor;
   std::uint16_t port = 0;
   ListenerCounters counters;
-  std::vector<std::unique_ptr<UpstreamPool>> pools;  // per worker
+  // Per worker; the State keeps them only until Start() has handed them to the workers' sweepers
+  // and connections: a pool's sockets belong to its worker's io_context and must go with it.
+  std::vector<std::shared_ptr<UpstreamPool>> pools;
+  std::vector<std::weak_ptr<UpstreamPool>> pool_views;  // for stats
   RetryBudget budget;
   std::atomic<bool> draining{false};
 
@@ -224,18 +229,20 @@ net::awaitable<void> HttpProxy::State::Accept() {
   }
 }
 
-net::awaitable<void> HttpProxy::State::Sweep(std::size_t worker) {
+net::awaitable<void> HttpProxy::State::Sweep(std::shared_ptr<UpstreamPool> pool,
+                                             net::any_io_executor executor) {
   auto self = shared_from_this();
   const Duration every = std::clamp<Duration>(
       config.upstream_idle_timeout / 2, std::chrono::milliseconds(10), std::chrono::seconds(1));
-  net::steady_timer timer(workers[worker]->get_executor());
+  net::steady_timer timer(executor);
   while (!draining.load(std::memory_order_relaxed)) {
     timer.expires_after(every);
     error_code ec;
     co_await timer.async_wait(net::redirect_error(net::use_awaitable, ec));
     if (ec) co_return;
-    pools[worker]->Sweep(clock.Now());
+    pool->Sweep(clock.Now());
   }
+  // Draining: the pool lives on in the connections still using it.
 }
 
 net::awaitable<void> HttpProxy::State::Reply(std::shared_ptr<HttpConn> c, http::status status,
@@ -258,7 +265,9 @@ net::awaitable<void> HttpProxy::State::Serve(tcp::socket socket, std::size_t wor
   error_code ec;
   const tcp::endpoint remote = socket.remote_endpoint(ec);
   const std::string client_ip = ec ? std::string() : remote.address().to_string();
-  auto c = std::make_shared<HttpConn>(std::move(socket), *pools[worker]);
+  std::shared_ptr<UpstreamPool> pool = pool_views[worker].lock();
+  if (!pool) co_return;  // its worker is shutting down
+  auto c = std::make_shared<HttpConn>(std::move(socket), std::move(pool));
   std::uint64_t conn_id = 0;
   {
     std::lock_guard lock(conns_mu);
@@ -591,8 +600,11 @@ Result<std::unique_ptr<HttpProxy>> HttpProxy::Start(const Workers& workers,
   state->port = state->acceptor.local_endpoint().port();
   net::co_spawn(state->acceptor.get_executor(), state->Accept(), net::detached);
   for (std::size_t w = 0; w < workers.size(); ++w) {
-    net::co_spawn(workers[w]->get_executor(), state->Sweep(w), net::detached);
+    state->pool_views.push_back(state->pools[w]);
+    net::co_spawn(workers[w]->get_executor(),
+                  state->Sweep(state->pools[w], workers[w]->get_executor()), net::detached);
   }
+  state->pools.clear();  // from here on owned on their workers
   return std::unique_ptr<HttpProxy>(new HttpProxy(std::move(state)));
 }
 
@@ -607,7 +619,9 @@ std::uint16_t HttpProxy::port() const { return state_->port; }
 const ListenerCounters& HttpProxy::counters() const { return state_->counters; }
 UpstreamPool::Stats HttpProxy::pool_stats() const {
   UpstreamPool::Stats sum;
-  for (const auto& pool : state_->pools) {
+  for (const auto& view : state_->pool_views) {
+    const std::shared_ptr<UpstreamPool> pool = view.lock();
+    if (!pool) continue;
     const UpstreamPool::Stats s = pool->stats();
     sum.idle += s.idle;
     sum.reused += s.reused;
