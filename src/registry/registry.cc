@@ -124,15 +124,25 @@ void Watcher::SetListener(std::function<void()> listener) {
 // ---------------------------------------------------------------------------------------------
 // Registry: opening
 
+namespace {
+
+// How long a write waits for its own change to come back through a shared store's feed.
+constexpr Duration kFeedWait = std::chrono::seconds(10);
+// A write that keeps losing compare-and-set races to other registry processes gives up.
+constexpr int kMaxAttempts = 8;
+
+}  // namespace
+
 Result<std::unique_ptr<Registry>> Registry::Open(std::unique_ptr<Store> store, Clock& clock,
                                                  RegistryOptions options) {
   DROVER_ASSIGN_OR_RETURN(StoreState state, store->Load());
   std::unique_ptr<Registry> registry(new Registry(std::move(store), clock, std::move(options)));
   const MonoTime now = clock.Now();
-  registry->revision_ = state.revision;
+  const std::uint64_t revision = state.revision;
+  registry->revision_ = revision;
   // Events from before this process are not retained: a watcher resuming from an older
   // revision gets a RESYNC.
-  registry->history_floor_ = state.revision;
+  registry->history_floor_ = revision;
   for (Instance& in : state.instances) {
     const Duration ttl = Ttl(in.spec);
     auto& entry = registry->services_[in.service].instances[in.id];
@@ -144,9 +154,17 @@ Result<std::unique_ptr<Registry>> Registry::Open(std::unique_ptr<Store> store, C
     Key key{t.service, t.id};
     registry->tombstones_[std::move(key)] = std::move(t);
   }
-  spdlog::info("registry: opened at revision {} with {} services, {} tombstones", state.revision,
+  spdlog::info("registry: opened at revision {} with {} services, {} tombstones", revision,
                registry->services_.size(), registry->tombstones_.size());
+  if (registry->shared_) {
+    DROVER_RETURN_IF_ERROR(registry->store_->Follow(revision, registry.get()));
+  }
   return registry;
+}
+
+Registry::~Registry() {
+  // The store's threads call into this object: they stop first.
+  store_.reset();
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -190,82 +208,212 @@ Result<Registry::Entry*> Registry::FindForWrite(const std::string& service, cons
   return NotFoundError(Path(service, id) + " is not registered");
 }
 
+Result<std::uint64_t> Registry::Mutate(const Planner& plan) {
+  std::lock_guard write_lock(write_mu_);
+  for (int attempt = 1;; ++attempt) {
+    Plan p;
+    {
+      std::lock_guard lock(mu_);
+      DROVER_ASSIGN_OR_RETURN(p, plan(clock_.Now(), clock_.SystemNow()));
+      if (p.writes.empty()) return revision_;
+    }
+    Result<std::uint64_t> rev =
+        p.as_expirer ? store_->CommitAsExpirer(p.writes) : store_->Commit(p.writes);
+    if (rev.ok()) {
+      if (!shared_) {
+        std::lock_guard lock(mu_);
+        ApplyLocked(Change{*rev, std::move(p.writes)}, clock_.Now());
+        return *rev;
+      }
+      // Committed: the answer is yes whatever happens next. Waiting lets the caller read its
+      // own write from this process.
+      if (Status s = store_->WaitDelivered(*rev, kFeedWait); !s.ok()) {
+        spdlog::warn("registry: revision {} committed but not yet seen on the store's feed: {}",
+                     *rev, s.ToString());
+      }
+      return *rev;
+    }
+    if (!shared_ || rev.status().code() != StatusCode::kAborted || attempt >= kMaxAttempts) {
+      return rev.status();
+    }
+    // Another registry process changed a row this plan read: catch up and decide again (the
+    // answer may now be "fenced", or a different write).
+    DROVER_ASSIGN_OR_RETURN(const std::uint64_t head, store_->Head());
+    DROVER_RETURN_IF_ERROR(store_->WaitDelivered(head, kFeedWait));
+  }
+}
+
+void Registry::ApplyLocked(const Change& change, MonoTime now) {
+  const std::uint64_t rev = change.revision;
+  std::vector<Event> events;
+  for (const Write& w : change.writes) {
+    switch (w.kind) {
+      case Write::Kind::kPutInstance: {
+        ServiceState& svc = services_[w.service];
+        auto it = svc.instances.find(w.id);
+        if (it != svc.instances.end() &&
+            it->second.instance.spec.generation != w.instance.spec.generation) {
+          // A new incarnation replaces the old one: watchers see the old one leave.
+          events.push_back(DeleteEvent(it->second.instance, rev, RemovalReason::kFence));
+        }
+        Entry& entry = svc.instances[w.id];
+        entry.instance = w.instance;
+        entry.instance.service = w.service;
+        entry.instance.id = w.id;
+        entry.instance.mod_revision = rev;
+        if (w.create) entry.instance.create_revision = rev;
+        // A committed change is a sign of life: the lease starts (again) now.
+        entry.lease_deadline = now + Ttl(entry.instance.spec);
+        events.push_back(PutEvent(entry.instance));
+        break;
+      }
+      case Write::Kind::kDeleteInstance: {
+        auto svc = services_.find(w.service);
+        if (svc == services_.end()) break;
+        auto it = svc->second.instances.find(w.id);
+        if (it == svc->second.instances.end()) break;
+        events.push_back(DeleteEvent(it->second.instance, rev, w.reason));
+        svc->second.instances.erase(it);
+        // A service with no instances left is forgotten, so the map does not grow with every
+        // name ever registered.
+        if (svc->second.instances.empty() && !svc->second.degraded) services_.erase(svc);
+        break;
+      }
+      case Write::Kind::kPutTombstone: {
+        Tombstone t = w.tombstone;
+        t.service = w.service;
+        t.id = w.id;
+        t.revision = rev;
+        tombstones_[Key{w.service, w.id}] = std::move(t);
+        break;
+      }
+      case Write::Kind::kDeleteTombstone:
+        tombstones_.erase(Key{w.service, w.id});
+        break;
+    }
+  }
+  revision_ = std::max(revision_, rev);
+  if (!events.empty()) Publish(std::move(events));
+}
+
+void Registry::OnChange(const Change& change) {
+  std::lock_guard lock(mu_);
+  if (change.revision <= revision_) return;  // already in the view (a resync covered it)
+  ApplyLocked(change, clock_.Now());
+}
+
+void Registry::OnRenewals(const std::vector<LeaseRenewal>& renewals) {
+  std::lock_guard lock(mu_);
+  const MonoTime now = clock_.Now();
+  for (const LeaseRenewal& r : renewals) {
+    auto svc = services_.find(r.service);
+    if (svc == services_.end()) continue;
+    auto it = svc->second.instances.find(r.id);
+    if (it == svc->second.instances.end()) continue;
+    if (it->second.instance.spec.generation != r.generation) continue;
+    it->second.lease_deadline = now + Ttl(it->second.instance.spec);
+  }
+}
+
+void Registry::OnReset(StoreState state) {
+  std::lock_guard lock(mu_);
+  const MonoTime now = clock_.Now();
+  spdlog::warn(
+      "registry: the store's feed lost its place (compacted past revision {}); reloaded at "
+      "revision {}, every watcher gets a RESYNC",
+      revision_, state.revision);
+  std::map<std::string, ServiceState> services;
+  for (Instance& in : state.instances) {
+    ServiceState& svc = services[in.service];
+    Entry& entry = svc.instances[in.id];
+    // Leases this process knew carry over; the rest start now.
+    entry.lease_deadline = now + Ttl(in.spec);
+    if (auto old = services_.find(in.service); old != services_.end()) {
+      svc.recent_expiries = old->second.recent_expiries;
+      svc.degraded = old->second.degraded;
+      auto known = old->second.instances.find(in.id);
+      if (known != old->second.instances.end() &&
+          known->second.instance.spec.generation == in.spec.generation) {
+        entry.lease_deadline = known->second.lease_deadline;
+      }
+    }
+    entry.instance = std::move(in);
+  }
+  services_ = std::move(services);
+  tombstones_.clear();
+  for (Tombstone& t : state.tombstones) {
+    Key key{t.service, t.id};
+    tombstones_[std::move(key)] = std::move(t);
+  }
+  revision_ = std::max(revision_, state.revision);
+  // The events in between are unknown: nobody may resume inside the gap.
+  history_.clear();
+  history_floor_ = revision_;
+  std::erase_if(watchers_, [](const std::weak_ptr<Watcher>& w) { return w.expired(); });
+  for (const auto& weak : watchers_) {
+    if (std::shared_ptr<Watcher> watcher = weak.lock()) {
+      Enqueue(*watcher, std::make_shared<const Event>(ResyncEvent(watcher->service_)), now);
+    }
+  }
+}
+
 Result<std::uint64_t> Registry::Register(const std::string& service, const std::string& id,
                                          const InstanceSpec& spec) {
   DROVER_RETURN_IF_ERROR(ValidateKey(service, id));
   DROVER_RETURN_IF_ERROR(ValidateSpec(spec, options_.limits).WithContext(Path(service, id)));
-  std::lock_guard lock(mu_);
-  const MonoTime now = clock_.Now();
-  const SystemTime system_now = clock_.SystemNow();
-
-  auto tomb = tombstones_.find(Key{service, id});
-  if (tomb != tombstones_.end() && spec.generation <= tomb->second.generation) {
-    return Status(StatusCode::kAborted,
-                  "fenced: " + Path(service, id) + " was removed at generation " +
-                      std::to_string(tomb->second.generation) +
-                      "; a restarted instance must register with a higher generation");
-  }
-
-  Entry* existing = nullptr;
-  if (auto svc = services_.find(service); svc != services_.end()) {
-    if (auto it = svc->second.instances.find(id); it != svc->second.instances.end()) {
-      existing = &it->second;
+  return Mutate([&](MonoTime now, SystemTime system_now) -> Result<Plan> {
+    auto tomb = tombstones_.find(Key{service, id});
+    if (tomb != tombstones_.end() && spec.generation <= tomb->second.generation) {
+      return Status(StatusCode::kAborted,
+                    "fenced: " + Path(service, id) + " was removed at generation " +
+                        std::to_string(tomb->second.generation) +
+                        "; a restarted instance must register with a higher generation");
     }
-  }
-
-  Instance next;
-  next.service = service;
-  next.id = id;
-  next.spec = spec;
-  std::vector<Write> writes;
-  bool replaces_incarnation = false;
-  if (existing != nullptr) {
+    Entry* existing = nullptr;
+    if (auto svc = services_.find(service); svc != services_.end()) {
+      if (auto it = svc->second.instances.find(id); it != svc->second.instances.end()) {
+        existing = &it->second;
+      }
+    }
+    Instance next;
+    next.service = service;
+    next.id = id;
+    next.spec = spec;
+    Plan plan;
+    if (existing == nullptr) {
+      next.ready_since = ReadySince(nullptr, next.spec.state, system_now);
+      plan.writes.push_back(PutInstance(next, /*create=*/true, /*expect=*/0));
+      if (tomb != tombstones_.end()) plan.writes.push_back(DeleteTombstone(service, id));
+      return plan;
+    }
     const Instance& cur = existing->instance;
     if (spec.generation < cur.spec.generation) {
       return Fenced(service, id, spec.generation, cur.spec.generation);
     }
-    if (spec.generation == cur.spec.generation) {
-      // Re-registration of the same incarnation: an update that cannot undo a drain.
-      if (cur.spec.state == InstanceState::kDraining) next.spec.state = InstanceState::kDraining;
-      next.create_revision = cur.create_revision;
-      next.ready_since = ReadySince(&cur, next.spec.state, system_now);
-      if (next.spec == cur.spec) {
-        existing->lease_deadline = now + Ttl(next.spec);
-        return revision_;
-      }
-      writes.push_back(PutInstance(next, /*create=*/false, cur.mod_revision));
-    } else {
-      replaces_incarnation = true;
+    if (spec.generation > cur.spec.generation) {
       next.ready_since = ReadySince(nullptr, next.spec.state, system_now);
-      writes.push_back(PutInstance(next, /*create=*/true, cur.mod_revision));
+      plan.writes.push_back(PutInstance(next, /*create=*/true, cur.mod_revision));
+      return plan;
     }
-  } else {
-    next.ready_since = ReadySince(nullptr, next.spec.state, system_now);
-    writes.push_back(PutInstance(next, /*create=*/true, /*expect=*/0));
-    if (tomb != tombstones_.end()) writes.push_back(DeleteTombstone(service, id));
-  }
-
-  DROVER_ASSIGN_OR_RETURN(const std::uint64_t rev, store_->Commit(writes));
-  revision_ = rev;
-  next.mod_revision = rev;
-  if (writes.front().create) next.create_revision = rev;
-  std::vector<Event> events;
-  if (replaces_incarnation) {
-    events.push_back(DeleteEvent(existing->instance, rev, RemovalReason::kFence));
-  }
-  events.push_back(PutEvent(next));
-  if (tomb != tombstones_.end()) tombstones_.erase(tomb);
-  Entry& entry = services_[service].instances[id];
-  entry.instance = std::move(next);
-  entry.lease_deadline = now + Ttl(spec);
-  Publish(std::move(events));
-  return rev;
+    // Re-registration of the same incarnation: an update that cannot undo a drain.
+    if (cur.spec.state == InstanceState::kDraining) next.spec.state = InstanceState::kDraining;
+    next.create_revision = cur.create_revision;
+    next.ready_since = ReadySince(&cur, next.spec.state, system_now);
+    if (next.spec == cur.spec) {
+      existing->lease_deadline = now + Ttl(next.spec);
+      if (shared_) store_->ShareRenewals({LeaseRenewal{service, id, spec.generation}});
+      return plan;  // nothing to write
+    }
+    plan.writes.push_back(PutInstance(next, /*create=*/false, cur.mod_revision));
+    return plan;
+  });
 }
 
 Result<std::uint64_t> Registry::Heartbeat(const std::string& service, const std::string& id,
                                           std::uint64_t generation) {
   std::lock_guard lock(mu_);
   DROVER_RETURN_IF_ERROR(RenewLocked(service, id, generation, clock_.Now()));
+  if (shared_) store_->ShareRenewals({LeaseRenewal{service, id, generation}});
   return revision_;
 }
 
@@ -273,11 +421,14 @@ std::uint64_t Registry::HeartbeatAll(const std::vector<LeaseRenewal>& renewals,
                                      std::vector<Status>& results) {
   results.clear();
   results.reserve(renewals.size());
+  std::vector<LeaseRenewal> accepted;
   std::lock_guard lock(mu_);
   const MonoTime now = clock_.Now();
   for (const LeaseRenewal& r : renewals) {
     results.push_back(RenewLocked(r.service, r.id, r.generation, now));
+    if (shared_ && results.back().ok()) accepted.push_back(r);
   }
+  if (!accepted.empty()) store_->ShareRenewals(accepted);
   return revision_;
 }
 
@@ -294,75 +445,66 @@ Result<std::uint64_t> Registry::SetState(const std::string& service, const std::
                                          std::optional<InstanceState> state,
                                          std::optional<bool> accepting) {
   DROVER_RETURN_IF_ERROR(ValidateKey(service, id));
-  std::lock_guard lock(mu_);
-  DROVER_ASSIGN_OR_RETURN(Entry * entry, FindForWrite(service, id, generation));
-  const Instance& cur = entry->instance;
-  if (state && cur.spec.state == InstanceState::kDraining && *state != InstanceState::kDraining) {
-    // Drain is sticky intent (REG-1): the same incarnation cannot become routable again. A
-    // restarted process registers a new generation instead.
-    return FailedPreconditionError(Path(service, id) + " is DRAINING; generation " +
-                                   std::to_string(generation) + " cannot return to " +
-                                   std::string(InstanceStateName(*state)) +
-                                   " (register a new generation)");
-  }
-  Instance next = cur;
-  if (state) next.spec.state = *state;
-  if (accepting) next.spec.accepting = *accepting;
-  next.ready_since = ReadySince(&cur, next.spec.state, clock_.SystemNow());
-  // A state change is a sign of life and renews the lease -- once it is accepted.
-  const MonoTime renewed = clock_.Now() + Ttl(cur.spec);
-  if (next.spec == cur.spec) {
-    entry->lease_deadline = renewed;
-    return revision_;
-  }
-  DROVER_ASSIGN_OR_RETURN(const std::uint64_t rev,
-                          store_->Commit({PutInstance(next, false, cur.mod_revision)}));
-  revision_ = rev;
-  next.mod_revision = rev;
-  entry->instance = next;
-  entry->lease_deadline = renewed;
-  Publish({PutEvent(next)});
-  return rev;
+  return Mutate([&](MonoTime now, SystemTime system_now) -> Result<Plan> {
+    DROVER_ASSIGN_OR_RETURN(Entry * entry, FindForWrite(service, id, generation));
+    const Instance& cur = entry->instance;
+    if (state && cur.spec.state == InstanceState::kDraining && *state != InstanceState::kDraining) {
+      // Drain is sticky intent (REG-1): the same incarnation cannot become routable again. A
+      // restarted process registers a new generation instead.
+      return FailedPreconditionError(Path(service, id) + " is DRAINING; generation " +
+                                     std::to_string(generation) + " cannot return to " +
+                                     std::string(InstanceStateName(*state)) +
+                                     " (register a new generation)");
+    }
+    Instance next = cur;
+    if (state) next.spec.state = *state;
+    if (accepting) next.spec.accepting = *accepting;
+    next.ready_since = ReadySince(&cur, next.spec.state, system_now);
+    Plan plan;
+    if (next.spec == cur.spec) {
+      // A state change is a sign of life and renews the lease -- once it is accepted (a
+      // committed change renews it when applied).
+      entry->lease_deadline = now + Ttl(cur.spec);
+      if (shared_) store_->ShareRenewals({LeaseRenewal{service, id, generation}});
+      return plan;
+    }
+    plan.writes.push_back(PutInstance(next, false, cur.mod_revision));
+    return plan;
+  });
 }
 
 Result<std::uint64_t> Registry::Deregister(const std::string& service, const std::string& id,
                                            std::uint64_t generation) {
   DROVER_RETURN_IF_ERROR(ValidateKey(service, id));
-  std::lock_guard lock(mu_);
-  auto svc = services_.find(service);
-  Entry* entry = nullptr;
-  if (svc != services_.end()) {
-    if (auto it = svc->second.instances.find(id); it != svc->second.instances.end()) {
-      entry = &it->second;
+  return Mutate([&](MonoTime, SystemTime system_now) -> Result<Plan> {
+    Entry* entry = nullptr;
+    if (auto svc = services_.find(service); svc != services_.end()) {
+      if (auto it = svc->second.instances.find(id); it != svc->second.instances.end()) {
+        entry = &it->second;
+      }
     }
-  }
-  if (entry == nullptr) {
-    auto tomb = tombstones_.find(Key{service, id});
-    // Deregistering what is already gone is a success: retries after a lost reply are safe.
-    if (tomb != tombstones_.end() && generation <= tomb->second.generation) return revision_;
-    return NotFoundError(Path(service, id) + " is not registered");
-  }
-  const Instance cur = entry->instance;
-  if (generation < cur.spec.generation) {
-    return Fenced(service, id, generation, cur.spec.generation);
-  }
-  Tombstone tomb;
-  tomb.service = service;
-  tomb.id = id;
-  tomb.generation = std::max(generation, cur.spec.generation);
-  tomb.expires_at = clock_.SystemNow() + Ttl(cur.spec);
-  DROVER_ASSIGN_OR_RETURN(const std::uint64_t rev,
-                          store_->Commit({DeleteInstance(cur), PutTombstone(tomb)}));
-  revision_ = rev;
-  tomb.revision = rev;
-  tombstones_[Key{service, id}] = tomb;
-  svc->second.instances.erase(id);
-  if (svc->second.instances.empty() && !svc->second.degraded) services_.erase(svc);
-  const RemovalReason reason = cur.spec.state == InstanceState::kDraining
-                                   ? RemovalReason::kDrain
-                                   : RemovalReason::kDeregister;
-  Publish({DeleteEvent(cur, rev, reason)});
-  return rev;
+    if (entry == nullptr) {
+      auto tomb = tombstones_.find(Key{service, id});
+      // Deregistering what is already gone is a success: retries after a lost reply are safe.
+      if (tomb != tombstones_.end() && generation <= tomb->second.generation) return Plan{};
+      return NotFoundError(Path(service, id) + " is not registered");
+    }
+    const Instance& cur = entry->instance;
+    if (generation < cur.spec.generation) {
+      return Fenced(service, id, generation, cur.spec.generation);
+    }
+    Tombstone tomb;
+    tomb.service = service;
+    tomb.id = id;
+    tomb.generation = std::max(generation, cur.spec.generation);
+    tomb.expires_at = system_now + Ttl(cur.spec);
+    Write remove = DeleteInstance(cur);
+    remove.reason = cur.spec.state == InstanceState::kDraining ? RemovalReason::kDrain
+                                                               : RemovalReason::kDeregister;
+    Plan plan;
+    plan.writes = {std::move(remove), PutTombstone(tomb)};
+    return plan;
+  });
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -513,18 +655,19 @@ Result<std::shared_ptr<Watcher>> Registry::Watch(std::uint64_t from_revision,
 // Time-driven work
 
 Status Registry::Tick() {
+  Status first;
+  if (store_->Expirer()) {  // on a shared store, only the elected process expires and prunes
+    first = ExpireLeases();
+    Status pruned = PruneTombstones();
+    if (first.ok()) first = pruned;
+  }
   std::lock_guard lock(mu_);
-  const MonoTime now = clock_.Now();
-  Status first = ExpireLeases(now);
-  Status pruned = PruneTombstones();
-  if (first.ok()) first = pruned;
-  SendProgress(now);
+  SendProgress(clock_.Now());
   return first;
 }
 
-Status Registry::ExpireLeases(MonoTime now) {
-  Status first;
-  const SystemTime system_now = clock_.SystemNow();
+std::vector<Registry::Plan> Registry::PlanExpiry(MonoTime now, SystemTime system_now) {
+  std::vector<Plan> plans;
   std::vector<std::pair<std::string, bool>> degraded_before;
   for (const auto& [name, svc] : services_) degraded_before.emplace_back(name, svc.degraded);
   for (auto& [name, svc] : services_) {
@@ -532,9 +675,9 @@ Status Registry::ExpireLeases(MonoTime now) {
            svc.recent_expiries.front() + options_.self_preservation_window <= now) {
       svc.recent_expiries.pop_front();
     }
-    std::vector<std::string> lapsed;
+    std::vector<const Instance*> lapsed;
     for (const auto& [id, entry] : svc.instances) {
-      if (entry.lease_deadline <= now) lapsed.push_back(id);
+      if (entry.lease_deadline <= now) lapsed.push_back(&entry.instance);
     }
     if (lapsed.empty()) {
       if (svc.degraded) {
@@ -561,54 +704,64 @@ Status Registry::ExpireLeases(MonoTime now) {
       continue;
     }
     svc.degraded = false;
-
-    std::vector<Write> writes;
-    std::vector<Tombstone> tombs;
-    for (const std::string& id : lapsed) {
-      const Instance& in = svc.instances.at(id).instance;
+    Plan plan;
+    plan.as_expirer = true;
+    for (const Instance* in : lapsed) {
       Tombstone t;
       t.service = name;
-      t.id = id;
-      t.generation = in.spec.generation;
-      t.expires_at = system_now + Ttl(in.spec);
-      writes.push_back(DeleteInstance(in));
-      writes.push_back(PutTombstone(t));
-      tombs.push_back(std::move(t));
+      t.id = in->id;
+      t.generation = in->spec.generation;
+      t.expires_at = system_now + Ttl(in->spec);
+      Write remove = DeleteInstance(*in);
+      remove.reason = RemovalReason::kTtl;
+      plan.writes.push_back(std::move(remove));
+      plan.writes.push_back(PutTombstone(t));
     }
-    auto rev = store_->Commit(writes);
-    if (!rev.ok()) {
-      // Leases stay lapsed; the next tick retries.
-      spdlog::error("registry: expiring {} instances of {} failed: {}", lapsed.size(), name,
-                    rev.status().ToString());
-      if (first.ok()) first = rev.status();
-      continue;
-    }
-    revision_ = *rev;
-    std::vector<Event> events;
-    for (std::size_t i = 0; i < lapsed.size(); ++i) {
-      auto it = svc.instances.find(lapsed[i]);
-      events.push_back(DeleteEvent(it->second.instance, *rev, RemovalReason::kTtl));
-      svc.instances.erase(it);
-      tombs[i].revision = *rev;
-      tombstones_[Key{name, lapsed[i]}] = tombs[i];
-      svc.recent_expiries.push_back(now);
-    }
-    spdlog::warn("registry: {} instance(s) of {} expired (no heartbeat within their TTL)",
-                 lapsed.size(), name);
-    Publish(std::move(events));
+    plans.push_back(std::move(plan));
   }
   // Watchers learn of a change in self-preservation at once, not at their next idle PROGRESS.
   for (const auto& [name, was] : degraded_before) {
     auto svc = services_.find(name);
     if (svc != services_.end() && svc->second.degraded != was) AnnounceDegraded(name, now);
   }
-  // A service with no instances left is forgotten, so the map does not grow with every name ever
-  // registered.
   std::erase_if(services_,
                 [](const auto& kv) { return kv.second.instances.empty() && !kv.second.degraded; });
-  return first;
+  return plans;
 }
 
+Status Registry::ExpireLeases() {
+  std::lock_guard write_lock(write_mu_);
+  std::vector<Plan> plans;
+  {
+    std::lock_guard lock(mu_);
+    // On a shared store a renewal accepted by another process reaches this one a little later:
+    // expiry waits that much longer rather than expire an instance that did heartbeat.
+    plans = PlanExpiry(clock_.Now() - store_->RenewalDelay(), clock_.SystemNow());
+  }
+  Status first;
+  for (Plan& plan : plans) {
+    const std::string service = plan.writes.front().service;
+    const std::size_t count = plan.writes.size() / 2;
+    auto rev = store_->CommitAsExpirer(plan.writes);
+    if (!rev.ok()) {
+      // Leases stay lapsed; the next tick retries (after a lost race, from a fresher view).
+      spdlog::error("registry: expiring {} instance(s) of {} failed: {}", count, service,
+                    rev.status().ToString());
+      if (first.ok()) first = rev.status();
+      continue;
+    }
+    spdlog::warn("registry: {} instance(s) of {} expired (no heartbeat within their TTL)", count,
+                 service);
+    if (shared_) (void)store_->WaitDelivered(*rev, kFeedWait);
+    std::lock_guard lock(mu_);
+    const MonoTime now = clock_.Now();
+    if (!shared_) ApplyLocked(Change{*rev, std::move(plan.writes)}, now);
+    auto svc = services_.find(service);
+    if (svc == services_.end()) svc = services_.emplace(service, ServiceState{}).first;
+    for (std::size_t i = 0; i < count; ++i) svc->second.recent_expiries.push_back(now);
+  }
+  return first;
+}
 void Registry::AnnounceDegraded(const std::string& service, MonoTime now) {
   for (const auto& weak : watchers_) {
     std::shared_ptr<Watcher> watcher = weak.lock();
@@ -622,13 +775,19 @@ void Registry::AnnounceDegraded(const std::string& service, MonoTime now) {
 }
 
 Status Registry::PruneTombstones() {
-  const SystemTime now = clock_.SystemNow();
   std::vector<Tombstone> expired;
-  for (const auto& [key, t] : tombstones_) {
-    if (t.expires_at <= now) expired.push_back(t);
+  {
+    std::lock_guard lock(mu_);
+    const SystemTime now = clock_.SystemNow();
+    for (const auto& [key, t] : tombstones_) {
+      if (t.expires_at <= now) expired.push_back(t);
+    }
   }
   if (expired.empty()) return Status::Ok();
+  std::lock_guard write_lock(write_mu_);
   DROVER_RETURN_IF_ERROR(store_->PruneTombstones(expired));
+  if (shared_) return Status::Ok();  // the feed reports the deletions
+  std::lock_guard lock(mu_);
   for (const Tombstone& t : expired) tombstones_.erase(Key{t.service, t.id});
   return Status::Ok();
 }

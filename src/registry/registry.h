@@ -16,9 +16,21 @@
 //   are gone or `from` is 0; a watcher that falls too far behind gets a RESYNC instead of a gap;
 //   Tick() sends PROGRESS to watchers idle for `progress_interval`.
 //
-// Thread-safe: one mutex serialises every operation (the store commit included), and watchers
-// have their own queue. Time comes from the injected Clock, so tests drive hours of leases with a
-// FakeClock. The registry does not own the Clock, which must outlive it.
+// - One view, two ways in: every write is planned against the in-memory view, committed to the
+//   Store (compare-and-set on the rows it read), and then applied to the view as a Change, from
+//   which the watch events follow. With a private store (SQLite) the registry applies its own
+//   commit; with a shared store (etcd) every registry process applies every commit from the
+//   store's feed, in revision order, and a write returns once its own change came back through
+//   the feed (read-your-writes). A compare-and-set lost to another process means: catch up with
+//   the feed and plan again.
+// - Leases across processes (shared store): a heartbeat renews the lease in this process's view
+//   and is passed to the others through the store (batched); only the process the store elects
+//   as expirer expires leases, and its expiry commits are fenced on that role.
+//
+// Thread-safe: `write_mu_` serialises this process's writes (plan, commit, apply), `mu_` guards
+// the view and is never held across a commit, and watchers have their own queue. Time comes from
+// the injected Clock, so tests drive hours of leases with a FakeClock. The registry does not own
+// the Clock, which must outlive it.
 #pragma once
 
 #include <condition_variable>
@@ -54,13 +66,6 @@ struct ListResult {
   std::uint64_t revision = 0;
   bool degraded = false;
   std::vector<Instance> instances;
-};
-
-// One lease renewal of a batch (Registry::HeartbeatAll).
-struct LeaseRenewal {
-  std::string service;
-  std::string id;
-  std::uint64_t generation = 0;
 };
 
 struct ServiceSummary {
@@ -110,10 +115,14 @@ class Watcher {
   std::uint64_t resynced_at_ = 0;   // guarded by mu_: revision of the last RESYNC queued
 };
 
-class Registry {
+class Registry final : private StoreListener {
  public:
   static Result<std::unique_ptr<Registry>> Open(std::unique_ptr<Store> store, Clock& clock,
                                                 RegistryOptions options = {});
+  // Stops the store (its feed) before anything it calls into goes away.
+  ~Registry() override;
+  Registry(const Registry&) = delete;
+  Registry& operator=(const Registry&) = delete;
 
   // Each returns the revision the registry is at after the call.
   Result<std::uint64_t> Register(const std::string& service, const std::string& id,
@@ -142,9 +151,13 @@ class Registry {
   // RESYNC). OUT_OF_RANGE when `from_revision` is ahead of the registry.
   Result<std::shared_ptr<Watcher>> Watch(std::uint64_t from_revision, const std::string& service);
 
-  // Expires lapsed leases (or freezes expiry, see above), prunes expired tombstones, and sends
-  // PROGRESS to idle watchers. Returns the first store error, if any; the rest still runs.
+  // Expires lapsed leases (or freezes expiry, see above) and prunes expired tombstones -- on a
+  // shared store only in the elected expirer -- and sends PROGRESS to idle watchers. Returns the
+  // first store error, if any; the rest still runs.
   Status Tick();
+
+  // Whether this process expires leases (always, with a private store).
+  bool expirer() const { return store_->Expirer(); }
 
  private:
   struct Entry {
@@ -158,8 +171,30 @@ class Registry {
   };
   using Key = std::pair<std::string, std::string>;  // service, id
 
+  // What a write decided, under mu_: the writes to commit, or nothing (the view already says it;
+  // the plan renewed the lease instead).
+  struct Plan {
+    std::vector<Write> writes;
+    bool as_expirer = false;
+  };
+  using Planner = std::function<Result<Plan>(MonoTime now, SystemTime system_now)>;
+
   Registry(std::unique_ptr<Store> store, Clock& clock, RegistryOptions options)
-      : store_(std::move(store)), clock_(clock), options_(std::move(options)) {}
+      : store_(std::move(store)),
+        shared_(store_->shared()),
+        clock_(clock),
+        options_(std::move(options)) {}
+
+  // Plans (under mu_), commits and applies one write; see the class comment. Returns the commit's
+  // revision, or the registry's when the plan had nothing to write.
+  Result<std::uint64_t> Mutate(const Planner& plan);
+  // Applies a committed change to the view and publishes its events. mu_ held.
+  void ApplyLocked(const Change& change, MonoTime now);
+
+  // StoreListener (shared stores; the store's feed thread).
+  void OnChange(const Change& change) override;
+  void OnReset(StoreState state) override;
+  void OnRenewals(const std::vector<LeaseRenewal>& renewals) override;
 
   Status ValidateKey(const std::string& service, const std::string& id) const;
   // The live entry, or the error a write of `generation` to a missing/newer entry deserves.
@@ -170,22 +205,23 @@ class Registry {
                      MonoTime now);
   Status Fenced(const std::string& service, const std::string& id, std::uint64_t generation,
                 std::uint64_t newest) const;
-  // Commits `writes` and publishes `events` at the new revision.
-  Result<std::uint64_t> CommitAndPublish(const std::vector<Write>& writes,
-                                         std::vector<Event> events);
   void Publish(std::vector<Event> events);
   Event ResyncEvent(const std::string& service) const;
   bool Degraded(const std::string& service) const;
-  Status ExpireLeases(MonoTime now);
+  // Expiry: decides under mu_ which leases go (or freezes a service), then commits per service.
+  std::vector<Plan> PlanExpiry(MonoTime now, SystemTime system_now);
+  Status ExpireLeases();
   Status PruneTombstones();
   void SendProgress(MonoTime now);
   void AnnounceDegraded(const std::string& service, MonoTime now);
   void Enqueue(Watcher& watcher, EventPtr event, MonoTime now);
 
   std::unique_ptr<Store> store_;
+  const bool shared_;
   Clock& clock_;
   const RegistryOptions options_;
 
+  std::mutex write_mu_;  // held by a write from planning to applying (never while holding mu_)
   mutable std::mutex mu_;
   std::uint64_t revision_ = 0;                    // guarded by mu_
   std::map<std::string, ServiceState> services_;  // guarded by mu_

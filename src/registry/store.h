@@ -1,10 +1,16 @@
 // Store: where the registry's durable state lives (REG-7). One interface for the embedded SQLite
-// store and, later, etcd: a global revision that every commit advances by one, atomic multi-key
-// commits with compare-and-set preconditions, and a full load at start-up.
+// store and for etcd: a global revision that every commit advances, atomic multi-key commits with
+// compare-and-set preconditions, and a full load at start-up.
 //
 // What is durable: instances (with spec, generation, state, revisions) and tombstones. What is
 // not: leases -- a heartbeat renews a lease in memory only, the way etcd's leader keeps lease
 // deadlines; see Registry for what a restart does to them.
+//
+// A store is either private to one registry process (SQLite: the registry applies its own commits
+// to its in-memory view) or shared by several (etcd, `shared()`): then every process learns of
+// every commit -- its own included -- from the store's feed (Follow), in revision order, and the
+// store also elects the one process that expires leases and carries lease renewals between the
+// processes. Revisions always increase; on a shared store they need not be consecutive.
 #pragma once
 
 #include <cstdint>
@@ -12,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "drover/clock.h"
 #include "drover/status.h"
 #include "registry/model.h"
 
@@ -35,12 +42,42 @@ struct Write {
   bool create = false;
   // kPutTombstone: the value; the store sets its revision to the commit's revision.
   Tombstone tombstone;
+  // kDeleteInstance: why it goes (carried to other registry processes with the change).
+  RemovalReason reason = RemovalReason::kDeregister;
   // Compare-and-set on the instance row: its current mod_revision must equal this (0: the row
   // must not exist). Unset: unconditional.
   std::optional<std::uint64_t> expect_mod_revision;
 };
 
-// Not thread-safe: the registry serialises every call.
+// A commit as a shared store reports it: the writes with the revisions the store assigned filled
+// in (an instance's mod_revision, and create_revision unless `create`; a tombstone's revision).
+struct Change {
+  std::uint64_t revision = 0;
+  std::vector<Write> writes;
+};
+
+// One lease renewal (a heartbeat accepted for an instance at `generation`).
+struct LeaseRenewal {
+  std::string service;
+  std::string id;
+  std::uint64_t generation = 0;
+};
+
+// Where a shared store delivers what every registry process committed. Called from the store's
+// own thread, one call at a time, changes in revision order.
+class StoreListener {
+ public:
+  virtual ~StoreListener() = default;
+  virtual void OnChange(const Change& change) = 0;
+  // The feed lost its place (the store compacted past it while it was disconnected): this is
+  // everything, at `state.revision`; changes continue from there.
+  virtual void OnReset(StoreState state) = 0;
+  // Leases that another registry process renewed.
+  virtual void OnRenewals(const std::vector<LeaseRenewal>& renewals) = 0;
+};
+
+// A private store is not thread-safe: the registry serialises every call. A shared store is
+// thread-safe.
 class Store {
  public:
   virtual ~Store() = default;
@@ -48,14 +85,42 @@ class Store {
   // Everything durable and the revision it reflects.
   virtual Result<StoreState> Load() = 0;
 
-  // Applies `writes` atomically as revision (current + 1) when every precondition holds, and
-  // returns that revision. ABORTED when a precondition fails (nothing is written); UNAVAILABLE
-  // or INTERNAL when the store fails. When it returns OK the commit survives a crash of this
+  // Applies `writes` atomically at a new revision when every precondition holds, and returns
+  // that revision. ABORTED when a precondition fails (nothing is written); UNAVAILABLE or
+  // INTERNAL when the store fails. When it returns OK the commit survives a crash of this
   // process (SIGKILL) and, for the SQLite store, of the machine.
   virtual Result<std::uint64_t> Commit(const std::vector<Write>& writes) = 0;
 
-  // Removes tombstones without advancing the revision (they produce no watch events).
+  // Removes tombstones. A private store does so without advancing the revision (no watch
+  // events); a shared one commits the deletions, which its feed reports.
   virtual Status PruneTombstones(const std::vector<Tombstone>& expired) = 0;
+
+  // --- Shared stores only; a private store keeps these defaults. ---
+  virtual bool shared() const { return false; }
+  // Starts delivering every change committed after `revision` to `listener`, until the store is
+  // destroyed. The listener must outlive the store.
+  virtual Status Follow(std::uint64_t /*revision*/, StoreListener* /*listener*/) {
+    return Status::Ok();
+  }
+  // Returns once the feed has delivered every change up to `revision` (DEADLINE_EXCEEDED after
+  // `timeout`).
+  virtual Status WaitDelivered(std::uint64_t /*revision*/, Duration /*timeout*/) {
+    return Status::Ok();
+  }
+  // The store's current revision: after a lost compare-and-set, waiting for the feed to deliver
+  // it shows this process what the other one wrote.
+  virtual Result<std::uint64_t> Head() { return std::uint64_t{0}; }
+  // Whether this process is the one that expires leases right now.
+  virtual bool Expirer() const { return true; }
+  // Commit() that succeeds only while this process is still the expirer (ABORTED otherwise), so
+  // a process that lost the role without noticing cannot expire anything.
+  virtual Result<std::uint64_t> CommitAsExpirer(const std::vector<Write>& writes) {
+    return Commit(writes);
+  }
+  // Lease renewals this process accepted, for the other processes (batched by the store).
+  virtual void ShareRenewals(const std::vector<LeaseRenewal>& /*renewals*/) {}
+  // How much later than here a renewal may reach the expirer: expiry waits that much longer.
+  virtual Duration RenewalDelay() const { return Duration::zero(); }
 };
 
 }  // namespace drover::registry
