@@ -1,4 +1,4 @@
-// `drover registry`: the discovery daemon on the embedded SQLite store.
+// `drover registry`: the discovery daemon, on the embedded SQLite store or on an etcd cluster.
 #include <signal.h>
 #include <spdlog/spdlog.h>
 #include <yaml-cpp/yaml.h>
@@ -7,10 +7,12 @@
 #include <cstdio>
 #include <filesystem>
 #include <memory>
+#include <sstream>
 #include <thread>
 
 #include "commands.h"
 #include "registry/auth.h"
+#include "registry/etcd_store.h"
 #include "registry/grpc_api.h"
 #include "registry/http_api.h"
 #include "registry/registry.h"
@@ -20,7 +22,11 @@ namespace drover::cli {
 namespace {
 
 struct RegistryArgs {
+  std::string store = "sqlite";  // sqlite | etcd
   std::string data_dir = "drover-data";
+  std::string etcd_endpoints;  // etcd: host:port,host:port,...
+  std::string etcd_prefix = "/drover/registry";
+  int etcd_session_ttl_s = 5;
   std::string http = "127.0.0.1:7070";
   std::string grpc = "127.0.0.1:7071";  // "off": no gRPC API
   std::string auth_tokens;              // empty: no authentication
@@ -32,8 +38,9 @@ struct RegistryArgs {
 };
 
 // Fills every setting not given on the command line from the YAML file `args.config`. Keys are
-// the long flag names with '_' for '-' (data_dir, http, grpc, auth_tokens, tick_ms,
-// self_preservation, tls_cert, tls_key); an unknown key is an error, not a silent default.
+// the long flag names with '_' for '-' (store, data_dir, etcd_endpoints, etcd_prefix,
+// etcd_session_ttl, http, grpc, auth_tokens, tick_ms, self_preservation, tls_cert, tls_key); an
+// unknown key is an error, not a silent default.
 Status ApplyConfig(const CLI::App& cmd, RegistryArgs& args) {
   YAML::Node root;
   try {
@@ -56,8 +63,16 @@ Status ApplyConfig(const CLI::App& cmd, RegistryArgs& args) {
     }
     if (option->count() > 0) continue;  // the command line wins
     try {
-      if (key == "data_dir")
+      if (key == "store")
+        args.store = kv.second.as<std::string>();
+      else if (key == "data_dir")
         args.data_dir = kv.second.as<std::string>();
+      else if (key == "etcd_endpoints")
+        args.etcd_endpoints = kv.second.as<std::string>();
+      else if (key == "etcd_prefix")
+        args.etcd_prefix = kv.second.as<std::string>();
+      else if (key == "etcd_session_ttl")
+        args.etcd_session_ttl_s = kv.second.as<int>();
       else if (key == "http")
         args.http = kv.second.as<std::string>();
       else if (key == "grpc")
@@ -77,6 +92,12 @@ Status ApplyConfig(const CLI::App& cmd, RegistryArgs& args) {
     } catch (const YAML::Exception& e) {
       return InvalidArgumentError("config " + args.config + ": bad value for '" + key + "'");
     }
+  }
+  if (args.store != "sqlite" && args.store != "etcd") {
+    return InvalidArgumentError("config " + args.config + ": store must be sqlite or etcd");
+  }
+  if (args.etcd_session_ttl_s < 1 || args.etcd_session_ttl_s > 600) {
+    return InvalidArgumentError("config " + args.config + ": etcd_session_ttl must be 1..600");
   }
   if (args.tick_ms < 10 || args.tick_ms > 60'000) {
     return InvalidArgumentError("config " + args.config + ": tick_ms must be 10..60000");
@@ -130,11 +151,18 @@ int RunRegistry(const RegistryArgs& args) {
                  args.auth_tokens);
     http.auth = *auth;
   }
-  std::error_code ec;
-  std::filesystem::create_directories(args.data_dir, ec);
-  if (ec) {
-    spdlog::error("cannot create data directory {}: {}", args.data_dir, ec.message());
-    return 1;
+  const bool etcd = args.store == "etcd";
+  if (etcd && args.etcd_endpoints.empty()) {
+    spdlog::error("--store etcd needs --etcd-endpoints host:port[,host:port...]");
+    return 2;
+  }
+  if (!etcd) {
+    std::error_code ec;
+    std::filesystem::create_directories(args.data_dir, ec);
+    if (ec) {
+      spdlog::error("cannot create data directory {}: {}", args.data_dir, ec.message());
+      return 1;
+    }
   }
   // Block the shutdown signals before any thread starts, so that every thread inherits the mask
   // and only sigwait below receives them.
@@ -144,15 +172,36 @@ int RunRegistry(const RegistryArgs& args) {
   sigaddset(&signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
-  auto store = registry::SqliteStore::Open(args.data_dir);
-  if (!store.ok()) {
-    spdlog::error("{}", store.status().ToString());
-    return 1;
+  std::unique_ptr<registry::Store> store;
+  std::string where;
+  if (etcd) {
+    registry::EtcdOptions eo;
+    std::stringstream list(args.etcd_endpoints);
+    for (std::string endpoint; std::getline(list, endpoint, ',');) {
+      if (!endpoint.empty()) eo.endpoints.push_back(endpoint);
+    }
+    eo.prefix = args.etcd_prefix;
+    eo.session_ttl = std::chrono::seconds(args.etcd_session_ttl_s);
+    auto opened = registry::EtcdStore::Open(eo);
+    if (!opened.ok()) {
+      spdlog::error("{}", opened.status().ToString());
+      return 1;
+    }
+    store = std::move(*opened);
+    where = "etcd " + args.etcd_endpoints + " prefix " + args.etcd_prefix;
+  } else {
+    auto opened = registry::SqliteStore::Open(args.data_dir);
+    if (!opened.ok()) {
+      spdlog::error("{}", opened.status().ToString());
+      return 1;
+    }
+    store = std::move(*opened);
+    where = "data dir " + args.data_dir;
   }
   RealClock clock;
   registry::RegistryOptions options;
   options.self_preservation_fraction = args.self_preservation_fraction;
-  auto reg = registry::Registry::Open(std::move(*store), clock, options);
+  auto reg = registry::Registry::Open(std::move(store), clock, options);
   if (!reg.ok()) {
     spdlog::error("{}", reg.status().ToString());
     return 1;
@@ -197,9 +246,9 @@ int RunRegistry(const RegistryArgs& args) {
         "--tls-cert and --tls-key");
   }
   // The first line on stdout is the bound address, for scripts and tests that pass port 0.
-  std::printf("drover registry listening on %s://%s:%u%s (data dir %s)\n", tls ? "https" : "http",
+  std::printf("drover registry listening on %s://%s:%u%s (%s)\n", tls ? "https" : "http",
               http.address.c_str(), static_cast<unsigned>((*server)->port()), grpc_note.c_str(),
-              args.data_dir.c_str());
+              where.c_str());
   std::fflush(stdout);
   spdlog::info("registry: serving {} on {}:{}", tls ? "HTTPS" : "HTTP", http.address,
                (*server)->port());
@@ -227,9 +276,25 @@ void AddRegistryCommand(CLI::App& app) {
   auto args = std::make_shared<RegistryArgs>();
   CLI::App* cmd = app.add_subcommand(
       "registry",
-      "Run the service registry: leases, generations, readiness and watch over HTTP/JSON, "
-      "stored in SQLite under --data-dir");
-  cmd->add_option("--data-dir", args->data_dir, "Directory for registry.db (created if missing)")
+      "Run the service registry: leases, generations, readiness and watch over HTTP/JSON and "
+      "gRPC, stored in SQLite under --data-dir, or in an etcd cluster shared by several registry "
+      "processes (--store etcd)");
+  cmd->add_option("--store", args->store,
+                  "sqlite: one process, embedded; etcd: any number of registry processes over "
+                  "one etcd cluster (high availability)")
+      ->check(CLI::IsMember({"sqlite", "etcd"}))
+      ->capture_default_str();
+  cmd->add_option("--data-dir", args->data_dir,
+                  "sqlite: directory for registry.db (created if missing)")
+      ->capture_default_str();
+  cmd->add_option("--etcd-endpoints", args->etcd_endpoints,
+                  "etcd: client addresses of the members, host:port[,host:port...]");
+  cmd->add_option("--etcd-prefix", args->etcd_prefix,
+                  "etcd: key prefix of this registry (registries sharing it are one registry)")
+      ->capture_default_str();
+  cmd->add_option("--etcd-session-ttl", args->etcd_session_ttl_s,
+                  "etcd: seconds without this process before another takes over lease expiry")
+      ->check(CLI::Range(1, 600))
       ->capture_default_str();
   cmd->add_option("--http", args->http, "HTTP listen address host:port (port 0: any free port)")
       ->capture_default_str();
@@ -252,8 +317,9 @@ void AddRegistryCommand(CLI::App& app) {
   cmd->add_option("--tls-key", args->tls_key, "PEM private key for --tls-cert")
       ->check(CLI::ExistingFile);
   cmd->add_option("--config", args->config,
-                  "YAML file with any of these settings (data_dir, http, grpc, auth_tokens, "
-                  "tick_ms, self_preservation, tls_cert, tls_key); flags override it")
+                  "YAML file with any of these settings (store, data_dir, etcd_endpoints, "
+                  "etcd_prefix, etcd_session_ttl, http, grpc, auth_tokens, tick_ms, "
+                  "self_preservation, tls_cert, tls_key); flags override it")
       ->check(CLI::ExistingFile);
   cmd->callback([args, cmd] {
     if (!args->config.empty()) {

@@ -2,7 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include "registry/etcd_store.h"
 #include "registry/sqlite_store.h"
+#include "testing/etcd_cluster.h"
 #include "testing/temp_dir.h"
 
 namespace drover::registry {
@@ -20,20 +22,48 @@ InstanceSpec Spec(std::uint64_t generation, InstanceState state = InstanceState:
   return spec;
 }
 
-class RegistryTest : public ::testing::Test {
+enum class StoreKind { kSqlite, kEtcd };
+
+// One etcd member for every etcd case of this process (each case has its own key prefix).
+testing::EtcdCluster& Etcd() {
+  static testing::EtcdCluster cluster(1);
+  return cluster;
+}
+
+// The registry's behaviour, run over each store: the same rules whichever holds the data.
+class RegistryTest : public ::testing::TestWithParam<StoreKind> {
  protected:
   void SetUp() override {
     ASSERT_FALSE(dir_.path().empty());
+    if (GetParam() == StoreKind::kEtcd) {
+      ASSERT_TRUE(Etcd().ok()) << Etcd().error();
+      static int cases = 0;
+      prefix_ = "/test/" + std::to_string(::getpid()) + "-" + std::to_string(++cases);
+    }
     Reopen();
   }
 
   void Reopen(RegistryOptions options = {}) {
-    registry_.reset();  // closes the database before it is opened again
-    auto store = SqliteStore::Open(dir_.path());
-    ASSERT_TRUE(store.ok()) << store.status().ToString();
-    auto registry = Registry::Open(std::move(*store), clock_, options);
+    registry_.reset();  // closes the store before it is opened again
+    std::unique_ptr<Store> store;
+    if (GetParam() == StoreKind::kEtcd) {
+      EtcdOptions eo;
+      eo.endpoints = Etcd().endpoints();
+      eo.prefix = prefix_;
+      // Time is the fake clock's here; no other process shares renewals.
+      eo.expiry_grace = Duration::zero();
+      auto opened = EtcdStore::Open(eo);
+      ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+      store = std::move(*opened);
+    } else {
+      auto opened = SqliteStore::Open(dir_.path());
+      ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+      store = std::move(*opened);
+    }
+    auto registry = Registry::Open(std::move(store), clock_, options);
     ASSERT_TRUE(registry.ok()) << registry.status().ToString();
     registry_ = std::move(*registry);
+    ASSERT_TRUE(registry_->expirer());
   }
 
   std::vector<Event> Drain(Watcher& watcher) {
@@ -43,22 +73,29 @@ class RegistryTest : public ::testing::Test {
   }
 
   testing::TempDir dir_;
+  std::string prefix_;
   FakeClock clock_;
   std::unique_ptr<Registry> registry_;
 };
 
-TEST_F(RegistryTest, RegisterListWatch) {
+INSTANTIATE_TEST_SUITE_P(Stores, RegistryTest,
+                         ::testing::Values(StoreKind::kSqlite, StoreKind::kEtcd),
+                         [](const ::testing::TestParamInfo<StoreKind>& param) {
+                           return param.param == StoreKind::kSqlite ? "Sqlite" : "Etcd";
+                         });
+
+TEST_P(RegistryTest, RegisterListWatch) {
   auto rev = registry_->Register("zone", "z1", Spec(1));
   ASSERT_TRUE(rev.ok()) << rev.status().ToString();
-  EXPECT_EQ(*rev, 1u);
+  EXPECT_GT(*rev, 0u);
 
   auto list = registry_->List("zone");
   ASSERT_TRUE(list.ok());
-  EXPECT_EQ(list->revision, 1u);
+  EXPECT_EQ(list->revision, *rev);
   EXPECT_FALSE(list->degraded);
   ASSERT_EQ(list->instances.size(), 1u);
   EXPECT_EQ(list->instances[0].id, "z1");
-  EXPECT_EQ(list->instances[0].create_revision, 1u);
+  EXPECT_EQ(list->instances[0].create_revision, *rev);
   EXPECT_EQ(list->instances[0].ready_since, clock_.SystemNow());
 
   auto watcher = registry_->Watch(0, "zone");
@@ -66,25 +103,28 @@ TEST_F(RegistryTest, RegisterListWatch) {
   auto first = Drain(**watcher);
   ASSERT_EQ(first.size(), 1u);
   EXPECT_EQ(first[0].type, EventType::kResync);
-  EXPECT_EQ(first[0].revision, 1u);
+  EXPECT_EQ(first[0].revision, *rev);
   ASSERT_EQ(first[0].snapshot.size(), 1u);
 
-  ASSERT_TRUE(registry_->Register("zone", "z2", Spec(1)).ok());
-  ASSERT_TRUE(registry_->Register("other", "o1", Spec(1)).ok());  // filtered out
+  auto rev2 = registry_->Register("zone", "z2", Spec(1));
+  ASSERT_TRUE(rev2.ok());
+  EXPECT_GT(*rev2, *rev);
+  auto rev3 = registry_->Register("other", "o1", Spec(1));  // filtered out
+  ASSERT_TRUE(rev3.ok());
   auto next = Drain(**watcher);
   ASSERT_EQ(next.size(), 1u);
   EXPECT_EQ(next[0].type, EventType::kPut);
   EXPECT_EQ(next[0].instance.id, "z2");
-  EXPECT_EQ(next[0].revision, 2u);
+  EXPECT_EQ(next[0].revision, *rev2);
 
   // An unknown service is an empty list at the current revision, not an error.
   auto none = registry_->List("nobody");
   ASSERT_TRUE(none.ok());
   EXPECT_TRUE(none->instances.empty());
-  EXPECT_EQ(none->revision, 3u);
+  EXPECT_EQ(none->revision, *rev3);
 }
 
-TEST_F(RegistryTest, FencingRejectsLowerGenerationOnEveryWrite) {
+TEST_P(RegistryTest, FencingRejectsLowerGenerationOnEveryWrite) {
   ASSERT_TRUE(registry_->Register("svc", "a", Spec(5)).ok());
   const auto before = registry_->List("svc")->instances;
   EXPECT_EQ(registry_->Register("svc", "a", Spec(4)).status().code(), StatusCode::kAborted);
@@ -100,7 +140,7 @@ TEST_F(RegistryTest, FencingRejectsLowerGenerationOnEveryWrite) {
   EXPECT_EQ(registry_->Heartbeat("svc", "a", 6).status().code(), StatusCode::kFailedPrecondition);
 }
 
-TEST_F(RegistryTest, TombstoneStopsLateRegisterAndHeartbeat) {
+TEST_P(RegistryTest, TombstoneStopsLateRegisterAndHeartbeat) {
   ASSERT_TRUE(registry_->Register("svc", "a", Spec(3)).ok());
   ASSERT_TRUE(registry_->Deregister("svc", "a", 3).ok());
   EXPECT_TRUE(registry_->List("svc")->instances.empty());
@@ -116,7 +156,7 @@ TEST_F(RegistryTest, TombstoneStopsLateRegisterAndHeartbeat) {
   EXPECT_EQ(registry_->List("svc")->instances.size(), 1u);
 }
 
-TEST_F(RegistryTest, TombstoneLastsAtLeastOneTtl) {
+TEST_P(RegistryTest, TombstoneLastsAtLeastOneTtl) {
   ASSERT_TRUE(registry_->Register("svc", "a", Spec(1, InstanceState::kReady, 5'000)).ok());
   ASSERT_TRUE(registry_->Deregister("svc", "a", 1).ok());
   clock_.Advance(4'999ms);
@@ -127,7 +167,7 @@ TEST_F(RegistryTest, TombstoneLastsAtLeastOneTtl) {
   EXPECT_TRUE(registry_->Register("svc", "a", Spec(1)).ok());
 }
 
-TEST_F(RegistryTest, DrainIsStickyAgainstHeartbeatsAndReRegister) {
+TEST_P(RegistryTest, DrainIsStickyAgainstHeartbeatsAndReRegister) {
   ASSERT_TRUE(registry_->Register("svc", "a", Spec(1)).ok());
   ASSERT_TRUE(registry_->SetState("svc", "a", 1, InstanceState::kDraining, std::nullopt).ok());
   ASSERT_TRUE(registry_->Heartbeat("svc", "a", 1).ok());
@@ -145,7 +185,7 @@ TEST_F(RegistryTest, DrainIsStickyAgainstHeartbeatsAndReRegister) {
   EXPECT_EQ(events[0].reason, RemovalReason::kDrain);
 }
 
-TEST_F(RegistryTest, SetStateCannotUndoADrain) {
+TEST_P(RegistryTest, SetStateCannotUndoADrain) {
   ASSERT_TRUE(registry_->Register("svc", "a", Spec(1)).ok());
   ASSERT_TRUE(registry_->SetState("svc", "a", 1, InstanceState::kDraining, std::nullopt).ok());
   EXPECT_EQ(registry_->SetState("svc", "a", 1, InstanceState::kReady, std::nullopt).status().code(),
@@ -160,7 +200,7 @@ TEST_F(RegistryTest, SetStateCannotUndoADrain) {
   EXPECT_EQ(registry_->List("svc")->instances[0].spec.state, InstanceState::kReady);
 }
 
-TEST_F(RegistryTest, RefusedWriteDoesNotRenewTheLease) {
+TEST_P(RegistryTest, RefusedWriteDoesNotRenewTheLease) {
   ASSERT_TRUE(registry_->Register("svc", "a", Spec(1, InstanceState::kReady, 10'000)).ok());
   ASSERT_TRUE(registry_->SetState("svc", "a", 1, InstanceState::kDraining, std::nullopt).ok());
   clock_.Advance(9s);
@@ -171,7 +211,7 @@ TEST_F(RegistryTest, RefusedWriteDoesNotRenewTheLease) {
   EXPECT_TRUE(registry_->Services().empty());  // an empty service is forgotten
 }
 
-TEST_F(RegistryTest, AcceptingIsSeparateFromReadiness) {
+TEST_P(RegistryTest, AcceptingIsSeparateFromReadiness) {
   ASSERT_TRUE(registry_->Register("svc", "a", Spec(1)).ok());
   const SystemTime ready = registry_->List("svc")->instances[0].ready_since;
   clock_.Advance(1s);
@@ -182,7 +222,7 @@ TEST_F(RegistryTest, AcceptingIsSeparateFromReadiness) {
   EXPECT_EQ(in.ready_since, ready);  // still READY since then
 }
 
-TEST_F(RegistryTest, NewGenerationReplacesOldWithFenceEvent) {
+TEST_P(RegistryTest, NewGenerationReplacesOldWithFenceEvent) {
   ASSERT_TRUE(registry_->Register("svc", "a", Spec(1)).ok());
   auto watcher = registry_->Watch(registry_->revision(), "");
   ASSERT_TRUE(registry_->Register("svc", "a", Spec(2, InstanceState::kStarting)).ok());
@@ -196,7 +236,7 @@ TEST_F(RegistryTest, NewGenerationReplacesOldWithFenceEvent) {
   EXPECT_EQ(events[1].instance.create_revision, events[1].revision);
 }
 
-TEST_F(RegistryTest, LeasesExpireOnFakeClockWithReason) {
+TEST_P(RegistryTest, LeasesExpireOnFakeClockWithReason) {
   ASSERT_TRUE(registry_->Register("svc", "a", Spec(1, InstanceState::kReady, 10'000)).ok());
   ASSERT_TRUE(registry_->Register("svc", "b", Spec(1, InstanceState::kReady, 10'000)).ok());
   ASSERT_TRUE(registry_->Register("svc", "c", Spec(1, InstanceState::kReady, 10'000)).ok());
@@ -227,7 +267,7 @@ TEST_F(RegistryTest, LeasesExpireOnFakeClockWithReason) {
   EXPECT_EQ(registry_->Heartbeat("svc", "a", 1).status().code(), StatusCode::kNotFound);
 }
 
-TEST_F(RegistryTest, HeartbeatAllAnswersEachRenewalAsHeartbeatWould) {
+TEST_P(RegistryTest, HeartbeatAllAnswersEachRenewalAsHeartbeatWould) {
   ASSERT_TRUE(registry_->Register("svc", "a", Spec(2, InstanceState::kReady, 10'000)).ok());
   ASSERT_TRUE(registry_->Register("svc", "b", Spec(1, InstanceState::kReady, 10'000)).ok());
   clock_.Advance(9s);
@@ -247,7 +287,7 @@ TEST_F(RegistryTest, HeartbeatAllAnswersEachRenewalAsHeartbeatWould) {
   EXPECT_EQ(list->instances[0].id, "a");
 }
 
-TEST_F(RegistryTest, ExpiryLeavesATombstone) {
+TEST_P(RegistryTest, ExpiryLeavesATombstone) {
   ASSERT_TRUE(registry_->Register("svc", "a", Spec(1, InstanceState::kReady, 10'000)).ok());
   clock_.Advance(10s);
   ASSERT_TRUE(registry_->Tick().ok());
@@ -258,7 +298,7 @@ TEST_F(RegistryTest, ExpiryLeavesATombstone) {
   EXPECT_TRUE(registry_->Register("svc", "a", Spec(2)).ok());
 }
 
-TEST_F(RegistryTest, SelfPreservationFreezesMassExpiry) {
+TEST_P(RegistryTest, SelfPreservationFreezesMassExpiry) {
   for (int i = 0; i < 10; ++i) {
     ASSERT_TRUE(registry_->Register("svc", "i" + std::to_string(i), Spec(1)).ok());
   }
@@ -295,43 +335,46 @@ TEST_F(RegistryTest, SelfPreservationFreezesMassExpiry) {
   EXPECT_FALSE(list->degraded);
 }
 
-TEST_F(RegistryTest, WatcherResumesFromOldRevisionWithoutGaps) {
+TEST_P(RegistryTest, WatcherResumesFromOldRevisionWithoutGaps) {
   ASSERT_TRUE(registry_->Register("svc", "a", Spec(1)).ok());
   const std::uint64_t resume_from = registry_->revision();
-  ASSERT_TRUE(registry_->Register("svc", "b", Spec(1)).ok());
-  ASSERT_TRUE(registry_->SetState("svc", "a", 1, InstanceState::kDraining, std::nullopt).ok());
-  ASSERT_TRUE(registry_->Deregister("svc", "b", 1).ok());
+  std::vector<std::uint64_t> revs;
+  revs.push_back(registry_->Register("svc", "b", Spec(1)).value());
+  revs.push_back(
+      registry_->SetState("svc", "a", 1, InstanceState::kDraining, std::nullopt).value());
+  revs.push_back(registry_->Deregister("svc", "b", 1).value());
   auto watcher = registry_->Watch(resume_from, "svc");
   ASSERT_TRUE(watcher.ok());
   auto events = Drain(**watcher);
   ASSERT_EQ(events.size(), 3u);
-  EXPECT_EQ(events[0].revision, resume_from + 1);
-  EXPECT_EQ(events[1].revision, resume_from + 2);
-  EXPECT_EQ(events[2].revision, resume_from + 3);
+  EXPECT_EQ(events[0].revision, revs[0]);
+  EXPECT_EQ(events[1].revision, revs[1]);
+  EXPECT_EQ(events[2].revision, revs[2]);
   EXPECT_EQ(events[2].type, EventType::kDelete);
   EXPECT_EQ(registry_->Watch(registry_->revision() + 1, "").status().code(),
             StatusCode::kOutOfRange);
 }
 
-TEST_F(RegistryTest, ResyncWhenHistoryIsGone) {
+TEST_P(RegistryTest, ResyncWhenHistoryIsGone) {
   RegistryOptions options;
   options.history = 4;
   Reopen(options);
+  std::vector<std::uint64_t> revs;
   for (int i = 0; i < 10; ++i) {
-    ASSERT_TRUE(registry_->Register("svc", "i" + std::to_string(i), Spec(1)).ok());
+    revs.push_back(registry_->Register("svc", "i" + std::to_string(i), Spec(1)).value());
   }
-  auto watcher = registry_->Watch(2, "svc");
+  auto watcher = registry_->Watch(revs[1], "svc");
   auto events = Drain(**watcher);
   ASSERT_EQ(events.size(), 1u);
   EXPECT_EQ(events[0].type, EventType::kResync);
-  EXPECT_EQ(events[0].revision, 10u);
+  EXPECT_EQ(events[0].revision, revs[9]);
   EXPECT_EQ(events[0].snapshot.size(), 10u);
   // Recent enough: replayed event by event.
-  auto recent = registry_->Watch(7, "svc");
+  auto recent = registry_->Watch(revs[6], "svc");
   EXPECT_EQ(Drain(**recent).size(), 3u);
 }
 
-TEST_F(RegistryTest, SlowWatcherGetsResyncInsteadOfAGap) {
+TEST_P(RegistryTest, SlowWatcherGetsResyncInsteadOfAGap) {
   RegistryOptions options;
   options.watcher_queue_limit = 3;
   Reopen(options);
@@ -345,7 +388,7 @@ TEST_F(RegistryTest, SlowWatcherGetsResyncInsteadOfAGap) {
   std::uint64_t last = events[0].revision;
   std::size_t known = events[0].snapshot.size();
   for (std::size_t i = 1; i < events.size(); ++i) {
-    EXPECT_EQ(events[i].revision, last + 1);
+    EXPECT_GT(events[i].revision, last);
     last = events[i].revision;
     ++known;
   }
@@ -353,22 +396,23 @@ TEST_F(RegistryTest, SlowWatcherGetsResyncInsteadOfAGap) {
   EXPECT_EQ(known, 5u);
 }
 
-TEST_F(RegistryTest, OverflowNeverDuplicatesOrReordersEvents) {
+TEST_P(RegistryTest, OverflowNeverDuplicatesOrReordersEvents) {
   RegistryOptions options;
   options.watcher_queue_limit = 2;
   options.history = 100;
   Reopen(options);
+  std::vector<std::uint64_t> revs;
   for (int i = 0; i < 6; ++i) {
-    ASSERT_TRUE(
+    revs.push_back(
         registry_->Register("svc", "i" + std::to_string(i), Spec(1, InstanceState::kReady, 10'000))
-            .ok());
+            .value());
   }
   // A replay longer than the queue starts with a RESYNC instead of overflowing mid-way.
-  auto replay = registry_->Watch(1, "svc");
+  auto replay = registry_->Watch(revs[0], "svc");
   auto replayed = Drain(**replay);
   ASSERT_EQ(replayed.size(), 1u);
   EXPECT_EQ(replayed[0].type, EventType::kResync);
-  EXPECT_EQ(replayed[0].revision, 6u);
+  EXPECT_EQ(replayed[0].revision, revs[5]);
 
   // One revision with six DELETEs overflows a two-event queue part way through: the watcher
   // gets one RESYNC and none of that revision's DELETEs after it. (Self-preservation off, so
@@ -393,7 +437,7 @@ TEST_F(RegistryTest, OverflowNeverDuplicatesOrReordersEvents) {
   EXPECT_TRUE(events.front().snapshot.empty());
 }
 
-TEST_F(RegistryTest, DegradedChangeIsAnnouncedAtOnce) {
+TEST_P(RegistryTest, DegradedChangeIsAnnouncedAtOnce) {
   for (int i = 0; i < 4; ++i) {
     ASSERT_TRUE(registry_->Register("svc", "i" + std::to_string(i), Spec(1)).ok());
   }
@@ -413,7 +457,7 @@ TEST_F(RegistryTest, DegradedChangeIsAnnouncedAtOnce) {
   EXPECT_FALSE(events[0].degraded);
 }
 
-TEST_F(RegistryTest, ProgressEventsOnIdleWatchers) {
+TEST_P(RegistryTest, ProgressEventsOnIdleWatchers) {
   ASSERT_TRUE(registry_->Register("svc", "a", Spec(1)).ok());
   auto watcher = registry_->Watch(registry_->revision(), "svc");
   clock_.Advance(4s);
@@ -428,13 +472,13 @@ TEST_F(RegistryTest, ProgressEventsOnIdleWatchers) {
   EXPECT_EQ(events[0].revision, registry_->revision());
 }
 
-TEST_F(RegistryTest, CancelledWatcherReportsCancelled) {
+TEST_P(RegistryTest, CancelledWatcherReportsCancelled) {
   auto watcher = registry_->Watch(0, "");
   (*watcher)->Cancel();
   EXPECT_EQ((*watcher)->Next(10ms).status().code(), StatusCode::kCancelled);
 }
 
-TEST_F(RegistryTest, RestartKeepsRegistrationsAndGrantsFreshLeases) {
+TEST_P(RegistryTest, RestartKeepsRegistrationsAndGrantsFreshLeases) {
   ASSERT_TRUE(registry_->Register("svc", "a", Spec(7, InstanceState::kReady, 10'000)).ok());
   ASSERT_TRUE(registry_->SetState("svc", "a", 7, InstanceState::kDraining, std::nullopt).ok());
   ASSERT_TRUE(registry_->Register("svc", "b", Spec(1)).ok());
@@ -442,7 +486,8 @@ TEST_F(RegistryTest, RestartKeepsRegistrationsAndGrantsFreshLeases) {
   const std::uint64_t revision = registry_->revision();
   clock_.Advance(9s);  // a's lease almost lapsed when the registry goes down
   Reopen();
-  EXPECT_EQ(registry_->revision(), revision);
+  // Nothing is lost (a shared store's revision may also have moved for its own bookkeeping).
+  EXPECT_GE(registry_->revision(), revision);
   auto list = registry_->List("svc");
   ASSERT_EQ(list->instances.size(), 1u);
   EXPECT_EQ(list->instances[0].spec.generation, 7u);
@@ -461,7 +506,7 @@ TEST_F(RegistryTest, RestartKeepsRegistrationsAndGrantsFreshLeases) {
   EXPECT_EQ(Drain(**watcher)[0].type, EventType::kResync);
 }
 
-TEST_F(RegistryTest, InvalidWritesChangeNothing) {
+TEST_P(RegistryTest, InvalidWritesChangeNothing) {
   ASSERT_TRUE(registry_->Register("svc", "a", Spec(1)).ok());
   const std::uint64_t revision = registry_->revision();
   InstanceSpec bad_port = Spec(2);

@@ -1,0 +1,846 @@
+#include "registry/etcd_store.h"
+
+#include <grpcpp/grpcpp.h>
+#include <netdb.h>
+#include <spdlog/spdlog.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <map>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <thread>
+
+#include "etcd/etcdserverpb/rpc.grpc.pb.h"
+
+namespace drover::registry {
+namespace {
+
+namespace pb = ::etcdserverpb;
+using json = nlohmann::json;
+using namespace std::chrono_literals;
+
+// The end of the range of keys starting with `prefix` (etcd's "prefix + 1").
+std::string PrefixEnd(std::string prefix) {
+  while (!prefix.empty()) {
+    if (static_cast<unsigned char>(prefix.back()) < 0xff) {
+      prefix.back() = static_cast<char>(static_cast<unsigned char>(prefix.back()) + 1);
+      return prefix;
+    }
+    prefix.pop_back();
+  }
+  return std::string(1, '\0');  // every key
+}
+
+Status FromGrpc(const grpc::Status& s, const std::string& what) {
+  StatusCode code = static_cast<StatusCode>(s.error_code());
+  // etcd's own refusals that a retry elsewhere may cure are reported as unavailable.
+  if (code == StatusCode::kUnknown) code = StatusCode::kUnavailable;
+  return Status(code, "etcd " + what + ": " + s.error_message());
+}
+
+// Resolves "host:port" to "ip:port" (IPv4 or [IPv6]) for the channel's static address list.
+Result<std::string> Resolve(const std::string& endpoint) {
+  const std::size_t colon = endpoint.rfind(':');
+  if (colon == std::string::npos || colon == 0 || colon + 1 == endpoint.size()) {
+    return InvalidArgumentError("etcd endpoint '" + endpoint + "' is not host:port");
+  }
+  std::string host = endpoint.substr(0, colon);
+  const std::string port = endpoint.substr(colon + 1);
+  if (host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  const int rc = ::getaddrinfo(host.c_str(), port.c_str(), &hints, &found);
+  if (rc != 0 || found == nullptr) {
+    return InvalidArgumentError("etcd endpoint '" + endpoint + "': " + ::gai_strerror(rc));
+  }
+  char ip[NI_MAXHOST];
+  const int ni =
+      ::getnameinfo(found->ai_addr, found->ai_addrlen, ip, sizeof ip, nullptr, 0, NI_NUMERICHOST);
+  const bool v6 = found->ai_family == AF_INET6;
+  ::freeaddrinfo(found);
+  if (ni != 0) return InvalidArgumentError("etcd endpoint '" + endpoint + "' does not resolve");
+  return v6 ? "[" + std::string(ip) + "]:" + port : std::string(ip) + ":" + port;
+}
+
+std::string DefaultProcessName() {
+  char host[256] = {};
+  ::gethostname(host, sizeof host - 1);
+  std::random_device rd;
+  char suffix[9];
+  std::snprintf(suffix, sizeof suffix, "%08x", rd());
+  return std::string(host) + ":" + std::to_string(::getpid()) + ":" + suffix;
+}
+
+// --- Values --------------------------------------------------------------------------------
+
+std::string EncodeInstance(const Instance& in, bool create) {
+  const InstanceSpec& s = in.spec;
+  json j = {{"address", s.address},
+            {"generation", s.generation},
+            {"state", std::string(InstanceStateName(s.state))},
+            {"ttl_ms", s.ttl_ms},
+            {"weight", s.weight},
+            {"zone", s.zone},
+            {"labels", s.labels},
+            {"version", s.version},
+            {"accepting", s.accepting},
+            // 0: this incarnation was created by the write that carries it (its revision).
+            {"create_revision", create ? 0 : in.create_revision},
+            {"ready_since_ms", ToUnixMillis(in.ready_since)}};
+  if (in.ready_since == SystemTime{}) j["ready_since_ms"] = 0;
+  return j.dump();
+}
+
+Result<Instance> DecodeInstance(const std::string& value, bool& created_here) {
+  try {
+    const json j = json::parse(value);
+    Instance in;
+    InstanceSpec& s = in.spec;
+    s.address = j.at("address").get<std::string>();
+    s.generation = j.at("generation").get<std::uint64_t>();
+    DROVER_ASSIGN_OR_RETURN(s.state, ParseInstanceState(j.at("state").get<std::string>()));
+    s.ttl_ms = j.at("ttl_ms").get<std::int64_t>();
+    s.weight = j.at("weight").get<std::uint32_t>();
+    s.zone = j.at("zone").get<std::string>();
+    s.labels = j.at("labels").get<std::map<std::string, std::string>>();
+    s.version = j.at("version").get<std::string>();
+    s.accepting = j.at("accepting").get<bool>();
+    in.create_revision = j.at("create_revision").get<std::uint64_t>();
+    created_here = in.create_revision == 0;
+    const std::int64_t ready = j.at("ready_since_ms").get<std::int64_t>();
+    in.ready_since = ready == 0 ? SystemTime{} : FromUnixMillis(ready);
+    return in;
+  } catch (const std::exception& e) {
+    return InternalError(std::string("undecodable instance in etcd: ") + e.what());
+  }
+}
+
+std::string EncodeTombstone(const Tombstone& t, RemovalReason reason) {
+  return json{{"generation", t.generation},
+              {"expires_at_ms", ToUnixMillis(t.expires_at)},
+              {"reason", static_cast<int>(reason)}}
+      .dump();
+}
+
+Result<Tombstone> DecodeTombstone(const std::string& value, RemovalReason* reason) {
+  try {
+    const json j = json::parse(value);
+    Tombstone t;
+    t.generation = j.at("generation").get<std::uint64_t>();
+    t.expires_at = FromUnixMillis(j.at("expires_at_ms").get<std::int64_t>());
+    if (reason != nullptr) {
+      const int r = j.value("reason", static_cast<int>(RemovalReason::kDeregister));
+      *reason = r >= 0 && r <= static_cast<int>(RemovalReason::kFence)
+                    ? static_cast<RemovalReason>(r)
+                    : RemovalReason::kDeregister;
+    }
+    return t;
+  } catch (const std::exception& e) {
+    return InternalError(std::string("undecodable tombstone in etcd: ") + e.what());
+  }
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+
+struct EtcdStore::Impl {
+  EtcdOptions options;
+  std::string instances_prefix, tombstones_prefix, renewals_prefix, expirer_key, renewal_key;
+  std::shared_ptr<grpc::Channel> channel;
+  std::unique_ptr<pb::KV::Stub> kv;
+  std::unique_ptr<pb::Watch::Stub> watch;
+  std::unique_ptr<pb::Lease::Stub> lease;
+
+  std::atomic<bool> stopping{false};
+
+  // Feed.
+  StoreListener* listener = nullptr;
+  std::thread feed_thread;
+  std::mutex feed_mu;
+  std::condition_variable feed_cv;
+  std::uint64_t delivered = 0;  // guarded by feed_mu: every change <= this was delivered
+  bool paused = false;          // guarded by feed_mu
+  std::mutex stream_mu;         // guards the two below and every Write on the stream
+  grpc::ClientContext* feed_context = nullptr;
+  grpc::ClientReaderWriter<pb::WatchRequest, pb::WatchResponse>* feed_stream = nullptr;
+
+  // Session and role.
+  std::thread keeper_thread;
+  std::mutex keeper_mu;
+  std::condition_variable keeper_cv;
+  std::int64_t session = 0;                              // keeper thread only (after Open)
+  std::atomic<std::int64_t> expirer_create_revision{0};  // 0: not the expirer
+  std::atomic<std::int64_t> session_ok_ms{0};            // steady ms of the last good keepalive
+  std::map<std::pair<std::string, std::string>, std::uint64_t> pending_renewals;  // keeper_mu
+
+  std::unique_ptr<grpc::ClientContext> Context() const {
+    auto ctx = std::make_unique<grpc::ClientContext>();
+    ctx->set_deadline(std::chrono::system_clock::now() + options.call_timeout);
+    // A member cut off from its cluster's leader refuses rather than answer stale.
+    ctx->AddMetadata("hasleader", "true");
+    return ctx;
+  }
+
+  // Runs a unary call, retrying calls that never reached etcd until the deadline.
+  template <typename Call>
+  grpc::Status Retry(Call call) const {
+    const auto give_up = std::chrono::steady_clock::now() + options.call_timeout;
+    Duration backoff = 50ms;
+    for (;;) {
+      auto ctx = Context();
+      grpc::Status s = call(*ctx);
+      if (s.ok() || s.error_code() != grpc::StatusCode::UNAVAILABLE || stopping) return s;
+      if (std::chrono::steady_clock::now() + backoff >= give_up) return s;
+      std::this_thread::sleep_for(backoff);
+      backoff = std::min<Duration>(backoff * 2, 1s);
+    }
+  }
+
+  std::string InstanceKey(const std::string& service, const std::string& id) const {
+    return instances_prefix + service + "/" + id;
+  }
+  std::string TombstoneKey(const std::string& service, const std::string& id) const {
+    return tombstones_prefix + service + "/" + id;
+  }
+
+  static std::int64_t SteadyMs() {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(
+               std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+  }
+
+  Result<std::uint64_t> Txn(const std::vector<Write>& writes, bool as_expirer);
+  Status RangeAll(const std::string& prefix, std::int64_t& revision,
+                  std::vector<mvccpb::KeyValue>& out);
+  Result<StoreState> Load();
+
+  void FeedLoop(std::uint64_t from);
+  // Returns false when the feed must reload (compaction).
+  void Deliver(const pb::WatchResponse& response);
+  void SetDelivered(std::uint64_t revision) {
+    {
+      std::lock_guard lock(feed_mu);
+      delivered = std::max(delivered, revision);
+    }
+    feed_cv.notify_all();
+  }
+  void RequestProgress() {
+    std::lock_guard lock(stream_mu);
+    if (feed_stream == nullptr) return;
+    pb::WatchRequest req;
+    req.mutable_progress_request();
+    feed_stream->Write(req);
+  }
+
+  void KeeperLoop();
+  bool GrantSession();
+  bool KeepAlive();
+  void Campaign();
+  void FlushRenewals();
+  void RevokeSession();
+};
+
+Result<std::uint64_t> EtcdStore::Impl::Txn(const std::vector<Write>& writes, bool as_expirer) {
+  pb::TxnRequest req;
+  if (as_expirer) {
+    const std::int64_t role = expirer_create_revision.load();
+    if (role == 0) return Status(StatusCode::kAborted, "this process is not the expirer");
+    pb::Compare* c = req.add_compare();
+    c->set_key(expirer_key);
+    c->set_target(pb::Compare::CREATE);
+    c->set_result(pb::Compare::EQUAL);
+    c->set_create_revision(role);
+  }
+  // A removal's reason travels in the tombstone written with it.
+  std::map<std::pair<std::string, std::string>, RemovalReason> reasons;
+  for (const Write& w : writes) {
+    if (w.kind == Write::Kind::kDeleteInstance) reasons[{w.service, w.id}] = w.reason;
+  }
+  for (const Write& w : writes) {
+    if (w.expect_mod_revision) {
+      pb::Compare* c = req.add_compare();
+      c->set_key(InstanceKey(w.service, w.id));
+      c->set_target(pb::Compare::MOD);
+      c->set_result(pb::Compare::EQUAL);
+      c->set_mod_revision(static_cast<std::int64_t>(*w.expect_mod_revision));
+    }
+    pb::RequestOp* op = req.add_success();
+    switch (w.kind) {
+      case Write::Kind::kPutInstance:
+        op->mutable_request_put()->set_key(InstanceKey(w.service, w.id));
+        op->mutable_request_put()->set_value(EncodeInstance(w.instance, w.create));
+        break;
+      case Write::Kind::kDeleteInstance:
+        op->mutable_request_delete_range()->set_key(InstanceKey(w.service, w.id));
+        break;
+      case Write::Kind::kPutTombstone: {
+        auto reason = reasons.find({w.service, w.id});
+        op->mutable_request_put()->set_key(TombstoneKey(w.service, w.id));
+        op->mutable_request_put()->set_value(EncodeTombstone(
+            w.tombstone, reason == reasons.end() ? RemovalReason::kDeregister : reason->second));
+        break;
+      }
+      case Write::Kind::kDeleteTombstone:
+        op->mutable_request_delete_range()->set_key(TombstoneKey(w.service, w.id));
+        break;
+    }
+  }
+  pb::TxnResponse resp;
+  const grpc::Status s = Retry([&](grpc::ClientContext& ctx) { return kv->Txn(&ctx, req, &resp); });
+  if (!s.ok()) return FromGrpc(s, "txn");
+  if (!resp.succeeded()) {
+    return Status(StatusCode::kAborted,
+                  as_expirer ? "precondition failed: a row changed, or this process is no longer "
+                               "the expirer"
+                             : "precondition failed: another registry process changed the row");
+  }
+  return static_cast<std::uint64_t>(resp.header().revision());
+}
+
+Status EtcdStore::Impl::RangeAll(const std::string& prefix, std::int64_t& revision,
+                                 std::vector<mvccpb::KeyValue>& out) {
+  std::string from = prefix;
+  const std::string end = PrefixEnd(prefix);
+  for (;;) {
+    pb::RangeRequest req;
+    req.set_key(from);
+    req.set_range_end(end);
+    req.set_limit(1000);
+    req.set_revision(revision);  // 0 on the first page: now; then that same revision
+    pb::RangeResponse resp;
+    const grpc::Status s =
+        Retry([&](grpc::ClientContext& ctx) { return kv->Range(&ctx, req, &resp); });
+    if (!s.ok()) return FromGrpc(s, "range " + prefix);
+    if (revision == 0) revision = resp.header().revision();
+    for (auto& kv_pair : *resp.mutable_kvs()) out.push_back(std::move(kv_pair));
+    if (!resp.more() || resp.kvs_size() == 0) return Status::Ok();
+    from = out.back().key() + std::string(1, '\0');
+  }
+}
+
+Result<StoreState> EtcdStore::Impl::Load() {
+  // Both ranges at one revision: one consistent state.
+  std::int64_t revision = 0;
+  std::vector<mvccpb::KeyValue> instances, tombstones;
+  DROVER_RETURN_IF_ERROR(RangeAll(instances_prefix, revision, instances));
+  DROVER_RETURN_IF_ERROR(RangeAll(tombstones_prefix, revision, tombstones));
+  StoreState state;
+  state.revision = static_cast<std::uint64_t>(revision);
+  for (const mvccpb::KeyValue& kv_pair : instances) {
+    const std::string rest = kv_pair.key().substr(instances_prefix.size());
+    const std::size_t slash = rest.find('/');
+    if (slash == std::string::npos) continue;
+    bool created_here = false;
+    DROVER_ASSIGN_OR_RETURN(Instance in, DecodeInstance(kv_pair.value(), created_here));
+    in.service = rest.substr(0, slash);
+    in.id = rest.substr(slash + 1);
+    in.mod_revision = static_cast<std::uint64_t>(kv_pair.mod_revision());
+    if (created_here) in.create_revision = in.mod_revision;
+    state.instances.push_back(std::move(in));
+  }
+  for (const mvccpb::KeyValue& kv_pair : tombstones) {
+    const std::string rest = kv_pair.key().substr(tombstones_prefix.size());
+    const std::size_t slash = rest.find('/');
+    if (slash == std::string::npos) continue;
+    DROVER_ASSIGN_OR_RETURN(Tombstone t, DecodeTombstone(kv_pair.value(), nullptr));
+    t.service = rest.substr(0, slash);
+    t.id = rest.substr(slash + 1);
+    t.revision = static_cast<std::uint64_t>(kv_pair.mod_revision());
+    state.tombstones.push_back(std::move(t));
+  }
+  return state;
+}
+
+// --- Feed ----------------------------------------------------------------------------------
+
+void EtcdStore::Impl::Deliver(const pb::WatchResponse& response) {
+  const auto& events = response.events();
+  for (int i = 0; i < events.size();) {
+    const std::int64_t revision = events[i].kv().mod_revision();
+    int end = i;
+    while (end < events.size() && events[end].kv().mod_revision() == revision) ++end;
+    Change change;
+    change.revision = static_cast<std::uint64_t>(revision);
+    std::map<std::pair<std::string, std::string>, RemovalReason> reasons;
+    for (int k = i; k < end; ++k) {
+      const mvccpb::Event& e = events[k];
+      const std::string& key = e.kv().key();
+      if (e.type() == mvccpb::Event::PUT && key.starts_with(tombstones_prefix)) {
+        const std::string rest = key.substr(tombstones_prefix.size());
+        const std::size_t slash = rest.find('/');
+        RemovalReason reason = RemovalReason::kDeregister;
+        if (slash != std::string::npos && DecodeTombstone(e.kv().value(), &reason).ok()) {
+          reasons[{rest.substr(0, slash), rest.substr(slash + 1)}] = reason;
+        }
+      }
+    }
+    for (int k = i; k < end; ++k) {
+      const mvccpb::Event& e = events[k];
+      const std::string& key = e.kv().key();
+      const bool put = e.type() == mvccpb::Event::PUT;
+      if (key.starts_with(renewals_prefix)) {
+        if (!put || key == renewal_key) continue;
+        std::vector<LeaseRenewal> renewals;
+        try {
+          for (const json& r : json::parse(e.kv().value()).at("r")) {
+            renewals.push_back(LeaseRenewal{r.at(0).get<std::string>(), r.at(1).get<std::string>(),
+                                            r.at(2).get<std::uint64_t>()});
+          }
+        } catch (const std::exception& ex) {
+          spdlog::warn("registry: undecodable lease renewals at {}: {}", key, ex.what());
+          continue;
+        }
+        listener->OnRenewals(renewals);
+        continue;
+      }
+      const bool instance = key.starts_with(instances_prefix);
+      const bool tombstone = key.starts_with(tombstones_prefix);
+      if (!instance && !tombstone) continue;
+      const std::string rest =
+          key.substr(instance ? instances_prefix.size() : tombstones_prefix.size());
+      const std::size_t slash = rest.find('/');
+      if (slash == std::string::npos) continue;
+      Write w;
+      w.service = rest.substr(0, slash);
+      w.id = rest.substr(slash + 1);
+      if (instance && put) {
+        bool created_here = false;
+        Result<Instance> in = DecodeInstance(e.kv().value(), created_here);
+        if (!in.ok()) {
+          spdlog::error("registry: skipping {}: {}", key, in.status().ToString());
+          continue;
+        }
+        w.kind = Write::Kind::kPutInstance;
+        w.instance = std::move(*in);
+        w.create = created_here;
+      } else if (instance) {
+        w.kind = Write::Kind::kDeleteInstance;
+        auto reason = reasons.find({w.service, w.id});
+        w.reason = reason == reasons.end() ? RemovalReason::kDeregister : reason->second;
+      } else if (put) {
+        Result<Tombstone> t = DecodeTombstone(e.kv().value(), nullptr);
+        if (!t.ok()) {
+          spdlog::error("registry: skipping {}: {}", key, t.status().ToString());
+          continue;
+        }
+        w.kind = Write::Kind::kPutTombstone;
+        w.tombstone = std::move(*t);
+      } else {
+        w.kind = Write::Kind::kDeleteTombstone;
+      }
+      change.writes.push_back(std::move(w));
+    }
+    if (!change.writes.empty()) listener->OnChange(change);
+    SetDelivered(change.revision);
+    i = end;
+  }
+  // No events: a progress notification -- everything up to the header's revision was sent.
+  if (events.empty() && !response.created()) {
+    SetDelivered(static_cast<std::uint64_t>(response.header().revision()));
+  }
+}
+
+void EtcdStore::Impl::FeedLoop(std::uint64_t from) {
+  std::uint64_t next = from + 1;
+  Duration backoff = 100ms;
+  while (!stopping) {
+    {
+      std::unique_lock lock(feed_mu);
+      feed_cv.wait(lock, [&] { return stopping || !paused; });
+      if (stopping) return;
+    }
+    grpc::ClientContext ctx;
+    ctx.AddMetadata("hasleader", "true");
+    auto stream = watch->Watch(&ctx);
+    {
+      std::lock_guard lock(stream_mu);
+      feed_context = &ctx;
+      feed_stream = stream.get();
+      pb::WatchRequest req;
+      pb::WatchCreateRequest* create = req.mutable_create_request();
+      create->set_key(options.prefix + "/");
+      create->set_range_end(PrefixEnd(options.prefix + "/"));
+      create->set_start_revision(static_cast<std::int64_t>(next));
+      create->set_progress_notify(true);
+      stream->Write(req);
+    }
+    {
+      // A pause or stop that came before the context was published.
+      std::lock_guard lock(feed_mu);
+      if (paused || stopping) ctx.TryCancel();
+    }
+    bool reload = false;
+    pb::WatchResponse resp;
+    while (stream->Read(&resp)) {
+      backoff = 100ms;
+      if (resp.compact_revision() > 0) {
+        spdlog::warn(
+            "registry: etcd compacted past revision {} (compact revision {}); reloading the "
+            "registry state",
+            next, resp.compact_revision());
+        reload = true;
+        break;
+      }
+      if (resp.canceled()) {
+        spdlog::warn("registry: etcd cancelled the watch: {}", resp.cancel_reason());
+        break;
+      }
+      Deliver(resp);
+      if (!resp.events().empty()) {
+        next = static_cast<std::uint64_t>(resp.events().rbegin()->kv().mod_revision()) + 1;
+      }
+    }
+    {
+      std::lock_guard lock(stream_mu);
+      feed_context = nullptr;
+      feed_stream = nullptr;
+    }
+    ctx.TryCancel();
+    const grpc::Status status = stream->Finish();
+    if (stopping) return;
+    if (reload) {
+      Result<StoreState> state = Load();
+      if (state.ok()) {
+        next = state->revision + 1;
+        const std::uint64_t revision = state->revision;
+        listener->OnReset(std::move(*state));
+        SetDelivered(revision);
+        continue;
+      }
+      spdlog::error("registry: reloading from etcd failed: {}", state.status().ToString());
+    } else if (!status.ok()) {
+      spdlog::warn("registry: etcd watch broke ({}); resuming from revision {}",
+                   status.error_message(), next);
+    }
+    std::unique_lock lock(feed_mu);
+    feed_cv.wait_for(lock, backoff, [&] { return stopping.load(); });
+    backoff = std::min<Duration>(backoff * 2, 2s);
+  }
+}
+
+// --- Session, role, renewals ---------------------------------------------------------------
+
+bool EtcdStore::Impl::GrantSession() {
+  pb::LeaseGrantRequest req;
+  req.set_ttl(std::max<std::int64_t>(
+      1, std::chrono::duration_cast<std::chrono::seconds>(options.session_ttl).count()));
+  pb::LeaseGrantResponse resp;
+  auto ctx = Context();
+  const grpc::Status s = lease->LeaseGrant(ctx.get(), req, &resp);
+  if (!s.ok() || resp.id() == 0) {
+    spdlog::warn("registry: etcd lease grant failed: {}",
+                 s.ok() ? resp.error() : s.error_message());
+    return false;
+  }
+  session = resp.id();
+  session_ok_ms = SteadyMs();
+  return true;
+}
+
+bool EtcdStore::Impl::KeepAlive() {
+  auto ctx = Context();
+  auto stream = lease->LeaseKeepAlive(ctx.get());
+  pb::LeaseKeepAliveRequest req;
+  req.set_id(session);
+  pb::LeaseKeepAliveResponse resp;
+  const bool answered = stream->Write(req) && stream->Read(&resp);
+  stream->WritesDone();
+  ctx->TryCancel();
+  stream->Finish();
+  if (!answered) return false;
+  if (resp.ttl() <= 0) {  // the lease is gone: so is everything attached to it
+    session = 0;
+    expirer_create_revision = 0;
+    return false;
+  }
+  session_ok_ms = SteadyMs();
+  return true;
+}
+
+void EtcdStore::Impl::Campaign() {
+  pb::TxnRequest req;
+  pb::Compare* absent = req.add_compare();
+  absent->set_key(expirer_key);
+  absent->set_target(pb::Compare::CREATE);
+  absent->set_result(pb::Compare::EQUAL);
+  absent->set_create_revision(0);
+  pb::PutRequest* put = req.add_success()->mutable_request_put();
+  put->set_key(expirer_key);
+  put->set_value(options.process_name);
+  put->set_lease(session);
+  req.add_failure()->mutable_request_range()->set_key(expirer_key);
+  pb::TxnResponse resp;
+  auto ctx = Context();
+  if (!kv->Txn(ctx.get(), req, &resp).ok()) return;
+  std::int64_t holder_revision = 0;
+  std::string holder;
+  if (resp.succeeded()) {
+    holder_revision = resp.header().revision();
+    holder = options.process_name;
+  } else if (resp.responses_size() == 1 && resp.responses(0).response_range().kvs_size() == 1) {
+    const mvccpb::KeyValue& kv_pair = resp.responses(0).response_range().kvs(0);
+    holder = kv_pair.value();
+    holder_revision = kv_pair.create_revision();
+    // Ours only if held with this very session (not a previous one of this process).
+    if (kv_pair.lease() != session) holder.clear();
+  }
+  const std::int64_t before =
+      expirer_create_revision.exchange(holder == options.process_name ? holder_revision : 0);
+  if (before == 0 && holder == options.process_name) {
+    spdlog::info("registry: this process ({}) now expires leases", options.process_name);
+  } else if (before != 0 && holder != options.process_name) {
+    spdlog::warn("registry: this process no longer expires leases (held by {})",
+                 holder.empty() ? "nobody" : holder);
+  }
+}
+
+void EtcdStore::Impl::FlushRenewals() {
+  std::map<std::pair<std::string, std::string>, std::uint64_t> batch;
+  {
+    std::lock_guard lock(keeper_mu);
+    batch.swap(pending_renewals);
+  }
+  if (batch.empty() || session == 0) return;
+  json list = json::array();
+  for (const auto& [key, generation] : batch) list.push_back({key.first, key.second, generation});
+  pb::PutRequest req;
+  req.set_key(renewal_key);
+  req.set_value(json{{"r", list}}.dump());
+  req.set_lease(session);
+  pb::PutResponse resp;
+  auto ctx = Context();
+  const grpc::Status s = kv->Put(ctx.get(), req, &resp);
+  // Heartbeats repeat well within a TTL: a lost batch is covered by the next one.
+  if (!s.ok()) spdlog::debug("registry: sharing lease renewals failed: {}", s.error_message());
+}
+
+void EtcdStore::Impl::RevokeSession() {
+  if (session == 0) return;
+  pb::LeaseRevokeRequest req;
+  req.set_id(session);
+  pb::LeaseRevokeResponse resp;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + 1s);
+  (void)lease->LeaseRevoke(&ctx, req, &resp);
+  session = 0;
+  expirer_create_revision = 0;
+}
+
+void EtcdStore::Impl::KeeperLoop() {
+  const auto ttl = options.session_ttl;
+  auto next_keepalive = std::chrono::steady_clock::now() + ttl / 3;
+  auto next_campaign = std::chrono::steady_clock::now() + ttl / 5;
+  while (!stopping) {
+    {
+      std::unique_lock lock(keeper_mu);
+      keeper_cv.wait_for(lock, options.renewal_flush, [&] { return stopping.load(); });
+      if (stopping) break;
+    }
+    FlushRenewals();
+    const auto now = std::chrono::steady_clock::now();
+    if (session == 0) {
+      if (GrantSession()) next_keepalive = now + ttl / 3;
+    } else if (now >= next_keepalive) {
+      if (KeepAlive()) {
+        next_keepalive = now + ttl / 3;
+      } else {
+        next_keepalive = now + 200ms;
+        // Without a keepalive for a whole TTL the lease may be gone: stop acting on the role.
+        if (SteadyMs() - session_ok_ms >
+            std::chrono::duration_cast<std::chrono::milliseconds>(ttl).count()) {
+          if (expirer_create_revision.exchange(0) != 0) {
+            spdlog::warn("registry: etcd session not renewed for a TTL; no longer expiring");
+          }
+        }
+      }
+    }
+    if (session != 0 && now >= next_campaign) {
+      Campaign();
+      next_campaign = now + ttl / 5;
+    }
+  }
+  RevokeSession();
+}
+
+// ---------------------------------------------------------------------------------------------
+
+EtcdStore::EtcdStore(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+Result<std::unique_ptr<EtcdStore>> EtcdStore::Open(EtcdOptions options) {
+  if (options.endpoints.empty()) return InvalidArgumentError("no etcd endpoints given");
+  if (options.prefix.empty() || options.prefix.front() != '/' || options.prefix.back() == '/') {
+    return InvalidArgumentError("etcd prefix '" + options.prefix +
+                                "' must start with '/' and not end with one");
+  }
+  if (options.session_ttl < 1s) options.session_ttl = 1s;
+  if (options.process_name.empty()) options.process_name = DefaultProcessName();
+  std::string target = "ipv4:";
+  bool any_v6 = false;
+  std::vector<std::string> addresses;
+  for (const std::string& endpoint : options.endpoints) {
+    DROVER_ASSIGN_OR_RETURN(std::string address, Resolve(endpoint));
+    any_v6 = any_v6 || address.front() == '[';
+    addresses.push_back(std::move(address));
+  }
+  target = any_v6 ? "ipv6:" : "ipv4:";
+  for (std::size_t i = 0; i < addresses.size(); ++i) target += (i ? "," : "") + addresses[i];
+
+  auto impl = std::make_unique<Impl>();
+  impl->options = options;
+  impl->instances_prefix = options.prefix + "/instances/";
+  impl->tombstones_prefix = options.prefix + "/tombstones/";
+  impl->renewals_prefix = options.prefix + "/renewals/";
+  impl->expirer_key = options.prefix + "/expirer";
+  impl->renewal_key = impl->renewals_prefix + options.process_name;
+  grpc::ChannelArguments args;
+  args.SetLoadBalancingPolicyName("round_robin");
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 10'000);  // etcd refuses pings more often than 5 s
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5'000);
+  args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1'000);
+  args.SetMaxReceiveMessageSize(-1);  // a watch batch or a range page can be large
+  impl->channel = grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
+  impl->kv = pb::KV::NewStub(impl->channel);
+  impl->watch = pb::Watch::NewStub(impl->channel);
+  impl->lease = pb::Lease::NewStub(impl->channel);
+
+  // Reachable at all? (One read, retried within the call timeout.)
+  pb::RangeRequest probe;
+  probe.set_key(impl->expirer_key);
+  pb::RangeResponse probed;
+  const grpc::Status s =
+      impl->Retry([&](grpc::ClientContext& ctx) { return impl->kv->Range(&ctx, probe, &probed); });
+  if (!s.ok()) {
+    return UnavailableError("etcd at " + target.substr(5) +
+                            " did not answer: " + s.error_message());
+  }
+  if (impl->GrantSession()) impl->Campaign();
+  Impl* raw = impl.get();
+  impl->keeper_thread = std::thread([raw] { raw->KeeperLoop(); });
+  spdlog::info("registry: etcd store at {} under {} as {}", target.substr(5), options.prefix,
+               options.process_name);
+  return std::unique_ptr<EtcdStore>(new EtcdStore(std::move(impl)));
+}
+
+EtcdStore::~EtcdStore() {
+  impl_->stopping = true;
+  {
+    std::lock_guard lock(impl_->stream_mu);
+    if (impl_->feed_context != nullptr) impl_->feed_context->TryCancel();
+  }
+  impl_->feed_cv.notify_all();
+  impl_->keeper_cv.notify_all();
+  if (impl_->feed_thread.joinable()) impl_->feed_thread.join();
+  if (impl_->keeper_thread.joinable()) impl_->keeper_thread.join();
+}
+
+Result<StoreState> EtcdStore::Load() { return impl_->Load(); }
+
+Result<std::uint64_t> EtcdStore::Commit(const std::vector<Write>& writes) {
+  return impl_->Txn(writes, false);
+}
+
+Result<std::uint64_t> EtcdStore::CommitAsExpirer(const std::vector<Write>& writes) {
+  return impl_->Txn(writes, true);
+}
+
+Status EtcdStore::PruneTombstones(const std::vector<Tombstone>& expired) {
+  // Only tombstones still at the revision that was read: a newer one stays.
+  for (const Tombstone& t : expired) {
+    pb::TxnRequest req;
+    pb::Compare* c = req.add_compare();
+    c->set_key(impl_->TombstoneKey(t.service, t.id));
+    c->set_target(pb::Compare::MOD);
+    c->set_result(pb::Compare::EQUAL);
+    c->set_mod_revision(static_cast<std::int64_t>(t.revision));
+    req.add_success()->mutable_request_delete_range()->set_key(
+        impl_->TombstoneKey(t.service, t.id));
+    pb::TxnResponse resp;
+    const grpc::Status s =
+        impl_->Retry([&](grpc::ClientContext& ctx) { return impl_->kv->Txn(&ctx, req, &resp); });
+    if (!s.ok()) return FromGrpc(s, "prune tombstone");
+  }
+  return Status::Ok();
+}
+
+Status EtcdStore::Follow(std::uint64_t revision, StoreListener* listener) {
+  if (impl_->feed_thread.joinable()) return FailedPreconditionError("already following");
+  impl_->listener = listener;
+  {
+    std::lock_guard lock(impl_->feed_mu);
+    impl_->delivered = revision;
+  }
+  Impl* raw = impl_.get();
+  impl_->feed_thread = std::thread([raw, revision] { raw->FeedLoop(revision); });
+  return Status::Ok();
+}
+
+Status EtcdStore::WaitDelivered(std::uint64_t revision, Duration timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  std::unique_lock lock(impl_->feed_mu);
+  bool asked = false;
+  while (impl_->delivered < revision) {
+    if (std::chrono::steady_clock::now() >= deadline) {
+      return Status(StatusCode::kDeadlineExceeded, "etcd watch has delivered revision " +
+                                                       std::to_string(impl_->delivered) +
+                                                       ", waiting for " + std::to_string(revision));
+    }
+    if (asked) {
+      // Events of other keys (outside the prefix) advance etcd's revision too; etcd answers a
+      // progress request once the watch has sent everything up to its current revision.
+      lock.unlock();
+      impl_->RequestProgress();
+      lock.lock();
+    }
+    asked = !impl_->feed_cv.wait_for(lock, 50ms, [&] { return impl_->delivered >= revision; });
+  }
+  return Status::Ok();
+}
+
+Result<std::uint64_t> EtcdStore::Head() {
+  pb::RangeRequest req;
+  req.set_key(impl_->expirer_key);
+  req.set_count_only(true);
+  pb::RangeResponse resp;
+  const grpc::Status s =
+      impl_->Retry([&](grpc::ClientContext& ctx) { return impl_->kv->Range(&ctx, req, &resp); });
+  if (!s.ok()) return FromGrpc(s, "range");
+  return static_cast<std::uint64_t>(resp.header().revision());
+}
+
+bool EtcdStore::Expirer() const { return impl_->expirer_create_revision.load() != 0; }
+
+void EtcdStore::ShareRenewals(const std::vector<LeaseRenewal>& renewals) {
+  std::lock_guard lock(impl_->keeper_mu);
+  for (const LeaseRenewal& r : renewals) {
+    impl_->pending_renewals[{r.service, r.id}] = r.generation;
+  }
+}
+
+Duration EtcdStore::RenewalDelay() const { return impl_->options.expiry_grace; }
+
+const std::string& EtcdStore::process_name() const { return impl_->options.process_name; }
+
+void EtcdStore::PauseFeedForTesting(bool paused) {
+  {
+    std::lock_guard lock(impl_->feed_mu);
+    impl_->paused = paused;
+  }
+  if (paused) {
+    std::lock_guard lock(impl_->stream_mu);
+    if (impl_->feed_context != nullptr) impl_->feed_context->TryCancel();
+  }
+  impl_->feed_cv.notify_all();
+}
+
+}  // namespace drover::registry
