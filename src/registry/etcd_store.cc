@@ -180,26 +180,37 @@ struct EtcdStore::Impl {
   std::atomic<std::int64_t> session_ok_ms{0};            // steady ms of the last good keepalive
   std::map<std::pair<std::string, std::string>, std::uint64_t> pending_renewals;  // keeper_mu
 
-  std::unique_ptr<grpc::ClientContext> Context() const {
+  std::unique_ptr<grpc::ClientContext> Context(
+      std::chrono::system_clock::time_point deadline = {}) const {
     auto ctx = std::make_unique<grpc::ClientContext>();
-    ctx->set_deadline(std::chrono::system_clock::now() + options.call_timeout);
+    if (deadline == std::chrono::system_clock::time_point{}) {
+      deadline = std::chrono::system_clock::now() + options.call_timeout;
+    }
+    ctx->set_deadline(deadline);
     // A member cut off from its cluster's leader refuses rather than answer stale.
     ctx->AddMetadata("hasleader", "true");
     return ctx;
   }
 
-  // Runs a unary call, retrying calls that never reached etcd until the deadline.
+  // Runs a unary call within call_timeout, each attempt within attempt_timeout: a call that
+  // never reached etcd, or that a member holds while its cluster elects a new leader, is tried
+  // again (on whichever member is up) -- safe, since every commit is guarded by compares and a
+  // repeated one that had in fact succeeded fails its compares and is caught up with.
   template <typename Call>
   grpc::Status Retry(Call call) const {
-    const auto give_up = std::chrono::steady_clock::now() + options.call_timeout;
+    const auto give_up = std::chrono::system_clock::now() + options.call_timeout;
     Duration backoff = 50ms;
     for (;;) {
-      auto ctx = Context();
+      const auto attempt_end =
+          std::min(give_up, std::chrono::system_clock::now() + options.attempt_timeout);
+      auto ctx = Context(attempt_end);
       grpc::Status s = call(*ctx);
-      if (s.ok() || s.error_code() != grpc::StatusCode::UNAVAILABLE || stopping) return s;
-      if (std::chrono::steady_clock::now() + backoff >= give_up) return s;
+      const bool again = s.error_code() == grpc::StatusCode::UNAVAILABLE ||
+                         s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED;
+      if (s.ok() || !again || stopping) return s;
+      if (std::chrono::system_clock::now() + backoff >= give_up) return s;
       std::this_thread::sleep_for(backoff);
-      backoff = std::min<Duration>(backoff * 2, 1s);
+      backoff = std::min<Duration>(backoff * 2, 500ms);
     }
   }
 

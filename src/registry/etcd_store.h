@@ -25,8 +25,8 @@
 //   other processes read from their feed; `expiry_grace` is what the expirer allows for that.
 // - Endpoints: host:port of every member, resolved once at Open; one gRPC channel balancing
 //   round robin over the members that are up, with HTTP/2 keepalive; every call has a deadline;
-//   calls that fail before reaching etcd (UNAVAILABLE) are retried within the deadline -- safe
-//   because every commit is guarded by its compares.
+//   a try that fails or times out is repeated within the call's deadline -- safe because every
+//   commit is guarded by its compares.
 //
 // Thread-safe. Two threads of its own: the feed and the session keeper.
 #pragma once
@@ -46,6 +46,9 @@ struct EtcdOptions {
   // Names this process in <prefix>/expirer and <prefix>/renewals/; default host:pid:random.
   std::string process_name;
   Duration call_timeout = std::chrono::seconds(5);
+  // One try of a call; a try that times out (say, while etcd elects a leader) is repeated
+  // within call_timeout.
+  Duration attempt_timeout = std::chrono::seconds(2);
   Duration session_ttl = std::chrono::seconds(5);  // whole seconds; etcd may raise small ones
   Duration renewal_flush = std::chrono::milliseconds(100);
   // How long after a lapsed deadline the expirer still waits for a renewal batch from another

@@ -554,6 +554,9 @@ std::string HttpServer::Impl::Metrics() {
   metrics::TextWriter out;
   out.Gauge("drover_registry_revision", "Current global revision",
             static_cast<double>(registry.revision()));
+  out.Gauge("drover_registry_expirer",
+            "1 when this process expires leases (always with SQLite; the elected one with etcd)",
+            registry.expirer() ? 1 : 0);
   for (const auto& s : registry.Services()) {
     out.Gauge("drover_registry_instances", "Registered instances per service",
               static_cast<double>(s.instances), {{"service", s.name}});
