@@ -152,7 +152,8 @@ Result<Tombstone> DecodeTombstone(const std::string& value, RemovalReason* reaso
 
 struct EtcdStore::Impl {
   EtcdOptions options;
-  std::string instances_prefix, tombstones_prefix, renewals_prefix, expirer_key, renewal_key;
+  std::string instances_prefix, tombstones_prefix, renewals_prefix, expirer_key, renewal_key,
+      last_key;
   std::shared_ptr<grpc::Channel> channel;
   std::unique_ptr<pb::KV::Stub> kv;
   std::unique_ptr<pb::Watch::Stub> watch;
@@ -167,9 +168,8 @@ struct EtcdStore::Impl {
   std::condition_variable feed_cv;
   std::uint64_t delivered = 0;  // guarded by feed_mu: every change <= this was delivered
   bool paused = false;          // guarded by feed_mu
-  std::mutex stream_mu;         // guards the two below and every Write on the stream
+  std::mutex stream_mu;         // guards feed_context
   grpc::ClientContext* feed_context = nullptr;
-  grpc::ClientReaderWriter<pb::WatchRequest, pb::WatchResponse>* feed_stream = nullptr;
 
   // Session and role.
   std::thread keeper_thread;
@@ -228,12 +228,18 @@ struct EtcdStore::Impl {
   }
 
   Result<std::uint64_t> Txn(const std::vector<Write>& writes, bool as_expirer);
+  // Every commit also touches <prefix>/last, whose mod_revision is then the revision of the
+  // latest registry commit: what a process that lost a compare must see before deciding again.
+  void MarkLast(pb::TxnRequest& req) const {
+    pb::PutRequest* put = req.add_success()->mutable_request_put();
+    put->set_key(last_key);
+    put->set_value(options.process_name);
+  }
   Status RangeAll(const std::string& prefix, std::int64_t& revision,
                   std::vector<mvccpb::KeyValue>& out);
   Result<StoreState> Load();
 
   void FeedLoop(std::uint64_t from);
-  // Returns false when the feed must reload (compaction).
   void Deliver(const pb::WatchResponse& response);
   void SetDelivered(std::uint64_t revision) {
     {
@@ -242,14 +248,6 @@ struct EtcdStore::Impl {
     }
     feed_cv.notify_all();
   }
-  void RequestProgress() {
-    std::lock_guard lock(stream_mu);
-    if (feed_stream == nullptr) return;
-    pb::WatchRequest req;
-    req.mutable_progress_request();
-    feed_stream->Write(req);
-  }
-
   void KeeperLoop();
   bool GrantSession();
   bool KeepAlive();
@@ -303,6 +301,7 @@ Result<std::uint64_t> EtcdStore::Impl::Txn(const std::vector<Write>& writes, boo
         break;
     }
   }
+  MarkLast(req);
   pb::TxnResponse resp;
   const grpc::Status s = Retry([&](grpc::ClientContext& ctx) { return kv->Txn(&ctx, req, &resp); });
   if (!s.ok()) return FromGrpc(s, "txn");
@@ -452,10 +451,6 @@ void EtcdStore::Impl::Deliver(const pb::WatchResponse& response) {
     SetDelivered(change.revision);
     i = end;
   }
-  // No events: a progress notification -- everything up to the header's revision was sent.
-  if (events.empty() && !response.created()) {
-    SetDelivered(static_cast<std::uint64_t>(response.header().revision()));
-  }
 }
 
 void EtcdStore::Impl::FeedLoop(std::uint64_t from) {
@@ -473,13 +468,11 @@ void EtcdStore::Impl::FeedLoop(std::uint64_t from) {
     {
       std::lock_guard lock(stream_mu);
       feed_context = &ctx;
-      feed_stream = stream.get();
       pb::WatchRequest req;
       pb::WatchCreateRequest* create = req.mutable_create_request();
       create->set_key(options.prefix + "/");
       create->set_range_end(PrefixEnd(options.prefix + "/"));
       create->set_start_revision(static_cast<std::int64_t>(next));
-      create->set_progress_notify(true);
       stream->Write(req);
     }
     {
@@ -511,7 +504,6 @@ void EtcdStore::Impl::FeedLoop(std::uint64_t from) {
     {
       std::lock_guard lock(stream_mu);
       feed_context = nullptr;
-      feed_stream = nullptr;
     }
     ctx.TryCancel();
     const grpc::Status status = stream->Finish();
@@ -709,6 +701,7 @@ Result<std::unique_ptr<EtcdStore>> EtcdStore::Open(EtcdOptions options) {
   impl->tombstones_prefix = options.prefix + "/tombstones/";
   impl->renewals_prefix = options.prefix + "/renewals/";
   impl->expirer_key = options.prefix + "/expirer";
+  impl->last_key = options.prefix + "/last";
   impl->renewal_key = impl->renewals_prefix + options.process_name;
   grpc::ChannelArguments args;
   args.SetLoadBalancingPolicyName("round_robin");
@@ -767,6 +760,7 @@ Result<std::uint64_t> EtcdStore::CommitAsExpirer(const std::vector<Write>& write
 
 Status EtcdStore::PruneTombstones(const std::vector<Tombstone>& expired) {
   // Only tombstones still at the revision that was read: a newer one stays.
+  std::uint64_t last = 0;
   for (const Tombstone& t : expired) {
     pb::TxnRequest req;
     pb::Compare* c = req.add_compare();
@@ -776,12 +770,16 @@ Status EtcdStore::PruneTombstones(const std::vector<Tombstone>& expired) {
     c->set_mod_revision(static_cast<std::int64_t>(t.revision));
     req.add_success()->mutable_request_delete_range()->set_key(
         impl_->TombstoneKey(t.service, t.id));
+    impl_->MarkLast(req);
     pb::TxnResponse resp;
     const grpc::Status s =
         impl_->Retry([&](grpc::ClientContext& ctx) { return impl_->kv->Txn(&ctx, req, &resp); });
     if (!s.ok()) return FromGrpc(s, "prune tombstone");
+    last = std::max(last, static_cast<std::uint64_t>(resp.header().revision()));
   }
-  return Status::Ok();
+  // Back from here, this process's view no longer has them: a register right after must not
+  // trip over a pruned tombstone.
+  return WaitDelivered(last, impl_->options.call_timeout);
 }
 
 Status EtcdStore::Follow(std::uint64_t revision, StoreListener* listener) {
@@ -797,36 +795,26 @@ Status EtcdStore::Follow(std::uint64_t revision, StoreListener* listener) {
 }
 
 Status EtcdStore::WaitDelivered(std::uint64_t revision, Duration timeout) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  // Only events move `delivered` (etcd 3.4's progress notifications can run ahead of the events
+  // they are meant to follow); <prefix>/last makes sure a registry commit is always one.
   std::unique_lock lock(impl_->feed_mu);
-  bool asked = false;
-  while (impl_->delivered < revision) {
-    if (std::chrono::steady_clock::now() >= deadline) {
-      return Status(StatusCode::kDeadlineExceeded, "etcd watch has delivered revision " +
-                                                       std::to_string(impl_->delivered) +
-                                                       ", waiting for " + std::to_string(revision));
-    }
-    if (asked) {
-      // Events of other keys (outside the prefix) advance etcd's revision too; etcd answers a
-      // progress request once the watch has sent everything up to its current revision.
-      lock.unlock();
-      impl_->RequestProgress();
-      lock.lock();
-    }
-    asked = !impl_->feed_cv.wait_for(lock, 50ms, [&] { return impl_->delivered >= revision; });
+  if (impl_->feed_cv.wait_for(lock, timeout, [&] { return impl_->delivered >= revision; })) {
+    return Status::Ok();
   }
-  return Status::Ok();
+  return Status(StatusCode::kDeadlineExceeded, "etcd watch has delivered revision " +
+                                                   std::to_string(impl_->delivered) +
+                                                   ", waiting for " + std::to_string(revision));
 }
 
 Result<std::uint64_t> EtcdStore::Head() {
   pb::RangeRequest req;
-  req.set_key(impl_->expirer_key);
-  req.set_count_only(true);
+  req.set_key(impl_->last_key);
   pb::RangeResponse resp;
   const grpc::Status s =
       impl_->Retry([&](grpc::ClientContext& ctx) { return impl_->kv->Range(&ctx, req, &resp); });
   if (!s.ok()) return FromGrpc(s, "range");
-  return static_cast<std::uint64_t>(resp.header().revision());
+  if (resp.kvs_size() == 0) return std::uint64_t{0};
+  return static_cast<std::uint64_t>(resp.kvs(0).mod_revision());
 }
 
 bool EtcdStore::Expirer() const { return impl_->expirer_create_revision.load() != 0; }

@@ -6,15 +6,19 @@
 // Keys under `prefix` (default /drover/registry):
 //   <prefix>/instances/<service>/<id>   an instance (JSON); mod_revision = the registry's
 //   <prefix>/tombstones/<service>/<id>  a tombstone (JSON, with the reason of the removal)
+//   <prefix>/last                       touched by every commit: its mod_revision is the revision
+//                                       of the latest registry change
 //   <prefix>/expirer                    the process that expires leases (with its session lease)
 //   <prefix>/renewals/<process>         the lease renewals a process accepted in its last batch
 //                                       (with its session lease)
 //
 // - Commits are one etcd Txn: each instance precondition is a compare on the key's mod_revision
 //   (0: absent), so a compare lost to another process is ABORTED and nothing is written. The
-//   registry revision is etcd's revision.
+//   registry revision is etcd's revision. A process that lost a compare waits until its feed
+//   has delivered <prefix>/last's revision, then decides again.
 // - The feed is one Watch over the prefix with require-leader, resumed from the last delivered
-//   revision + 1 after any break (never from "now"); when etcd has compacted past that revision
+//   revision + 1 after any break (never from "now"); only events count as delivered (etcd 3.4's
+//   progress notifications may run ahead of events); when etcd has compacted past that revision
 //   the store reloads everything and reports a reset (the registry sends RESYNC). Every event of
 //   one revision is delivered as one Change.
 // - Expirer: each process holds a session lease (TTL `session_ttl`, kept alive every third of it)

@@ -158,7 +158,8 @@ TEST_P(RegistryTest, TombstoneStopsLateRegisterAndHeartbeat) {
 
 TEST_P(RegistryTest, TombstoneLastsAtLeastOneTtl) {
   ASSERT_TRUE(registry_->Register("svc", "a", Spec(1, InstanceState::kReady, 5'000)).ok());
-  ASSERT_TRUE(registry_->Deregister("svc", "a", 1).ok());
+  ASSERT_TRUE(registry_->Deregister("svc", "a", 1).ok())
+      << registry_->Deregister("svc", "a", 1).status().ToString();
   clock_.Advance(4'999ms);
   ASSERT_TRUE(registry_->Tick().ok());
   EXPECT_EQ(registry_->Register("svc", "a", Spec(1)).status().code(), StatusCode::kAborted);
@@ -178,7 +179,8 @@ TEST_P(RegistryTest, DrainIsStickyAgainstHeartbeatsAndReRegister) {
   EXPECT_EQ(list->instances[0].ready_since, SystemTime{});
 
   auto watcher = registry_->Watch(registry_->revision(), "svc");
-  ASSERT_TRUE(registry_->Deregister("svc", "a", 1).ok());
+  ASSERT_TRUE(registry_->Deregister("svc", "a", 1).ok())
+      << registry_->Deregister("svc", "a", 1).status().ToString();
   auto events = Drain(**watcher);
   ASSERT_EQ(events.size(), 1u);
   EXPECT_EQ(events[0].type, EventType::kDelete);
