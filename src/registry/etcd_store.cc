@@ -456,6 +456,7 @@ void EtcdStore::Impl::Deliver(const pb::WatchResponse& response) {
 void EtcdStore::Impl::FeedLoop(std::uint64_t from) {
   std::uint64_t next = from + 1;
   Duration backoff = 100ms;
+  bool broken = false;  // a stream broke since the last one was created
   while (!stopping) {
     {
       std::unique_lock lock(feed_mu);
@@ -484,6 +485,10 @@ void EtcdStore::Impl::FeedLoop(std::uint64_t from) {
     pb::WatchResponse resp;
     while (stream->Read(&resp)) {
       backoff = 100ms;
+      if (resp.created() && broken) {
+        broken = false;
+        listener->OnFeedRestored();
+      }
       if (resp.compact_revision() > 0) {
         spdlog::warn(
             "registry: etcd compacted past revision {} (compact revision {}); reloading the "
@@ -508,6 +513,7 @@ void EtcdStore::Impl::FeedLoop(std::uint64_t from) {
     ctx.TryCancel();
     const grpc::Status status = stream->Finish();
     if (stopping) return;
+    broken = true;
     if (reload) {
       Result<StoreState> state = Load();
       if (state.ok()) {
@@ -605,12 +611,13 @@ void EtcdStore::Impl::Campaign() {
 }
 
 void EtcdStore::Impl::FlushRenewals() {
+  if (session == 0) return;  // kept until there is a session to attach them to
   std::map<std::pair<std::string, std::string>, std::uint64_t> batch;
   {
     std::lock_guard lock(keeper_mu);
     batch.swap(pending_renewals);
   }
-  if (batch.empty() || session == 0) return;
+  if (batch.empty()) return;
   json list = json::array();
   for (const auto& [key, generation] : batch) list.push_back({key.first, key.second, generation});
   pb::PutRequest req;
@@ -620,8 +627,12 @@ void EtcdStore::Impl::FlushRenewals() {
   pb::PutResponse resp;
   auto ctx = Context();
   const grpc::Status s = kv->Put(ctx.get(), req, &resp);
-  // Heartbeats repeat well within a TTL: a lost batch is covered by the next one.
-  if (!s.ok()) spdlog::debug("registry: sharing lease renewals failed: {}", s.error_message());
+  if (!s.ok()) {
+    // Kept for the next try (newer renewals of the same instance win).
+    spdlog::debug("registry: sharing lease renewals failed: {}", s.error_message());
+    std::lock_guard lock(keeper_mu);
+    pending_renewals.merge(batch);
+  }
 }
 
 void EtcdStore::Impl::RevokeSession() {

@@ -315,6 +315,18 @@ void Registry::OnRenewals(const std::vector<LeaseRenewal>& renewals) {
   }
 }
 
+void Registry::OnFeedRestored() {
+  // What a restart does, for the same reason: while the feed was down, heartbeats accepted by
+  // other processes could not reach this one. Every lease gets at least a fresh TTL.
+  std::lock_guard lock(mu_);
+  const MonoTime now = clock_.Now();
+  for (auto& [name, svc] : services_) {
+    for (auto& [id, entry] : svc.instances) {
+      entry.lease_deadline = std::max(entry.lease_deadline, now + Ttl(entry.instance.spec));
+    }
+  }
+}
+
 void Registry::OnReset(StoreState state) {
   std::lock_guard lock(mu_);
   const MonoTime now = clock_.Now();
@@ -326,7 +338,8 @@ void Registry::OnReset(StoreState state) {
   for (Instance& in : state.instances) {
     ServiceState& svc = services[in.service];
     Entry& entry = svc.instances[in.id];
-    // Leases this process knew carry over; the rest start now.
+    // Leases start now (renewals may have been lost while the feed was away), or later if this
+    // process knew a later deadline.
     entry.lease_deadline = now + Ttl(in.spec);
     if (auto old = services_.find(in.service); old != services_.end()) {
       svc.recent_expiries = old->second.recent_expiries;
@@ -334,7 +347,7 @@ void Registry::OnReset(StoreState state) {
       auto known = old->second.instances.find(in.id);
       if (known != old->second.instances.end() &&
           known->second.instance.spec.generation == in.spec.generation) {
-        entry.lease_deadline = known->second.lease_deadline;
+        entry.lease_deadline = std::max(entry.lease_deadline, known->second.lease_deadline);
       }
     }
     entry.instance = std::move(in);

@@ -195,6 +195,7 @@ class Registry final : private StoreListener {
   void OnChange(const Change& change) override;
   void OnReset(StoreState state) override;
   void OnRenewals(const std::vector<LeaseRenewal>& renewals) override;
+  void OnFeedRestored() override;
 
   Status ValidateKey(const std::string& service, const std::string& id) const;
   // The live entry, or the error a write of `generation` to a missing/newer entry deserves.

@@ -74,6 +74,8 @@ class StoreListener {
   virtual void OnReset(StoreState state) = 0;
   // Leases that another registry process renewed.
   virtual void OnRenewals(const std::vector<LeaseRenewal>& renewals) = 0;
+  // The feed is back after a break: renewals other processes accepted meanwhile may be lost.
+  virtual void OnFeedRestored() = 0;
 };
 
 // A private store is not thread-safe: the registry serialises every call. A shared store is
