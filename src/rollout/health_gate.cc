@@ -1,0 +1,152 @@
+#include "rollout/health_gate.h"
+
+#include <algorithm>
+
+namespace drover::rollout {
+namespace {
+
+std::string Seconds(Duration d) {
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(d).count();
+  return std::to_string(ms / 1000) + "." + std::to_string((ms % 1000) / 100) + " s";
+}
+
+}  // namespace
+
+std::string_view VerdictName(Verdict verdict) {
+  switch (verdict) {
+    case Verdict::kPending:
+      return "pending";
+    case Verdict::kPass:
+      return "pass";
+    case Verdict::kFail:
+      return "fail";
+  }
+  return "?";
+}
+
+HealthGate::HealthGate(std::vector<std::string> instances, SystemTime began, MonoTime began_mono,
+                       GateOptions options)
+    : instances_(std::move(instances)), began_(began), began_mono_(began_mono), options_(options) {}
+
+GateResult HealthGate::Fail(std::string reason) {
+  result_ = GateResult{Verdict::kFail, std::move(reason)};
+  return result_;
+}
+
+GateResult HealthGate::Pass(std::string reason) {
+  result_ = GateResult{Verdict::kPass, std::move(reason)};
+  return result_;
+}
+
+std::string HealthGate::Describe(const Observation& o) const {
+  if (!o.platform) return "unknown to the platform";
+  std::string out = std::string(InstanceStatusName(o.platform->status));
+  out += o.ready ? ", READY" : ", not READY";
+  if (!o.platform->events.empty()) {
+    const InstanceEvent& last = o.platform->events.back();
+    out += ", last event " + std::string(EventKindName(last.kind)) + ": " + last.detail;
+  }
+  return out;
+}
+
+GateResult HealthGate::Observe(MonoTime now, const std::vector<Observation>& seen) {
+  if (result_.verdict != Verdict::kPending) return result_;
+  if (instances_.empty()) return Fail("no new instances to judge: no checks, no pass");
+
+  std::map<std::string, const Observation*> by_id;
+  for (const Observation& o : seen) by_id[o.id] = &o;
+  const bool complete = std::all_of(instances_.begin(), instances_.end(),
+                                    [&](const std::string& id) { return by_id.count(id) > 0; });
+  if (complete) {
+    any_data_ = true;
+    for (const std::string& id : instances_) {
+      const Observation& o = *by_id[id];
+      if (!o.platform) return Fail("instance " + id + " vanished from the platform");
+      for (const InstanceEvent& e : o.platform->events) {
+        if (e.kind == EventKind::kGaveUp) {
+          return Fail("instance " + id + " crashed repeatedly since deploy began and the " +
+                      "platform gave up restarting it (" + e.detail + ")");
+        }
+        if (e.kind == EventKind::kCrashed && e.at >= began_) {
+          auto [it, fresh] = latest_crash_.emplace(id, e.at);
+          if (!fresh) it->second = std::max(it->second, e.at);
+        }
+      }
+      if (o.platform->status == InstanceStatus::kGaveUp) {
+        return Fail("instance " + id + " crashed repeatedly since deploy began and the platform " +
+                    "gave up restarting it");
+      }
+      if (o.ready) {
+        ready_since_.emplace(id, now);
+      } else {
+        ready_since_.erase(id);
+      }
+    }
+  }
+
+  if (now - began_mono_ >= options_.progress_deadline) {
+    if (!any_data_) {
+      return Fail("no data to judge the new version by within the progress deadline (" +
+                  Seconds(options_.progress_deadline) + "): no checks, no pass");
+    }
+    return Fail("progress deadline (" + Seconds(options_.progress_deadline) +
+                ") passed while waiting for " + waiting_for_);
+  }
+  if (!complete) {
+    waiting_for_ = "data about every new instance";
+    return result_;
+  }
+
+  // 1. READY, continuously, for min_healthy.
+  if (checks_done_ == 0 && next_check_ == MonoTime{}) {
+    for (const std::string& id : instances_) {
+      auto it = ready_since_.find(id);
+      if (it == ready_since_.end()) {
+        waiting_for_ = id + " to be READY (" + Describe(*by_id[id]) + ")";
+        return result_;
+      }
+      if (now - it->second < options_.min_healthy) {
+        waiting_for_ = id + " to stay READY for " + Seconds(options_.min_healthy);
+        return result_;
+      }
+    }
+    next_check_ = now;
+  }
+
+  // 2. The checks.
+  if (now < next_check_) return result_;
+  ++checks_done_;
+  for (const std::string& id : instances_) {
+    if (ready_since_.count(id) == 0) {
+      return Fail("instance " + id + " is not READY at check " + std::to_string(checks_done_) +
+                  " (" + Describe(*by_id[id]) + ")");
+    }
+  }
+  if (checks_done_ > 1) {
+    for (const auto& [id, at] : latest_crash_) {
+      auto before = crash_at_last_check_.find(id);
+      if (before == crash_at_last_check_.end() || before->second != at) {
+        return Fail("instance " + id + " crashed repeatedly since deploy began and is still " +
+                    "restarting (its latest crash is newer than at check " +
+                    std::to_string(checks_done_ - 1) + ")");
+      }
+    }
+  }
+  crash_at_last_check_ = latest_crash_;
+  const std::string checks =
+      std::to_string(checks_done_) + " checks " + Seconds(options_.check_delay) + " apart";
+  if (checks_done_ == 2 && latest_crash_.empty()) {
+    return Pass("every new instance READY for " + Seconds(options_.min_healthy) + " and at " +
+                checks + ", no crash since deploy began");
+  }
+  if (checks_done_ == 3) {
+    return Pass("every new instance READY at " + checks + "; " +
+                std::to_string(latest_crash_.size()) +
+                " crashed after deploy began but not since check 1");
+  }
+  next_check_ = now + options_.check_delay;
+  waiting_for_ = "check " + std::to_string(checks_done_ + 1);
+  return result_;
+}
+
+}  // namespace drover::rollout

@@ -1,0 +1,416 @@
+#include "rollout/supervisor.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <spdlog/spdlog.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <condition_variable>
+#include <deque>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "rollout/json_codec.h"
+
+namespace drover::rollout {
+namespace {
+
+using json = nlohmann::json;
+using namespace std::chrono_literals;
+
+std::string Substitute(std::string text, const LaunchSpec& spec) {
+  const std::pair<const char*, const std::string*> vars[] = {
+      {"{id}", &spec.id}, {"{service}", &spec.service}, {"{version}", &spec.version}};
+  for (const auto& [name, value] : vars) {
+    for (std::size_t at = text.find(name); at != std::string::npos;
+         at = text.find(name, at + value->size())) {
+      text.replace(at, std::string_view(name).size(), *value);
+    }
+  }
+  return text;
+}
+
+std::string DescribeExit(int status) {
+  if (WIFEXITED(status)) return "exited with code " + std::to_string(WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) {
+    return std::string("killed by signal ") + ::strsignal(WTERMSIG(status));
+  }
+  return "ended (status " + std::to_string(status) + ")";
+}
+
+// The value of DROVER_INSTANCE_ID in a live process's environment ("" if unreadable).
+std::string InstanceIdOf(int pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/environ", std::ios::binary);
+  std::string entry;
+  while (std::getline(in, entry, '\0')) {
+    if (entry.rfind("DROVER_INSTANCE_ID=", 0) == 0) return entry.substr(19);
+  }
+  return {};
+}
+
+bool Alive(int pid) { return pid > 0 && ::kill(pid, 0) == 0; }
+
+// SIGKILLs the processes of process group `pgid` that belong to instance `id`.
+void KillGroupMembers(int pgid, const std::string& id) {
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc", ec)) {
+    const std::string name = entry.path().filename();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    const int pid = std::stoi(name);
+    if (::getpgid(pid) == pgid && InstanceIdOf(pid) == id) ::kill(pid, SIGKILL);
+  }
+}
+
+}  // namespace
+
+struct Managed {
+  LaunchSpec spec;
+  InstanceStatus status = InstanceStatus::kStarting;
+  int pid = 0;
+  MonoTime next_start{};
+  std::deque<MonoTime> crashes;  // within the restart window
+  std::deque<InstanceEvent> events;
+  bool stop_requested = false;
+  bool term_sent = false;
+  MonoTime kill_at{};
+  bool gone = false;  // stopped and reaped: Stop() may forget it
+};
+
+struct Supervisor::Impl {
+  SupervisorOptions options;
+  Clock* clock = nullptr;
+  std::mutex mu;
+  std::condition_variable cv;                // wakes the thread; tells Stop() an instance is gone
+  std::map<std::string, Managed> instances;  // guarded by mu
+  bool stopping = false;                     // guarded by mu
+  std::thread thread;
+
+  std::string StatePath() const { return options.data_dir + "/instances.json"; }
+  std::string LogPath(const std::string& id) const {
+    return options.data_dir + "/logs/" + id + ".log";
+  }
+
+  void Record(Managed& m, EventKind kind, std::string detail) {
+    m.events.push_back(InstanceEvent{kind, clock->SystemNow(), std::move(detail)});
+    while (m.events.size() > options.event_limit) m.events.pop_front();
+  }
+
+  // The desired set and pids, atomically. mu held.
+  void Persist() {
+    json list = json::array();
+    for (const auto& [id, m] : instances) {
+      if (m.stop_requested) continue;
+      list.push_back({{"spec", LaunchSpecToJson(m.spec)}, {"pid", m.pid}});
+    }
+    const std::string tmp = StatePath() + ".tmp";
+    {
+      std::ofstream out(tmp, std::ios::trunc);
+      out << list.dump() << "\n";
+      out.flush();
+      if (!out) {
+        spdlog::error("agent: cannot write {}", tmp);
+        return;
+      }
+    }
+    if (const int fd = ::open(tmp.c_str(), O_RDONLY | O_CLOEXEC); fd >= 0) {
+      ::fsync(fd);
+      ::close(fd);
+    }
+    std::error_code ec;
+    std::filesystem::rename(tmp, StatePath(), ec);
+    if (ec) spdlog::error("agent: cannot replace {}: {}", StatePath(), ec.message());
+  }
+
+  // Forks and execs `m`. Runs on the supervisor thread only (PDEATHSIG follows this thread).
+  void Spawn(Managed& m) {
+    const LaunchSpec& spec = m.spec;
+    std::vector<std::string> argv;
+    for (const std::string& a : spec.argv) argv.push_back(Substitute(a, spec));
+    std::vector<std::string> env;
+    for (char** e = environ; *e != nullptr; ++e) {
+      const std::string_view entry(*e);
+      if (entry.rfind("DROVER_INSTANCE_ID=", 0) == 0 || entry.rfind("DROVER_SERVICE=", 0) == 0 ||
+          entry.rfind("DROVER_VERSION=", 0) == 0) {
+        continue;
+      }
+      env.emplace_back(entry);
+    }
+    env.push_back("DROVER_INSTANCE_ID=" + spec.id);
+    env.push_back("DROVER_SERVICE=" + spec.service);
+    env.push_back("DROVER_VERSION=" + spec.version);
+    for (const auto& [k, v] : spec.env) env.push_back(k + "=" + Substitute(v, spec));
+    std::vector<char*> cargv, cenv;
+    for (auto& a : argv) cargv.push_back(a.data());
+    cargv.push_back(nullptr);
+    for (auto& e : env) cenv.push_back(e.data());
+    cenv.push_back(nullptr);
+    const int log =
+        ::open(LogPath(spec.id).c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    const pid_t parent = ::getpid();
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      ::setpgid(0, 0);
+      ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+      if (::getppid() != parent) ::_exit(1);  // the supervisor died before the prctl
+      if (log >= 0) {
+        ::dup2(log, STDOUT_FILENO);
+        ::dup2(log, STDERR_FILENO);
+      }
+      const int null = ::open("/dev/null", O_RDONLY);
+      if (null >= 0) ::dup2(null, STDIN_FILENO);
+      sigset_t none;
+      sigemptyset(&none);
+      ::sigprocmask(SIG_SETMASK, &none, nullptr);  // the agent blocks signals for sigwait
+      ::execvpe(cargv[0], cargv.data(), cenv.data());
+      const std::string why =
+          std::string("drover agent: cannot run ") + cargv[0] + ": " + std::strerror(errno) + "\n";
+      (void)!::write(STDERR_FILENO, why.data(), why.size());
+      ::_exit(127);
+    }
+    if (log >= 0) ::close(log);
+    if (pid < 0) {
+      Crashed(m, std::string("fork failed: ") + std::strerror(errno));
+      return;
+    }
+    ::setpgid(pid, pid);  // also from here: no race with a signal to the group
+    m.pid = pid;
+    m.status = InstanceStatus::kRunning;
+    Record(m, EventKind::kStarted, "pid " + std::to_string(pid));
+    spdlog::info("agent: started {} ({} {}) as pid {}", spec.id, spec.service, spec.version, pid);
+    Persist();
+  }
+
+  // An exit nobody asked for (or a failed start): back off, or give up. mu held.
+  void Crashed(Managed& m, const std::string& how) {
+    const MonoTime now = clock->Now();
+    m.crashes.push_back(now);
+    while (!m.crashes.empty() && m.crashes.front() + options.restart_window <= now) {
+      m.crashes.pop_front();
+    }
+    const int recent = static_cast<int>(m.crashes.size());
+    if (recent > options.max_restarts) {
+      Record(m, EventKind::kCrashed, how);
+      Record(m, EventKind::kGaveUp,
+             "gave up after " + std::to_string(recent) + " crashes within " +
+                 std::to_string(
+                     std::chrono::duration_cast<std::chrono::seconds>(options.restart_window)
+                         .count()) +
+                 " s");
+      m.status = InstanceStatus::kGaveUp;
+      spdlog::error("agent: {} {}; gave up after {} crashes", m.spec.id, how, recent);
+      return;
+    }
+    Duration backoff = options.backoff_initial;
+    for (int i = 1; i < recent && backoff < options.backoff_max; ++i) backoff *= 2;
+    backoff = std::min(backoff, options.backoff_max);
+    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(backoff).count();
+    Record(m, EventKind::kCrashed, how + "; restart in " + std::to_string(ms) + " ms");
+    m.status = InstanceStatus::kStarting;
+    m.next_start = now + backoff;
+    spdlog::warn("agent: {} {}; restart in {} ms", m.spec.id, how, ms);
+  }
+
+  void Loop() {
+    std::unique_lock lock(mu);
+    while (true) {
+      const MonoTime now = clock->Now();
+      bool changed = false;
+      for (auto& [id, m] : instances) {
+        if (m.pid > 0) {
+          int status = 0;
+          const pid_t r = ::waitpid(m.pid, &status, WNOHANG);
+          if (r == m.pid || (r < 0 && errno == ECHILD)) {
+            m.pid = 0;
+            changed = true;
+            if (m.stop_requested || stopping) {
+              Record(m, EventKind::kStopped, DescribeExit(status));
+              spdlog::info("agent: {} stopped ({})", id, DescribeExit(status));
+            } else {
+              Crashed(m, DescribeExit(status));
+            }
+          }
+        }
+        if (m.stop_requested) {
+          if (m.pid > 0 && !m.term_sent) {
+            ::kill(-m.pid, SIGTERM);
+            m.term_sent = true;
+          } else if (m.pid > 0 && now >= m.kill_at) {
+            spdlog::warn("agent: {} did not stop within its grace; killing it", id);
+            ::kill(-m.pid, SIGKILL);
+            m.kill_at = now + std::chrono::hours(1);
+          } else if (m.pid == 0 && !m.gone) {
+            m.gone = true;
+            changed = true;
+          }
+          continue;
+        }
+        if (m.status == InstanceStatus::kStarting && now >= m.next_start && !stopping) Spawn(m);
+      }
+      if (changed) {
+        Persist();
+        cv.notify_all();
+      }
+      if (stopping) {
+        bool all_gone = true;
+        for (auto& [id, m] : instances) {
+          if (m.pid == 0) continue;
+          all_gone = false;
+          if (now >= m.kill_at) {
+            spdlog::warn("agent: {} did not stop within its grace; killing it", id);
+            ::kill(-m.pid, SIGKILL);
+            m.kill_at = now + std::chrono::hours(1);
+          }
+        }
+        if (all_gone) return;
+      }
+      cv.wait_for(lock, options.tick);
+    }
+  }
+
+  // A previous supervisor's processes: wait for them to leave, then kill what is left.
+  void SettleLeftovers(const std::vector<std::pair<std::string, int>>& pids) {
+    std::vector<std::pair<std::string, int>> ours;
+    for (const auto& [id, pid] : pids) {
+      if (Alive(pid) && InstanceIdOf(pid) == id) ours.emplace_back(id, pid);
+    }
+    if (ours.empty()) return;
+    spdlog::info("agent: waiting for {} instance(s) of the previous agent to exit", ours.size());
+    const auto deadline = std::chrono::steady_clock::now() + options.adopt_wait;
+    for (const auto& [id, pid] : ours) {
+      ::kill(-pid, SIGTERM);  // PDEATHSIG already did, unless the previous agent is alive
+      while (Alive(pid) && InstanceIdOf(pid) == id && std::chrono::steady_clock::now() < deadline) {
+        std::this_thread::sleep_for(20ms);
+      }
+      if (Alive(pid) && InstanceIdOf(pid) == id) {
+        spdlog::warn("agent: {} (pid {}) of the previous agent did not exit; killing it", id, pid);
+        ::kill(-pid, SIGKILL);
+      }
+      // Whatever the old copy started and left in its process group goes too.
+      KillGroupMembers(pid, id);
+    }
+  }
+};
+
+// ---------------------------------------------------------------------------------------------
+
+Supervisor::Supervisor(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+Result<std::unique_ptr<Supervisor>> Supervisor::Open(SupervisorOptions options, Clock& clock) {
+  if (options.data_dir.empty()) return InvalidArgumentError("the agent needs a data directory");
+  if (options.event_limit == 0) return InvalidArgumentError("event_limit must be at least 1");
+  std::error_code ec;
+  std::filesystem::create_directories(options.data_dir + "/logs", ec);
+  if (ec) {
+    return UnavailableError("cannot create " + options.data_dir + "/logs: " + ec.message());
+  }
+  auto impl = std::make_unique<Impl>();
+  impl->options = std::move(options);
+  impl->clock = &clock;
+
+  std::vector<std::pair<std::string, int>> leftovers;
+  if (std::ifstream in(impl->StatePath()); in) {
+    try {
+      const json list = json::parse(in);
+      for (const json& entry : list) {
+        DROVER_ASSIGN_OR_RETURN(LaunchSpec spec, LaunchSpecFromJson(entry.at("spec")));
+        leftovers.emplace_back(spec.id, entry.value("pid", 0));
+        Managed m;
+        m.spec = std::move(spec);
+        impl->instances.emplace(m.spec.id, std::move(m));
+      }
+    } catch (const std::exception& e) {
+      return Status(StatusCode::kDataLoss, "cannot read " + impl->StatePath() + ": " + e.what() +
+                                               " (move it away to start empty)");
+    }
+  }
+  impl->SettleLeftovers(leftovers);
+  if (!impl->instances.empty()) {
+    spdlog::info("agent: restarting {} instance(s) from {}", impl->instances.size(),
+                 impl->StatePath());
+  }
+  Impl* raw = impl.get();
+  impl->thread = std::thread([raw] { raw->Loop(); });
+  return std::unique_ptr<Supervisor>(new Supervisor(std::move(impl)));
+}
+
+Supervisor::~Supervisor() {
+  {
+    std::lock_guard lock(impl_->mu);
+    impl_->stopping = true;
+    const MonoTime kill_at = impl_->clock->Now() + impl_->options.shutdown_grace;
+    for (auto& [id, m] : impl_->instances) {
+      if (m.pid > 0) {
+        ::kill(-m.pid, SIGTERM);
+        m.term_sent = true;
+      }
+      m.kill_at = kill_at;
+    }
+  }
+  // The loop reaps them, kills what is left past the grace, and returns.
+  impl_->cv.notify_all();
+  impl_->thread.join();
+}
+
+Status Supervisor::Start(const LaunchSpec& spec) {
+  DROVER_RETURN_IF_ERROR(ValidateLaunchSpec(spec));
+  std::lock_guard lock(impl_->mu);
+  if (impl_->stopping) return UnavailableError("the agent is shutting down");
+  if (impl_->instances.count(spec.id) > 0) {
+    return Status(StatusCode::kAlreadyExists, "instance " + spec.id + " already exists");
+  }
+  Managed m;
+  m.spec = spec;
+  m.next_start = impl_->clock->Now();
+  impl_->instances.emplace(spec.id, std::move(m));
+  impl_->Persist();
+  impl_->cv.notify_all();
+  return Status::Ok();
+}
+
+Status Supervisor::Stop(const std::string& id, Duration grace) {
+  std::unique_lock lock(impl_->mu);
+  auto it = impl_->instances.find(id);
+  if (it == impl_->instances.end()) return NotFoundError("no instance " + id);
+  Managed& m = it->second;
+  if (!m.stop_requested) {
+    m.stop_requested = true;
+    m.status = InstanceStatus::kStopping;
+    m.kill_at = impl_->clock->Now() + grace;
+    impl_->Persist();  // no longer desired, even if this process dies now
+    impl_->cv.notify_all();
+  }
+  // Bounded: the grace, then SIGKILL, then the reaper's next tick.
+  impl_->cv.wait_for(lock, grace + 5s, [&] {
+    auto found = impl_->instances.find(id);
+    return found == impl_->instances.end() || found->second.gone;
+  });
+  it = impl_->instances.find(id);
+  if (it == impl_->instances.end()) return Status::Ok();  // a concurrent Stop finished it
+  if (!it->second.gone) return Status(StatusCode::kDeadlineExceeded, id + " did not stop");
+  impl_->instances.erase(it);
+  return Status::Ok();
+}
+
+Result<std::vector<InstanceInfo>> Supervisor::List(const std::string& service) {
+  std::lock_guard lock(impl_->mu);
+  std::vector<InstanceInfo> out;
+  for (const auto& [id, m] : impl_->instances) {
+    if (!service.empty() && m.spec.service != service) continue;
+    InstanceInfo info;
+    info.spec = m.spec;
+    info.status = m.status;
+    info.pid = m.pid;
+    info.events.assign(m.events.begin(), m.events.end());
+    out.push_back(std::move(info));
+  }
+  return out;
+}
+
+}  // namespace drover::rollout

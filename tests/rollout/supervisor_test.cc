@@ -1,0 +1,212 @@
+// The Supervisor with real child processes (RO-1): start, crash and restart with back-off, give
+// up, bounded events, stop with escalation, and its own restart -- clean or SIGKILL -- without
+// orphans or duplicates.
+#include "rollout/supervisor.h"
+
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "testing/eventually.h"
+#include "testing/temp_dir.h"
+
+namespace drover::rollout {
+namespace {
+
+using namespace std::chrono_literals;
+
+LaunchSpec Shell(const std::string& id, const std::string& script) {
+  LaunchSpec spec;
+  spec.service = "svc";
+  spec.id = id;
+  spec.version = "v1";
+  spec.argv = {"/bin/sh", "-c", script};
+  return spec;
+}
+
+struct Proc {
+  int pid = 0;
+  int pgid = 0;
+  std::string instance;  // DROVER_INSTANCE_ID
+};
+
+// Every live (not zombie) process with a DROVER_INSTANCE_ID.
+std::vector<Proc> InstanceProcesses() {
+  std::vector<Proc> out;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+    const std::string name = entry.path().filename();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream stat(entry.path() / "stat");
+    std::string line;
+    std::getline(stat, line);
+    const auto paren = line.rfind(')');
+    if (paren == std::string::npos || paren + 2 >= line.size() || line[paren + 2] == 'Z') continue;
+    std::istringstream fields(line.substr(paren + 2));
+    std::string state;
+    int ppid = 0, pgid = 0;
+    fields >> state >> ppid >> pgid;
+    std::ifstream in(entry.path() / "environ", std::ios::binary);
+    std::string var;
+    while (std::getline(in, var, '\0')) {
+      if (var.rfind("DROVER_INSTANCE_ID=", 0) == 0) {
+        out.push_back(Proc{std::stoi(name), pgid, var.substr(19)});
+      }
+    }
+  }
+  return out;
+}
+
+// Copies of an instance running: process groups led by a process of that instance.
+int CopiesOf(const std::string& id) {
+  int copies = 0;
+  for (const Proc& p : InstanceProcesses()) copies += p.instance == id && p.pid == p.pgid;
+  return copies;
+}
+
+// Processes of `id` in any process group other than `pgid` (leftovers of an older copy).
+int StraysOf(const std::string& id, int pgid) {
+  int strays = 0;
+  for (const Proc& p : InstanceProcesses()) strays += p.instance == id && p.pgid != pgid;
+  return strays;
+}
+
+std::optional<InstanceInfo> Find(Supervisor& s, const std::string& id) {
+  auto list = s.List("");
+  if (!list.ok()) return std::nullopt;
+  for (auto& i : *list) {
+    if (i.spec.id == id) return i;
+  }
+  return std::nullopt;
+}
+
+class SupervisorTest : public ::testing::Test {
+ protected:
+  std::unique_ptr<Supervisor> Open(SupervisorOptions options = {}) {
+    options.data_dir = dir_.path() + "/agent";
+    options.backoff_initial = 20ms;
+    options.backoff_max = 200ms;
+    auto s = Supervisor::Open(options, clock_);
+    EXPECT_TRUE(s.ok()) << s.status().ToString();
+    return s.ok() ? std::move(*s) : nullptr;
+  }
+  testing::TempDir dir_;
+  RealClock clock_;
+};
+
+TEST_F(SupervisorTest, RunsAnInstanceWithItsIdentityAndStopsIt) {
+  auto s = Open();
+  LaunchSpec spec =
+      Shell("i1", "echo \"$DROVER_INSTANCE_ID $DROVER_SERVICE $DROVER_VERSION $X\"; exec sleep 30");
+  spec.env["X"] = "x-{id}";
+  ASSERT_TRUE(s->Start(spec).ok());
+  EXPECT_EQ(s->Start(spec).code(), StatusCode::kAlreadyExists);
+  ASSERT_TRUE(testing::Eventually([&] {
+    auto i = Find(*s, "i1");
+    return i && i->status == InstanceStatus::kRunning && i->pid > 0;
+  }));
+  const int pid = Find(*s, "i1")->pid;
+  ASSERT_TRUE(testing::Eventually([&] {
+    std::ifstream log(dir_.path() + "/agent/logs/i1.log");
+    std::string line;
+    return std::getline(log, line) && line == "i1 svc v1 x-i1";
+  }));
+  ASSERT_TRUE(s->Stop("i1", 5s).ok());
+  EXPECT_FALSE(Find(*s, "i1"));
+  EXPECT_NE(::kill(pid, 0), 0);  // gone, and reaped
+  EXPECT_EQ(s->Stop("i1", 1s).code(), StatusCode::kNotFound);
+  EXPECT_EQ(s->Start(Shell("bad id", "true")).code(), StatusCode::kInvalidArgument);
+}
+
+TEST_F(SupervisorTest, ACrashLoopBacksOffGivesUpAndKeepsOnlyTheNewestEvents) {
+  SupervisorOptions options;
+  options.max_restarts = 3;
+  auto s = Open(options);
+  ASSERT_TRUE(s->Start(Shell("loop", "exit 3")).ok());
+  ASSERT_TRUE(testing::Eventually(
+      [&] { return Find(*s, "loop")->status == InstanceStatus::kGaveUp; }, 10s));
+  const InstanceInfo info = *Find(*s, "loop");
+  ASSERT_EQ(info.events.size(), 5u);  // 4 starts and 4 crashes and a give-up happened
+  EXPECT_EQ(info.events.back().kind, EventKind::kGaveUp);
+  EXPECT_NE(info.events.back().detail.find("gave up after 4 crashes"), std::string::npos);
+  EXPECT_EQ(info.events[info.events.size() - 2].kind, EventKind::kCrashed);
+  EXPECT_NE(info.events[info.events.size() - 2].detail.find("exited with code 3"),
+            std::string::npos);
+  // Back-off between restarts: 20, 40, 80 ms -- the start events are spread out.
+  for (std::size_t i = 1; i < info.events.size(); ++i) {
+    EXPECT_GE(info.events[i].at, info.events[i - 1].at);
+  }
+  // A program that does not exist is a crash too (exit 127), not a hang.
+  ASSERT_TRUE(s->Start(Shell("missing", "exec /nonexistent/program")).ok());
+  ASSERT_TRUE(testing::Eventually(
+      [&] { return Find(*s, "missing")->status == InstanceStatus::kGaveUp; }, 10s));
+}
+
+TEST_F(SupervisorTest, StopKillsWhatIgnoresSigterm) {
+  auto s = Open();
+  ASSERT_TRUE(s->Start(Shell("stubborn", "trap '' TERM; while true; do sleep 0.05; done")).ok());
+  ASSERT_TRUE(testing::Eventually([&] { return Find(*s, "stubborn")->pid > 0; }));
+  std::this_thread::sleep_for(100ms);  // the trap is set
+  const auto before = std::chrono::steady_clock::now();
+  ASSERT_TRUE(s->Stop("stubborn", 300ms).ok());
+  EXPECT_GE(std::chrono::steady_clock::now() - before, 300ms);
+  EXPECT_EQ(CopiesOf("stubborn"), 0);
+}
+
+TEST_F(SupervisorTest, ACleanRestartStartsTheSameInstancesOnce) {
+  {
+    auto s = Open();
+    ASSERT_TRUE(s->Start(Shell("a", "exec sleep 30")).ok());
+    ASSERT_TRUE(s->Start(Shell("b", "exec sleep 30")).ok());
+    ASSERT_TRUE(s->Start(Shell("c", "exec sleep 30")).ok());
+    ASSERT_TRUE(testing::Eventually([&] { return CopiesOf("a") == 1 && CopiesOf("b") == 1; }));
+    ASSERT_TRUE(s->Stop("c", 5s).ok());  // no longer wanted: not restarted below
+  }
+  EXPECT_EQ(CopiesOf("a"), 0);  // a clean shutdown stops what it runs
+  auto s = Open();
+  ASSERT_TRUE(testing::Eventually([&] { return CopiesOf("a") == 1 && CopiesOf("b") == 1; }));
+  EXPECT_EQ(s->List("svc")->size(), 2u);
+  EXPECT_EQ(CopiesOf("c"), 0);
+}
+
+TEST_F(SupervisorTest, AKilledSupervisorLeavesNoOrphanAndItsSuccessorNoDuplicate) {
+  const std::string data = dir_.path() + "/agent";
+  // The first supervisor runs in a child process, which is then SIGKILLed.
+  const pid_t agent = ::fork();
+  if (agent == 0) {
+    RealClock clock;
+    SupervisorOptions options;
+    options.data_dir = data;
+    auto s = Supervisor::Open(options, clock);
+    if (!s.ok() ||
+        !(*s)->Start(Shell("k", "trap 'sleep 0.3; exit 0' TERM; sleep 30 & wait")).ok()) {
+      ::_exit(1);
+    }
+    ::pause();
+    ::_exit(0);
+  }
+  ASSERT_GT(agent, 0);
+  ASSERT_TRUE(testing::Eventually([&] { return CopiesOf("k") >= 1; }));
+  std::this_thread::sleep_for(200ms);  // the trap is set
+  ::kill(agent, SIGKILL);
+  ::waitpid(agent, nullptr, 0);
+  // Its successor waits for the old copy (which got SIGTERM from the kernel and takes 0.3 s to
+  // leave), then starts exactly one.
+  auto s = Open();
+  ASSERT_TRUE(testing::Eventually([&] {
+    auto i = Find(*s, "k");
+    return i && i->status == InstanceStatus::kRunning;
+  }));
+  std::this_thread::sleep_for(500ms);
+  EXPECT_EQ(CopiesOf("k"), 1);
+  // Not even the old copy's own child (its `sleep`) is left behind.
+  EXPECT_EQ(StraysOf("k", Find(*s, "k")->pid), 0);
+}
+
+}  // namespace
+}  // namespace drover::rollout
