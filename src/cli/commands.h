@@ -18,4 +18,7 @@ void AddGatewayCommand(CLI::App& app);
 // `drover ctl ...`: list / services / watch / drain / deregister / register against a registry.
 void AddCtlCommands(CLI::App& app);
 
+// `drover agent` and `drover deploy` (rollout_cmd.cc).
+void AddRolloutCommands(CLI::App& app);
+
 }  // namespace drover::cli

@@ -19,6 +19,7 @@ namespace {
 
 struct CtlArgs {
   std::string registry = "http://127.0.0.1:7070";
+  std::string agent = "http://127.0.0.1:7080";  // deploys
   std::string token;
   std::string ca_file;
   bool json = false;
@@ -140,6 +141,31 @@ void Services(const CtlArgs& args) {
             << (reply.value("degraded", false) ? " (DEGRADED)" : "") << "\n";
 }
 
+// The deploy history a `drover agent` keeps (RO-4), newest first.
+void Deploys(const CtlArgs& args) {
+  CtlArgs agent = args;
+  agent.registry = args.agent;  // the same client, pointed at the agent
+  agent.id.clear();
+  const auto reply = Call(Client(agent), "GET",
+                          "/v1/deploys" + (args.service.empty() ? "" : "?service=" + args.service));
+  if (args.json) {
+    std::cout << reply.dump(2) << "\n";
+    return;
+  }
+  std::vector<std::vector<std::string>> rows;
+  for (const auto& d : reply["deploys"]) {
+    std::string decided = "-";
+    if (d.contains("decided_after_s") && d["decided_after_s"].is_number()) {
+      char text[32];
+      std::snprintf(text, sizeof text, "%.1f s", d["decided_after_s"].get<double>());
+      decided = text;
+    }
+    rows.push_back({Str(d, "id"), Str(d, "service"), Str(d, "version"), Str(d, "verdict"), decided,
+                    Str(d, "reason")});
+  }
+  PrintTable({"DEPLOY", "SERVICE", "VERSION", "VERDICT", "DECIDED AFTER", "REASON"}, rows);
+}
+
 void List(const CtlArgs& args) {
   const auto reply = Call(Client(args), "GET", "/v1/services/" + args.service + "/instances");
   if (args.json) {
@@ -243,6 +269,10 @@ void AddCtlCommands(CLI::App& app) {
   ctl->add_subcommand("services", "List services with instance counts")->callback([args] {
     Services(*args);
   });
+  auto* deploys = ctl->add_subcommand("deploys", "Deploy history kept by a drover agent");
+  deploys->add_option("service", args->service, "Only this service");
+  deploys->add_option("--agent", args->agent, "The agent's URL")->capture_default_str();
+  deploys->callback([args] { Deploys(*args); });
   auto* list = ctl->add_subcommand("list", "List the instances of a service");
   list->add_option("service", args->service, "Service name")->required();
   list->callback([args] { List(*args); });

@@ -28,6 +28,7 @@ int main(int argc, char** argv) {
   drover::cli::AddRegistryCommand(app);
   drover::cli::AddGatewayCommand(app);
   drover::cli::AddCtlCommands(app);
+  drover::cli::AddRolloutCommands(app);
 
   CLI11_PARSE(app, argc, argv);
   return 0;

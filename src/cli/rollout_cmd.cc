@@ -1,0 +1,351 @@
+// `drover agent` (the local platform: a process supervisor with an HTTP API) and `drover deploy`
+// (the deploy controller: surge rollout, health gate, rollback), RO-1..RO-4.
+#include <signal.h>
+#include <spdlog/spdlog.h>
+#include <yaml-cpp/yaml.h>
+
+#include <CLI/CLI.hpp>
+#include <csignal>
+#include <cstdio>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "commands.h"
+#include "http_client.h"
+#include "rollout/agent_server.h"
+#include "rollout/deployer.h"
+#include "rollout/json_codec.h"
+#include "rollout/supervisor.h"
+
+namespace drover::cli {
+namespace {
+
+using json = nlohmann::json;
+
+// The Platform of a `drover agent`, over its HTTP API.
+class AgentClient final : public rollout::Platform {
+ public:
+  explicit AgentClient(HttpClient client) : client_(std::move(client)) {}
+
+  Status Start(const rollout::LaunchSpec& spec) override {
+    return Call("POST", "/v1/instances", rollout::LaunchSpecToJson(spec).dump()).status();
+  }
+  Status Stop(const std::string& id, Duration grace) override {
+    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(grace).count();
+    return Call("DELETE", "/v1/instances/" + id + "?grace_ms=" + std::to_string(ms)).status();
+  }
+  Result<std::vector<rollout::InstanceInfo>> List(const std::string& service) override {
+    DROVER_ASSIGN_OR_RETURN(json body, Call("GET", "/v1/instances?service=" + service));
+    std::vector<rollout::InstanceInfo> out;
+    for (const json& i : body.at("instances")) {
+      DROVER_ASSIGN_OR_RETURN(rollout::InstanceInfo info, rollout::InstanceInfoFromJson(i));
+      out.push_back(std::move(info));
+    }
+    return out;
+  }
+  Status Record(const std::string& id, const json& record) {
+    return Call("PUT", "/v1/deploys/" + id, record.dump()).status();
+  }
+
+ private:
+  Result<json> Call(std::string_view method, const std::string& target,
+                    const std::string& body = {}) {
+    DROVER_ASSIGN_OR_RETURN(HttpResult reply, client_.Send(method, target, body));
+    json parsed = json::parse(reply.body, nullptr, false);
+    if (reply.status != 200) {
+      std::string message = reply.body;
+      StatusCode code = StatusCode::kUnavailable;
+      if (!parsed.is_discarded() && parsed.contains("error")) {
+        message = parsed["error"].value("message", reply.body);
+        const std::string name = parsed["error"].value("code", "");
+        if (name == "NOT_FOUND") code = StatusCode::kNotFound;
+        if (name == "ALREADY_EXISTS") code = StatusCode::kAlreadyExists;
+        if (name == "INVALID_ARGUMENT") code = StatusCode::kInvalidArgument;
+      }
+      return Status(code, "agent: " + message);
+    }
+    if (parsed.is_discarded()) return UnavailableError("agent sent a reply that is not JSON");
+    return parsed;
+  }
+
+  HttpClient client_;
+};
+
+// READY and accepting per instance id, from the registry's HTTP API.
+Result<std::map<std::string, bool>> RegistryReadiness(const HttpClient& registry,
+                                                      const std::string& service) {
+  DROVER_ASSIGN_OR_RETURN(HttpResult reply,
+                          registry.Send("GET", "/v1/services/" + service + "/instances"));
+  if (reply.status != 200) {
+    return UnavailableError("registry answered " + std::to_string(reply.status));
+  }
+  const json body = json::parse(reply.body, nullptr, false);
+  if (body.is_discarded() || !body.contains("instances")) {
+    return UnavailableError("registry sent a reply that is not a list");
+  }
+  std::map<std::string, bool> out;
+  for (const json& in : body["instances"]) {
+    out[in.value("id", "")] = in.value("state", "") == "READY" && in.value("accepting", false);
+  }
+  return out;
+}
+
+[[noreturn]] void Fail(int code, const std::string& message) {
+  std::cerr << "drover: " << message << "\n";
+  throw CLI::RuntimeError(code);
+}
+
+HttpClient Connect(const std::string& url, const std::string& what) {
+  std::string token;
+  if (const char* env = std::getenv("DROVER_TOKEN")) token = env;
+  auto client = HttpClient::Create(url, token, std::chrono::seconds(30));
+  if (!client.ok()) Fail(2, what + ": " + client.status().message());
+  return std::move(client).value();
+}
+
+// --- drover agent ----------------------------------------------------------------------------
+
+struct AgentArgs {
+  std::string data_dir = "drover-agent";
+  std::string listen = "127.0.0.1:7080";
+  int event_limit = 5;
+  int max_restarts = 5;
+  int restart_window_s = 60;
+};
+
+int RunAgent(const AgentArgs& args) {
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  RealClock clock;
+  rollout::SupervisorOptions options;
+  options.data_dir = args.data_dir;
+  options.event_limit = static_cast<std::size_t>(args.event_limit);
+  options.max_restarts = args.max_restarts;
+  options.restart_window = std::chrono::seconds(args.restart_window_s);
+  auto supervisor = rollout::Supervisor::Open(options, clock);
+  if (!supervisor.ok()) {
+    spdlog::error("{}", supervisor.status().ToString());
+    return 1;
+  }
+  auto server = rollout::AgentServer::Start(**supervisor, args.data_dir, args.listen);
+  if (!server.ok()) {
+    spdlog::error("{}", server.status().ToString());
+    return 1;
+  }
+  const std::string host = args.listen.substr(0, args.listen.rfind(':'));
+  std::printf("drover agent listening on http://%s:%u (data dir %s)\n", host.c_str(),
+              static_cast<unsigned>((*server)->port()), args.data_dir.c_str());
+  std::fflush(stdout);
+  int signal_number = 0;
+  sigwait(&signals, &signal_number);
+  spdlog::info("agent: {} received; stopping the instances (they restart with the agent)",
+               strsignal(signal_number));
+  server->reset();
+  supervisor->reset();
+  return 0;
+}
+
+// --- drover deploy ---------------------------------------------------------------------------
+
+struct DeployArgs {
+  std::string spec_file;
+  std::string service;
+  std::string version;
+  std::vector<std::string> command;
+  std::vector<std::string> env;  // KEY=VALUE
+  int instances = 1;
+  std::string agent = "http://127.0.0.1:7080";
+  std::string registry = "http://127.0.0.1:7070";
+  int min_healthy_ms = 10'000;
+  int check_delay_ms = 5'000;
+  int progress_deadline_ms = 120'000;
+  int stop_grace_ms = 15'000;
+  bool json = false;
+};
+
+// Fills what the command line did not give from the YAML spec (keys as the long flags, with
+// '_'; `command` a list, `env` a mapping).
+void ApplySpec(const CLI::App& cmd, DeployArgs& args) {
+  YAML::Node root;
+  try {
+    root = YAML::LoadFile(args.spec_file);
+  } catch (const std::exception& e) {
+    Fail(2, "cannot read " + args.spec_file + ": " + e.what());
+  }
+  if (!root.IsMap()) Fail(2, args.spec_file + ": expected a mapping");
+  auto given = [&](const char* flag) { return cmd.get_option(flag)->count() > 0; };
+  try {
+    for (const auto& kv : root) {
+      const std::string key = kv.first.as<std::string>();
+      const YAML::Node& v = kv.second;
+      if (key == "service") {
+        if (args.service.empty()) args.service = v.as<std::string>();
+      } else if (key == "version") {
+        if (!given("--version")) args.version = v.as<std::string>();
+      } else if (key == "command") {
+        if (args.command.empty()) args.command = v.as<std::vector<std::string>>();
+      } else if (key == "env") {
+        if (!given("--env")) {
+          for (const auto& e : v) {
+            args.env.push_back(e.first.as<std::string>() + "=" + e.second.as<std::string>());
+          }
+        }
+      } else if (key == "instances") {
+        if (!given("--instances")) args.instances = v.as<int>();
+      } else if (key == "agent") {
+        if (!given("--agent")) args.agent = v.as<std::string>();
+      } else if (key == "registry") {
+        if (!given("--registry")) args.registry = v.as<std::string>();
+      } else if (key == "min_healthy_ms") {
+        if (!given("--min-healthy-ms")) args.min_healthy_ms = v.as<int>();
+      } else if (key == "check_delay_ms") {
+        if (!given("--check-delay-ms")) args.check_delay_ms = v.as<int>();
+      } else if (key == "progress_deadline_ms") {
+        if (!given("--progress-deadline-ms")) args.progress_deadline_ms = v.as<int>();
+      } else if (key == "stop_grace_ms") {
+        if (!given("--stop-grace-ms")) args.stop_grace_ms = v.as<int>();
+      } else {
+        Fail(2, args.spec_file + ": unknown key '" + key + "'");
+      }
+    }
+  } catch (const YAML::Exception& e) {
+    Fail(2, args.spec_file + ": " + e.what());
+  }
+}
+
+int RunDeploy(const DeployArgs& args) {
+  if (args.service.empty()) Fail(2, "which service? (SERVICE or `service:` in --spec)");
+  if (args.version.empty()) Fail(2, "--version is required");
+  if (args.command.empty()) Fail(2, "no command: give it after -- or as `command:` in --spec");
+  rollout::DeploySpec spec;
+  spec.service = args.service;
+  spec.version = args.version;
+  spec.argv = args.command;
+  for (const std::string& e : args.env) {
+    const auto eq = e.find('=');
+    if (eq == std::string::npos || eq == 0) Fail(2, "--env wants KEY=VALUE, got '" + e + "'");
+    spec.env[e.substr(0, eq)] = e.substr(eq + 1);
+  }
+  spec.instances = args.instances;
+  spec.gate.min_healthy = std::chrono::milliseconds(args.min_healthy_ms);
+  spec.gate.check_delay = std::chrono::milliseconds(args.check_delay_ms);
+  spec.gate.progress_deadline = std::chrono::milliseconds(args.progress_deadline_ms);
+  spec.stop_grace = std::chrono::milliseconds(args.stop_grace_ms);
+
+  AgentClient agent(Connect(args.agent, "--agent"));
+  const HttpClient registry = Connect(args.registry, "--registry");
+  RealClock clock;
+  rollout::Deployer deployer(
+      agent, [&](const std::string& service) { return RegistryReadiness(registry, service); },
+      [&](const std::string& id, const json& record) { return agent.Record(id, record); }, clock);
+  // Ctrl-C or SIGTERM: fail the deploy and roll back, rather than leave it half done.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  std::stop_source interrupt;
+  std::jthread watcher([&](std::stop_token done) {
+    timespec tick{0, 100'000'000};
+    while (!done.stop_requested()) {
+      if (sigtimedwait(&signals, nullptr, &tick) > 0) {
+        spdlog::warn("deploy: interrupted; rolling back");
+        interrupt.request_stop();
+        return;
+      }
+    }
+  });
+  const rollout::DeployOutcome out = deployer.Run(spec, interrupt.get_token());
+  watcher.request_stop();
+  if (args.json) {
+    std::cout << out.record.dump(2) << "\n";
+  } else {
+    std::printf("deploy %s: %s after %.1f s: %s\n", out.id.c_str(),
+                out.verdict == rollout::Verdict::kPass ? "PASSED" : "FAILED",
+                std::chrono::duration<double>(out.decided_after).count(), out.reason.c_str());
+    if (out.verdict != rollout::Verdict::kPass) {
+      std::printf("rolled back in %.1f s; the previous version kept serving\n",
+                  std::chrono::duration<double>(out.rollback_took).count());
+    }
+  }
+  return out.verdict == rollout::Verdict::kPass ? 0 : 1;
+}
+
+}  // namespace
+
+void AddRolloutCommands(CLI::App& app) {
+  auto agent = std::make_shared<AgentArgs>();
+  CLI::App* a = app.add_subcommand(
+      "agent",
+      "Run the local platform: start, supervise and stop service instances as child processes "
+      "(restart with back-off, give up on crash loops, bounded event lists), with an HTTP API "
+      "for `drover deploy`");
+  a->add_option("--data-dir", agent->data_dir,
+                "Directory for instance logs, the desired instances and the deploy history")
+      ->capture_default_str();
+  a->add_option("--listen", agent->listen, "HTTP API address host:port (port 0: any free port)")
+      ->capture_default_str();
+  a->add_option("--event-limit", agent->event_limit, "Events kept per instance")
+      ->check(CLI::Range(1, 1000))
+      ->capture_default_str();
+  a->add_option("--max-restarts", agent->max_restarts,
+                "Crashes within --restart-window after which the agent gives up on an instance")
+      ->check(CLI::Range(0, 1000))
+      ->capture_default_str();
+  a->add_option("--restart-window", agent->restart_window_s, "Seconds")
+      ->check(CLI::Range(1, 86'400))
+      ->capture_default_str();
+  a->callback([agent] {
+    if (const int code = RunAgent(*agent); code != 0) throw CLI::RuntimeError(code);
+  });
+
+  auto deploy = std::make_shared<DeployArgs>();
+  CLI::App* d = app.add_subcommand(
+      "deploy",
+      "Deploy a new version of a service through a `drover agent`: start it next to the old "
+      "one, pass it only when READY in the registry for --min-healthy-ms and its latest crash "
+      "has not moved between checks, then stop the old one; otherwise stop the new one and keep "
+      "the old. Exit code 0 passed, 1 failed (rolled back), 2 usage.");
+  d->add_option("service", deploy->service, "Service to deploy");
+  d->add_option("--spec", deploy->spec_file,
+                "YAML: service, version, command (list), env (map), instances, agent, registry, "
+                "min_healthy_ms, check_delay_ms, progress_deadline_ms, stop_grace_ms; flags win")
+      ->check(CLI::ExistingFile);
+  d->add_option("--version", deploy->version, "The new version (names the instances)");
+  d->add_option("--instances", deploy->instances, "Instances of the new version")
+      ->check(CLI::Range(1, 1000))
+      ->capture_default_str();
+  d->add_option("--env", deploy->env, "KEY=VALUE for the instances' environment (repeatable)");
+  d->add_option("--agent", deploy->agent, "The agent's URL")->capture_default_str();
+  d->add_option("--registry", deploy->registry, "The registry's HTTP URL")->capture_default_str();
+  d->add_option("--min-healthy-ms", deploy->min_healthy_ms,
+                "READY this long, continuously, before the crash checks")
+      ->check(CLI::Range(0, 3'600'000))
+      ->capture_default_str();
+  d->add_option("--check-delay-ms", deploy->check_delay_ms, "Between crash checks")
+      ->check(CLI::Range(0, 600'000))
+      ->capture_default_str();
+  d->add_option("--progress-deadline-ms", deploy->progress_deadline_ms,
+                "No verdict by then: fail and roll back")
+      ->check(CLI::Range(1'000, 86'400'000))
+      ->capture_default_str();
+  d->add_option("--stop-grace-ms", deploy->stop_grace_ms,
+                "How long an instance may take to shut down in order before it is killed")
+      ->check(CLI::Range(0, 600'000))
+      ->capture_default_str();
+  d->add_flag("--json", deploy->json, "Print the deploy record as JSON");
+  d->add_option("command", deploy->command,
+                "After --: the program and its arguments; {id} {service} {version} {port} "
+                "{health_port} are replaced per instance");
+  d->positionals_at_end();
+  d->callback([deploy, d] {
+    if (!deploy->spec_file.empty()) ApplySpec(*d, *deploy);
+    if (const int code = RunDeploy(*deploy); code != 0) throw CLI::RuntimeError(code);
+  });
+}
+
+}  // namespace drover::cli

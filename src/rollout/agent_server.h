@@ -1,0 +1,46 @@
+// AgentServer: the HTTP/JSON API of `drover agent` -- its Platform and its deploy history (RO-1,
+// RO-4).
+//
+//   GET    /live                           200 "live"
+//   GET    /v1/instances[?service=S]       {"instances": [instance, ...]}  (events, newest last)
+//   POST   /v1/instances                   launch spec {service, id, version, argv, env} -> 200
+//                                          (409 ALREADY_EXISTS, 400 INVALID_ARGUMENT)
+//   DELETE /v1/instances/{id}[?grace_ms=N] stop (SIGTERM, then SIGKILL after the grace; default
+//                                          10000) and forget -> 200 (404 NOT_FOUND)
+//   GET    /v1/deploys[?service=S]         {"deploys": [record, ...]} newest first
+//   PUT    /v1/deploys/{id}                a deploy record (JSON object with at least "service");
+//                                          replaces the record with that id -> 200
+//
+// Errors are {"error":{"code","message"}} as in the registry. Deploy records are kept in
+// <data_dir>/deploys.json (the newest 200, rewritten atomically and fsynced on every change).
+// One thread accepts; each connection gets its own thread (a stop can take its grace), at most
+// 64 at once. Bodies are limited to 64 KiB.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "rollout/platform.h"
+
+namespace drover::rollout {
+
+class AgentServer {
+ public:
+  // `address` host:port (port 0: any free port). `platform` must outlive the server.
+  static Result<std::unique_ptr<AgentServer>> Start(Platform& platform, const std::string& data_dir,
+                                                    const std::string& address);
+  ~AgentServer();  // stops accepting, cuts open connections, joins every thread
+  AgentServer(const AgentServer&) = delete;
+  AgentServer& operator=(const AgentServer&) = delete;
+
+  std::uint16_t port() const;
+
+  struct Impl;
+
+ private:
+  explicit AgentServer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace drover::rollout

@@ -1,0 +1,205 @@
+#include "rollout/deployer.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <spdlog/spdlog.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <set>
+
+namespace drover::rollout {
+namespace {
+
+using json = nlohmann::json;
+
+std::int64_t UnixMillis(SystemTime t) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(t.time_since_epoch()).count();
+}
+
+double Seconds(Duration d) { return std::chrono::duration<double>(d).count(); }
+
+// A loopback port nobody listens on right now.
+int FreePort() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof addr;
+  int port = 0;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
+    port = ntohs(addr.sin_port);
+  }
+  ::close(fd);
+  return port;
+}
+
+std::string Replace(std::string text, const std::string& name, const std::string& value) {
+  for (std::size_t at = text.find(name); at != std::string::npos;
+       at = text.find(name, at + value.size())) {
+    text.replace(at, name.size(), value);
+  }
+  return text;
+}
+
+}  // namespace
+
+void Deployer::Note(DeployOutcome& out, const std::string& what) {
+  const double at = Seconds(clock_.Now() - began_);
+  spdlog::info("deploy {}: +{:.1f} s {}", out.id, at, what);
+  out.record["timeline"].push_back(
+      {{"at_ms", UnixMillis(clock_.SystemNow())}, {"after_s", at}, {"what", what}});
+}
+
+void Deployer::Save(DeployOutcome& out) {
+  if (!log_) return;
+  if (Status s = log_(out.id, out.record); !s.ok()) {
+    spdlog::warn("deploy {}: could not record the deploy: {}", out.id, s.ToString());
+  }
+}
+
+DeployOutcome Deployer::Run(const DeploySpec& spec, std::stop_token stop) {
+  DeployOutcome out;
+  began_ = clock_.Now();
+  const SystemTime began_system = clock_.SystemNow();
+  out.id = spec.service + "-" + spec.version + "-" + std::to_string(UnixMillis(began_system));
+  out.record = {{"service", spec.service},     {"version", spec.version},
+                {"instances", spec.instances}, {"started_at_ms", UnixMillis(began_system)},
+                {"verdict", "running"},        {"reason", ""},
+                {"timeline", json::array()}};
+  auto finish = [&](Verdict verdict, std::string reason) {
+    out.verdict = verdict;
+    out.reason = std::move(reason);
+    out.finished_after = clock_.Now() - began_;
+    out.record["verdict"] = std::string(VerdictName(verdict));
+    out.record["reason"] = out.reason;
+    out.record["finished_at_ms"] = UnixMillis(clock_.SystemNow());
+    out.record["decided_after_s"] = Seconds(out.decided_after);
+    out.record["rollback_s"] = Seconds(out.rollback_took);
+    Save(out);
+    return out;
+  };
+
+  if (Status s = ValidateLaunchSpec(LaunchSpec{spec.service, spec.service + "-" + spec.version,
+                                               spec.version, spec.argv, spec.env});
+      !s.ok() || spec.instances < 1) {
+    return finish(Verdict::kFail, s.ok() ? "instances must be at least 1" : s.message());
+  }
+
+  // The version running now: never touched until the new one passes.
+  auto current = platform_.List(spec.service);
+  if (!current.ok()) {
+    return finish(Verdict::kFail, "cannot list " + spec.service +
+                                      " on the platform: " + current.status().message());
+  }
+  std::vector<std::string> old_ids;
+  std::set<std::string> old_versions;
+  for (const InstanceInfo& i : *current) {
+    if (i.spec.version == spec.version) {
+      return finish(Verdict::kFail, "version " + spec.version + " of " + spec.service +
+                                        " is already deployed (instance " + i.spec.id + ")");
+    }
+    old_ids.push_back(i.spec.id);
+    old_versions.insert(i.spec.version);
+  }
+  out.record["previous"] = {{"versions", old_versions}, {"instances", old_ids}};
+  Note(out, "deploy of " + spec.service + " " + spec.version + " began; " +
+                std::to_string(old_ids.size()) + " old instance(s) keep serving");
+  Save(out);
+
+  // 1. The new instances, next to the old.
+  std::vector<std::string> new_ids;
+  for (int n = 1; n <= spec.instances; ++n) {
+    LaunchSpec launch;
+    launch.service = spec.service;
+    launch.version = spec.version;
+    launch.id = spec.service + "-" + spec.version + "-" + std::to_string(n);
+    const std::string port = std::to_string(FreePort());
+    const std::string health_port = std::to_string(FreePort());
+    for (const std::string& a : spec.argv) {
+      launch.argv.push_back(Replace(Replace(a, "{port}", port), "{health_port}", health_port));
+    }
+    for (const auto& [k, v] : spec.env) {
+      launch.env[k] = Replace(Replace(v, "{port}", port), "{health_port}", health_port);
+    }
+    if (Status s = platform_.Start(launch); !s.ok()) {
+      Note(out, "could not start " + launch.id + ": " + s.message());
+      // Whatever did start goes again.
+      for (const std::string& id : new_ids) (void)platform_.Stop(id, spec.stop_grace);
+      return finish(Verdict::kFail, "could not start " + launch.id + ": " + s.message());
+    }
+    new_ids.push_back(launch.id);
+  }
+  out.record["new_instances"] = new_ids;
+  Note(out, "started " + std::to_string(new_ids.size()) + " new instance(s); gating");
+
+  // 2. The gate.
+  HealthGate gate(new_ids, began_system, began_, spec.gate);
+  GateResult verdict;
+  std::string last_wait;
+  while (verdict.verdict == Verdict::kPending) {
+    if (stop.stop_requested()) {
+      verdict = GateResult{Verdict::kFail, "deploy interrupted"};
+      break;
+    }
+    std::vector<Observation> seen;
+    auto listed = platform_.List(spec.service);
+    auto ready = readiness_(spec.service);
+    if (listed.ok() && ready.ok()) {
+      for (const std::string& id : new_ids) {
+        Observation o;
+        o.id = id;
+        for (InstanceInfo& i : *listed) {
+          if (i.spec.id == id) o.platform = std::move(i);
+        }
+        auto r = ready->find(id);
+        o.ready = r != ready->end() && r->second;
+        seen.push_back(std::move(o));
+      }
+    }
+    verdict = gate.Observe(clock_.Now(), seen);
+    if (verdict.verdict == Verdict::kPending && gate.waiting_for() != last_wait) {
+      last_wait = gate.waiting_for();
+      Note(out, "waiting for " + last_wait);
+    }
+    if (verdict.verdict == Verdict::kPending) clock_.SleepFor(spec.poll, stop);
+  }
+  out.decided_after = clock_.Now() - began_;
+
+  if (verdict.verdict == Verdict::kFail) {
+    // 3b. Roll back: the new instances go, the old were never touched.
+    Note(out, "FAILED: " + verdict.reason + "; stopping the new instances");
+    out.record["verdict"] = "fail";
+    out.record["reason"] = verdict.reason;
+    Save(out);
+    const MonoTime rollback = clock_.Now();
+    for (const std::string& id : new_ids) {
+      if (Status s = platform_.Stop(id, spec.stop_grace);
+          !s.ok() && s.code() != StatusCode::kNotFound) {
+        Note(out, "stopping " + id + ": " + s.message());
+      }
+    }
+    out.rollback_took = clock_.Now() - rollback;
+    Note(out, "rolled back: the new instances are stopped; " + std::to_string(old_ids.size()) +
+                  " old instance(s) kept serving throughout");
+    return finish(Verdict::kFail, verdict.reason);
+  }
+
+  // 3a. Pass: the old instances go, one at a time, in the SDK's shutdown order.
+  Note(out, "PASSED: " + verdict.reason);
+  out.record["verdict"] = "pass";
+  out.record["reason"] = verdict.reason;
+  Save(out);
+  for (const std::string& id : old_ids) {
+    Note(out, "stopping old instance " + id);
+    if (Status s = platform_.Stop(id, spec.stop_grace);
+        !s.ok() && s.code() != StatusCode::kNotFound) {
+      Note(out, "stopping " + id + ": " + s.message());
+    }
+  }
+  Note(out, "done: " + spec.service + " runs " + spec.version);
+  return finish(Verdict::kPass, verdict.reason);
+}
+
+}  // namespace drover::rollout

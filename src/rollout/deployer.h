@@ -1,0 +1,81 @@
+// Deployer: the deploy controller (RO-2, RO-3, RO-4). A surge-style rollout of one service to a
+// new version on a Platform, judged by the HealthGate against the registry's readiness.
+//
+//   1. Start the new version's instances next to the old ones (ids <service>-<version>-<n>;
+//      "{port}" and "{health_port}" in the command become free loopback ports, "{id}",
+//      "{service}", "{version}" the instance's own).
+//   2. Observe every `poll`: the platform's view of each new instance plus READY/accepting in the
+//      registry, fed to the HealthGate until it passes or fails.
+//   3. Pass: stop the old instances one at a time (each gets SIGTERM and runs the SDK's ordered
+//      shutdown -- leave discovery, drain, then close its listener), newest version READY all
+//      along. Fail: stop the new instances; the old ones were never touched, so the service
+//      never has zero READY instances.
+// Every step is appended to the deploy record, which is written through the DeployLog at the
+// start, on the verdict and at the end (persisted by the agent).
+#pragma once
+
+#include <functional>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <stop_token>
+#include <string>
+#include <vector>
+
+#include "drover/clock.h"
+#include "rollout/health_gate.h"
+#include "rollout/platform.h"
+
+namespace drover::rollout {
+
+struct DeploySpec {
+  std::string service;
+  std::string version;
+  std::vector<std::string> argv;
+  std::map<std::string, std::string> env;
+  int instances = 1;
+  GateOptions gate;
+  Duration stop_grace = std::chrono::seconds(15);
+  Duration poll = std::chrono::milliseconds(250);
+};
+
+// Where readiness comes from: instance id -> READY and accepting, for one service (the
+// registry's List). An error means "no data this time".
+using ReadinessSource =
+    std::function<Result<std::map<std::string, bool>>(const std::string& service)>;
+// Where deploy records go (the agent's PUT /v1/deploys/{id}). Failures are logged, not fatal.
+using DeployLog = std::function<Status(const std::string& id, const nlohmann::json& record)>;
+
+struct DeployOutcome {
+  Verdict verdict = Verdict::kFail;
+  std::string reason;
+  std::string id;             // the deploy record's id
+  Duration decided_after{};   // from the start of the deploy to the verdict
+  Duration finished_after{};  // to the end (old stopped, or rollback done)
+  Duration rollback_took{};   // stopping the new instances after a failure
+  nlohmann::json record;
+};
+
+class Deployer {
+ public:
+  // Everything must outlive the deployer.
+  Deployer(Platform& platform, ReadinessSource readiness, DeployLog log, Clock& clock)
+      : platform_(platform),
+        readiness_(std::move(readiness)),
+        log_(std::move(log)),
+        clock_(clock) {}
+
+  // Runs one deploy to its end. `stop` (Ctrl-C) fails the deploy and rolls back.
+  DeployOutcome Run(const DeploySpec& spec, std::stop_token stop = {});
+
+ private:
+  void Note(DeployOutcome& out, const std::string& what);
+  void Save(DeployOutcome& out);
+
+  Platform& platform_;
+  ReadinessSource readiness_;
+  DeployLog log_;
+  Clock& clock_;
+  MonoTime began_{};
+};
+
+}  // namespace drover::rollout
