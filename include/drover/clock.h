@@ -8,6 +8,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstddef>
+#include <cstdint>
 #include <mutex>
 #include <stop_token>
 
@@ -17,6 +18,15 @@ using MonoClock = std::chrono::steady_clock;
 using MonoTime = MonoClock::time_point;
 using SystemTime = std::chrono::system_clock::time_point;
 using Duration = std::chrono::nanoseconds;
+
+// Wall-clock times cross process boundaries (stores, JSON, protobuf) as Unix milliseconds.
+inline std::int64_t ToUnixMillis(SystemTime t) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(t.time_since_epoch()).count();
+}
+inline SystemTime FromUnixMillis(std::int64_t ms) {
+  return SystemTime(
+      std::chrono::duration_cast<SystemTime::duration>(std::chrono::milliseconds(ms)));
+}
 
 class Clock {
  public:

@@ -22,15 +22,6 @@ Status Invalid(std::string msg) { return InvalidArgumentError(std::move(msg)); }
 
 }  // namespace
 
-std::int64_t ToUnixMillis(SystemTime t) {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(t.time_since_epoch()).count();
-}
-
-SystemTime FromUnixMillis(std::int64_t ms) {
-  return SystemTime(
-      std::chrono::duration_cast<SystemTime::duration>(std::chrono::milliseconds(ms)));
-}
-
 std::string_view InstanceStateName(InstanceState state) {
   switch (state) {
     case InstanceState::kStarting:

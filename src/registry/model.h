@@ -81,10 +81,6 @@ struct Event {
   friend bool operator==(const Event&, const Event&) = default;
 };
 
-// Wall-clock times cross process boundaries (store, JSON, protobuf) as Unix milliseconds.
-std::int64_t ToUnixMillis(SystemTime t);
-SystemTime FromUnixMillis(std::int64_t ms);
-
 // Limits on what a client may write; anything outside is INVALID_ARGUMENT and changes nothing.
 struct Limits {
   std::size_t max_name = 128;  // service and instance id

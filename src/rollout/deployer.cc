@@ -13,10 +13,6 @@ namespace {
 
 using json = nlohmann::json;
 
-std::int64_t UnixMillis(SystemTime t) {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(t.time_since_epoch()).count();
-}
-
 double Seconds(Duration d) { return std::chrono::duration<double>(d).count(); }
 
 // A loopback port nobody listens on right now.
@@ -49,7 +45,7 @@ void Deployer::Note(DeployOutcome& out, const std::string& what) {
   const double at = Seconds(clock_.Now() - began_);
   spdlog::info("deploy {}: +{:.1f} s {}", out.id, at, what);
   out.record["timeline"].push_back(
-      {{"at_ms", UnixMillis(clock_.SystemNow())}, {"after_s", at}, {"what", what}});
+      {{"at_ms", ToUnixMillis(clock_.SystemNow())}, {"after_s", at}, {"what", what}});
 }
 
 void Deployer::Save(DeployOutcome& out) {
@@ -63,9 +59,9 @@ DeployOutcome Deployer::Run(const DeploySpec& spec, std::stop_token stop) {
   DeployOutcome out;
   began_ = clock_.Now();
   const SystemTime began_system = clock_.SystemNow();
-  out.id = spec.service + "-" + spec.version + "-" + std::to_string(UnixMillis(began_system));
+  out.id = spec.service + "-" + spec.version + "-" + std::to_string(ToUnixMillis(began_system));
   out.record = {{"service", spec.service},     {"version", spec.version},
-                {"instances", spec.instances}, {"started_at_ms", UnixMillis(began_system)},
+                {"instances", spec.instances}, {"started_at_ms", ToUnixMillis(began_system)},
                 {"verdict", "running"},        {"reason", ""},
                 {"timeline", json::array()}};
   auto finish = [&](Verdict verdict, std::string reason) {
@@ -74,7 +70,7 @@ DeployOutcome Deployer::Run(const DeploySpec& spec, std::stop_token stop) {
     out.finished_after = clock_.Now() - began_;
     out.record["verdict"] = std::string(VerdictName(verdict));
     out.record["reason"] = out.reason;
-    out.record["finished_at_ms"] = UnixMillis(clock_.SystemNow());
+    out.record["finished_at_ms"] = ToUnixMillis(clock_.SystemNow());
     out.record["decided_after_s"] = Seconds(out.decided_after);
     out.record["rollback_s"] = Seconds(out.rollback_took);
     Save(out);

@@ -1,18 +1,6 @@
 #include "rollout/json_codec.h"
 
 namespace drover::rollout {
-namespace {
-
-std::int64_t ToUnixMillis(SystemTime t) {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(t.time_since_epoch()).count();
-}
-SystemTime FromUnixMillis(std::int64_t ms) {
-  return SystemTime(
-      std::chrono::duration_cast<SystemTime::duration>(std::chrono::milliseconds(ms)));
-}
-
-}  // namespace
-
 using json = nlohmann::json;
 
 json LaunchSpecToJson(const LaunchSpec& spec) {
