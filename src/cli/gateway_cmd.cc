@@ -37,11 +37,7 @@ int RunGateway(const GatewayArgs& args) {
   }
 
   // Before any thread starts: every thread inherits the mask, only sigwait below gets them.
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGINT);
-  sigaddset(&signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  const sigset_t signals = BlockShutdownSignals();
 
   RealClock clock;
   auto gw = gateway::Gateway::Start(*config, clock);

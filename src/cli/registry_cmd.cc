@@ -166,11 +166,7 @@ int RunRegistry(const RegistryArgs& args) {
   }
   // Block the shutdown signals before any thread starts, so that every thread inherits the mask
   // and only sigwait below receives them.
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGINT);
-  sigaddset(&signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  const sigset_t signals = BlockShutdownSignals();
 
   std::unique_ptr<registry::Store> store;
   std::string where;

@@ -115,11 +115,7 @@ struct AgentArgs {
 };
 
 int RunAgent(const AgentArgs& args) {
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGINT);
-  sigaddset(&signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  const sigset_t signals = BlockShutdownSignals();
   RealClock clock;
   rollout::SupervisorOptions options;
   options.data_dir = args.data_dir;
@@ -243,11 +239,7 @@ int RunDeploy(const DeployArgs& args) {
       agent, [&](const std::string& service) { return RegistryReadiness(registry, service); },
       [&](const std::string& id, const json& record) { return agent.Record(id, record); }, clock);
   // Ctrl-C or SIGTERM: fail the deploy and roll back, rather than leave it half done.
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGINT);
-  sigaddset(&signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  const sigset_t signals = BlockShutdownSignals();
   std::stop_source interrupt;
   std::jthread watcher([&](std::stop_token done) {
     timespec tick{0, 100'000'000};

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "common/metrics_text.h"
+#include "common/text.h"
 #include "registry/auth.h"
 #include "registry/json_codec.h"
 #include "registry/registry.h"
@@ -118,20 +119,6 @@ std::vector<std::string_view> SplitPath(std::string_view path) {
     start = end + 1;
   }
   return parts;
-}
-
-std::map<std::string, std::string, std::less<>> ParseQuery(std::string_view query) {
-  std::map<std::string, std::string, std::less<>> out;
-  while (!query.empty()) {
-    const std::size_t amp = query.find('&');
-    const std::string_view pair = query.substr(0, amp);
-    const std::size_t eq = pair.find('=');
-    out[std::string(pair.substr(0, eq))] =
-        eq == std::string_view::npos ? std::string() : std::string(pair.substr(eq + 1));
-    if (amp == std::string_view::npos) break;
-    query.remove_prefix(amp + 1);
-  }
-  return out;
 }
 
 Result<std::uint64_t> ParseUint(std::string_view text, const char* what) {

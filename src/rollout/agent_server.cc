@@ -22,6 +22,8 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "common/files.h"
+#include "common/text.h"
 #include "rollout/json_codec.h"
 #include "sdk/socket_util.h"
 
@@ -91,21 +93,6 @@ Response ErrorReply(const Status& s) {
                {{"error", {{"code", CodeName(s.code())}, {"message", s.message()}}}});
 }
 
-// "a=1&b=2" -> map (no percent-decoding: every value here is a name or a number).
-std::map<std::string, std::string> Query(std::string_view q) {
-  std::map<std::string, std::string> out;
-  while (!q.empty()) {
-    const std::size_t amp = q.find('&');
-    const std::string_view part = q.substr(0, amp);
-    const std::size_t eq = part.find('=');
-    out[std::string(part.substr(0, eq))] =
-        eq == std::string_view::npos ? "" : std::string(part.substr(eq + 1));
-    if (amp == std::string_view::npos) break;
-    q.remove_prefix(amp + 1);
-  }
-  return out;
-}
-
 }  // namespace
 
 struct AgentServer::Impl {
@@ -142,28 +129,14 @@ struct AgentServer::Impl {
   }
 
   Status SaveDeploys() {  // deploys_mu held
-    const std::string tmp = deploys_path + ".tmp";
-    {
-      std::ofstream out(tmp, std::ios::trunc);
-      out << deploys.dump() << "\n";
-      out.flush();
-      if (!out) return UnavailableError("cannot write " + tmp);
-    }
-    if (const int fd = ::open(tmp.c_str(), O_RDONLY | O_CLOEXEC); fd >= 0) {
-      ::fsync(fd);
-      ::close(fd);
-    }
-    std::error_code ec;
-    std::filesystem::rename(tmp, deploys_path, ec);
-    if (ec) return UnavailableError("cannot replace " + deploys_path + ": " + ec.message());
-    return Status::Ok();
+    return WriteFileAtomically(deploys_path, deploys.dump() + "\n");
   }
 
   Response Handle(const http::request<http::string_body>& req) {
     const std::string_view target(req.target().data(), req.target().size());
     const std::size_t qmark = target.find('?');
     const std::string_view path = target.substr(0, qmark);
-    const auto query = Query(qmark == std::string_view::npos ? "" : target.substr(qmark + 1));
+    const auto query = ParseQuery(qmark == std::string_view::npos ? "" : target.substr(qmark + 1));
     const auto method = req.method();
     if (path == "/live") {
       Response res{http::status::ok, 11};

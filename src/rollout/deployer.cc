@@ -1,12 +1,12 @@
 #include "rollout/deployer.h"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <spdlog/spdlog.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <set>
+
+#include "common/text.h"
+#include "sdk/socket_util.h"
 
 namespace drover::rollout {
 namespace {
@@ -17,26 +17,10 @@ double Seconds(Duration d) { return std::chrono::duration<double>(d).count(); }
 
 // A loopback port nobody listens on right now.
 int FreePort() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof addr;
-  int port = 0;
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
-    port = ntohs(addr.sin_port);
-  }
-  ::close(fd);
-  return port;
-}
-
-std::string Replace(std::string text, const std::string& name, const std::string& value) {
-  for (std::size_t at = text.find(name); at != std::string::npos;
-       at = text.find(name, at + value.size())) {
-    text.replace(at, name.size(), value);
-  }
-  return text;
+  auto listening = sdk::ListenTcp("127.0.0.1:0", 1, "a free port");
+  if (!listening.ok()) return 0;
+  ::close(listening->fd);
+  return listening->port;
 }
 
 }  // namespace
@@ -114,10 +98,11 @@ DeployOutcome Deployer::Run(const DeploySpec& spec, std::stop_token stop) {
     const std::string port = std::to_string(FreePort());
     const std::string health_port = std::to_string(FreePort());
     for (const std::string& a : spec.argv) {
-      launch.argv.push_back(Replace(Replace(a, "{port}", port), "{health_port}", health_port));
+      launch.argv.push_back(
+          ReplaceAll(ReplaceAll(a, "{port}", port), "{health_port}", health_port));
     }
     for (const auto& [k, v] : spec.env) {
-      launch.env[k] = Replace(Replace(v, "{port}", port), "{health_port}", health_port);
+      launch.env[k] = ReplaceAll(ReplaceAll(v, "{port}", port), "{health_port}", health_port);
     }
     if (Status s = platform_.Start(launch); !s.ok()) {
       Note(out, "could not start " + launch.id + ": " + s.message());

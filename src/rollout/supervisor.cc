@@ -17,6 +17,8 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "common/files.h"
+#include "common/text.h"
 #include "rollout/json_codec.h"
 
 namespace drover::rollout {
@@ -25,16 +27,9 @@ namespace {
 using json = nlohmann::json;
 using namespace std::chrono_literals;
 
-std::string Substitute(std::string text, const LaunchSpec& spec) {
-  const std::pair<const char*, const std::string*> vars[] = {
-      {"{id}", &spec.id}, {"{service}", &spec.service}, {"{version}", &spec.version}};
-  for (const auto& [name, value] : vars) {
-    for (std::size_t at = text.find(name); at != std::string::npos;
-         at = text.find(name, at + value->size())) {
-      text.replace(at, std::string_view(name).size(), *value);
-    }
-  }
-  return text;
+std::string Substitute(const std::string& text, const LaunchSpec& spec) {
+  return ReplaceAll(ReplaceAll(ReplaceAll(text, "{id}", spec.id), "{service}", spec.service),
+                    "{version}", spec.version);
 }
 
 std::string DescribeExit(int status) {
@@ -109,23 +104,9 @@ struct Supervisor::Impl {
       if (m.stop_requested) continue;
       list.push_back({{"spec", LaunchSpecToJson(m.spec)}, {"pid", m.pid}});
     }
-    const std::string tmp = StatePath() + ".tmp";
-    {
-      std::ofstream out(tmp, std::ios::trunc);
-      out << list.dump() << "\n";
-      out.flush();
-      if (!out) {
-        spdlog::error("agent: cannot write {}", tmp);
-        return;
-      }
+    if (Status s = WriteFileAtomically(StatePath(), list.dump() + "\n"); !s.ok()) {
+      spdlog::error("agent: {}", s.message());
     }
-    if (const int fd = ::open(tmp.c_str(), O_RDONLY | O_CLOEXEC); fd >= 0) {
-      ::fsync(fd);
-      ::close(fd);
-    }
-    std::error_code ec;
-    std::filesystem::rename(tmp, StatePath(), ec);
-    if (ec) spdlog::error("agent: cannot replace {}: {}", StatePath(), ec.message());
   }
 
   // Forks and execs `m`. Runs on the supervisor thread only (PDEATHSIG follows this thread).

@@ -1,0 +1,27 @@
+#include "common/text.h"
+
+namespace drover {
+
+std::map<std::string, std::string, std::less<>> ParseQuery(std::string_view query) {
+  std::map<std::string, std::string, std::less<>> out;
+  while (!query.empty()) {
+    const std::size_t amp = query.find('&');
+    const std::string_view pair = query.substr(0, amp);
+    const std::size_t eq = pair.find('=');
+    out[std::string(pair.substr(0, eq))] =
+        eq == std::string_view::npos ? std::string() : std::string(pair.substr(eq + 1));
+    if (amp == std::string_view::npos) break;
+    query.remove_prefix(amp + 1);
+  }
+  return out;
+}
+
+std::string ReplaceAll(std::string text, std::string_view from, std::string_view to) {
+  for (std::size_t at = text.find(from); at != std::string::npos;
+       at = text.find(from, at + to.size())) {
+    text.replace(at, from.size(), to);
+  }
+  return text;
+}
+
+}  // namespace drover

@@ -1,0 +1,17 @@
+// Small text helpers shared by the HTTP APIs and the rollout code.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <string>
+#include <string_view>
+
+namespace drover {
+
+// "a=1&b=2" -> {a: 1, b: 2}. No percent-decoding: the APIs' values are names and numbers.
+std::map<std::string, std::string, std::less<>> ParseQuery(std::string_view query);
+
+// Every occurrence of `from` in `text` replaced by `to` (`from` non-empty).
+std::string ReplaceAll(std::string text, std::string_view from, std::string_view to);
+
+}  // namespace drover
