@@ -12,8 +12,10 @@
 #include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <random>
 #include <thread>
+#include <tuple>
 
 #include "etcd/etcdserverpb/rpc.grpc.pb.h"
 
@@ -119,6 +121,14 @@ Result<Instance> DecodeInstance(const std::string& value, bool& created_here) {
   } catch (const std::exception& e) {
     return InternalError(std::string("undecodable instance in etcd: ") + e.what());
   }
+}
+
+// "<prefix><service>/<id>" -> {service, id}; nullopt for a key of another shape.
+std::optional<std::pair<std::string, std::string>> SplitKey(const std::string& key,
+                                                            const std::string& prefix) {
+  const std::size_t slash = key.find('/', prefix.size());
+  if (!key.starts_with(prefix) || slash == std::string::npos) return std::nullopt;
+  return std::pair{key.substr(prefix.size(), slash - prefix.size()), key.substr(slash + 1)};
 }
 
 std::string EncodeTombstone(const Tombstone& t, RemovalReason reason) {
@@ -344,24 +354,20 @@ Result<StoreState> EtcdStore::Impl::Load() {
   StoreState state;
   state.revision = static_cast<std::uint64_t>(revision);
   for (const mvccpb::KeyValue& kv_pair : instances) {
-    const std::string rest = kv_pair.key().substr(instances_prefix.size());
-    const std::size_t slash = rest.find('/');
-    if (slash == std::string::npos) continue;
+    auto name = SplitKey(kv_pair.key(), instances_prefix);
+    if (!name) continue;
     bool created_here = false;
     DROVER_ASSIGN_OR_RETURN(Instance in, DecodeInstance(kv_pair.value(), created_here));
-    in.service = rest.substr(0, slash);
-    in.id = rest.substr(slash + 1);
+    std::tie(in.service, in.id) = std::move(*name);
     in.mod_revision = static_cast<std::uint64_t>(kv_pair.mod_revision());
     if (created_here) in.create_revision = in.mod_revision;
     state.instances.push_back(std::move(in));
   }
   for (const mvccpb::KeyValue& kv_pair : tombstones) {
-    const std::string rest = kv_pair.key().substr(tombstones_prefix.size());
-    const std::size_t slash = rest.find('/');
-    if (slash == std::string::npos) continue;
+    auto name = SplitKey(kv_pair.key(), tombstones_prefix);
+    if (!name) continue;
     DROVER_ASSIGN_OR_RETURN(Tombstone t, DecodeTombstone(kv_pair.value(), nullptr));
-    t.service = rest.substr(0, slash);
-    t.id = rest.substr(slash + 1);
+    std::tie(t.service, t.id) = std::move(*name);
     t.revision = static_cast<std::uint64_t>(kv_pair.mod_revision());
     state.tombstones.push_back(std::move(t));
   }
@@ -378,19 +384,8 @@ void EtcdStore::Impl::Deliver(const pb::WatchResponse& response) {
     while (end < events.size() && events[end].kv().mod_revision() == revision) ++end;
     Change change;
     change.revision = static_cast<std::uint64_t>(revision);
+    // A removal's reason is in the tombstone written in the same revision (in either order).
     std::map<std::pair<std::string, std::string>, RemovalReason> reasons;
-    for (int k = i; k < end; ++k) {
-      const mvccpb::Event& e = events[k];
-      const std::string& key = e.kv().key();
-      if (e.type() == mvccpb::Event::PUT && key.starts_with(tombstones_prefix)) {
-        const std::string rest = key.substr(tombstones_prefix.size());
-        const std::size_t slash = rest.find('/');
-        RemovalReason reason = RemovalReason::kDeregister;
-        if (slash != std::string::npos && DecodeTombstone(e.kv().value(), &reason).ok()) {
-          reasons[{rest.substr(0, slash), rest.substr(slash + 1)}] = reason;
-        }
-      }
-    }
     for (int k = i; k < end; ++k) {
       const mvccpb::Event& e = events[k];
       const std::string& key = e.kv().key();
@@ -411,15 +406,10 @@ void EtcdStore::Impl::Deliver(const pb::WatchResponse& response) {
         continue;
       }
       const bool instance = key.starts_with(instances_prefix);
-      const bool tombstone = key.starts_with(tombstones_prefix);
-      if (!instance && !tombstone) continue;
-      const std::string rest =
-          key.substr(instance ? instances_prefix.size() : tombstones_prefix.size());
-      const std::size_t slash = rest.find('/');
-      if (slash == std::string::npos) continue;
+      auto name = SplitKey(key, instance ? instances_prefix : tombstones_prefix);
+      if (!name) continue;
       Write w;
-      w.service = rest.substr(0, slash);
-      w.id = rest.substr(slash + 1);
+      std::tie(w.service, w.id) = std::move(*name);
       if (instance && put) {
         bool created_here = false;
         Result<Instance> in = DecodeInstance(e.kv().value(), created_here);
@@ -431,21 +421,26 @@ void EtcdStore::Impl::Deliver(const pb::WatchResponse& response) {
         w.instance = std::move(*in);
         w.create = created_here;
       } else if (instance) {
-        w.kind = Write::Kind::kDeleteInstance;
-        auto reason = reasons.find({w.service, w.id});
-        w.reason = reason == reasons.end() ? RemovalReason::kDeregister : reason->second;
+        w.kind = Write::Kind::kDeleteInstance;  // its reason: below
       } else if (put) {
-        Result<Tombstone> t = DecodeTombstone(e.kv().value(), nullptr);
+        RemovalReason reason = RemovalReason::kDeregister;
+        Result<Tombstone> t = DecodeTombstone(e.kv().value(), &reason);
         if (!t.ok()) {
           spdlog::error("registry: skipping {}: {}", key, t.status().ToString());
           continue;
         }
         w.kind = Write::Kind::kPutTombstone;
         w.tombstone = std::move(*t);
+        reasons[{w.service, w.id}] = reason;
       } else {
         w.kind = Write::Kind::kDeleteTombstone;
       }
       change.writes.push_back(std::move(w));
+    }
+    for (Write& w : change.writes) {
+      if (w.kind != Write::Kind::kDeleteInstance) continue;
+      auto reason = reasons.find({w.service, w.id});
+      if (reason != reasons.end()) w.reason = reason->second;
     }
     if (!change.writes.empty()) listener->OnChange(change);
     SetDelivered(change.revision);
