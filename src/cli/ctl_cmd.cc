@@ -57,13 +57,14 @@ void CheckNames(const CtlArgs& args) {
   }
 }
 
-HttpClient Client(const CtlArgs& args) {
+HttpClient Client(const CtlArgs& args, const std::string& peer = "registry") {
   CheckNames(args);
   std::string token = args.token;
   if (token.empty()) {
     if (const char* env = std::getenv("DROVER_TOKEN")) token = env;
   }
-  auto client = HttpClient::Create(args.registry, token, std::chrono::seconds(10), args.ca_file);
+  auto client =
+      HttpClient::Create(args.registry, token, std::chrono::seconds(10), args.ca_file, peer);
   if (!client.ok()) Fail(2, client.status().message());
   return std::move(client).value();
 }
@@ -146,7 +147,7 @@ void Deploys(const CtlArgs& args) {
   CtlArgs agent = args;
   agent.registry = args.agent;  // the same client, pointed at the agent
   agent.id.clear();
-  const auto reply = Call(Client(agent), "GET",
+  const auto reply = Call(Client(agent, "agent"), "GET",
                           "/v1/deploys" + (args.service.empty() ? "" : "?service=" + args.service));
   if (args.json) {
     std::cout << reply.dump(2) << "\n";

@@ -22,30 +22,32 @@ using tcp = net::ip::tcp;
 
 namespace {
 
-Status Unreachable(const std::string& host, const std::string& port, const std::string& what) {
-  return UnavailableError("registry at " + host + ":" + port + ": " + what);
+Status Unreachable(const std::string& peer, const std::string& host, const std::string& port,
+                   const std::string& what) {
+  return UnavailableError(peer + " at " + host + ":" + port + ": " + what);
 }
 
 // Resolves and connects `stream` to host:port, with `timeout` armed.
-Status Connect(beast::tcp_stream& stream, const std::string& host, const std::string& port,
-               std::chrono::seconds timeout) {
+Status Connect(beast::tcp_stream& stream, const std::string& peer, const std::string& host,
+               const std::string& port, std::chrono::seconds timeout) {
   beast::error_code ec;
   tcp::resolver resolver(stream.get_executor());
   const auto endpoints = resolver.resolve(host, port, ec);
-  if (ec) return Unreachable(host, port, ec.message());
+  if (ec) return Unreachable(peer, host, port, ec.message());
   stream.expires_after(timeout);
   stream.connect(endpoints, ec);
-  if (ec) return Unreachable(host, port, ec.message());
+  if (ec) return Unreachable(peer, host, port, ec.message());
   return Status::Ok();
 }
 
 }  // namespace
 
 Result<HttpClient> HttpClient::Create(const std::string& base, std::string token,
-                                      std::chrono::seconds timeout, std::string ca_file) {
+                                      std::chrono::seconds timeout, std::string ca_file,
+                                      std::string peer) {
   const bool tls = base.rfind("https://", 0) == 0;
   if (!tls && base.rfind("http://", 0) != 0) {
-    return InvalidArgumentError("registry URL must start with http:// or https:// (got '" + base +
+    return InvalidArgumentError(peer + " URL must start with http:// or https:// (got '" + base +
                                 "')");
   }
   std::string rest = base.substr(tls ? 8 : 7);
@@ -53,17 +55,17 @@ Result<HttpClient> HttpClient::Create(const std::string& base, std::string token
   const std::size_t colon = rest.rfind(':');
   if (colon == std::string::npos || colon == 0 || colon + 1 == rest.size() ||
       rest.find('/') != std::string::npos) {
-    return InvalidArgumentError("registry URL must be http(s)://host:port (got '" + base + "')");
+    return InvalidArgumentError(peer + " URL must be http(s)://host:port (got '" + base + "')");
   }
   std::string host = rest.substr(0, colon);
   if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
     host = host.substr(1, host.size() - 2);
   }
   if (!ca_file.empty() && !tls) {
-    return InvalidArgumentError("a CA file only applies to an https:// registry URL");
+    return InvalidArgumentError("a CA file only applies to an https:// " + peer + " URL");
   }
   return HttpClient(std::move(host), rest.substr(colon + 1), std::move(token), timeout, tls,
-                    std::move(ca_file));
+                    std::move(ca_file), std::move(peer));
 }
 
 template <typename Use>
@@ -71,7 +73,7 @@ Status HttpClient::WithConnection(Use&& use) const {
   net::io_context io;
   if (!tls_) {
     beast::tcp_stream stream(io);
-    DROVER_RETURN_IF_ERROR(Connect(stream, host_, port_, timeout_));
+    DROVER_RETURN_IF_ERROR(Connect(stream, peer_, host_, port_, timeout_));
     Status result = use(stream);
     beast::error_code ignored;
     stream.socket().shutdown(tcp::socket::shutdown_both, ignored);
@@ -93,12 +95,12 @@ Status HttpClient::WithConnection(Use&& use) const {
   net::ip::make_address(host_, not_ip);
   if (not_ip && SSL_ctrl(stream.native_handle(), SSL_CTRL_SET_TLSEXT_HOSTNAME,
                          TLSEXT_NAMETYPE_host_name, const_cast<char*>(host_.c_str())) != 1) {
-    return Unreachable(host_, port_, "cannot set TLS server name");
+    return Unreachable(peer_, host_, port_, "cannot set TLS server name");
   }
   stream.set_verify_callback(ssl::host_name_verification(host_));
-  DROVER_RETURN_IF_ERROR(Connect(beast::get_lowest_layer(stream), host_, port_, timeout_));
+  DROVER_RETURN_IF_ERROR(Connect(beast::get_lowest_layer(stream), peer_, host_, port_, timeout_));
   stream.handshake(ssl::stream_base::client, ec);
-  if (ec) return Unreachable(host_, port_, "TLS handshake failed: " + ec.message());
+  if (ec) return Unreachable(peer_, host_, port_, "TLS handshake failed: " + ec.message());
   Status result = use(stream);
   stream.shutdown(ec);  // close_notify; a server that just closes is fine too
   return result;
@@ -118,11 +120,11 @@ Result<HttpResult> HttpClient::Send(std::string_view method, const std::string& 
   DROVER_RETURN_IF_ERROR(WithConnection([&](auto& stream) -> Status {
     beast::error_code ec;
     http::write(stream, req, ec);
-    if (ec) return Unreachable(host_, port_, ec.message());
+    if (ec) return Unreachable(peer_, host_, port_, ec.message());
     beast::flat_buffer buffer;
     http::response<http::string_body> res;
     http::read(stream, buffer, res, ec);
-    if (ec) return Unreachable(host_, port_, ec.message());
+    if (ec) return Unreachable(peer_, host_, port_, ec.message());
     result.status = static_cast<int>(res.result_int());
     result.body = std::move(res.body());
     return Status::Ok();
@@ -139,15 +141,15 @@ Status HttpClient::Stream(const std::string& target,
   return WithConnection([&](auto& stream) -> Status {
     beast::error_code ec;
     http::write(stream, req, ec);
-    if (ec) return Unreachable(host_, port_, ec.message());
+    if (ec) return Unreachable(peer_, host_, port_, ec.message());
     beast::flat_buffer buffer;
     http::response_parser<http::string_body> parser;
     parser.body_limit(std::numeric_limits<std::uint64_t>::max());  // Boost 1.74: none misreads
     http::read_header(stream, buffer, parser, ec);
-    if (ec) return Unreachable(host_, port_, ec.message());
+    if (ec) return Unreachable(peer_, host_, port_, ec.message());
     if (parser.get().result() != http::status::ok) {
       http::read(stream, buffer, parser, ec);
-      return Status(StatusCode::kUnavailable, "registry answered " +
+      return Status(StatusCode::kUnavailable, peer_ + " answered " +
                                                   std::to_string(parser.get().result_int()) + ": " +
                                                   parser.get().body());
     }
@@ -171,7 +173,7 @@ Status HttpClient::Stream(const std::string& target,
       if (ec) break;
     }
     if (stop || !ec || ec == http::error::end_of_stream) return Status::Ok();
-    return Unreachable(host_, port_, ec.message());
+    return Unreachable(peer_, host_, port_, ec.message());
   });
 }
 

@@ -22,9 +22,10 @@ struct HttpResult {
 class HttpClient {
  public:
   // `base` is "http://host:port" or "https://host:port"; INVALID_ARGUMENT for anything else.
+  // `peer` names the server in error messages ("registry at 127.0.0.1:7070: Connection refused").
   static Result<HttpClient> Create(const std::string& base, std::string token,
                                    std::chrono::seconds timeout = std::chrono::seconds(10),
-                                   std::string ca_file = {});
+                                   std::string ca_file = {}, std::string peer = "registry");
 
   // UNAVAILABLE when the server cannot be reached or the exchange fails.
   Result<HttpResult> Send(std::string_view method, const std::string& target,
@@ -37,13 +38,14 @@ class HttpClient {
 
  private:
   HttpClient(std::string host, std::string port, std::string token, std::chrono::seconds timeout,
-             bool tls, std::string ca_file)
+             bool tls, std::string ca_file, std::string peer)
       : host_(std::move(host)),
         port_(std::move(port)),
         token_(std::move(token)),
         timeout_(timeout),
         tls_(tls),
-        ca_file_(std::move(ca_file)) {}
+        ca_file_(std::move(ca_file)),
+        peer_(std::move(peer)) {}
 
   // Connects (and completes the TLS handshake) and calls `use` with the stream.
   template <typename Use>
@@ -55,6 +57,7 @@ class HttpClient {
   std::chrono::seconds timeout_;
   bool tls_ = false;
   std::string ca_file_;
+  std::string peer_;
 };
 
 }  // namespace drover::cli

@@ -96,11 +96,12 @@ Result<std::map<std::string, bool>> RegistryReadiness(const HttpClient& registry
   throw CLI::RuntimeError(code);
 }
 
-HttpClient Connect(const std::string& url, const std::string& what) {
+// `peer` is "agent" or "registry", for error messages.
+HttpClient Connect(const std::string& url, const std::string& peer) {
   std::string token;
   if (const char* env = std::getenv("DROVER_TOKEN")) token = env;
-  auto client = HttpClient::Create(url, token, std::chrono::seconds(30));
-  if (!client.ok()) Fail(2, what + ": " + client.status().message());
+  auto client = HttpClient::Create(url, token, std::chrono::seconds(30), {}, peer);
+  if (!client.ok()) Fail(2, "--" + peer + ": " + client.status().message());
   return std::move(client).value();
 }
 
@@ -232,8 +233,8 @@ int RunDeploy(const DeployArgs& args) {
   spec.gate.progress_deadline = std::chrono::milliseconds(args.progress_deadline_ms);
   spec.stop_grace = std::chrono::milliseconds(args.stop_grace_ms);
 
-  AgentClient agent(Connect(args.agent, "--agent"));
-  const HttpClient registry = Connect(args.registry, "--registry");
+  AgentClient agent(Connect(args.agent, "agent"));
+  const HttpClient registry = Connect(args.registry, "registry");
   RealClock clock;
   rollout::Deployer deployer(
       agent, [&](const std::string& service) { return RegistryReadiness(registry, service); },
@@ -259,7 +260,7 @@ int RunDeploy(const DeployArgs& args) {
     std::printf("deploy %s: %s after %.1f s: %s\n", out.id.c_str(),
                 out.verdict == rollout::Verdict::kPass ? "PASSED" : "FAILED",
                 std::chrono::duration<double>(out.decided_after).count(), out.reason.c_str());
-    if (out.verdict != rollout::Verdict::kPass) {
+    if (out.verdict != rollout::Verdict::kPass && out.record.contains("new_instances")) {
       std::printf("rolled back in %.1f s; the previous version kept serving\n",
                   std::chrono::duration<double>(out.rollback_took).count());
     }
@@ -333,7 +334,6 @@ void AddRolloutCommands(CLI::App& app) {
   d->add_option("command", deploy->command,
                 "After --: the program and its arguments; {id} {service} {version} {port} "
                 "{health_port} are replaced per instance");
-  d->positionals_at_end();
   d->callback([deploy, d] {
     if (!deploy->spec_file.empty()) ApplySpec(*d, *deploy);
     if (const int code = RunDeploy(*deploy); code != 0) throw CLI::RuntimeError(code);

@@ -222,7 +222,7 @@ struct AgentServer::Impl {
     ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, sizeof timeout);
     // The socket works on its own descriptor; `fd` stays open until the thread is joined, so a
     // shutdown() at stop never reaches a recycled descriptor.
-    const int own = ::dup(fd);
+    const int own = ::fcntl(fd, F_DUPFD_CLOEXEC, 0);
     if (own < 0) return;
     tcp::socket socket(io);
     boost::system::error_code ec;
@@ -249,6 +249,9 @@ struct AgentServer::Impl {
       http::write(socket, res, ec);
       if (ec || !req.keep_alive()) break;
     }
+    // `fd` still refers to the connection, so close() alone would not end it: the client would
+    // wait for EOF until this thread is joined.
+    socket.shutdown(tcp::socket::shutdown_both, ec);
     socket.close(ec);
   }
 

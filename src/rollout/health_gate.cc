@@ -49,6 +49,15 @@ std::string HealthGate::Describe(const Observation& o) const {
   return out;
 }
 
+std::string HealthGate::CrashMovedSince(const std::map<std::string, SystemTime>& before,
+                                        bool new_counts) const {
+  for (const auto& [id, at] : latest_crash_) {
+    auto it = before.find(id);
+    if (it == before.end() ? new_counts : it->second != at) return id;
+  }
+  return "";
+}
+
 GateResult HealthGate::Observe(MonoTime now, const std::vector<Observation>& seen) {
   if (result_.verdict != Verdict::kPending) return result_;
   if (instances_.empty()) return Fail("no new instances to judge: no checks, no pass");
@@ -76,7 +85,9 @@ GateResult HealthGate::Observe(MonoTime now, const std::vector<Observation>& see
         return Fail("instance " + id + " crashed repeatedly since deploy began and the platform " +
                     "gave up restarting it");
       }
-      if (o.ready) {
+      // READY in the registry and a live process: a crashed instance stays READY in the
+      // registry until its lease runs out, so the registry alone would vouch for a corpse.
+      if (o.ready && o.platform->status == InstanceStatus::kRunning) {
         ready_since_.emplace(id, now);
       } else {
         ready_since_.erase(id);
@@ -97,8 +108,18 @@ GateResult HealthGate::Observe(MonoTime now, const std::vector<Observation>& see
     return result_;
   }
 
-  // 1. READY, continuously, for min_healthy.
+  // 1. READY, continuously, for min_healthy -- with the crash watch meanwhile.
   if (checks_done_ == 0 && next_check_ == MonoTime{}) {
+    if (now >= next_watch_) {
+      if (const std::string id = CrashMovedSince(crash_at_last_watch_, false); !id.empty()) {
+        return Fail("instance " + id + " crashed repeatedly since deploy began and is still " +
+                    "restarting (a crash newer than the one seen " + Seconds(options_.check_delay) +
+                    " earlier, before it could stay READY for " + Seconds(options_.min_healthy) +
+                    ")");
+      }
+      crash_at_last_watch_ = latest_crash_;
+      next_watch_ = now + options_.check_delay;
+    }
     for (const std::string& id : instances_) {
       auto it = ready_since_.find(id);
       if (it == ready_since_.end()) {
@@ -123,13 +144,10 @@ GateResult HealthGate::Observe(MonoTime now, const std::vector<Observation>& see
     }
   }
   if (checks_done_ > 1) {
-    for (const auto& [id, at] : latest_crash_) {
-      auto before = crash_at_last_check_.find(id);
-      if (before == crash_at_last_check_.end() || before->second != at) {
-        return Fail("instance " + id + " crashed repeatedly since deploy began and is still " +
-                    "restarting (its latest crash is newer than at check " +
-                    std::to_string(checks_done_ - 1) + ")");
-      }
+    if (const std::string id = CrashMovedSince(crash_at_last_check_, true); !id.empty()) {
+      return Fail("instance " + id + " crashed repeatedly since deploy began and is still " +
+                  "restarting (its latest crash is newer than at check " +
+                  std::to_string(checks_done_ - 1) + ")");
     }
   }
   crash_at_last_check_ = latest_crash_;

@@ -4,12 +4,18 @@
 // simulated platforms on a FakeClock.
 //
 // Started is not serving. The gate passes only after:
-//   1. every new instance READY in the registry, continuously, for `min_healthy`;
+//   1. every new instance READY in the registry and RUNNING on the platform, continuously, for
+//      `min_healthy`;
 //   2. check 1, then check 2 `check_delay` later: every instance still READY. With no crash since
 //      the deploy began, that is a pass. Otherwise check 3 another `check_delay` later. A check
 //      fails when the timestamp of the latest crash since the deploy began moved since the
 //      previous check -- the timestamp, never a count: counting crashes in a list that keeps the
 //      newest five stops growing once the list is full, which is how seed 004's crash loop passed.
+// While the gate waits for step 1, a crash watch compares the latest crash timestamps every
+// `check_delay` the same way: an instance that had crashed at one watch and crashed again by the
+// next is crash-looping, and the gate fails then -- a loop whose every life is shorter than
+// `min_healthy` never reaches the checks, and must not wait for the progress deadline or for the
+// platform to give up. A single crash (a dependency not up yet at boot) is allowed.
 // It fails at once when an instance gave up restarting or vanished from the platform, and when
 // the `progress_deadline` passes before a verdict -- including when there was never data to
 // judge by ("no checks" is a failure, not a pass). The latest crash seen is kept per instance
@@ -66,6 +72,10 @@ class HealthGate {
   GateResult Fail(std::string reason);
   GateResult Pass(std::string reason);
   std::string Describe(const Observation& o) const;
+  // The first instance whose latest crash is newer than in `before` (with `new_counts`, also one
+  // that had no crash in `before`), or "".
+  std::string CrashMovedSince(const std::map<std::string, SystemTime>& before,
+                              bool new_counts) const;
 
   const std::vector<std::string> instances_;
   const SystemTime began_;
@@ -80,6 +90,8 @@ class HealthGate {
   int checks_done_ = 0;
   MonoTime next_check_{};
   std::map<std::string, SystemTime> crash_at_last_check_;
+  MonoTime next_watch_{};  // crash watch while waiting for min_healthy
+  std::map<std::string, SystemTime> crash_at_last_watch_;
 };
 
 }  // namespace drover::rollout

@@ -146,6 +146,9 @@ struct Supervisor::Impl {
       }
       const int null = ::open("/dev/null", O_RDONLY);
       if (null >= 0) ::dup2(null, STDIN_FILENO);
+      // Nothing of the agent's leaks into the instance: an inherited API connection would keep
+      // a client waiting for EOF as long as the instance lives.
+      ::close_range(3, ~0U, 0);
       sigset_t none;
       sigemptyset(&none);
       ::sigprocmask(SIG_SETMASK, &none, nullptr);  // the agent blocks signals for sigwait

@@ -117,17 +117,20 @@ struct Pattern {
 TEST(HealthGateTest, CrashPatternsOnAFakeClock) {
   SimInstance gives_up = CrashingAt("zone-2", 2s);
   gives_up.max_restarts = 2;
+  SimInstance never_gives_up = CrashingAt("zone-2", 2500ms);
+  never_gives_up.max_restarts = 1'000'000;
   SimInstance never_ready = Healthy("zone-2");
   never_ready.never_ready = 1s;
   SimInstance crashed_once = CrashingAt("zone-2", 500ms);
   crashed_once.crashing_boots = 1;
   const std::vector<Pattern> patterns = {
-      {"crash at boot", CrashingAt("zone-2", 0s), Verdict::kFail, "gave up"},
+      {"crash at boot", CrashingAt("zone-2", 0s), Verdict::kFail, "still restarting"},
       {"crash at 0.5 s", CrashingAt("zone-2", 500ms), Verdict::kFail, "gave up"},
       {"crash at 2.5 s", CrashingAt("zone-2", 2500ms), Verdict::kFail, "zone-2"},
       {"crash after READY at 8 s", CrashingAt("zone-2", 8s), Verdict::kFail, "zone-2"},
       {"intermittent every 20 s", CrashingAt("zone-2", 20s), Verdict::kFail, "zone-2"},
       {"give-up after 2 restarts", gives_up, Verdict::kFail, "gave up"},
+      {"crash at 2.5 s, never given up", never_gives_up, Verdict::kFail, "still restarting"},
       {"never READY", never_ready, Verdict::kFail, "progress deadline"},
       {"one crash at boot, then healthy", crashed_once, Verdict::kPass, "not since check 1"},
       {"healthy", Healthy("zone-2"), Verdict::kPass, "no crash since deploy began"},
@@ -201,6 +204,32 @@ TEST(HealthGateTest, NoDataIsAFailureNotAPass) {
   EXPECT_NE(r.reason.find("no data to judge"), std::string::npos) << r.reason;
   HealthGate empty({}, clock.SystemNow(), clock.Now(), GateOptions{});
   EXPECT_EQ(empty.Observe(clock.Now(), {}).verdict, Verdict::kFail);
+}
+
+// A crashed process stays READY in the registry until its lease runs out; the gate believes the
+// registry only while the platform says the process runs, so a dead instance's stale READY
+// neither starts nor continues its healthy time.
+TEST(HealthGateTest, AStaleReadyOfADeadProcessDoesNotCount) {
+  FakeClock clock;
+  HealthGate gate({"a"}, clock.SystemNow(), clock.Now(), GateOptions{3s, 1s, 60s});
+  Observation o;
+  o.id = "a";
+  o.platform = InstanceInfo{};
+  o.platform->status = InstanceStatus::kStarting;  // waiting out a restart back-off
+  o.ready = true;                                  // the registry has not noticed yet
+  for (int i = 0; i < 10; ++i) {
+    EXPECT_EQ(gate.Observe(clock.Now(), {o}).verdict, Verdict::kPending);
+    clock.Advance(1s);
+  }
+  EXPECT_NE(gate.waiting_for().find("a to be READY (STARTING, READY"), std::string::npos)
+      << gate.waiting_for();
+  o.platform->status = InstanceStatus::kRunning;
+  GateResult r;
+  for (int i = 0; i < 10 && r.verdict == Verdict::kPending; ++i) {
+    r = gate.Observe(clock.Now(), {o});
+    clock.Advance(1s);
+  }
+  EXPECT_EQ(r.verdict, Verdict::kPass) << r.reason;
 }
 
 TEST(HealthGateTest, AnInstanceThatVanishesFails) {
