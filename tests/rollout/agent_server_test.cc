@@ -1,0 +1,165 @@
+// The agent's HTTP API over real loopback sockets, in front of an in-memory platform: every
+// endpoint, its errors, and the deploy history surviving a restart of the server. (The real
+// supervisor behind it is in supervisor_test; both together in deploy_e2e_test.)
+#include "rollout/agent_server.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "rollout/fake_platform.h"
+#include "testing/http_client.h"
+#include "testing/temp_dir.h"
+
+namespace drover::rollout {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using json = nlohmann::json;
+using testing::Http;
+
+class AgentServerTest : public ::testing::Test {
+ protected:
+  AgentServerTest() : platform_(clock_) {}
+  void SetUp() override { Restart(); }
+
+  void Restart() {
+    server_.reset();
+    auto server = AgentServer::Start(platform_, dir_.path(), "127.0.0.1:0");
+    ASSERT_TRUE(server.ok()) << server.status().ToString();
+    server_ = std::move(*server);
+  }
+
+  testing::HttpReply Call(const std::string& method, const std::string& target,
+                          const std::string& body = {}) {
+    return Http(server_->port(), method, target, body);
+  }
+
+  static std::string ErrorCode(const testing::HttpReply& reply) {
+    const json body = json::parse(reply.body, nullptr, false);
+    return body.is_discarded() ? "" : body["error"].value("code", "");
+  }
+
+  RealClock clock_;
+  FakePlatform platform_;
+  testing::TempDir dir_;
+  std::unique_ptr<AgentServer> server_;
+};
+
+const char* kLaunch =
+    R"({"service":"zone","id":"zone-v1-1","version":"v1","argv":["/bin/zone","--id","{id}"]})";
+
+TEST_F(AgentServerTest, LiveAnswers) {
+  const auto live = Call("GET", "/live");
+  EXPECT_EQ(live.status, 200);
+  EXPECT_EQ(live.body, "live\n");
+}
+
+TEST_F(AgentServerTest, StartsListsAndStopsInstances) {
+  const auto started = Call("POST", "/v1/instances", kLaunch);
+  ASSERT_EQ(started.status, 200) << started.body;
+  EXPECT_EQ(json::parse(started.body)["id"], "zone-v1-1");
+  ASSERT_EQ(Call("POST", "/v1/instances",
+                 R"({"service":"web","id":"web-1","version":"v1","argv":["/bin/web"]})")
+                .status,
+            200);
+
+  const auto all = Call("GET", "/v1/instances");
+  ASSERT_EQ(all.status, 200) << all.body;
+  EXPECT_EQ(json::parse(all.body)["instances"].size(), 2u);
+  const auto zone = Call("GET", "/v1/instances?service=zone");
+  const json listed = json::parse(zone.body);
+  ASSERT_EQ(listed["instances"].size(), 1u);
+  const json& one = listed["instances"][0];
+  EXPECT_EQ(one["id"], "zone-v1-1");
+  EXPECT_EQ(one["status"], "RUNNING");
+  EXPECT_EQ(one["argv"], json::array({"/bin/zone", "--id", "{id}"}));
+  ASSERT_EQ(one["events"].size(), 1u);
+  EXPECT_EQ(one["events"][0]["kind"], "started");
+  EXPECT_GT(one["events"][0]["at_ms"].get<std::int64_t>(), 0);
+
+  const auto stopped = Call("DELETE", "/v1/instances/zone-v1-1?grace_ms=2500");
+  EXPECT_EQ(stopped.status, 200) << stopped.body;
+  EXPECT_THAT(platform_.calls(),
+              ElementsAre("start zone-v1-1", "start web-1", "stop zone-v1-1 2500"));
+  EXPECT_THAT(platform_.ids(), ElementsAre("web-1"));
+  // The default grace when none is given.
+  EXPECT_EQ(Call("DELETE", "/v1/instances/web-1").status, 200);
+  EXPECT_EQ(platform_.calls().back(), "stop web-1 10000");
+}
+
+TEST_F(AgentServerTest, BadRequestsGetClearErrors) {
+  ASSERT_EQ(Call("POST", "/v1/instances", kLaunch).status, 200);
+  const auto twice = Call("POST", "/v1/instances", kLaunch);
+  EXPECT_EQ(twice.status, 409);
+  EXPECT_EQ(ErrorCode(twice), "ALREADY_EXISTS");
+
+  const auto not_json = Call("POST", "/v1/instances", "{service: zone");
+  EXPECT_EQ(not_json.status, 400);
+  EXPECT_THAT(not_json.body, HasSubstr("body is not JSON"));
+  const auto no_argv = Call("POST", "/v1/instances", R"({"service":"zone","id":"z"})");
+  EXPECT_EQ(no_argv.status, 400);
+  EXPECT_THAT(no_argv.body, HasSubstr("bad launch spec"));
+  const auto bad_id = Call("POST", "/v1/instances",
+                           R"({"service":"zone","id":"../etc","version":"v1","argv":["x"]})");
+  EXPECT_EQ(bad_id.status, 400) << bad_id.body;
+  EXPECT_EQ(ErrorCode(bad_id), "INVALID_ARGUMENT");
+
+  const auto unknown = Call("DELETE", "/v1/instances/nobody");
+  EXPECT_EQ(unknown.status, 404);
+  EXPECT_EQ(ErrorCode(unknown), "NOT_FOUND");
+  const auto bad_grace = Call("DELETE", "/v1/instances/zone-v1-1?grace_ms=soon");
+  EXPECT_EQ(bad_grace.status, 400);
+  EXPECT_THAT(bad_grace.body, HasSubstr("grace_ms must be 0..600000"));
+
+  const auto huge = Call("POST", "/v1/instances", std::string(70 * 1024, 'x'));
+  EXPECT_EQ(huge.status, 413);
+  EXPECT_THAT(huge.body, HasSubstr("body over 64 KiB"));
+  EXPECT_EQ(Call("GET", "/v1/nothing").status, 404);
+  EXPECT_EQ(Call("PUT", "/v1/instances").status, 400);
+
+  platform_.unreachable = true;
+  const auto down = Call("GET", "/v1/instances");
+  EXPECT_EQ(down.status, 503);
+  EXPECT_EQ(ErrorCode(down), "UNAVAILABLE");
+}
+
+TEST_F(AgentServerTest, DeployHistoryIsNewestFirstAndSurvivesARestart) {
+  ASSERT_EQ(Call("PUT", "/v1/deploys/zone-v1-1",
+                 R"({"service":"zone","version":"v1","verdict":"running"})")
+                .status,
+            200);
+  ASSERT_EQ(Call("PUT", "/v1/deploys/web-v7-2", R"({"service":"web","verdict":"pass"})").status,
+            200);
+  // The same id again replaces its record in place.
+  ASSERT_EQ(Call("PUT", "/v1/deploys/zone-v1-1",
+                 R"({"service":"zone","version":"v1","verdict":"fail","reason":"crash loop"})")
+                .status,
+            200);
+  const auto bad = Call("PUT", "/v1/deploys/x", R"({"version":"v1"})");
+  EXPECT_EQ(bad.status, 400);
+  EXPECT_THAT(bad.body, HasSubstr("a deploy record is a JSON object with a service"));
+
+  Restart();
+  const json all = json::parse(Call("GET", "/v1/deploys").body);
+  ASSERT_EQ(all["deploys"].size(), 2u);
+  EXPECT_EQ(all["deploys"][0]["service"], "web");
+  EXPECT_EQ(all["deploys"][1]["verdict"], "fail");
+  const json zone = json::parse(Call("GET", "/v1/deploys?service=zone").body);
+  ASSERT_EQ(zone["deploys"].size(), 1u);
+  EXPECT_EQ(zone["deploys"][0]["reason"], "crash loop");
+}
+
+TEST_F(AgentServerTest, ACorruptHistoryFileIsAClearStartupError) {
+  server_.reset();
+  std::ofstream(dir_.path() + "/deploys.json") << "[{\"service\":";
+  auto server = AgentServer::Start(platform_, dir_.path(), "127.0.0.1:0");
+  ASSERT_FALSE(server.ok());
+  EXPECT_THAT(server.status().message(), HasSubstr("deploys.json"));
+}
+
+}  // namespace
+}  // namespace drover::rollout
