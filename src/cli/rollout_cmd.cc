@@ -72,23 +72,50 @@ class AgentClient final : public rollout::Platform {
   HttpClient client_;
 };
 
-// READY and accepting per instance id, from the registry's HTTP API.
-Result<std::map<std::string, bool>> RegistryReadiness(const HttpClient& registry,
-                                                      const std::string& service) {
+// The registry's instances of `service`, from its HTTP API.
+Result<json> RegistryInstances(const HttpClient& registry, const std::string& service) {
   DROVER_ASSIGN_OR_RETURN(HttpResult reply,
                           registry.Send("GET", "/v1/services/" + service + "/instances"));
   if (reply.status != 200) {
     return UnavailableError("registry answered " + std::to_string(reply.status));
   }
-  const json body = json::parse(reply.body, nullptr, false);
-  if (body.is_discarded() || !body.contains("instances")) {
+  json body = json::parse(reply.body, nullptr, false);
+  if (body.is_discarded() || !body.contains("instances") || !body["instances"].is_array()) {
     return UnavailableError("registry sent a reply that is not a list");
   }
+  return std::move(body["instances"]);
+}
+
+// READY and accepting per instance id.
+Result<std::map<std::string, bool>> RegistryReadiness(const HttpClient& registry,
+                                                      const std::string& service) {
+  DROVER_ASSIGN_OR_RETURN(const json instances, RegistryInstances(registry, service));
   std::map<std::string, bool> out;
-  for (const json& in : body["instances"]) {
+  for (const json& in : instances) {
     out[in.value("id", "")] = in.value("state", "") == "READY" && in.value("accepting", false);
   }
   return out;
+}
+
+// Deregisters the entry a stopped instance left behind, at the generation it holds now (fenced:
+// a newer registration in between is not touched).
+Result<bool> RegistryForget(const HttpClient& registry, const std::string& service,
+                            const std::string& id) {
+  DROVER_ASSIGN_OR_RETURN(const json instances, RegistryInstances(registry, service));
+  for (const json& in : instances) {
+    if (in.value("id", "") != id) continue;
+    const std::uint64_t generation = in.value("generation", std::uint64_t{0});
+    DROVER_ASSIGN_OR_RETURN(
+        HttpResult reply, registry.Send("DELETE", "/v1/services/" + service + "/instances/" + id +
+                                                      "?generation=" + std::to_string(generation)));
+    if (reply.status == 404) return false;  // it deregistered itself meanwhile
+    if (reply.status != 200) {
+      return UnavailableError("registry answered " + std::to_string(reply.status) + ": " +
+                              reply.body);
+    }
+    return true;
+  }
+  return false;
 }
 
 [[noreturn]] void Fail(int code, const std::string& message) {
@@ -238,7 +265,10 @@ int RunDeploy(const DeployArgs& args) {
   RealClock clock;
   rollout::Deployer deployer(
       agent, [&](const std::string& service) { return RegistryReadiness(registry, service); },
-      [&](const std::string& id, const json& record) { return agent.Record(id, record); }, clock);
+      [&](const std::string& id, const json& record) { return agent.Record(id, record); }, clock,
+      [&](const std::string& service, const std::string& id) {
+        return RegistryForget(registry, service, id);
+      });
   // Ctrl-C or SIGTERM: fail the deploy and roll back, rather than leave it half done.
   const sigset_t signals = BlockShutdownSignals();
   std::stop_source interrupt;

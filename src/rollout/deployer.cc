@@ -39,6 +39,21 @@ void Deployer::Save(DeployOutcome& out) {
   }
 }
 
+void Deployer::StopInstance(DeployOutcome& out, const DeploySpec& spec, const std::string& id) {
+  if (Status s = platform_.Stop(id, spec.stop_grace);
+      !s.ok() && s.code() != StatusCode::kNotFound) {
+    Note(out, "stopping " + id + ": " + s.message());
+    return;  // it may still run: its registry entry stays its own
+  }
+  if (!deregister_) return;
+  auto removed = deregister_(spec.service, id);
+  if (!removed.ok()) {
+    Note(out, "could not remove " + id + "'s registry entry: " + removed.status().message());
+  } else if (*removed) {
+    Note(out, "removed the registry entry " + id + " left behind");
+  }
+}
+
 DeployOutcome Deployer::Run(const DeploySpec& spec, std::stop_token stop) {
   DeployOutcome out;
   began_ = clock_.Now();
@@ -107,7 +122,7 @@ DeployOutcome Deployer::Run(const DeploySpec& spec, std::stop_token stop) {
     if (Status s = platform_.Start(launch); !s.ok()) {
       Note(out, "could not start " + launch.id + ": " + s.message());
       // Whatever did start goes again.
-      for (const std::string& id : new_ids) (void)platform_.Stop(id, spec.stop_grace);
+      for (const std::string& id : new_ids) StopInstance(out, spec, id);
       return finish(Verdict::kFail, "could not start " + launch.id + ": " + s.message());
     }
     new_ids.push_back(launch.id);
@@ -155,12 +170,7 @@ DeployOutcome Deployer::Run(const DeploySpec& spec, std::stop_token stop) {
     out.record["reason"] = verdict.reason;
     Save(out);
     const MonoTime rollback = clock_.Now();
-    for (const std::string& id : new_ids) {
-      if (Status s = platform_.Stop(id, spec.stop_grace);
-          !s.ok() && s.code() != StatusCode::kNotFound) {
-        Note(out, "stopping " + id + ": " + s.message());
-      }
-    }
+    for (const std::string& id : new_ids) StopInstance(out, spec, id);
     out.rollback_took = clock_.Now() - rollback;
     Note(out, "rolled back: the new instances are stopped; " + std::to_string(old_ids.size()) +
                   " old instance(s) kept serving throughout");
@@ -174,10 +184,7 @@ DeployOutcome Deployer::Run(const DeploySpec& spec, std::stop_token stop) {
   Save(out);
   for (const std::string& id : old_ids) {
     Note(out, "stopping old instance " + id);
-    if (Status s = platform_.Stop(id, spec.stop_grace);
-        !s.ok() && s.code() != StatusCode::kNotFound) {
-      Note(out, "stopping " + id + ": " + s.message());
-    }
+    StopInstance(out, spec, id);
   }
   Note(out, "done: " + spec.service + " runs " + spec.version);
   return finish(Verdict::kPass, verdict.reason);

@@ -9,7 +9,8 @@
 //   3. Pass: stop the old instances one at a time (each gets SIGTERM and runs the SDK's ordered
 //      shutdown -- leave discovery, drain, then close its listener), newest version READY all
 //      along. Fail: stop the new instances; the old ones were never touched, so the service
-//      never has zero READY instances.
+//      never has zero READY instances. After each stop, a registry entry the instance left
+//      behind (it crashed, or was killed after its grace) is deregistered.
 // Every step is appended to the deploy record, which is written through the DeployLog at the
 // start, on the verdict and at the end (persisted by the agent).
 #pragma once
@@ -42,6 +43,10 @@ struct DeploySpec {
 // registry's List). An error means "no data this time".
 using ReadinessSource =
     std::function<Result<std::map<std::string, bool>>(const std::string& service)>;
+// Removes what the registry still holds for a stopped instance (a crashed process cannot
+// deregister itself; its entry would stay READY until its lease ran out). True when an entry was
+// removed; false when there was none.
+using Deregister = std::function<Result<bool>(const std::string& service, const std::string& id)>;
 // Where deploy records go (the agent's PUT /v1/deploys/{id}). Failures are logged, not fatal.
 using DeployLog = std::function<Status(const std::string& id, const nlohmann::json& record)>;
 
@@ -58,10 +63,12 @@ struct DeployOutcome {
 class Deployer {
  public:
   // Everything must outlive the deployer.
-  Deployer(Platform& platform, ReadinessSource readiness, DeployLog log, Clock& clock)
+  Deployer(Platform& platform, ReadinessSource readiness, DeployLog log, Clock& clock,
+           Deregister deregister = {})
       : platform_(platform),
         readiness_(std::move(readiness)),
         log_(std::move(log)),
+        deregister_(std::move(deregister)),
         clock_(clock) {}
 
   // Runs one deploy to its end. `stop` (Ctrl-C) fails the deploy and rolls back.
@@ -70,10 +77,13 @@ class Deployer {
  private:
   void Note(DeployOutcome& out, const std::string& what);
   void Save(DeployOutcome& out);
+  // Stops one instance and clears what the registry still holds for it.
+  void StopInstance(DeployOutcome& out, const DeploySpec& spec, const std::string& id);
 
   Platform& platform_;
   ReadinessSource readiness_;
   DeployLog log_;
+  Deregister deregister_;
   Clock& clock_;
   MonoTime began_{};
 };

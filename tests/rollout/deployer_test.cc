@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <regex>
+#include <set>
 #include <thread>
 
 #include "rollout/fake_platform.h"
@@ -62,7 +63,12 @@ class DeployerTest : public ::testing::Test {
           records_.emplace_back(id, record);
           return Status::Ok();
         },
-        clock_);
+        clock_,
+        [this](const std::string& service, const std::string& id) -> Result<bool> {
+          std::lock_guard lock(mu_);
+          forgotten_.push_back(service + "/" + id);
+          return stale_.count(id) > 0;
+        });
     return deployer.Run(spec, stop);
   }
 
@@ -71,6 +77,8 @@ class DeployerTest : public ::testing::Test {
   bool registry_up_ = true;
   std::mutex mu_;
   std::vector<std::pair<std::string, nlohmann::json>> records_;
+  std::set<std::string> stale_;         // ids the registry still holds after their stop
+  std::vector<std::string> forgotten_;  // deregister calls, service/id
 };
 
 TEST_F(DeployerTest, APassingVersionStartsFirstThenStopsTheOldOneAtATime) {
@@ -87,6 +95,7 @@ TEST_F(DeployerTest, APassingVersionStartsFirstThenStopsTheOldOneAtATime) {
               ElementsAre("start zone-v1-1", "start zone-v1-2", "start zone-v2-1",
                           "start zone-v2-2", "stop zone-v1-1 1500", "stop zone-v1-2 1500"));
   EXPECT_THAT(platform_.ids(), ElementsAre("zone-v2-1", "zone-v2-2"));
+  EXPECT_THAT(forgotten_, ElementsAre("zone/zone-v1-1", "zone/zone-v1-2"));
   EXPECT_GE(out.decided_after, 20ms);  // never before min_healthy
   EXPECT_EQ(out.record["verdict"], "pass");
   EXPECT_EQ(out.record["previous"]["versions"], nlohmann::json::array({"v1"}));
@@ -100,6 +109,7 @@ TEST_F(DeployerTest, APassingVersionStartsFirstThenStopsTheOldOneAtATime) {
 
 TEST_F(DeployerTest, ACrashLoopIsRolledBackWithoutTouchingTheOldVersion) {
   platform_.crash_looping = {"zone-v2-2"};
+  stale_ = {"zone-v2-2"};
   const DeployOutcome out = Run(Spec("v2"));
   EXPECT_EQ(out.verdict, Verdict::kFail);
   EXPECT_THAT(out.reason,
@@ -109,10 +119,13 @@ TEST_F(DeployerTest, ACrashLoopIsRolledBackWithoutTouchingTheOldVersion) {
               ElementsAre("start zone-v1-1", "start zone-v1-2", "start zone-v2-1",
                           "start zone-v2-2", "stop zone-v2-1 1500", "stop zone-v2-2 1500"));
   EXPECT_THAT(platform_.ids(), ElementsAre("zone-v1-1", "zone-v1-2"));
+  // A crashed process cannot deregister: the deployer clears what each stopped one left.
+  EXPECT_THAT(forgotten_, ElementsAre("zone/zone-v2-1", "zone/zone-v2-2"));
   EXPECT_EQ(records_.back().second["verdict"], "fail");
   EXPECT_EQ(records_.back().second["reason"], out.reason);
   const std::string timeline = out.record["timeline"].dump();
   EXPECT_THAT(timeline, HasSubstr("rolled back"));
+  EXPECT_THAT(timeline, HasSubstr("removed the registry entry zone-v2-2 left behind"));
 }
 
 TEST_F(DeployerTest, AFailedStartStopsWhatDidStart) {
