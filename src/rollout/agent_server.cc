@@ -83,7 +83,8 @@ Response Reply(http::status status, const json& body) {
   Response res{status, 11};
   res.set(http::field::content_type, "application/json");
   res.set(http::field::server, "drover-agent");
-  res.body() = body.dump() + "\n";
+  // Paths and records may carry bytes that are not UTF-8: replaced, never a throw.
+  res.body() = body.dump(-1, ' ', false, json::error_handler_t::replace) + "\n";
   res.prepare_payload();
   return res;
 }
@@ -123,13 +124,15 @@ struct AgentServer::Impl {
       deploys = json::parse(in);
       if (!deploys.is_array()) throw std::runtime_error("not an array");
     } catch (const std::exception& e) {
-      return Status(StatusCode::kDataLoss, "cannot read " + deploys_path + ": " + e.what());
+      return Status(StatusCode::kDataLoss, "cannot read " + deploys_path + ": " + e.what() +
+                                               " (move it away to start with an empty history)");
     }
     return Status::Ok();
   }
 
   Status SaveDeploys() {  // deploys_mu held
-    return WriteFileAtomically(deploys_path, deploys.dump() + "\n");
+    return WriteFileAtomically(deploys_path,
+                               deploys.dump(-1, ' ', false, json::error_handler_t::replace) + "\n");
   }
 
   Response Handle(const http::request<http::string_body>& req) {
@@ -194,8 +197,9 @@ struct AgentServer::Impl {
     if (path.rfind("/v1/deploys/", 0) == 0 && method == http::verb::put) {
       const std::string id(path.substr(std::string_view("/v1/deploys/").size()));
       json record = json::parse(req.body(), nullptr, false);
+      if (Status s = ValidateName("deploy id", id); !s.ok()) return ErrorReply(s);
       if (record.is_discarded() || !record.is_object() || !record.contains("service") ||
-          !record["service"].is_string() || id.empty() || id.size() > 128) {
+          !record["service"].is_string()) {
         return ErrorReply(InvalidArgumentError("a deploy record is a JSON object with a service"));
       }
       record["id"] = id;
@@ -244,7 +248,14 @@ struct AgentServer::Impl {
       }
       if (ec) break;
       const auto& req = parser.get();
-      Response res = Handle(req);
+      Response res;
+      try {
+        res = Handle(req);
+      } catch (const std::exception& e) {  // one bad request must not take the agent down
+        spdlog::error("agent: {} {} failed: {}", std::string(req.method_string()),
+                      std::string(req.target()), e.what());
+        res = ErrorReply(Status(StatusCode::kInternal, std::string("internal error: ") + e.what()));
+      }
       res.keep_alive(req.keep_alive());
       http::write(socket, res, ec);
       if (ec || !req.keep_alive()) break;
@@ -276,7 +287,16 @@ struct AgentServer::Impl {
         return true;
       });
       if (stopping || conns.size() >= kMaxConnections) {
-        ::close(fd);  // the client retries; a busy agent is not a stuck one
+        // Said, not just closed: the client sees why. Best effort; the socket is fresh.
+        const std::string body =
+            R"({"error":{"code":"UNAVAILABLE","message":"agent busy: too many connections open"}})"
+            "\n";
+        const std::string busy =
+            "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+            "Connection: close\r\nContent-Length: " +
+            std::to_string(body.size()) + "\r\n\r\n" + body;
+        (void)!::send(fd, busy.data(), busy.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+        ::close(fd);
         continue;
       }
       Conn& c = conns.emplace_back();

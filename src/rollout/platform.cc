@@ -10,6 +10,8 @@ constexpr std::array<std::string_view, 4> kEventNames = {"started", "crashed", "
 constexpr std::array<std::string_view, 4> kStatusNames = {"STARTING", "RUNNING", "GAVE_UP",
                                                           "STOPPING"};
 
+}  // namespace
+
 Status ValidateName(std::string_view what, std::string_view name) {
   if (name.empty() || name.size() > 128) {
     return InvalidArgumentError(std::string(what) + " must be 1..128 characters");
@@ -28,7 +30,7 @@ Status ValidateName(std::string_view what, std::string_view name) {
   return Status::Ok();
 }
 
-}  // namespace
+namespace {}  // namespace
 
 std::string_view EventKindName(EventKind kind) {
   return kEventNames[static_cast<std::size_t>(kind)];

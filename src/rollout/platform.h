@@ -75,7 +75,9 @@ class Platform {
   virtual Result<std::vector<InstanceInfo>> List(const std::string& service) = 0;
 };
 
-// Names for instance ids and services: 1..128 of [A-Za-z0-9._-].
+// Names for instance ids, services, versions and deploy ids: 1..128 of [A-Za-z0-9._-], not
+// starting with '.' or '-' (they become file names and URL path segments).
+Status ValidateName(std::string_view what, std::string_view name);
 Status ValidateLaunchSpec(const LaunchSpec& spec);
 
 }  // namespace drover::rollout

@@ -3,12 +3,14 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <spdlog/spdlog.h>
+#include <sys/file.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <condition_variable>
+#include <cstring>
 #include <deque>
 #include <filesystem>
 #include <fstream>
@@ -86,6 +88,11 @@ struct Supervisor::Impl {
   std::map<std::string, Managed> instances;  // guarded by mu
   bool stopping = false;                     // guarded by mu
   std::thread thread;
+  int lock_fd = -1;  // flock on <data_dir>/lock: one agent per data directory
+
+  ~Impl() {
+    if (lock_fd >= 0) ::close(lock_fd);
+  }
 
   std::string StatePath() const { return options.data_dir + "/instances.json"; }
   std::string LogPath(const std::string& id) const {
@@ -97,12 +104,15 @@ struct Supervisor::Impl {
     while (m.events.size() > options.event_limit) m.events.pop_front();
   }
 
-  // The desired set and pids, atomically. mu held.
+  // The desired set and pids, atomically; instances being stopped too, marked, so that a
+  // successor finishes stopping them if this agent dies first. mu held.
   void Persist() {
     json list = json::array();
     for (const auto& [id, m] : instances) {
-      if (m.stop_requested) continue;
-      list.push_back({{"spec", LaunchSpecToJson(m.spec)}, {"pid", m.pid}});
+      if (m.gone) continue;
+      json entry = {{"spec", LaunchSpecToJson(m.spec)}, {"pid", m.pid}};
+      if (m.stop_requested) entry["stopping"] = true;
+      list.push_back(std::move(entry));
     }
     if (Status s = WriteFileAtomically(StatePath(), list.dump() + "\n"); !s.ok()) {
       spdlog::error("agent: {}", s.message());
@@ -211,6 +221,9 @@ struct Supervisor::Impl {
           int status = 0;
           const pid_t r = ::waitpid(m.pid, &status, WNOHANG);
           if (r == m.pid || (r < 0 && errno == ECHILD)) {
+            // What the instance started in its process group goes with it: a worker left
+            // behind would hold the port the next copy needs, or run twice.
+            KillGroupMembers(m.pid, id);
             m.pid = 0;
             changed = true;
             if (m.stop_requested || stopping) {
@@ -297,6 +310,18 @@ Result<std::unique_ptr<Supervisor>> Supervisor::Open(SupervisorOptions options, 
   auto impl = std::make_unique<Impl>();
   impl->options = std::move(options);
   impl->clock = &clock;
+  // Before anything is touched: a second agent on this directory would take the first one's
+  // instances for leftovers and stop them.
+  const std::string lock_path = impl->options.data_dir + "/lock";
+  impl->lock_fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (impl->lock_fd < 0) {
+    return UnavailableError("cannot open " + lock_path + ": " + std::strerror(errno));
+  }
+  if (::flock(impl->lock_fd, LOCK_EX | LOCK_NB) != 0) {
+    return Status(StatusCode::kFailedPrecondition,
+                  "another drover agent is using " + impl->options.data_dir + " (" + lock_path +
+                      " is locked); stop it or use another --data-dir");
+  }
 
   std::vector<std::pair<std::string, int>> leftovers;
   if (std::ifstream in(impl->StatePath()); in) {
@@ -305,6 +330,7 @@ Result<std::unique_ptr<Supervisor>> Supervisor::Open(SupervisorOptions options, 
       for (const json& entry : list) {
         DROVER_ASSIGN_OR_RETURN(LaunchSpec spec, LaunchSpecFromJson(entry.at("spec")));
         leftovers.emplace_back(spec.id, entry.value("pid", 0));
+        if (entry.value("stopping", false)) continue;  // settled below, not restarted
         Managed m;
         m.spec = std::move(spec);
         impl->instances.emplace(m.spec.id, std::move(m));
@@ -346,8 +372,12 @@ Status Supervisor::Start(const LaunchSpec& spec) {
   DROVER_RETURN_IF_ERROR(ValidateLaunchSpec(spec));
   std::lock_guard lock(impl_->mu);
   if (impl_->stopping) return UnavailableError("the agent is shutting down");
-  if (impl_->instances.count(spec.id) > 0) {
-    return Status(StatusCode::kAlreadyExists, "instance " + spec.id + " already exists");
+  if (auto it = impl_->instances.find(spec.id); it != impl_->instances.end()) {
+    // Stopped and reaped, but the Stop that asked for it gave up waiting: the id is free.
+    if (!it->second.gone) {
+      return Status(StatusCode::kAlreadyExists, "instance " + spec.id + " already exists");
+    }
+    impl_->instances.erase(it);
   }
   Managed m;
   m.spec = spec;

@@ -121,6 +121,16 @@ TEST_F(AgentServerTest, BadRequestsGetClearErrors) {
   EXPECT_EQ(Call("GET", "/v1/nothing").status, 404);
   EXPECT_EQ(Call("PUT", "/v1/instances").status, 400);
 
+  // Bytes that are not UTF-8 in a path end up in the error message: a clean 404, no crash.
+  const auto binary = Call("DELETE", "/v1/instances/\xff\xfe");
+  EXPECT_EQ(binary.status, 404);
+  EXPECT_EQ(ErrorCode(binary), "NOT_FOUND");
+  const auto binary_deploy = Call("PUT", "/v1/deploys/\xff", R"({"service":"zone"})");
+  EXPECT_EQ(binary_deploy.status, 400);
+  EXPECT_THAT(binary_deploy.body, HasSubstr("may only use [A-Za-z0-9._-]"));
+  EXPECT_EQ(Call("GET", "/v1/deploys").status, 200);
+  EXPECT_EQ(Call("GET", "/live").status, 200);
+
   platform_.unreachable = true;
   const auto down = Call("GET", "/v1/instances");
   EXPECT_EQ(down.status, 503);

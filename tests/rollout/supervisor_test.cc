@@ -208,5 +208,71 @@ TEST_F(SupervisorTest, AKilledSupervisorLeavesNoOrphanAndItsSuccessorNoDuplicate
   EXPECT_EQ(StraysOf("k", Find(*s, "k")->pid), 0);
 }
 
+TEST_F(SupervisorTest, ASecondSupervisorOnTheSameDirectoryIsRefusedAndTouchesNothing) {
+  auto s = Open();
+  ASSERT_TRUE(s->Start(Shell("only", "exec sleep 30")).ok());
+  ASSERT_TRUE(testing::Eventually([&] { return Find(*s, "only")->pid > 0; }));
+  const int pid = Find(*s, "only")->pid;
+  SupervisorOptions options;
+  options.data_dir = dir_.path() + "/agent";
+  auto second = Supervisor::Open(options, clock_);
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(second.status().message().find("another drover agent is using"), std::string::npos)
+      << second.status().message();
+  std::this_thread::sleep_for(100ms);
+  EXPECT_EQ(Find(*s, "only")->pid, pid);  // not stopped, not restarted
+  EXPECT_EQ(CopiesOf("only"), 1);
+}
+
+TEST_F(SupervisorTest, WhatAnInstanceStartedInItsGroupGoesWithIt) {
+  SupervisorOptions options;
+  options.max_restarts = 0;  // the first crash is the last
+  auto s = Open(options);
+  ASSERT_TRUE(s->Start(Shell("forks", "sleep 31 & sleep 32 & sleep 0.2; exit 1")).ok());
+  ASSERT_TRUE(testing::Eventually(
+      [&] { return Find(*s, "forks")->status == InstanceStatus::kGaveUp; }, 10s));
+  // The two sleeps shared the crashed shell's process group: killed with it.
+  EXPECT_TRUE(testing::Eventually([&] {
+    int left = 0;
+    for (const Proc& p : InstanceProcesses()) left += p.instance == "forks";
+    return left == 0;
+  }));
+}
+
+TEST_F(SupervisorTest, AnInstanceBeingStoppedWhenTheSupervisorDiesIsStoppedByItsSuccessor) {
+  const std::string data = dir_.path() + "/agent";
+  const pid_t agent = ::fork();
+  if (agent == 0) {
+    RealClock clock;
+    SupervisorOptions options;
+    options.data_dir = data;
+    auto s = Supervisor::Open(options, clock);
+    // Ignores SIGTERM (also the one the kernel sends when this supervisor dies).
+    if (!s.ok() ||
+        !(*s)->Start(Shell("slow", "trap '' TERM; while true; do sleep 0.05; done")).ok()) {
+      ::_exit(1);
+    }
+    std::this_thread::sleep_for(300ms);
+    (void)(*s)->Stop("slow", 60s);  // killed during this wait
+    ::_exit(0);
+  }
+  ASSERT_GT(agent, 0);
+  ASSERT_TRUE(testing::Eventually([&] { return CopiesOf("slow") == 1; }));
+  ASSERT_TRUE(testing::Eventually([&] {
+    std::ifstream state(data + "/instances.json");
+    std::string text((std::istreambuf_iterator<char>(state)), std::istreambuf_iterator<char>());
+    return text.find("\"stopping\":true") != std::string::npos;
+  }));
+  ::kill(agent, SIGKILL);
+  ::waitpid(agent, nullptr, 0);
+  ASSERT_EQ(CopiesOf("slow"), 1);  // the orphan, still running
+  SupervisorOptions options;
+  options.adopt_wait = 300ms;
+  auto s = Open(options);
+  EXPECT_EQ(CopiesOf("slow"), 0) << "the successor must finish the stop";
+  EXPECT_FALSE(Find(*s, "slow")) << "and must not start it again";
+}
+
 }  // namespace
 }  // namespace drover::rollout
