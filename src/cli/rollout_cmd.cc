@@ -123,11 +123,12 @@ Result<bool> RegistryForget(const HttpClient& registry, const std::string& servi
   throw CLI::RuntimeError(code);
 }
 
-// `peer` is "agent" or "registry", for error messages.
-HttpClient Connect(const std::string& url, const std::string& peer) {
+// `peer` is "agent" or "registry", for error messages. `timeout` bounds a whole exchange.
+HttpClient Connect(const std::string& url, const std::string& peer,
+                   std::chrono::seconds timeout = std::chrono::seconds(30)) {
   std::string token;
   if (const char* env = std::getenv("DROVER_TOKEN")) token = env;
-  auto client = HttpClient::Create(url, token, std::chrono::seconds(30), {}, peer);
+  auto client = HttpClient::Create(url, token, timeout, {}, peer);
   if (!client.ok()) Fail(2, "--" + peer + ": " + client.status().message());
   return std::move(client).value();
 }
@@ -259,8 +260,14 @@ int RunDeploy(const DeployArgs& args) {
   spec.gate.check_delay = std::chrono::milliseconds(args.check_delay_ms);
   spec.gate.progress_deadline = std::chrono::milliseconds(args.progress_deadline_ms);
   spec.stop_grace = std::chrono::milliseconds(args.stop_grace_ms);
+  if (Status s = rollout::ValidateGateOptions(spec.gate); !s.ok()) Fail(2, s.message());
 
-  AgentClient agent(Connect(args.agent, "agent"));
+  // A stop answers after the instance is gone: up to its grace, and the agent's kill after it.
+  AgentClient agent(
+      Connect(args.agent, "agent",
+              std::max(std::chrono::seconds(30),
+                       std::chrono::seconds(15) +
+                           std::chrono::duration_cast<std::chrono::seconds>(spec.stop_grace))));
   const HttpClient registry = Connect(args.registry, "registry");
   RealClock clock;
   rollout::Deployer deployer(
@@ -269,17 +276,28 @@ int RunDeploy(const DeployArgs& args) {
       [&](const std::string& service, const std::string& id) {
         return RegistryForget(registry, service, id);
       });
-  // Ctrl-C or SIGTERM: fail the deploy and roll back, rather than leave it half done.
-  const sigset_t signals = BlockShutdownSignals();
+  // Ctrl-C, SIGTERM or a closed terminal (SIGHUP): fail the deploy and roll back, rather than
+  // leave it half done. A second one gives up on the rollback and says what may still run.
+  sigset_t signals = BlockShutdownSignals();
+  sigaddset(&signals, SIGHUP);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   std::stop_source interrupt;
   std::jthread watcher([&](std::stop_token done) {
     timespec tick{0, 100'000'000};
     while (!done.stop_requested()) {
-      if (sigtimedwait(&signals, nullptr, &tick) > 0) {
-        spdlog::warn("deploy: interrupted; rolling back");
+      const int sig = sigtimedwait(&signals, nullptr, &tick);
+      if (sig <= 0) continue;
+      if (!interrupt.stop_requested()) {
+        spdlog::warn("deploy: {}; failing the deploy and rolling back (again to abandon it)",
+                     strsignal(sig));
         interrupt.request_stop();
-        return;
+        continue;
       }
+      spdlog::error(
+          "deploy: {} again; abandoning the rollback: instances of {} {} may still "
+          "run (drover ctl deploys; the agent's GET /v1/instances)",
+          strsignal(sig), args.service, args.version);
+      std::_Exit(130);
     }
   });
   const rollout::DeployOutcome out = deployer.Run(spec, interrupt.get_token());
@@ -290,11 +308,17 @@ int RunDeploy(const DeployArgs& args) {
     std::printf("deploy %s: %s after %.1f s: %s\n", out.id.c_str(),
                 out.verdict == rollout::Verdict::kPass ? "PASSED" : "FAILED",
                 std::chrono::duration<double>(out.decided_after).count(), out.reason.c_str());
-    if (out.verdict != rollout::Verdict::kPass && out.record.contains("new_instances")) {
+    if (!out.left_running.empty()) {
+      std::string ids;
+      for (const std::string& id : out.left_running) ids += " " + id;
+      std::printf("%s incomplete: could not stop%s; stop them by hand\n",
+                  out.verdict == rollout::Verdict::kPass ? "deploy" : "ROLLBACK", ids.c_str());
+    } else if (out.verdict != rollout::Verdict::kPass && out.record.contains("new_instances")) {
       std::printf("rolled back in %.1f s; the previous version kept serving\n",
                   std::chrono::duration<double>(out.rollback_took).count());
     }
   }
+  if (!out.left_running.empty()) return 3;
   return out.verdict == rollout::Verdict::kPass ? 0 : 1;
 }
 
@@ -316,7 +340,8 @@ void AddRolloutCommands(CLI::App& app) {
       ->check(CLI::Range(1, 1000))
       ->capture_default_str();
   a->add_option("--max-restarts", agent->max_restarts,
-                "Crashes within --restart-window after which the agent gives up on an instance")
+                "Restarts allowed within --restart-window; one more crash and the agent gives "
+                "up on the instance")
       ->check(CLI::Range(0, 1000))
       ->capture_default_str();
   a->add_option("--restart-window", agent->restart_window_s, "Seconds")
@@ -332,7 +357,8 @@ void AddRolloutCommands(CLI::App& app) {
       "Deploy a new version of a service through a `drover agent`: start it next to the old "
       "one, pass it only when READY in the registry for --min-healthy-ms and its latest crash "
       "has not moved between checks, then stop the old one; otherwise stop the new one and keep "
-      "the old. Exit code 0 passed, 1 failed (rolled back), 2 usage.");
+      "the old. Exit code 0 passed, 1 failed (rolled back), 2 usage, 3 instances it had to stop "
+      "could not be stopped (see the output).");
   d->add_option("service", deploy->service, "Service to deploy");
   d->add_option("--spec", deploy->spec_file,
                 "YAML: service, version, command (list), env (map), instances, agent, registry, "

@@ -15,6 +15,12 @@ using json = nlohmann::json;
 
 double Seconds(Duration d) { return std::chrono::duration<double>(d).count(); }
 
+std::string Join(const std::vector<std::string>& ids) {
+  std::string out;
+  for (const std::string& id : ids) out += (out.empty() ? "" : ", ") + id;
+  return out;
+}
+
 // A loopback port nobody listens on right now.
 int FreePort() {
   auto listening = sdk::ListenTcp("127.0.0.1:0", 1, "a free port");
@@ -39,18 +45,45 @@ void Deployer::Save(DeployOutcome& out) {
   }
 }
 
-void Deployer::StopInstance(DeployOutcome& out, const DeploySpec& spec, const std::string& id) {
-  if (Status s = platform_.Stop(id, spec.stop_grace);
-      !s.ok() && s.code() != StatusCode::kNotFound) {
-    Note(out, "stopping " + id + ": " + s.message());
-    return;  // it may still run: its registry entry stays its own
+bool Deployer::StopInstance(DeployOutcome& out, const DeploySpec& spec, const std::string& id) {
+  // The platform may be briefly unreachable: an instance left running is worse than a slow
+  // rollback, so a failed stop is tried again, up to three times.
+  Status stopped;
+  for (int attempt = 1; attempt <= 3; ++attempt) {
+    stopped = platform_.Stop(id, spec.stop_grace);
+    if (stopped.ok() || stopped.code() == StatusCode::kNotFound) break;
+    Note(out,
+         "stopping " + id + " (attempt " + std::to_string(attempt) + "): " + stopped.message());
+    if (attempt < 3) clock_.SleepFor(std::chrono::seconds(attempt), {});
   }
-  if (!deregister_) return;
+  if (!stopped.ok() && stopped.code() != StatusCode::kNotFound) {
+    out.left_running.push_back(id);
+    out.record["left_running"] = out.left_running;
+    return false;  // it may still run: its registry entry stays its own
+  }
+  if (!deregister_) return true;
   auto removed = deregister_(spec.service, id);
   if (!removed.ok()) {
     Note(out, "could not remove " + id + "'s registry entry: " + removed.status().message());
   } else if (*removed) {
     Note(out, "removed the registry entry " + id + " left behind");
+  }
+  return true;
+}
+
+// Stops the new instances after a failure; says whether every one of them is gone.
+void Deployer::RollBack(DeployOutcome& out, const DeploySpec& spec,
+                        const std::vector<std::string>& new_ids, std::size_t old_count) {
+  const MonoTime rollback = clock_.Now();
+  bool all = true;
+  for (const std::string& id : new_ids) all = StopInstance(out, spec, id) && all;
+  out.rollback_took = clock_.Now() - rollback;
+  if (all) {
+    Note(out, "rolled back: the new instances are stopped; " + std::to_string(old_count) +
+                  " old instance(s) kept serving throughout");
+  } else {
+    Note(out, "ROLLBACK INCOMPLETE: could not stop " + Join(out.left_running) +
+                  "; stop them by hand (drover agent API: DELETE /v1/instances/<id>)");
   }
 }
 
@@ -81,6 +114,8 @@ DeployOutcome Deployer::Run(const DeploySpec& spec, std::stop_token stop) {
       !s.ok() || spec.instances < 1) {
     return finish(Verdict::kFail, s.ok() ? "instances must be at least 1" : s.message());
   }
+  if (Status s = ValidateGateOptions(spec.gate); !s.ok())
+    return finish(Verdict::kFail, s.message());
 
   // The version running now: never touched until the new one passes.
   auto current = platform_.List(spec.service);
@@ -121,19 +156,26 @@ DeployOutcome Deployer::Run(const DeploySpec& spec, std::stop_token stop) {
     }
     if (Status s = platform_.Start(launch); !s.ok()) {
       Note(out, "could not start " + launch.id + ": " + s.message());
-      // Whatever did start goes again.
-      for (const std::string& id : new_ids) StopInstance(out, spec, id);
+      // Whatever did start goes again -- this one too, unless it certainly did not start (a
+      // timeout may hide a start that happened) or is someone else's.
+      if (s.code() != StatusCode::kAlreadyExists && s.code() != StatusCode::kInvalidArgument) {
+        new_ids.push_back(launch.id);
+      }
+      RollBack(out, spec, new_ids, old_ids.size());
       return finish(Verdict::kFail, "could not start " + launch.id + ": " + s.message());
     }
     new_ids.push_back(launch.id);
+    // Recorded as it happens: if this controller dies now, the record names what runs.
+    out.record["new_instances"] = new_ids;
+    Save(out);
   }
-  out.record["new_instances"] = new_ids;
   Note(out, "started " + std::to_string(new_ids.size()) + " new instance(s); gating");
 
   // 2. The gate.
-  HealthGate gate(new_ids, began_system, began_, spec.gate);
+  HealthGate gate(new_ids, began_, spec.gate);
   GateResult verdict;
   std::string last_wait;
+  std::string data_error;  // why the last observation had no data, for the log and the reason
   while (verdict.verdict == Verdict::kPending) {
     if (stop.stop_requested()) {
       verdict = GateResult{Verdict::kFail, "deploy interrupted"};
@@ -142,6 +184,11 @@ DeployOutcome Deployer::Run(const DeploySpec& spec, std::stop_token stop) {
     std::vector<Observation> seen;
     auto listed = platform_.List(spec.service);
     auto ready = readiness_(spec.service);
+    const std::string error = !listed.ok()  ? "platform: " + listed.status().message()
+                              : !ready.ok() ? "registry: " + ready.status().message()
+                                            : "";
+    if (error != data_error && !error.empty()) Note(out, "no data this time: " + error);
+    if (!error.empty()) data_error = error;
     if (listed.ok() && ready.ok()) {
       for (const std::string& id : new_ids) {
         Observation o;
@@ -162,6 +209,10 @@ DeployOutcome Deployer::Run(const DeploySpec& spec, std::stop_token stop) {
     if (verdict.verdict == Verdict::kPending) clock_.SleepFor(spec.poll, stop);
   }
   out.decided_after = clock_.Now() - began_;
+  if (verdict.verdict == Verdict::kFail && !data_error.empty() &&
+      verdict.reason.find("data") != std::string::npos) {
+    verdict.reason += " (last error: " + data_error + ")";
+  }
 
   if (verdict.verdict == Verdict::kFail) {
     // 3b. Roll back: the new instances go, the old were never touched.
@@ -169,11 +220,7 @@ DeployOutcome Deployer::Run(const DeploySpec& spec, std::stop_token stop) {
     out.record["verdict"] = "fail";
     out.record["reason"] = verdict.reason;
     Save(out);
-    const MonoTime rollback = clock_.Now();
-    for (const std::string& id : new_ids) StopInstance(out, spec, id);
-    out.rollback_took = clock_.Now() - rollback;
-    Note(out, "rolled back: the new instances are stopped; " + std::to_string(old_ids.size()) +
-                  " old instance(s) kept serving throughout");
+    RollBack(out, spec, new_ids, old_ids.size());
     return finish(Verdict::kFail, verdict.reason);
   }
 
@@ -186,7 +233,12 @@ DeployOutcome Deployer::Run(const DeploySpec& spec, std::stop_token stop) {
     Note(out, "stopping old instance " + id);
     StopInstance(out, spec, id);
   }
-  Note(out, "done: " + spec.service + " runs " + spec.version);
+  if (out.left_running.empty()) {
+    Note(out, "done: " + spec.service + " runs " + spec.version);
+  } else {
+    Note(out, "done, but old instance(s) " + Join(out.left_running) +
+                  " could not be stopped; stop them by hand");
+  }
   return finish(Verdict::kPass, verdict.reason);
 }
 

@@ -57,6 +57,9 @@ struct DeployOutcome {
   Duration decided_after{};   // from the start of the deploy to the verdict
   Duration finished_after{};  // to the end (old stopped, or rollback done)
   Duration rollback_took{};   // stopping the new instances after a failure
+  // Instances the deploy meant to stop but could not (the platform kept refusing): after a
+  // failure, new ones still running; after a pass, old ones. Empty when everything went.
+  std::vector<std::string> left_running;
   nlohmann::json record;
 };
 
@@ -77,8 +80,11 @@ class Deployer {
  private:
   void Note(DeployOutcome& out, const std::string& what);
   void Save(DeployOutcome& out);
-  // Stops one instance and clears what the registry still holds for it.
-  void StopInstance(DeployOutcome& out, const DeploySpec& spec, const std::string& id);
+  // Stops one instance (three tries) and clears what the registry still holds for it; false
+  // (and the id in out.left_running) when it could not be stopped.
+  bool StopInstance(DeployOutcome& out, const DeploySpec& spec, const std::string& id);
+  void RollBack(DeployOutcome& out, const DeploySpec& spec, const std::vector<std::string>& new_ids,
+                std::size_t old_count);
 
   Platform& platform_;
   ReadinessSource readiness_;

@@ -24,9 +24,24 @@ std::string_view VerdictName(Verdict verdict) {
   return "?";
 }
 
-HealthGate::HealthGate(std::vector<std::string> instances, SystemTime began, MonoTime began_mono,
-                       GateOptions options)
-    : instances_(std::move(instances)), began_(began), began_mono_(began_mono), options_(options) {}
+Status ValidateGateOptions(const GateOptions& o) {
+  if (o.check_delay <= Duration::zero()) return InvalidArgumentError("check delay must be > 0");
+  if (o.min_healthy < o.check_delay) {
+    return InvalidArgumentError("min healthy (" + Seconds(o.min_healthy) +
+                                ") must be at least the check delay (" + Seconds(o.check_delay) +
+                                ")");
+  }
+  if (o.progress_deadline <= o.min_healthy + 2 * o.check_delay) {
+    return InvalidArgumentError("progress deadline (" + Seconds(o.progress_deadline) +
+                                ") must exceed min healthy + 2 x check delay (" +
+                                Seconds(o.min_healthy + 2 * o.check_delay) +
+                                "): a healthy version could never pass");
+  }
+  return Status::Ok();
+}
+
+HealthGate::HealthGate(std::vector<std::string> instances, MonoTime began, GateOptions options)
+    : instances_(std::move(instances)), began_mono_(began), options_(options) {}
 
 GateResult HealthGate::Fail(std::string reason) {
   result_ = GateResult{Verdict::kFail, std::move(reason)};
@@ -76,7 +91,7 @@ GateResult HealthGate::Observe(MonoTime now, const std::vector<Observation>& see
           return Fail("instance " + id + " crashed repeatedly since deploy began and the " +
                       "platform gave up restarting it (" + e.detail + ")");
         }
-        if (e.kind == EventKind::kCrashed && e.at >= began_) {
+        if (e.kind == EventKind::kCrashed) {
           auto [it, fresh] = latest_crash_.emplace(id, e.at);
           if (!fresh) it->second = std::max(it->second, e.at);
         }

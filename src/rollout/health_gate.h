@@ -46,6 +46,10 @@ struct Observation {
   bool ready = false;                    // READY and accepting in the registry
 };
 
+// Timings the gate can judge by: check_delay > 0, min_healthy >= check_delay (the crash watch
+// looks at least once before the checks) and a progress deadline beyond min_healthy + 2 checks.
+Status ValidateGateOptions(const GateOptions& options);
+
 enum class Verdict : std::uint8_t { kPending = 0, kPass = 1, kFail = 2 };
 std::string_view VerdictName(Verdict verdict);  // "pending", "pass", "fail"
 
@@ -56,10 +60,10 @@ struct GateResult {
 
 class HealthGate {
  public:
-  // `instances`: ids of the new version's instances; `began`: when the deploy began (system time,
-  // to compare with event timestamps) at `began_mono` (monotonic, for the gate's own timing).
-  HealthGate(std::vector<std::string> instances, SystemTime began, MonoTime began_mono,
-             GateOptions options);
+  // `instances`: ids of the new version's instances, fresh for this deploy (so every event they
+  // have happened during it: no filter on event timestamps, whose clock is the platform's and may
+  // be skewed against ours); `began`: when the deploy began, on the controller's monotonic clock.
+  HealthGate(std::vector<std::string> instances, MonoTime began, GateOptions options);
 
   // Feeds one observation of every new instance (`seen` empty or missing some: no data this
   // time) and returns the verdict so far. Once it is pass or fail, it stays.
@@ -78,7 +82,6 @@ class HealthGate {
                               bool new_counts) const;
 
   const std::vector<std::string> instances_;
-  const SystemTime began_;
   const MonoTime began_mono_;
   const GateOptions options_;
 

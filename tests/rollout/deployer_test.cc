@@ -6,6 +6,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <regex>
 #include <set>
 #include <thread>
@@ -134,6 +135,11 @@ TEST_F(DeployerTest, AFailedStartStopsWhatDidStart) {
   EXPECT_EQ(out.verdict, Verdict::kFail);
   EXPECT_THAT(out.reason, HasSubstr("could not start zone-v2-2: no room for zone-v2-2"));
   EXPECT_THAT(platform_.ids(), ElementsAre("zone-v1-1", "zone-v1-2"));
+  // The one that failed is stopped too: an error may hide a start that happened.
+  EXPECT_THAT(platform_.calls(),
+              ElementsAre("start zone-v1-1", "start zone-v1-2", "start zone-v2-1",
+                          "start zone-v2-2", "stop zone-v2-1 1500", "stop zone-v2-2 1500"));
+  EXPECT_TRUE(out.left_running.empty());
 }
 
 TEST_F(DeployerTest, TheSameVersionAgainIsRefusedBeforeAnythingStarts) {
@@ -156,6 +162,7 @@ TEST_F(DeployerTest, NoReadinessDataFailsAtTheProgressDeadline) {
 TEST_F(DeployerTest, AnInterruptedDeployRollsBack) {
   DeploySpec spec = Spec("v2");
   spec.gate.min_healthy = 1h;  // it would wait: the interrupt ends it
+  spec.gate.progress_deadline = 2h;
   std::stop_source interrupt;
   std::jthread ctrl_c([&] {
     while (platform_.ids().size() < 4) std::this_thread::sleep_for(1ms);
@@ -184,6 +191,40 @@ TEST_F(DeployerTest, PortPlaceholdersBecomeDistinctFreePortsPerInstance) {
     ports.insert(health[1].str());
   }
   EXPECT_EQ(ports.size(), 4u);  // two instances, two ports each, all distinct
+}
+
+TEST_F(DeployerTest, AStopThePlatformKeepsRefusingIsAnIncompleteRollbackNotACleanOne) {
+  platform_.crash_looping = {"zone-v2-1"};
+  platform_.refuse_stop = {"zone-v2-1"};
+  const DeployOutcome out = Run(Spec("v2"));
+  EXPECT_EQ(out.verdict, Verdict::kFail);
+  EXPECT_THAT(out.left_running, ElementsAre("zone-v2-1"));
+  const auto calls = platform_.calls();
+  EXPECT_EQ(std::count(calls.begin(), calls.end(), "stop zone-v2-1 1500"), 3);  // three tries
+  EXPECT_THAT(platform_.ids(), ElementsAre("zone-v1-1", "zone-v1-2", "zone-v2-1"));
+  const std::string timeline = out.record["timeline"].dump();
+  EXPECT_THAT(timeline, HasSubstr("ROLLBACK INCOMPLETE: could not stop zone-v2-1"));
+  EXPECT_THAT(timeline, ::testing::Not(HasSubstr("rolled back: the new instances are stopped")));
+  EXPECT_EQ(records_.back().second["left_running"], nlohmann::json::array({"zone-v2-1"}));
+}
+
+TEST_F(DeployerTest, GateTimingsThatCannotJudgeAreRefused) {
+  DeploySpec spec = Spec("v2");
+  spec.gate.progress_deadline = 30ms;  // < min_healthy + 2 checks
+  const DeployOutcome out = Run(spec);
+  EXPECT_EQ(out.verdict, Verdict::kFail);
+  EXPECT_THAT(out.reason, HasSubstr("progress deadline (0.0 s) must exceed"));
+  EXPECT_EQ(platform_.calls().size(), 2u);  // nothing started
+  spec.gate = GateOptions{1s, 2s, 60s};
+  EXPECT_THAT(Run(spec).reason, HasSubstr("must be at least the check delay"));
+}
+
+TEST_F(DeployerTest, NoDataSaysWhyInTheReason) {
+  registry_up_ = false;
+  DeploySpec spec = Spec("v2");
+  spec.gate.progress_deadline = 200ms;
+  const DeployOutcome out = Run(spec);
+  EXPECT_THAT(out.reason, HasSubstr("(last error: registry: registry down)"));
 }
 
 }  // namespace

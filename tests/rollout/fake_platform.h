@@ -24,6 +24,7 @@ class FakePlatform final : public Platform {
   std::set<std::string> crash_looping;  // ids that crash and restart on every List
   std::string fail_start;               // an id whose Start fails
   bool unreachable = false;             // every call fails UNAVAILABLE
+  std::set<std::string> refuse_stop;    // ids whose Stop fails UNAVAILABLE
   // Called on every Stop before the instance goes, with the id (for invariants).
   std::function<void(const std::string& id)> on_stop;
 
@@ -53,6 +54,7 @@ class FakePlatform final : public Platform {
           "stop " + id + " " +
           std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(grace).count()));
       if (instances_.count(id) == 0) return NotFoundError("no instance " + id);
+      if (refuse_stop.count(id) > 0) return UnavailableError("cannot reach the host of " + id);
       hook = on_stop;
     }
     if (hook) hook(id);

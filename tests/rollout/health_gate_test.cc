@@ -79,7 +79,7 @@ Outcome RunGate(std::vector<SimInstance> instances, GateOptions options) {
   std::vector<std::string> ids;
   for (const auto& i : instances) ids.push_back(i.id);
   const MonoTime began = clock.Now();
-  HealthGate gate(ids, clock.SystemNow(), began, options);
+  HealthGate gate(ids, began, options);
   for (int step = 0; step < 6000; ++step) {
     std::vector<Observation> seen;
     for (auto& i : instances) {
@@ -156,7 +156,7 @@ TEST(HealthGateTest, CrashPatternsOnAFakeClock) {
 TEST(HealthGateTest, ABoundedEventListThatKeepsFillingFailsTheGate) {
   FakeClock clock;
   const MonoTime began = clock.Now();
-  HealthGate gate({"api-1"}, clock.SystemNow(), began, GateOptions{10s, 5s, 120s});
+  HealthGate gate({"api-1"}, began, GateOptions{10s, 5s, 120s});
   std::deque<InstanceEvent> list;
   std::vector<std::size_t> crash_counts;
   GateResult r;
@@ -188,7 +188,7 @@ TEST(HealthGateTest, ABoundedEventListThatKeepsFillingFailsTheGate) {
 
 TEST(HealthGateTest, NoDataIsAFailureNotAPass) {
   FakeClock clock;
-  HealthGate gate({"a", "b"}, clock.SystemNow(), clock.Now(), GateOptions{1s, 1s, 30s});
+  HealthGate gate({"a", "b"}, clock.Now(), GateOptions{1s, 1s, 30s});
   GateResult r;
   for (int i = 0; i < 40 && r.verdict == Verdict::kPending; ++i) {
     // Only "a" is ever seen: never a full observation.
@@ -202,7 +202,7 @@ TEST(HealthGateTest, NoDataIsAFailureNotAPass) {
   }
   EXPECT_EQ(r.verdict, Verdict::kFail);
   EXPECT_NE(r.reason.find("no data to judge"), std::string::npos) << r.reason;
-  HealthGate empty({}, clock.SystemNow(), clock.Now(), GateOptions{});
+  HealthGate empty({}, clock.Now(), GateOptions{});
   EXPECT_EQ(empty.Observe(clock.Now(), {}).verdict, Verdict::kFail);
 }
 
@@ -211,7 +211,7 @@ TEST(HealthGateTest, NoDataIsAFailureNotAPass) {
 // neither starts nor continues its healthy time.
 TEST(HealthGateTest, AStaleReadyOfADeadProcessDoesNotCount) {
   FakeClock clock;
-  HealthGate gate({"a"}, clock.SystemNow(), clock.Now(), GateOptions{3s, 1s, 60s});
+  HealthGate gate({"a"}, clock.Now(), GateOptions{3s, 1s, 60s});
   Observation o;
   o.id = "a";
   o.platform = InstanceInfo{};
@@ -234,7 +234,7 @@ TEST(HealthGateTest, AStaleReadyOfADeadProcessDoesNotCount) {
 
 TEST(HealthGateTest, AnInstanceThatVanishesFails) {
   FakeClock clock;
-  HealthGate gate({"a"}, clock.SystemNow(), clock.Now(), GateOptions{});
+  HealthGate gate({"a"}, clock.Now(), GateOptions{});
   Observation gone;
   gone.id = "a";
   const GateResult r = gate.Observe(clock.Now(), {gone});
