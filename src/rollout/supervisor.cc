@@ -106,7 +106,7 @@ struct Supervisor::Impl {
 
   // The desired set and pids, atomically; instances being stopped too, marked, so that a
   // successor finishes stopping them if this agent dies first. mu held.
-  void Persist() {
+  Status Persist() {
     json list = json::array();
     for (const auto& [id, m] : instances) {
       if (m.gone) continue;
@@ -114,9 +114,9 @@ struct Supervisor::Impl {
       if (m.stop_requested) entry["stopping"] = true;
       list.push_back(std::move(entry));
     }
-    if (Status s = WriteFileAtomically(StatePath(), list.dump() + "\n"); !s.ok()) {
-      spdlog::error("agent: {}", s.message());
-    }
+    Status s = WriteFileAtomically(StatePath(), list.dump() + "\n");
+    if (!s.ok()) spdlog::error("agent: {}", s.message());
+    return s;
   }
 
   // Forks and execs `m`. Runs on the supervisor thread only (PDEATHSIG follows this thread).
@@ -178,7 +178,7 @@ struct Supervisor::Impl {
     m.status = InstanceStatus::kRunning;
     Record(m, EventKind::kStarted, "pid " + std::to_string(pid));
     spdlog::info("agent: started {} ({} {}) as pid {}", spec.id, spec.service, spec.version, pid);
-    Persist();
+    (void)Persist();  // the new pid; logged if not
   }
 
   // An exit nobody asked for (or a failed start): back off, or give up. mu held.
@@ -251,7 +251,7 @@ struct Supervisor::Impl {
         if (m.status == InstanceStatus::kStarting && now >= m.next_start && !stopping) Spawn(m);
       }
       if (changed) {
-        Persist();
+        (void)Persist();  // logged; the next change tries again
         cv.notify_all();
       }
       if (stopping) {
@@ -383,7 +383,11 @@ Status Supervisor::Start(const LaunchSpec& spec) {
   m.spec = spec;
   m.next_start = impl_->clock->Now();
   impl_->instances.emplace(spec.id, std::move(m));
-  impl_->Persist();
+  // Not durable, not started: an agent restarted now would not know it.
+  if (Status s = impl_->Persist(); !s.ok()) {
+    impl_->instances.erase(spec.id);
+    return UnavailableError("cannot record instance " + spec.id + ": " + s.message());
+  }
   impl_->cv.notify_all();
   return Status::Ok();
 }
@@ -397,7 +401,7 @@ Status Supervisor::Stop(const std::string& id, Duration grace) {
     m.stop_requested = true;
     m.status = InstanceStatus::kStopping;
     m.kill_at = impl_->clock->Now() + grace;
-    impl_->Persist();  // no longer desired, even if this process dies now
+    (void)impl_->Persist();  // stopping, even if this process dies now (logged if not)
     impl_->cv.notify_all();
   }
   // Bounded: the grace, then SIGKILL, then the reaper's next tick.
