@@ -10,6 +10,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <sstream>
 #include <thread>
 
@@ -95,6 +96,19 @@ class SupervisorTest : public ::testing::Test {
     EXPECT_TRUE(s.ok()) << s.status().ToString();
     return s.ok() ? std::move(*s) : nullptr;
   }
+  // A supervisor in a child process (for the test to SIGKILL): opens on this test's data
+  // directory, starts `spec`, runs `then`, exits.
+  pid_t ForkSupervisor(const LaunchSpec& spec, const std::function<void(Supervisor&)>& then) {
+    const pid_t pid = ::fork();
+    if (pid != 0) return pid;
+    RealClock clock;
+    SupervisorOptions options;
+    options.data_dir = dir_.path() + "/agent";
+    auto s = Supervisor::Open(options, clock);
+    if (!s.ok() || !(*s)->Start(spec).ok()) ::_exit(1);
+    then(**s);
+    ::_exit(0);
+  }
   testing::TempDir dir_;
   RealClock clock_;
 };
@@ -175,21 +189,9 @@ TEST_F(SupervisorTest, ACleanRestartStartsTheSameInstancesOnce) {
 }
 
 TEST_F(SupervisorTest, AKilledSupervisorLeavesNoOrphanAndItsSuccessorNoDuplicate) {
-  const std::string data = dir_.path() + "/agent";
   // The first supervisor runs in a child process, which is then SIGKILLed.
-  const pid_t agent = ::fork();
-  if (agent == 0) {
-    RealClock clock;
-    SupervisorOptions options;
-    options.data_dir = data;
-    auto s = Supervisor::Open(options, clock);
-    if (!s.ok() ||
-        !(*s)->Start(Shell("k", "trap 'sleep 0.3; exit 0' TERM; sleep 30 & wait")).ok()) {
-      ::_exit(1);
-    }
-    ::pause();
-    ::_exit(0);
-  }
+  const pid_t agent = ForkSupervisor(Shell("k", "trap 'sleep 0.3; exit 0' TERM; sleep 30 & wait"),
+                                     [](Supervisor&) { ::pause(); });
   ASSERT_GT(agent, 0);
   ASSERT_TRUE(testing::Eventually([&] { return CopiesOf("k") >= 1; }));
   std::this_thread::sleep_for(200ms);  // the trap is set
@@ -242,21 +244,12 @@ TEST_F(SupervisorTest, WhatAnInstanceStartedInItsGroupGoesWithIt) {
 
 TEST_F(SupervisorTest, AnInstanceBeingStoppedWhenTheSupervisorDiesIsStoppedByItsSuccessor) {
   const std::string data = dir_.path() + "/agent";
-  const pid_t agent = ::fork();
-  if (agent == 0) {
-    RealClock clock;
-    SupervisorOptions options;
-    options.data_dir = data;
-    auto s = Supervisor::Open(options, clock);
-    // Ignores SIGTERM (also the one the kernel sends when this supervisor dies).
-    if (!s.ok() ||
-        !(*s)->Start(Shell("slow", "trap '' TERM; while true; do sleep 0.05; done")).ok()) {
-      ::_exit(1);
-    }
-    std::this_thread::sleep_for(300ms);
-    (void)(*s)->Stop("slow", 60s);  // killed during this wait
-    ::_exit(0);
-  }
+  // Ignores SIGTERM (also the one the kernel sends when this supervisor dies).
+  const pid_t agent = ForkSupervisor(Shell("slow", "trap '' TERM; while true; do sleep 0.05; done"),
+                                     [](Supervisor& s) {
+                                       std::this_thread::sleep_for(300ms);
+                                       (void)s.Stop("slow", 60s);  // killed during this wait
+                                     });
   ASSERT_GT(agent, 0);
   ASSERT_TRUE(testing::Eventually([&] { return CopiesOf("slow") == 1; }));
   ASSERT_TRUE(testing::Eventually([&] {
