@@ -16,7 +16,7 @@ ctest --test-dir build --output-on-failure -j"$jobs"
 # The registry's HTTP server is left out: Asio's handler fences are not modelled by GCC's TSan
 # (-Wtsan), so its reports there would not be trustworthy.
 echo "== ThreadSanitizer build (build-tsan/): the parts with concurrent readers and writers"
-tsan_tests=(common_test router_test sdk_core_test)
+tsan_tests=(common_test router_test sdk_core_test jobs_test)
 scripts/build.sh build-tsan -DDROVER_WERROR=ON -DDROVER_SANITIZE=thread -DDROVER_BUILD_BENCH=OFF \
   -- "${tsan_tests[@]}"
 # GCC 12's TSan cannot map its shadow memory under high ASLR entropy (vm.mmap_rnd_bits > 28,
@@ -26,7 +26,7 @@ for t in "${tsan_tests[@]}"; do
 done
 
 echo "== AddressSanitizer + UBSan build (build-asan/): unit tests"
-asan_targets=(drover common_test router_test cli_test registry_test sdk_core_test sdk_test gateway_test rollout_test)
+asan_targets=(drover common_test router_test cli_test registry_test sdk_core_test sdk_test gateway_test rollout_test jobs_test)
 # -O0: the sanitizer build hunts bugs, not speed; instrumented Asio/gRPC code compiles about twice
 # as fast at -O0 as at -O1 (measured on gateway/tcp_proxy.cc: 19 s vs 36 s), while its unit
 # tests take about a minute instead of 40 s.

@@ -71,7 +71,7 @@ bool Deployer::StopInstance(DeployOutcome& out, const DeploySpec& spec, const st
   return true;
 }
 
-// Stops the new instances after a failure; says whether every one of them is gone.
+// Stops the new instances after a failure and notes whether every one of them is gone.
 void Deployer::RollBack(DeployOutcome& out, const DeploySpec& spec,
                         const std::vector<std::string>& new_ids, std::size_t old_count) {
   const MonoTime rollback = clock_.Now();
