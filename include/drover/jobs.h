@@ -8,13 +8,18 @@
 //     TERMINAL (stop now) (JOB-3);
 //   - the sanitizer for producer error text (JOB-9);
 //   - the per-node circuit breaker that tells a failed job from a failed node (JOB-7).
-// The result stores (Redis, embedded), the waiter, the retry budget and the dispatcher build on it.
+// On top of it, over a ResultStore (Redis, or embedded in-process): the producer's
+// PublishResult, the waiter, and the retry budget.
 #pragma once
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
+#include <stop_token>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -91,6 +96,153 @@ struct SanitizeOptions {
 //      limit cannot leak its first half;
 //   4. truncated to max_bytes on a character boundary, ending in "...".
 std::string SanitizeErrorText(std::string_view text, const SanitizeOptions& options = {});
+
+// --- Result stores ------------------------------------------------------------------------------
+
+// Ends a subscription when destroyed.
+class Subscription {
+ public:
+  virtual ~Subscription() = default;
+};
+
+// Where results wait for their consumer (JOB-1): keys with TTLs, pub/sub, and two atomic steps.
+// Errors: UNAVAILABLE (unreachable), ABORTED (loading) and DEADLINE_EXCEEDED are transient;
+// FAILED_PRECONDITION means the key holds something else. Thread-safe.
+class ResultStore {
+ public:
+  virtual ~ResultStore() = default;
+  virtual Result<std::optional<std::string>> Get(const std::string& key) = 0;
+  virtual Result<std::optional<std::string>> GetDel(const std::string& key) = 0;  // atomic
+  virtual Status Del(const std::string& key) = 0;
+  virtual Status Set(const std::string& key, const std::string& value, Duration ttl) = 0;
+  virtual Status Publish(const std::string& channel, const std::string& message) = 0;
+  // Calls `on_message` (on a store thread; keep it short) for each message published on
+  // `channel` after Subscribe returned, until the Subscription is destroyed.
+  virtual Result<std::unique_ptr<Subscription>> Subscribe(
+      const std::string& channel, std::function<void(const std::string&)> on_message) = 0;
+  // Increments the integer at `key` and sets its TTL, in one atomic step; the new value.
+  virtual Result<std::int64_t> IncrementWithTtl(const std::string& key, Duration ttl) = 0;
+  // Sets `key` to `to` (TTL `ttl`) only if it holds `from` ("" for absent); true if it did.
+  virtual Result<bool> CompareAndSet(const std::string& key, const std::string& from,
+                                     const std::string& to, Duration ttl) = 0;
+};
+
+// An in-process store (the demo, unit tests). TTLs run on `clock`. `SetAvailable(false)` makes
+// every call fail UNAVAILABLE, as an unreachable server would.
+class EmbeddedStore final : public ResultStore {
+ public:
+  explicit EmbeddedStore(Clock& clock);
+  ~EmbeddedStore() override;
+
+  Result<std::optional<std::string>> Get(const std::string& key) override;
+  Result<std::optional<std::string>> GetDel(const std::string& key) override;
+  Status Del(const std::string& key) override;
+  Status Set(const std::string& key, const std::string& value, Duration ttl) override;
+  Status Publish(const std::string& channel, const std::string& message) override;
+  Result<std::unique_ptr<Subscription>> Subscribe(
+      const std::string& channel, std::function<void(const std::string&)> on_message) override;
+  Result<std::int64_t> IncrementWithTtl(const std::string& key, Duration ttl) override;
+  Result<bool> CompareAndSet(const std::string& key, const std::string& from, const std::string& to,
+                             Duration ttl) override;
+
+  void SetAvailable(bool available);
+  // The TTL left on `key`, if it exists and has one.
+  std::optional<Duration> TtlOf(const std::string& key);
+
+  struct State;
+
+ private:
+  std::shared_ptr<State> state_;
+};
+
+// --- Producer and waiter ------------------------------------------------------------------------
+
+// Where the result of one step of one job lives, and where its nudge is published.
+std::string ResultKey(const std::string& job_id, const std::string& step);
+std::string NudgeChannel(const std::string& job_id, const std::string& step);
+
+// Producer side (JOB-2): writes the result with its TTL in one SET, then publishes the nudge.
+// The write comes first: a waiter woken by the nudge always finds the value. The nudge is best
+// effort -- the write is what counts; a lost nudge costs a waiter at most one tick -- so only a
+// failed write is an error.
+Status PublishResult(ResultStore& store, const std::string& job_id, const std::string& step,
+                     const StepResult& result, Duration ttl = std::chrono::hours(1));
+
+enum class ReadMode : std::uint8_t {
+  // GETDEL: the value is gone once read, so whatever it says is final -- the waiter never waits
+  // again after a read returned a value.
+  kDestructive = 0,
+  // GET; the caller commits what it got, then calls Acknowledge (DEL). A waiter that dies in
+  // between loses nothing: the next Wait reads the same value again.
+  kAtLeastOnce = 1,
+};
+
+struct WaitOptions {
+  ReadMode mode = ReadMode::kDestructive;
+  Duration tick = std::chrono::seconds(1);     // poll period, nudge or not
+  Duration timeout = std::chrono::minutes(5);  // the wait's hard ceiling
+  SanitizeOptions sanitize;
+  // At-least-once mode: whether the caller already committed the delivery with this id (a
+  // waiter that died after its commit but before Acknowledge reads the same value again). When
+  // it says yes, the value is removed and the outcome is marked `duplicate`: nothing to do.
+  std::function<bool(const std::string& delivery_id)> already_committed;
+};
+
+struct WaitOutcome {
+  enum class Kind : std::uint8_t {
+    kDone = 0,
+    kStepError = 1,      // the producer says the step failed: `message` is its sanitized text
+    kProtocolError = 2,  // a value that breaks the contract: `message` says how
+    kTimeout = 3,        // nothing final by the ceiling: `message` says what was last seen
+    kCancelled = 4,
+  };
+  Kind kind = Kind::kTimeout;
+  std::string content;     // kDone
+  std::string message;     // see Kind
+  bool retryable = false;  // kStepError: the producer's word
+  ReadClass last_seen = ReadClass::kNotReady;
+  int reads = 0;        // reads done, nudged or ticked
+  bool nudged = false;  // the final read followed a nudge
+  Duration waited{};
+  // kDone, kStepError, kProtocolError: identifies the value read (a hash of it), for the
+  // caller's idempotent commit in at-least-once mode.
+  std::string delivery_id;
+  bool duplicate = false;  // at-least-once: already committed (see WaitOptions); removed now
+};
+std::string_view WaitOutcomeName(WaitOutcome::Kind kind);  // "done", "step_error", ...
+
+// Waits for the result of `step` of `job_id` (JOB-3, JOB-5): subscribes to its nudge, reads
+// once at once, then on every nudge and every `tick`, until a read is terminal, the timeout
+// passes, or `stop` is requested. Every read goes through Classify.
+WaitOutcome Wait(ResultStore& store, Clock& clock, const std::string& job_id,
+                 const std::string& step, const WaitOptions& options, std::stop_token stop = {});
+
+// At-least-once mode: after the caller committed the outcome, removes the result.
+Status Acknowledge(ResultStore& store, const std::string& job_id, const std::string& step);
+
+// --- Retry budget -------------------------------------------------------------------------------
+
+// How many times one step of one job may be retried (JOB-6). The counter is
+// `retry:{job_id}:{step}`, counted and given its TTL in one atomic step; the TTL is twice the
+// hard ceiling of one wait, so a counter never outlives the job nor expires while it runs.
+// `job_id` is the enqueue id and `step` the compute step actually run.
+class RetryBudget {
+ public:
+  RetryBudget(ResultStore& store, std::string job_id, std::string step, int max_retries,
+              Duration wait_ceiling);
+  // True when one more retry may run (and counts it): a budget of N allows exactly N. False
+  // when it is spent -- or when the store cannot count: a job whose retries cannot be counted
+  // must not retry, or it might retry forever.
+  bool Allow();
+  std::string key() const;
+
+ private:
+  ResultStore& store_;
+  std::string job_id_;
+  std::string step_;
+  int max_retries_;
+  Duration ttl_;
+};
 
 // --- Circuit breaker --------------------------------------------------------------------------
 
