@@ -9,11 +9,11 @@ packages=(
   # libraries
   libcli11-dev libspdlog-dev libfmt-dev libxxhash-dev nlohmann-json3-dev libsqlite3-dev
   libboost1.74-dev libboost-system1.74-dev libyaml-cpp-dev curl
-  libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
+  libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc libhiredis-dev
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev openssl
   # peers the benchmarks (and the etcd store) run against; their own services stay unused
-  etcd-server haproxy nginx libnginx-mod-stream wrk
+  etcd-server haproxy nginx libnginx-mod-stream wrk redis-server
 )
 
 missing=()

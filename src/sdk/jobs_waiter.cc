@@ -97,7 +97,7 @@ WaitOutcome Wait(ResultStore& store, Clock& clock, const std::string& job_id,
       out.nudged = nudged;
       if (!read.ok()) {
         out.kind = WaitOutcome::Kind::kProtocolError;
-        out.message = "the result key holds no result: " + read.status().message();
+        out.message = "cannot read the result: " + read.status().message();
         break;
       }
       const std::string& value = **read;

@@ -1,0 +1,452 @@
+// RedisStore: the ResultStore on a Redis server, through hiredis (include/drover/jobs.h).
+//
+// Commands: one blocking connection behind a mutex, re-made on the next call after a failure
+// (with doubling back-off). Pub/sub: a second connection owned by one thread, which polls it and
+// an eventfd (for new or dropped subscriptions), and subscribes again to every channel after a
+// reconnect. Callbacks run on that thread under their subscriber's own mutex, so a Subscription
+// that is destroyed is never called again nor in the middle of a call.
+#include <hiredis/hiredis.h>
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <condition_variable>
+#include <set>
+#include <thread>
+
+#include "drover/jobs.h"
+
+namespace drover::jobs {
+namespace {
+
+struct ReplyFree {
+  void operator()(redisReply* r) const {
+    if (r != nullptr) freeReplyObject(r);
+  }
+};
+using Reply = std::unique_ptr<redisReply, ReplyFree>;
+
+struct ContextFree {
+  void operator()(redisContext* c) const {
+    if (c != nullptr) redisFree(c);
+  }
+};
+using Context = std::unique_ptr<redisContext, ContextFree>;
+
+timeval ToTimeval(Duration d) {
+  const auto us = std::chrono::duration_cast<std::chrono::microseconds>(d).count();
+  return timeval{static_cast<time_t>(us / 1'000'000), static_cast<suseconds_t>(us % 1'000'000)};
+}
+
+std::string ReplyText(const redisReply* r) {
+  return r->str == nullptr ? std::string() : std::string(r->str, r->len);
+}
+
+// A Redis error reply as a Status: what can pass is transient, what is wrong is not.
+Status FromErrorReply(const std::string& where, const redisReply* r) {
+  const std::string text = ReplyText(r);
+  const auto starts = [&](std::string_view p) { return text.rfind(p, 0) == 0; };
+  if (starts("LOADING") || starts("BUSY") || starts("MASTERDOWN") || starts("TRYAGAIN")) {
+    return Status(StatusCode::kAborted, where + ": " + text);
+  }
+  if (starts("WRONGTYPE")) return Status(StatusCode::kFailedPrecondition, where + ": " + text);
+  if (starts("NOSCRIPT")) return Status(StatusCode::kNotFound, where + ": " + text);
+  if (starts("NOAUTH") || starts("WRONGPASS")) {
+    return Status(StatusCode::kPermissionDenied, where + ": " + text);
+  }
+  return Status(StatusCode::kInternal, where + ": " + text);
+}
+
+// Connects (and authenticates): a ready context, or why not.
+Result<Context> Dial(const std::string& host, int port, const RedisOptions& o,
+                     const std::string& where) {
+  Context c(redisConnectWithTimeout(host.c_str(), port, ToTimeval(o.connect_timeout)));
+  if (!c) return UnavailableError(where + ": cannot allocate a connection");
+  if (c->err != 0) return UnavailableError(where + ": " + c->errstr);
+  redisSetTimeout(c.get(), ToTimeval(o.command_timeout));
+  redisEnableKeepAlive(c.get());
+  if (!o.password.empty()) {
+    const char* argv[] = {"AUTH", o.password.c_str()};
+    const std::size_t len[] = {4, o.password.size()};
+    Reply r(static_cast<redisReply*>(redisCommandArgv(c.get(), 2, argv, len)));
+    if (!r) return UnavailableError(where + ": " + c->errstr);
+    if (r->type == REDIS_REPLY_ERROR) return FromErrorReply(where, r.get());
+  }
+  return c;
+}
+
+// INCR + PEXPIRE in one step (JOB-6): the counter can never be left without its TTL.
+constexpr std::string_view kIncrementScript =
+    "local n = redis.call('INCR', KEYS[1]) "
+    "redis.call('PEXPIRE', KEYS[1], ARGV[1]) "
+    "return n";
+// SET key to ARGV[2] only if it holds ARGV[1] ('' = absent); PX ARGV[3] unless it is 0.
+constexpr std::string_view kCompareAndSetScript =
+    "local v = redis.call('GET', KEYS[1]) "
+    "if (v == false and ARGV[1] == '') or v == ARGV[1] then "
+    "  if ARGV[3] == '0' then redis.call('SET', KEYS[1], ARGV[2]) "
+    "  else redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3]) end "
+    "  return 1 "
+    "end "
+    "return 0";
+
+std::string Millis(Duration d) {
+  return std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(d).count());
+}
+
+struct Subscriber {
+  std::mutex mu;
+  std::function<void(const std::string&)> on_message;  // empty once unsubscribed
+};
+
+}  // namespace
+
+struct RedisStore::Impl {
+  RedisOptions options;
+  std::string host;
+  int port = 0;
+  std::string where;  // "redis at host:port", for messages
+
+  // --- commands ---
+  std::mutex mu;
+  Context ctx;  // guarded by mu; null while disconnected
+  std::chrono::steady_clock::time_point next_try{};
+  Duration backoff{};
+  std::string last_error;
+  std::map<std::string_view, std::string> shas;  // script -> SHA1, guarded by mu
+
+  Status EnsureConnected() {  // mu held
+    if (ctx) return Status::Ok();
+    const auto now = std::chrono::steady_clock::now();
+    if (now < next_try) {
+      return UnavailableError(where + ": reconnecting (last error: " + last_error + ")");
+    }
+    auto c = Dial(host, port, options, where);
+    if (!c.ok()) {
+      Failed(c.status().message());
+      return c.status();
+    }
+    ctx = std::move(*c);
+    backoff = Duration::zero();
+    return Status::Ok();
+  }
+
+  void Failed(const std::string& error) {  // mu held: drop the connection, back off
+    ctx.reset();
+    last_error = error;
+    backoff = backoff == Duration::zero() ? options.backoff_initial
+                                          : std::min(backoff * 2, options.backoff_max);
+    next_try = std::chrono::steady_clock::now() + backoff;
+  }
+
+  // One command. mu held.
+  Result<Reply> Command(const std::vector<std::string_view>& args) {
+    DROVER_RETURN_IF_ERROR(EnsureConnected());
+    std::vector<const char*> argv;
+    std::vector<std::size_t> len;
+    for (std::string_view a : args) {
+      argv.push_back(a.data());
+      len.push_back(a.size());
+    }
+    Reply r(static_cast<redisReply*>(
+        redisCommandArgv(ctx.get(), static_cast<int>(argv.size()), argv.data(), len.data())));
+    if (!r) {
+      const std::string error = ctx->errstr;
+      Failed(error);
+      return UnavailableError(where + ": " + error);
+    }
+    if (r->type == REDIS_REPLY_ERROR) return FromErrorReply(where, r.get());
+    return r;
+  }
+
+  // EVALSHA of `script` on one key, loading it first when this server does not know it.
+  Result<Reply> Script(std::string_view script, const std::string& key,
+                       const std::vector<std::string>& args) {  // mu held
+    for (int attempt = 0; attempt < 2; ++attempt) {
+      std::string& sha = shas[script];
+      if (sha.empty()) {
+        DROVER_ASSIGN_OR_RETURN(Reply loaded, Command({"SCRIPT", "LOAD", script}));
+        sha = ReplyText(loaded.get());
+      }
+      std::vector<std::string_view> call = {"EVALSHA", sha, "1", key};
+      for (const std::string& a : args) call.push_back(a);
+      auto r = Command(call);
+      if (r.ok() || r.status().code() != StatusCode::kNotFound) return r;
+      sha.clear();  // NOSCRIPT: the server restarted and forgot it
+    }
+    return UnavailableError(where + ": the script vanished twice in a row");
+  }
+
+  Result<std::optional<std::string>> Value(const std::vector<std::string_view>& args) {
+    std::lock_guard lock(mu);
+    DROVER_ASSIGN_OR_RETURN(Reply r, Command(args));
+    if (r->type == REDIS_REPLY_NIL) return std::optional<std::string>();
+    if (r->type != REDIS_REPLY_STRING) {
+      return Status(StatusCode::kFailedPrecondition, where + ": unexpected reply type");
+    }
+    return std::optional<std::string>(ReplyText(r.get()));
+  }
+
+  // --- pub/sub ---
+  std::mutex sub_mu;
+  std::condition_variable sub_cv;  // a subscription confirmed, or the connection changed
+  std::multimap<std::string, std::shared_ptr<Subscriber>> subscribers;  // guarded by sub_mu
+  std::set<std::string> confirmed;       // on the current connection; guarded by sub_mu
+  std::set<std::string> to_subscribe;    // guarded by sub_mu
+  std::set<std::string> to_unsubscribe;  // guarded by sub_mu
+  enum class Phase { kConnecting, kConnected, kDown };
+  Phase phase = Phase::kConnecting;  // of the pub/sub connection; guarded by sub_mu
+  bool stopping = false;             // guarded by sub_mu
+  int wake_fd = -1;
+  std::thread sub_thread;
+
+  void Wake() const {
+    const std::uint64_t one = 1;
+    (void)!::write(wake_fd, &one, sizeof one);
+  }
+
+  void Dispatch(const redisReply* r) {
+    if (r->type != REDIS_REPLY_ARRAY || r->elements < 3) return;
+    const std::string kind = ReplyText(r->element[0]);
+    const std::string channel = ReplyText(r->element[1]);
+    if (kind == "subscribe") {
+      std::lock_guard lock(sub_mu);
+      confirmed.insert(channel);
+      sub_cv.notify_all();
+      return;
+    }
+    if (kind != "message") return;
+    const std::string payload = ReplyText(r->element[2]);
+    std::vector<std::shared_ptr<Subscriber>> to_call;
+    {
+      std::lock_guard lock(sub_mu);
+      auto [from, to] = subscribers.equal_range(channel);
+      for (auto it = from; it != to; ++it) to_call.push_back(it->second);
+    }
+    for (const auto& s : to_call) {
+      std::lock_guard lock(s->mu);
+      if (s->on_message) s->on_message(payload);
+    }
+  }
+
+  void SubscriberLoop() {
+    Context c;
+    Duration wait = Duration::zero();
+    auto drop = [&] {
+      c.reset();
+      std::lock_guard lock(sub_mu);
+      phase = Phase::kDown;
+      confirmed.clear();
+      sub_cv.notify_all();
+      wait = wait == Duration::zero() ? options.backoff_initial
+                                      : std::min(wait * 2, options.backoff_max);
+    };
+    while (true) {
+      {
+        std::lock_guard lock(sub_mu);
+        if (stopping) return;
+      }
+      if (!c) {
+        auto dialed = Dial(host, port, options, where);
+        if (dialed.ok()) {
+          c = std::move(*dialed);
+          wait = Duration::zero();
+          std::lock_guard lock(sub_mu);
+          phase = Phase::kConnected;
+          confirmed.clear();
+          to_unsubscribe.clear();
+          for (const auto& [channel, s] : subscribers) to_subscribe.insert(channel);
+        } else {
+          {
+            std::lock_guard lock(sub_mu);
+            phase = Phase::kDown;
+            sub_cv.notify_all();
+          }
+          wait = wait == Duration::zero() ? options.backoff_initial
+                                          : std::min(wait * 2, options.backoff_max);
+          pollfd p{wake_fd, POLLIN, 0};
+          ::poll(&p, 1,
+                 static_cast<int>(
+                     std::chrono::duration_cast<std::chrono::milliseconds>(wait).count()));
+          std::uint64_t n;
+          if ((p.revents & POLLIN) != 0) (void)!::read(wake_fd, &n, sizeof n);
+          continue;
+        }
+      }
+      {
+        std::lock_guard lock(sub_mu);
+        for (const std::string& ch : to_unsubscribe) {
+          redisAppendCommand(c.get(), "UNSUBSCRIBE %b", ch.data(), ch.size());
+        }
+        for (const std::string& ch : to_subscribe) {
+          redisAppendCommand(c.get(), "SUBSCRIBE %b", ch.data(), ch.size());
+        }
+        to_unsubscribe.clear();
+        to_subscribe.clear();
+      }
+      int done = 0;
+      bool failed = false;
+      while (done == 0 && !failed) failed = redisBufferWrite(c.get(), &done) == REDIS_ERR;
+      if (failed) {
+        drop();
+        continue;
+      }
+      pollfd fds[2] = {{c->fd, POLLIN, 0}, {wake_fd, POLLIN, 0}};
+      if (::poll(fds, 2, 500) < 0) continue;
+      if ((fds[1].revents & POLLIN) != 0) {
+        std::uint64_t n;
+        (void)!::read(wake_fd, &n, sizeof n);
+      }
+      if ((fds[0].revents & (POLLIN | POLLHUP | POLLERR)) != 0) {
+        if (redisBufferRead(c.get()) == REDIS_ERR) {
+          drop();
+          continue;
+        }
+        void* raw = nullptr;
+        while (redisGetReplyFromReader(c.get(), &raw) == REDIS_OK && raw != nullptr) {
+          Reply r(static_cast<redisReply*>(raw));
+          Dispatch(r.get());
+          raw = nullptr;
+        }
+      }
+    }
+  }
+};
+
+namespace {
+
+class RedisSubscription final : public Subscription {
+ public:
+  RedisSubscription(RedisStore::Impl* impl, std::string channel, std::shared_ptr<Subscriber> sub)
+      : impl_(impl), channel_(std::move(channel)), sub_(std::move(sub)) {}
+  ~RedisSubscription() override {
+    {
+      std::lock_guard lock(sub_->mu);  // waits out a call in progress
+      sub_->on_message = nullptr;
+    }
+    std::lock_guard lock(impl_->sub_mu);
+    auto [from, to] = impl_->subscribers.equal_range(channel_);
+    for (auto it = from; it != to; ++it) {
+      if (it->second == sub_) {
+        impl_->subscribers.erase(it);
+        break;
+      }
+    }
+    if (impl_->subscribers.count(channel_) == 0) {
+      impl_->to_subscribe.erase(channel_);
+      if (impl_->confirmed.erase(channel_) > 0) impl_->to_unsubscribe.insert(channel_);
+      impl_->Wake();
+    }
+  }
+
+ private:
+  RedisStore::Impl* impl_;  // the store outlives its subscriptions
+  std::string channel_;
+  std::shared_ptr<Subscriber> sub_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<RedisStore>> RedisStore::Open(RedisOptions options) {
+  const std::size_t colon = options.address.rfind(':');
+  int port = 0;
+  if (colon == std::string::npos || colon == 0) {
+    return InvalidArgumentError("redis address must be host:port (got '" + options.address + "')");
+  }
+  try {
+    port = std::stoi(options.address.substr(colon + 1));
+  } catch (...) {
+    port = 0;
+  }
+  if (port <= 0 || port > 65535) {
+    return InvalidArgumentError("redis address has no valid port: '" + options.address + "'");
+  }
+  auto impl = std::make_unique<Impl>();
+  impl->host = options.address.substr(0, colon);
+  impl->port = port;
+  impl->where = "redis at " + options.address;
+  impl->options = std::move(options);
+  impl->wake_fd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (impl->wake_fd < 0) return UnavailableError("eventfd failed");
+  Impl* raw = impl.get();
+  impl->sub_thread = std::thread([raw] { raw->SubscriberLoop(); });
+  return std::unique_ptr<RedisStore>(new RedisStore(std::move(impl)));
+}
+
+RedisStore::RedisStore(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+RedisStore::~RedisStore() {
+  {
+    std::lock_guard lock(impl_->sub_mu);
+    impl_->stopping = true;
+  }
+  impl_->Wake();
+  impl_->sub_thread.join();
+  ::close(impl_->wake_fd);
+}
+
+Result<std::optional<std::string>> RedisStore::Get(const std::string& key) {
+  return impl_->Value({"GET", key});
+}
+
+Result<std::optional<std::string>> RedisStore::GetDel(const std::string& key) {
+  return impl_->Value({"GETDEL", key});
+}
+
+Status RedisStore::Del(const std::string& key) {
+  std::lock_guard lock(impl_->mu);
+  return impl_->Command({"DEL", key}).status();
+}
+
+Status RedisStore::Set(const std::string& key, const std::string& value, Duration ttl) {
+  std::lock_guard lock(impl_->mu);
+  if (ttl <= Duration::zero()) return impl_->Command({"SET", key, value}).status();
+  return impl_->Command({"SET", key, value, "PX", Millis(ttl)}).status();
+}
+
+Status RedisStore::Publish(const std::string& channel, const std::string& message) {
+  std::lock_guard lock(impl_->mu);
+  return impl_->Command({"PUBLISH", channel, message}).status();
+}
+
+Result<std::unique_ptr<Subscription>> RedisStore::Subscribe(
+    const std::string& channel, std::function<void(const std::string&)> on_message) {
+  auto sub = std::make_shared<Subscriber>();
+  sub->on_message = std::move(on_message);
+  std::unique_lock lock(impl_->sub_mu);
+  impl_->subscribers.emplace(channel, sub);
+  impl_->to_unsubscribe.erase(channel);
+  if (impl_->confirmed.count(channel) == 0) impl_->to_subscribe.insert(channel);
+  impl_->Wake();
+  // Connected or connecting: wait (bounded) for the server to confirm, so that a message
+  // published after this returns is delivered. Down: it starts with the next connection.
+  impl_->sub_cv.wait_for(lock, impl_->options.command_timeout, [&] {
+    return impl_->confirmed.count(channel) > 0 || impl_->phase == Impl::Phase::kDown;
+  });
+  return std::unique_ptr<Subscription>(
+      std::make_unique<RedisSubscription>(impl_.get(), channel, std::move(sub)));
+}
+
+Result<std::int64_t> RedisStore::IncrementWithTtl(const std::string& key, Duration ttl) {
+  std::lock_guard lock(impl_->mu);
+  DROVER_ASSIGN_OR_RETURN(Reply r, impl_->Script(kIncrementScript, key, {Millis(ttl)}));
+  if (r->type != REDIS_REPLY_INTEGER) {
+    return Status(StatusCode::kInternal, impl_->where + ": the counter script returned no integer");
+  }
+  return static_cast<std::int64_t>(r->integer);
+}
+
+Result<bool> RedisStore::CompareAndSet(const std::string& key, const std::string& from,
+                                       const std::string& to, Duration ttl) {
+  std::lock_guard lock(impl_->mu);
+  DROVER_ASSIGN_OR_RETURN(Reply r,
+                          impl_->Script(kCompareAndSetScript, key,
+                                        {from, to, ttl > Duration::zero() ? Millis(ttl) : "0"}));
+  if (r->type != REDIS_REPLY_INTEGER) {
+    return Status(StatusCode::kInternal, impl_->where + ": the CAS script returned no integer");
+  }
+  return r->integer == 1;
+}
+
+}  // namespace drover::jobs
