@@ -28,8 +28,9 @@ std::uint16_t StartRegistry(ChildProcess& child) {
 TEST(RegistryCrashTest, AcknowledgedWritesSurviveSigkill) {
   drover::testing::TempDir dir;
   ASSERT_FALSE(dir.path().empty());
-  const std::vector<std::string> argv = {DROVER_BINARY, "registry", "--data-dir",
-                                         dir.path(),    "--http",   "127.0.0.1:0"};
+  // Port 0 for both APIs: a fixed default port could be anyone's.
+  const std::vector<std::string> argv = {DROVER_BINARY, "registry",    "--data-dir", dir.path(),
+                                         "--http",      "127.0.0.1:0", "--grpc",     "127.0.0.1:0"};
   constexpr int kWrites = 1000;
   {
     ChildProcess registry(argv);
