@@ -96,7 +96,8 @@ struct SanitizeOptions {
 
 // Producer error text made fit for a user-facing field (JOB-9), in this order:
 //   1. invalid UTF-8 repaired (each bad sequence becomes U+FFFD);
-//   2. control characters and bidi overrides/isolates removed (tab, CR and LF become a space);
+//   2. control characters, terminal escape sequences and bidi overrides/isolates removed (tab,
+//      CR and LF become a space);
 //   3. URLs and file paths redacted ("[url]", "[path]") -- before truncation, so a URL cut by the
 //      limit cannot leak its first half;
 //   4. truncated to max_bytes on a character boundary, ending in "...".

@@ -260,6 +260,13 @@ std::string SanitizeErrorText(std::string_view text, const SanitizeOptions& opti
   clean.reserve(text.size());
   for (std::size_t i = 0; i < text.size();) {
     const char32_t cp = DecodeOne(text, i);
+    if (cp == 0x1B && i < text.size() && text[i] == '[') {
+      // A terminal escape sequence (colours, cursor moves): all of it goes, not just the ESC.
+      ++i;
+      while (i < text.size() && !(text[i] >= 0x40 && text[i] <= 0x7E)) ++i;
+      if (i < text.size()) ++i;
+      continue;
+    }
     if (cp == '\t' || cp == '\n' || cp == '\r') {
       clean += ' ';
     } else if (cp < 0x20 || (cp >= 0x7F && cp <= 0x9F) || IsBidiControl(cp)) {

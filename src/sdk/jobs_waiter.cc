@@ -1,4 +1,6 @@
 // The producer's PublishResult, the waiter and the retry budget (include/drover/jobs.h).
+#include <spdlog/spdlog.h>
+
 #include <cstdio>
 
 #include "drover/jobs.h"
@@ -22,6 +24,24 @@ std::string DeliveryId(std::string_view value) {
   char buf[17];
   std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
   return buf;
+}
+
+// The first `limit` bytes of a raw value, printable ASCII kept and the rest escaped: for the
+// debug log only, never for a user-facing field.
+std::string DebugExcerpt(std::string_view value, std::size_t limit = 200) {
+  std::string out;
+  for (std::size_t i = 0; i < value.size() && i < limit; ++i) {
+    const auto c = static_cast<unsigned char>(value[i]);
+    if (c >= 0x20 && c < 0x7F && c != '\\') {
+      out += static_cast<char>(c);
+    } else {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\x%02x", c);
+      out += buf;
+    }
+  }
+  if (value.size() > limit) out += "...";
+  return out;
 }
 
 // Nudges wake the waiter's sleep: each sleep gets a fresh stop_source the callback can trip.
@@ -116,6 +136,8 @@ WaitOutcome Wait(ResultStore& store, Clock& clock, const std::string& job_id,
         case Parsed::Kind::kProtocolError:
           out.kind = WaitOutcome::Kind::kProtocolError;
           out.message = parsed.problem;
+          spdlog::debug("job {} step {}: {}; the raw value ({} bytes): {}", job_id, step,
+                        parsed.problem, value.size(), DebugExcerpt(value));
           break;
       }
       if (options.mode == ReadMode::kAtLeastOnce && options.already_committed &&

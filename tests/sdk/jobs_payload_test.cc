@@ -113,7 +113,8 @@ TEST(JobsPayloadTest, SanitizerRepairsStripsRedactsThenTruncates) {
   const std::vector<SanitizeCase> cases = {
       {"plain", "render failed: out of memory", 512, "render failed: out of memory"},
       {"newlines and tabs", "line1\nline2\tx\r\n", 512, "line1 line2 x  "},
-      {"control bytes", std::string("a\x01\x1b[31mred\x7f", 11), 512, "a[31mred"},
+      {"control bytes", std::string("a\x01\x1b[31mred\x7f", 11), 512, "ared"},
+      {"escape sequence at the end", "x\x1b[1;3", 512, "x"},
       {"C1 control",
        "a\xc2\x85"
        "b",
