@@ -103,8 +103,15 @@ TEST_F(RedisStoreTest, EveryStoredPayloadIsFinalInBothModes) {
       {"", Kind::kProtocolError},
       {std::string("\x00\xff\xfe junk", 8), Kind::kProtocolError},
       {"[1,2]", Kind::kProtocolError},
+      {R"("done")", Kind::kProtocolError},
+      {R"({"status":"DONE"})", Kind::kProtocolError},
+      {R"({"status":"error","retryable":"yes"})", Kind::kProtocolError},
+      {R"({"status":"done","content":7})", Kind::kProtocolError},
+      {"{\"status\":\"done\",\"content\":\"\xc3\x28\"}", Kind::kProtocolError},
+      {R"({"status":"done"})", Kind::kDone},
       {R"({"status":"done","content":")" + std::string(2 << 20, 'x') + "\"}", Kind::kProtocolError},
   };
+  ASSERT_GE(values.size(), 15u);
   WaitOptions o;
   o.tick = 50ms;
   o.timeout = 5s;
