@@ -148,25 +148,22 @@ TEST_F(CircuitBreakerTest, ConcurrentCallsWhileHalfOpenGetExactlyTheProbeSlots) 
   }
   clock_.Advance(options.open_for);
   std::atomic<int> granted{0};
-  std::vector<CircuitBreaker::Permit> permits(8);
-  std::vector<bool> got(8, false);
+  // One slot per thread (not a vector<bool>: its bits share words, and so would the threads).
+  std::vector<std::optional<CircuitBreaker::Permit>> permits(8);
   {
     std::vector<std::jthread> threads;
-    for (int t = 0; t < 8; ++t) {
+    for (std::size_t t = 0; t < permits.size(); ++t) {
       threads.emplace_back([&, t] {
-        if (auto p = breaker.TryAcquire()) {
-          permits[static_cast<std::size_t>(t)] = *p;
-          got[static_cast<std::size_t>(t)] = true;
-          ++granted;
-        }
+        permits[t] = breaker.TryAcquire();
+        if (permits[t]) ++granted;
       });
     }
   }
   EXPECT_EQ(granted.load(), 2);
   EXPECT_EQ(breaker.probes_in_flight(), 2);
   // Both cancel: both slots free, still half-open.
-  for (std::size_t t = 0; t < 8; ++t) {
-    if (got[t]) breaker.Report(permits[t], CallOutcome::kCancelled);
+  for (const auto& p : permits) {
+    if (p) breaker.Report(*p, CallOutcome::kCancelled);
   }
   EXPECT_EQ(breaker.probes_in_flight(), 0);
   EXPECT_EQ(breaker.state(), State::kHalfOpen);
