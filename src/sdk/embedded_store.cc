@@ -2,15 +2,9 @@
 #include <charconv>
 
 #include "drover/jobs.h"
+#include "sdk/subscriber.h"
 
 namespace drover::jobs {
-
-// A subscriber's callback, guarded so that once its Subscription is gone it never runs again
-// and is not running: Publish calls it under `mu`, the destructor clears it under `mu`.
-struct Subscriber {
-  std::mutex mu;
-  std::function<void(const std::string&)> on_message;  // empty once unsubscribed
-};
 
 struct EmbeddedStore::State {
   explicit State(Clock& c) : clock(c) {}
@@ -47,10 +41,7 @@ class EmbeddedSubscription final : public Subscription {
                        std::shared_ptr<Subscriber> sub)
       : state_(std::move(state)), channel_(std::move(channel)), sub_(std::move(sub)) {}
   ~EmbeddedSubscription() override {
-    {
-      std::lock_guard lock(sub_->mu);  // waits out a call in progress
-      sub_->on_message = nullptr;
-    }
+    sub_->Silence();
     if (auto state = state_.lock()) {
       std::lock_guard lock(state->mu);
       auto [from, to] = state->subscribers.equal_range(channel_);
@@ -116,17 +107,13 @@ Status EmbeddedStore::Publish(const std::string& channel, const std::string& mes
     auto [from, to] = state_->subscribers.equal_range(channel);
     for (auto it = from; it != to; ++it) to_call.push_back(it->second);
   }
-  for (const auto& sub : to_call) {
-    std::lock_guard lock(sub->mu);
-    if (sub->on_message) sub->on_message(message);
-  }
+  for (const auto& sub : to_call) sub->Deliver(message);
   return Status::Ok();
 }
 
 Result<std::unique_ptr<Subscription>> EmbeddedStore::Subscribe(
     const std::string& channel, std::function<void(const std::string&)> on_message) {
-  auto sub = std::make_shared<Subscriber>();
-  sub->on_message = std::move(on_message);
+  auto sub = std::make_shared<Subscriber>(std::move(on_message));
   std::lock_guard lock(state_->mu);
   DROVER_RETURN_IF_ERROR(state_->Check());
   state_->subscribers.emplace(channel, sub);

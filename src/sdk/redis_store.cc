@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "drover/jobs.h"
+#include "sdk/subscriber.h"
 
 namespace drover::jobs {
 namespace {
@@ -94,11 +95,6 @@ constexpr std::string_view kCompareAndSetScript =
 std::string Millis(Duration d) {
   return std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(d).count());
 }
-
-struct Subscriber {
-  std::mutex mu;
-  std::function<void(const std::string&)> on_message;  // empty once unsubscribed
-};
 
 }  // namespace
 
@@ -224,10 +220,7 @@ struct RedisStore::Impl {
       auto [from, to] = subscribers.equal_range(channel);
       for (auto it = from; it != to; ++it) to_call.push_back(it->second);
     }
-    for (const auto& s : to_call) {
-      std::lock_guard lock(s->mu);
-      if (s->on_message) s->on_message(payload);
-    }
+    for (const auto& s : to_call) s->Deliver(payload);
   }
 
   void SubscriberLoop() {
@@ -321,10 +314,7 @@ class RedisSubscription final : public Subscription {
   RedisSubscription(RedisStore::Impl* impl, std::string channel, std::shared_ptr<Subscriber> sub)
       : impl_(impl), channel_(std::move(channel)), sub_(std::move(sub)) {}
   ~RedisSubscription() override {
-    {
-      std::lock_guard lock(sub_->mu);  // waits out a call in progress
-      sub_->on_message = nullptr;
-    }
+    sub_->Silence();
     std::lock_guard lock(impl_->sub_mu);
     auto [from, to] = impl_->subscribers.equal_range(channel_);
     for (auto it = from; it != to; ++it) {
@@ -412,8 +402,7 @@ Status RedisStore::Publish(const std::string& channel, const std::string& messag
 
 Result<std::unique_ptr<Subscription>> RedisStore::Subscribe(
     const std::string& channel, std::function<void(const std::string&)> on_message) {
-  auto sub = std::make_shared<Subscriber>();
-  sub->on_message = std::move(on_message);
+  auto sub = std::make_shared<Subscriber>(std::move(on_message));
   std::unique_lock lock(impl_->sub_mu);
   impl_->subscribers.emplace(channel, sub);
   impl_->to_unsubscribe.erase(channel);
