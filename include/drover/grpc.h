@@ -8,17 +8,26 @@
 //   server: accept client pings down to every 50 s, also without calls; close connections after
 //           60 s (gRPC adds +-10% jitter) with 10 s grace, so clients re-resolve and spread.
 //
-// This part is the configuration itself -- the service config a channel is built with and the
-// multi-address target that lists a service's instances -- free of gRPC headers, so it is cheap
-// to include and to test.
+// The configuration (service config, multi-address target) needs no gRPC headers and lives in
+// drover_sdk_core; applying it to builders and channels, and the registry-backed channel, are in
+// drover_sdk. This header only forward-declares gRPC's types.
 #pragma once
 
 #include <chrono>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "drover/clock.h"
+#include "drover/discovery.h"
 #include "drover/status.h"
+
+namespace grpc {
+class Channel;
+class ChannelArguments;
+class ClientContext;
+class ServerBuilder;
+}  // namespace grpc
 
 namespace drover::router {
 class RoutingTable;
@@ -76,5 +85,40 @@ Result<std::string> MultiAddressTarget(const router::RoutingTable& table);
 
 // "0.100s": a Duration as a google.protobuf.Duration JSON string.
 std::string DurationJson(Duration d);
+
+// --- Applying them (drover_sdk) -----------------------------------------------------------------
+
+// Keepalive permit (and without calls), max connection age and its grace on a server builder.
+void ConfigureServer(grpc::ServerBuilder& builder, const ServerOptions& options);
+// Keepalive (and without calls), retries enabled, and the service config on channel arguments.
+void ApplyChannelOptions(grpc::ChannelArguments& args, const ChannelOptions& options);
+// The call's deadline: now + options.deadline.
+void SetDeadline(grpc::ClientContext& context, const ChannelOptions& options);
+
+// A channel over every READY + accepting instance of a registry service, round-robin, with the
+// options applied. A thread follows the DiscoveryClient; when the set of routable addresses
+// changes it builds a new channel and swaps it in -- calls already made keep the old one (their
+// shared_ptr) until they finish, so nothing in flight is cut.
+class ServiceChannel {
+ public:
+  static Result<std::unique_ptr<ServiceChannel>> Start(DiscoveryOptions discovery,
+                                                       ChannelOptions options, Clock& clock);
+  ~ServiceChannel();
+  ServiceChannel(const ServiceChannel&) = delete;
+  ServiceChannel& operator=(const ServiceChannel&) = delete;
+
+  // The current channel; UNAVAILABLE while the service has no routable instance (or the
+  // registry has not answered yet).
+  Result<std::shared_ptr<grpc::Channel>> Get();
+  // The target the current channel was built for ("ipv4:..."), and how many were built.
+  std::string target() const;
+  std::uint64_t builds() const;
+
+  struct Impl;
+
+ private:
+  explicit ServiceChannel(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
 
 }  // namespace drover::grpc_defaults

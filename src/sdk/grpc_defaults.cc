@@ -1,0 +1,130 @@
+// The gRPC defaults applied (include/drover/grpc.h): server builder and channel arguments, and
+// the registry-backed round-robin channel.
+#include <grpcpp/grpcpp.h>
+#include <spdlog/spdlog.h>
+
+#include <condition_variable>
+#include <thread>
+
+#include "drover/grpc.h"
+#include "drover/router.h"
+
+namespace drover::grpc_defaults {
+namespace {
+
+int Ms(Duration d) {
+  return static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(d).count());
+}
+
+}  // namespace
+
+void ConfigureServer(grpc::ServerBuilder& builder, const ServerOptions& o) {
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS,
+                             Ms(o.keepalive_permit));
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS,
+                             o.permit_without_calls ? 1 : 0);
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_AGE_MS, Ms(o.max_connection_age));
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_AGE_GRACE_MS, Ms(o.max_connection_age_grace));
+}
+
+void ApplyChannelOptions(grpc::ChannelArguments& args, const ChannelOptions& o) {
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, Ms(o.keepalive_time));
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, Ms(o.keepalive_timeout));
+  args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, o.keepalive_without_calls ? 1 : 0);
+  args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);  // keep pinging an idle connection
+  args.SetInt(GRPC_ARG_ENABLE_RETRIES, 1);
+  args.SetServiceConfigJSON(ServiceConfigJson(o));
+}
+
+void SetDeadline(grpc::ClientContext& context, const ChannelOptions& o) {
+  context.set_deadline(std::chrono::system_clock::now() +
+                       std::chrono::duration_cast<std::chrono::system_clock::duration>(o.deadline));
+}
+
+struct ServiceChannel::Impl {
+  ChannelOptions options;
+  std::unique_ptr<DiscoveryClient> discovery;
+  mutable std::mutex mu;
+  std::condition_variable cv;
+  bool stopping = false;                   // guarded by mu
+  std::shared_ptr<grpc::Channel> channel;  // guarded by mu
+  std::string target;                      // guarded by mu
+  std::uint64_t builds = 0;                // guarded by mu
+  std::thread follower;
+
+  // Builds a channel when the routable set differs from the current one. mu not held.
+  Status Refresh() {
+    auto snap = discovery->Snapshot();
+    if (!snap.ok()) return snap.status();
+    auto next = MultiAddressTarget(*snap->table);
+    if (!next.ok()) return next.status();
+    {
+      std::lock_guard lock(mu);
+      if (*next == target) return Status::Ok();
+    }
+    grpc::ChannelArguments args;
+    ApplyChannelOptions(args, options);
+    auto built = grpc::CreateCustomChannel(*next, grpc::InsecureChannelCredentials(), args);
+    std::lock_guard lock(mu);
+    spdlog::debug("grpc channel: {} -> {}", target.empty() ? "(none)" : target, *next);
+    channel = std::move(built);  // the old one lives on in the calls that hold it
+    target = *next;
+    ++builds;
+    return Status::Ok();
+  }
+
+  void Follow() {
+    std::unique_lock lock(mu);
+    while (!stopping) {
+      lock.unlock();
+      (void)Refresh();  // no instance, or the registry not heard yet: keep the last channel
+      lock.lock();
+      cv.wait_for(lock, std::chrono::milliseconds(50), [&] { return stopping; });
+    }
+  }
+};
+
+Result<std::unique_ptr<ServiceChannel>> ServiceChannel::Start(DiscoveryOptions discovery,
+                                                              ChannelOptions options,
+                                                              Clock& clock) {
+  DROVER_RETURN_IF_ERROR(Validate(options));
+  auto impl = std::make_unique<Impl>();
+  impl->options = std::move(options);
+  DROVER_ASSIGN_OR_RETURN(impl->discovery, DiscoveryClient::Start(std::move(discovery), clock));
+  Impl* raw = impl.get();
+  impl->follower = std::thread([raw] { raw->Follow(); });
+  return std::unique_ptr<ServiceChannel>(new ServiceChannel(std::move(impl)));
+}
+
+ServiceChannel::ServiceChannel(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+ServiceChannel::~ServiceChannel() {
+  {
+    std::lock_guard lock(impl_->mu);
+    impl_->stopping = true;
+  }
+  impl_->cv.notify_all();
+  impl_->follower.join();
+}
+
+Result<std::shared_ptr<grpc::Channel>> ServiceChannel::Get() {
+  {
+    std::lock_guard lock(impl_->mu);
+    if (impl_->channel) return impl_->channel;
+  }
+  DROVER_RETURN_IF_ERROR(impl_->Refresh());  // the first call need not wait for the follower
+  std::lock_guard lock(impl_->mu);
+  return impl_->channel;
+}
+
+std::string ServiceChannel::target() const {
+  std::lock_guard lock(impl_->mu);
+  return impl_->target;
+}
+
+std::uint64_t ServiceChannel::builds() const {
+  std::lock_guard lock(impl_->mu);
+  return impl_->builds;
+}
+
+}  // namespace drover::grpc_defaults
