@@ -26,7 +26,7 @@ for t in "${tsan_tests[@]}"; do
 done
 
 echo "== AddressSanitizer + UBSan build (build-asan/): unit tests"
-asan_targets=(drover common_test router_test cli_test registry_test sdk_core_test sdk_test gateway_test rollout_test jobs_test)
+asan_targets=(drover common_test router_test cli_test registry_test sdk_core_test sdk_test gateway_test rollout_test jobs_test grpc_test)
 # -O0: the sanitizer build hunts bugs, not speed; instrumented Asio/gRPC code compiles about twice
 # as fast at -O0 as at -O1 (measured on gateway/tcp_proxy.cc: 19 s vs 36 s), while its unit
 # tests take about a minute instead of 40 s.
