@@ -26,8 +26,13 @@ namespace grpc {
 class Channel;
 class ChannelArguments;
 class ClientContext;
+class Server;
 class ServerBuilder;
 }  // namespace grpc
+
+namespace drover {
+struct HostOptions;
+}  // namespace drover
 
 namespace drover::router {
 class RoutingTable;
@@ -55,7 +60,7 @@ struct ChannelOptions {
   bool keepalive_without_calls = true;
   // The gRPC service these defaults apply to ("pkg.Service"); empty: every method.
   std::string service;
-  Duration deadline = std::chrono::seconds(5);  // per call, unless the caller sets its own
+  Duration deadline = std::chrono::seconds(5);  // per call, through SetDeadline
   RetryPolicy retry;
 };
 
@@ -74,8 +79,8 @@ struct ServerOptions {
 Status Validate(const ChannelOptions& options);
 Status Validate(const ServerOptions& options);
 
-// The channel's service config as JSON: round_robin, and one method config with the deadline and
-// (when max_attempts > 1) the retry policy.
+// The channel's service config as JSON: round_robin, and one method config with (when
+// max_attempts > 1) the retry policy. The deadline is not in it: SetDeadline puts it on each call.
 std::string ServiceConfigJson(const ChannelOptions& options);
 
 // A gRPC target that lists every Routable() instance of `table` -- "ipv4:10.0.0.5:7000,..." or
@@ -94,6 +99,13 @@ void ConfigureServer(grpc::ServerBuilder& builder, const ServerOptions& options)
 void ApplyChannelOptions(grpc::ChannelArguments& args, const ChannelOptions& options);
 // The call's deadline: now + options.deadline.
 void SetDeadline(grpc::ClientContext& context, const ChannelOptions& options);
+
+// Makes a ServerHost run `server` (built and started, listening on `address`) through the SDK's
+// lifecycle: registered READY at `address` once warm, and at shutdown out of discovery first,
+// then -- after the propagation delay, when clients have stopped sending -- gRPC's Shutdown,
+// which refuses new calls and lets those in flight finish within the drain deadline.
+// `server` must outlive the host.
+void ServeWithHost(HostOptions& host, grpc::Server& server, const std::string& address);
 
 // A channel over every READY + accepting instance of a registry service, round-robin, with the
 // options applied. A thread follows the DiscoveryClient; when the set of routable addresses

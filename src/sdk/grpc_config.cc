@@ -63,7 +63,10 @@ Status Validate(const ServerOptions& o) {
 
 std::string ServiceConfigJson(const ChannelOptions& o) {
   json name = o.service.empty() ? json::object() : json{{"service", o.service}};
-  json method = {{"name", json::array({name})}, {"timeout", DurationJson(o.deadline)}};
+  // No "timeout" here: with gRPC 1.51 a method-config timeout of about a second or less fails
+  // calls at once (DEADLINE_EXCEEDED after microseconds, whatever the call's own deadline). The
+  // deadline goes on each call instead (SetDeadline).
+  json method = {{"name", json::array({name})}};
   if (o.retry.max_attempts > 1) {
     method["retryPolicy"] = {{"maxAttempts", o.retry.max_attempts},
                              {"initialBackoff", DurationJson(o.retry.initial_backoff)},

@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "drover/grpc.h"
+#include "drover/host.h"
 #include "drover/router.h"
 
 namespace drover::grpc_defaults {
@@ -39,6 +40,16 @@ void ApplyChannelOptions(grpc::ChannelArguments& args, const ChannelOptions& o) 
 void SetDeadline(grpc::ClientContext& context, const ChannelOptions& o) {
   context.set_deadline(std::chrono::system_clock::now() +
                        std::chrono::duration_cast<std::chrono::system_clock::duration>(o.deadline));
+}
+
+void ServeWithHost(HostOptions& host, grpc::Server& server, const std::string& address) {
+  host.on_session = nullptr;
+  host.advertise = address;
+  host.stop_accepting = [] {};  // gRPC's Shutdown below refuses new calls itself
+  host.drain = [&server](Duration budget) {
+    server.Shutdown(std::chrono::system_clock::now() +
+                    std::chrono::duration_cast<std::chrono::system_clock::duration>(budget));
+  };
 }
 
 struct ServiceChannel::Impl {

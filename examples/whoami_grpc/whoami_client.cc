@@ -1,0 +1,92 @@
+// whoami_client: seed 003's experiment client. Makes --calls calls and prints how many each
+// instance answered -- through a plain channel to one --target (what a client behind an L4
+// address does), or through Drover's channel over a --registry service (round-robin over every
+// READY instance).
+#include <grpcpp/grpcpp.h>
+
+#include <CLI/CLI.hpp>
+#include <iostream>
+#include <map>
+#include <thread>
+
+#include "drover/examples/whoami/v1/whoami.grpc.pb.h"
+#include "drover/grpc.h"
+
+namespace pb = drover::examples::whoami::v1;
+
+int main(int argc, char** argv) {
+  CLI::App app{"Counts WhoAmI answers per instance: one address, or Drover's channel",
+               "whoami_client"};
+  std::string target, registry, service = "whoami";
+  int calls = 60, interval_ms = 0, deadline_ms = 5000, keepalive_ms = 60'000,
+      keepalive_timeout_ms = 10'000;
+  app.add_option("--target", target, "One address, host:port (a plain gRPC channel)");
+  app.add_option("--registry", registry, "Registry gRPC address (Drover's channel)");
+  app.add_option("--service", service, "Registry service")->capture_default_str();
+  app.add_option("--calls", calls, "Calls to make")
+      ->check(CLI::Range(1, 1'000'000))
+      ->capture_default_str();
+  app.add_option("--interval-ms", interval_ms, "Pause between calls")
+      ->check(CLI::Range(0, 60'000))
+      ->capture_default_str();
+  app.add_option("--deadline-ms", deadline_ms, "Per-call deadline")
+      ->check(CLI::Range(1, 3'600'000))
+      ->capture_default_str();
+  app.add_option("--keepalive-ms", keepalive_ms, "Client keepalive ping interval")
+      ->check(CLI::Range(100, 86'400'000))
+      ->capture_default_str();
+  app.add_option("--keepalive-timeout-ms", keepalive_timeout_ms, "Ping answer timeout")
+      ->check(CLI::Range(100, 86'400'000))
+      ->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+  if (target.empty() == registry.empty()) {
+    std::cerr << "whoami_client: give exactly one of --target and --registry\n";
+    return 2;
+  }
+  drover::RealClock clock;
+  drover::grpc_defaults::ChannelOptions options;
+  options.deadline = std::chrono::milliseconds(deadline_ms);
+  options.keepalive_time = std::chrono::milliseconds(keepalive_ms);
+  options.keepalive_timeout = std::chrono::milliseconds(keepalive_timeout_ms);
+  std::unique_ptr<drover::grpc_defaults::ServiceChannel> drover_channel;
+  std::shared_ptr<grpc::Channel> channel;
+  if (!target.empty()) {
+    channel = grpc::CreateChannel(target, grpc::InsecureChannelCredentials());
+  } else {
+    drover::DiscoveryOptions d;
+    d.registry = registry;
+    d.service = service;
+    auto started = drover::grpc_defaults::ServiceChannel::Start(d, options, clock);
+    if (!started.ok()) {
+      std::cerr << "whoami_client: " << started.status().ToString() << "\n";
+      return 1;
+    }
+    drover_channel = std::move(*started);
+    for (int i = 0; i < 100 && !channel; ++i) {  // until the registry has answered
+      if (auto got = drover_channel->Get(); got.ok()) {
+        channel = *got;
+      } else {
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      }
+    }
+    if (!channel) {
+      std::cerr << "whoami_client: no routable instance of " << service << "\n";
+      return 1;
+    }
+  }
+  std::map<std::string, int> per;
+  for (int i = 0; i < calls; ++i) {
+    if (drover_channel) {
+      if (auto got = drover_channel->Get(); got.ok()) channel = *got;
+    }
+    auto stub = pb::WhoAmI::NewStub(channel);
+    grpc::ClientContext ctx;
+    drover::grpc_defaults::SetDeadline(ctx, options);
+    pb::WhoReply reply;
+    const grpc::Status s = stub->Who(&ctx, pb::WhoRequest{}, &reply);
+    ++per[s.ok() ? reply.instance() : "(" + s.error_message() + ")"];
+    if (interval_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(interval_ms));
+  }
+  for (const auto& [who, n] : per) std::cout << who << " " << n << "\n";
+  return 0;
+}
