@@ -8,7 +8,9 @@
 #include <filesystem>
 #include <memory>
 #include <sstream>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "commands.h"
 #include "registry/auth.h"
@@ -34,13 +36,22 @@ struct RegistryArgs {
   double self_preservation_fraction = 0.5;
   std::string tls_cert;  // both set: HTTPS and gRPC over TLS
   std::string tls_key;
+  std::vector<std::string> ui_gateways;  // the dashboard's gateway and agent panels
+  std::vector<std::string> ui_agents;
   std::string config;  // YAML file with any of the above; flags given on the command line win
 };
 
+// A YAML sequence of strings, or one string as a list of one; throws YAML::Exception otherwise.
+std::vector<std::string> StringOrList(const YAML::Node& node) {
+  if (node.IsSequence()) return node.as<std::vector<std::string>>();
+  return {node.as<std::string>()};
+}
+
 // Fills every setting not given on the command line from the YAML file `args.config`. Keys are
 // the long flag names with '_' for '-' (store, data_dir, etcd_endpoints, etcd_prefix,
-// etcd_session_ttl, http, grpc, auth_tokens, tick_ms, self_preservation, tls_cert, tls_key); an
-// unknown key is an error, not a silent default.
+// etcd_session_ttl, http, grpc, auth_tokens, tick_ms, self_preservation, tls_cert, tls_key), except
+// the repeatable --ui-gateway and --ui-agent, whose keys are ui_gateways and ui_agents (a list or
+// one string); an unknown key is an error, not a silent default.
 Status ApplyConfig(const CLI::App& cmd, RegistryArgs& args) {
   YAML::Node root;
   try {
@@ -53,6 +64,7 @@ Status ApplyConfig(const CLI::App& cmd, RegistryArgs& args) {
     const std::string key = kv.first.as<std::string>();
     std::string flag = "--" + key;
     std::replace(flag.begin(), flag.end(), '_', '-');
+    if (key == "ui_gateways" || key == "ui_agents") flag.pop_back();  // the flags are singular
     const CLI::Option* option = nullptr;
     try {
       option = cmd.get_option(flag);
@@ -87,6 +99,10 @@ Status ApplyConfig(const CLI::App& cmd, RegistryArgs& args) {
         args.tls_cert = kv.second.as<std::string>();
       else if (key == "tls_key")
         args.tls_key = kv.second.as<std::string>();
+      else if (key == "ui_gateways")
+        args.ui_gateways = StringOrList(kv.second);
+      else if (key == "ui_agents")
+        args.ui_agents = StringOrList(kv.second);
       else
         return InvalidArgumentError("config " + args.config + ": unknown key '" + key + "'");
     } catch (const YAML::Exception& e) {
@@ -104,6 +120,13 @@ Status ApplyConfig(const CLI::App& cmd, RegistryArgs& args) {
   }
   if (args.self_preservation_fraction < 0 || args.self_preservation_fraction > 1) {
     return InvalidArgumentError("config " + args.config + ": self_preservation must be 0..1");
+  }
+  for (const auto* urls : {&args.ui_gateways, &args.ui_agents}) {
+    for (const std::string& url : *urls) {
+      if (Status s = registry::ValidateUiUrl(url); !s.ok()) {
+        return InvalidArgumentError("config " + args.config + ": " + s.message());
+      }
+    }
   }
   return Status::Ok();
 }
@@ -137,6 +160,8 @@ int RunRegistry(const RegistryArgs& args) {
   registry::HttpOptions http;
   http.tls_cert_file = args.tls_cert;
   http.tls_key_file = args.tls_key;
+  http.ui_gateways = args.ui_gateways;
+  http.ui_agents = args.ui_agents;
   if (!SplitHostPort(args.http, &http.address, &http.port)) {
     spdlog::error("--http must be host:port, got '{}'", args.http);
     return 2;
@@ -246,8 +271,11 @@ int RunRegistry(const RegistryArgs& args) {
               http.address.c_str(), static_cast<unsigned>((*server)->port()), grpc_note.c_str(),
               where.c_str());
   std::fflush(stdout);
-  spdlog::info("registry: serving {} on {}:{}", tls ? "HTTPS" : "HTTP", http.address,
-               (*server)->port());
+  spdlog::info(
+      "registry: serving {} on {}:{}; dashboard at {}://{}:{}/ui/ ({} gateway(s), {} "
+      "agent(s))",
+      tls ? "HTTPS" : "HTTP", http.address, (*server)->port(), tls ? "https" : "http", http.address,
+      (*server)->port(), http.ui_gateways.size(), http.ui_agents.size());
 
   std::jthread ticker([&clock, registry = reg->get(),
                        tick = std::chrono::milliseconds(args.tick_ms)](std::stop_token stop) {
@@ -312,10 +340,23 @@ void AddRegistryCommand(CLI::App& app) {
       ->check(CLI::ExistingFile);
   cmd->add_option("--tls-key", args->tls_key, "PEM private key for --tls-cert")
       ->check(CLI::ExistingFile);
+  const auto ui_url = [](const std::string& url) {
+    const Status s = registry::ValidateUiUrl(url);
+    return s.ok() ? std::string() : s.message();
+  };
+  cmd->add_option("--ui-gateway", args->ui_gateways,
+                  "Dashboard: admin URL of a gateway (http://host:port) whose routing, weights "
+                  "and connections the page at /ui/ shows; repeatable")
+      ->check(ui_url);
+  cmd->add_option("--ui-agent", args->ui_agents,
+                  "Dashboard: URL of a `drover agent` (http://host:port) whose deploy history the "
+                  "page at /ui/ shows; repeatable")
+      ->check(ui_url);
   cmd->add_option("--config", args->config,
                   "YAML file with any of these settings (store, data_dir, etcd_endpoints, "
                   "etcd_prefix, etcd_session_ttl, http, grpc, auth_tokens, tick_ms, "
-                  "self_preservation, tls_cert, tls_key); flags override it")
+                  "self_preservation, tls_cert, tls_key, ui_gateways, ui_agents); flags override "
+                  "it")
       ->check(CLI::ExistingFile);
   cmd->callback([args, cmd] {
     if (!args->config.empty()) {

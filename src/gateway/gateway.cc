@@ -136,6 +136,11 @@ net::awaitable<void> Gateway::Impl::AdminSession(tcp::socket socket) {
       res.result(http::status::not_found);
       res.body() = "try /metrics, /admin/snapshot, /live or /ready\n";
     }
+    if (req.method() == http::verb::get || req.method() == http::verb::head) {
+      // Every admin endpoint only reads: the registry's dashboard, another origin, polls them
+      // from the browser.
+      res.set(http::field::access_control_allow_origin, "*");
+    }
     if (req.method() == http::verb::head) {
       res.content_length(res.body().size());
       res.body().clear();
@@ -257,6 +262,9 @@ nlohmann::json UpstreamJson(const Upstream& upstream, MonoTime now) {
   for (std::size_t k = 0; k < table.size(); ++k) {
     const router::Endpoint& e = table.at(k);
     const InstanceCounters& ic = *snapshot->counters[k];
+    // Null when READY since before the gateway learned of it (no slow start applies).
+    const nlohmann::json ready_for =
+        e.ready_since ? nlohmann::json(Seconds(now - *e.ready_since)) : nlohmann::json(nullptr);
     instances.push_back({{"id", e.id},
                          {"address", e.address},
                          {"state", std::string(router::EndpointStateName(e.state))},
@@ -270,12 +278,14 @@ nlohmann::json UpstreamJson(const Upstream& upstream, MonoTime now) {
                          {"ejected", ic.Ejected(now)},
                          {"active", ic.active.load()},
                          {"connections", ic.connections.load()},
-                         {"requests", ic.requests.load()}});
+                         {"requests", ic.requests.load()},
+                         {"ready_for_seconds", ready_for}});
   }
   const Duration age = upstream.DiscoveryAge();
   const ListenerConfig& l = upstream.listener();
   return {{"service", l.service},
           {"policy", std::string(PolicyName(l.policy))},
+          {"slow_start_seconds", l.policy == Policy::kP2c ? Seconds(l.slow_start) : 0.0},
           {"version", snapshot->version()},
           {"discovered", snapshot->discovered},
           {"discovery_age_seconds",

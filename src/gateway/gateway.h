@@ -4,10 +4,14 @@
 //   GET /metrics          Prometheus text: per listener (connections, HTTP requests, retries,
 //                         pools) and per instance (active, connections, requests, failures,
 //                         health, ejections); routing table version; discovery age
-//   GET /admin/snapshot   JSON: every listener's (or route's) routing table (state, accepting,
-//                         weight, effective weight under slow start, active connections)
+//   GET /admin/snapshot   JSON: every listener's (or route's) routing table version and
+//                         instances (state, accepting, weight, effective weight under slow
+//                         start and time since READY, active connections, connections and
+//                         requests ever -- the dashboard's new-connection shares are deltas)
 //   GET /live             200 while the process runs
 //   GET /ready            200 once every listener's registry view has been answered, else 503
+// Every admin response to GET/HEAD carries "Access-Control-Allow-Origin: *" (the endpoints only
+// read), so the registry's dashboard can poll them from the browser.
 // Shutdown(): stop accepting everywhere, let connections finish for `drain`, cut the rest, stop
 // the io threads, stop discovery. Thread-safe and idempotent; the destructor calls it.
 #pragma once

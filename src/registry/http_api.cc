@@ -3,11 +3,13 @@
 // Boost 1.74's asio/awaitable.hpp uses std::exchange without including <utility>.
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <boost/asio.hpp>
 #include <boost/asio/ssl.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <boost/beast/ssl.hpp>
+#include <cctype>
 #include <charconv>
 #include <condition_variable>
 #include <deque>
@@ -26,6 +28,7 @@
 #include "registry/auth.h"
 #include "registry/json_codec.h"
 #include "registry/registry.h"
+#include "registry/web_assets.h"
 
 namespace drover::registry {
 
@@ -132,6 +135,50 @@ Result<std::uint64_t> ParseUint(std::string_view text, const char* what) {
 
 nlohmann::json RevisionBody(std::uint64_t revision) { return {{"revision", revision}}; }
 
+std::string_view ContentTypeOf(std::string_view name) {
+  const std::size_t dot = name.rfind('.');
+  const std::string_view ext = dot == std::string_view::npos ? "" : name.substr(dot + 1);
+  if (ext == "html") return "text/html; charset=utf-8";
+  if (ext == "js") return "text/javascript; charset=utf-8";
+  if (ext == "css") return "text/css; charset=utf-8";
+  if (ext == "json") return "application/json";
+  if (ext == "svg") return "image/svg+xml";
+  if (ext == "png") return "image/png";
+  if (ext == "ico") return "image/x-icon";
+  return "application/octet-stream";
+}
+
+// The page loads only its own files and may fetch from anywhere: gateways and agents are other
+// origins, listed in /ui/config.json.
+constexpr const char* kUiContentSecurityPolicy =
+    "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+    "connect-src *; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
+
+// Beast 1.74 takes boost::string_view.
+beast::string_view View(std::string_view s) { return {s.data(), s.size()}; }
+
+Response Redirect(const Request& req, std::string_view location) {
+  Response res{http::status::found, req.version()};
+  res.set(http::field::server, "drover-registry");
+  res.set(http::field::location, View(location));
+  res.set(http::field::cache_control, "no-cache");
+  res.set(http::field::content_type, "text/plain; charset=utf-8");
+  res.keep_alive(req.keep_alive());
+  res.body() = "see " + std::string(location) + "\n";
+  res.prepare_payload();
+  return res;
+}
+
+// HEAD gets GET's headers, Content-Length included, and no body.
+void FinishBody(const Request& req, Response& res) {
+  if (req.method() == http::verb::head) {
+    res.content_length(res.body().size());
+    res.body().clear();
+  } else {
+    res.prepare_payload();
+  }
+}
+
 constexpr std::chrono::seconds kWatchWriteTimeout{30};
 constexpr std::chrono::milliseconds kAcceptBackoff{200};
 constexpr std::chrono::seconds kStopGrace{2};
@@ -158,6 +205,8 @@ struct HttpServer::Impl {
   }
   Response HandleInstance(const Request& req, std::string_view service, std::string_view id,
                           std::string_view action, std::string_view query);
+  // `name` is the path after "/ui/".
+  Response HandleUi(const Request& req, std::string_view name);
   std::string Metrics();
   void Count(unsigned status) {
     std::lock_guard lock(mu);
@@ -413,6 +462,10 @@ Response HttpServer::Impl::Handle(const Request& req) {
     return JsonResponse(req, http::status::ok,
                         {{"status", "ready"}, {"revision", registry.revision()}});
   }
+  if ((path == "/" || path == "/ui") && (method == http::verb::get || method == http::verb::head)) {
+    return Redirect(req, q == std::string_view::npos ? "/ui/" : "/ui/?" + std::string(query));
+  }
+  if (path.rfind("/ui/", 0) == 0) return HandleUi(req, path.substr(4));
   if (path == "/metrics") {
     if (auto r = only(http::verb::get)) return *r;
     Response res{http::status::ok, req.version()};
@@ -449,7 +502,14 @@ Response HttpServer::Impl::Handle(const Request& req) {
         auto list = registry.List(std::string(service));
         if (!list.ok()) return ErrorResponse(req, list.status());
         nlohmann::json instances = nlohmann::json::array();
-        for (const Instance& in : list->instances) instances.push_back(InstanceToJson(in));
+        for (std::size_t i = 0; i < list->instances.size(); ++i) {
+          nlohmann::json in = InstanceToJson(list->instances[i]);
+          // Not in watch events: a renewal changes no revision, so only a read can show it.
+          in["lease_remaining_ms"] =
+              std::chrono::duration_cast<std::chrono::milliseconds>(list->lease_remaining[i])
+                  .count();
+          instances.push_back(std::move(in));
+        }
         return JsonResponse(req, http::status::ok,
                             {{"revision", list->revision},
                              {"degraded", list->degraded},
@@ -462,6 +522,55 @@ Response HttpServer::Impl::Handle(const Request& req) {
   }
   return ErrorResponse(req, http::status::not_found, StatusCode::kNotFound,
                        "no such endpoint: " + std::string(path));
+}
+
+Response HttpServer::Impl::HandleUi(const Request& req, std::string_view name) {
+  if (req.method() != http::verb::get && req.method() != http::verb::head) {
+    Response res = ErrorResponse(req, http::status::method_not_allowed,
+                                 StatusCode::kInvalidArgument, "use GET or HEAD on /ui/");
+    res.set(http::field::allow, "GET, HEAD");
+    return res;
+  }
+  Response res{http::status::ok, req.version()};
+  res.set(http::field::server, "drover-registry");
+  res.set("X-Content-Type-Options", "nosniff");
+  res.keep_alive(req.keep_alive());
+  if (name == "config.json") {
+    // Where the fleet's gateways and agents are is the deployment's business: behind the same
+    // token as /v1.
+    if (Status auth = Authenticate(req); !auth.ok()) return ErrorResponse(req, auth);
+    res.set(http::field::content_type, "application/json");
+    res.set(http::field::cache_control, "no-store");
+    res.body() =
+        DumpJson({{"gateways", options.ui_gateways}, {"agents", options.ui_agents}}) + "\n";
+    FinishBody(req, res);
+    return res;
+  }
+  if (name.empty()) name = "index.html";
+  const auto assets = WebAssets();
+  const auto asset =
+      std::find_if(assets.begin(), assets.end(), [&](const WebAsset& a) { return a.name == name; });
+  if (asset == assets.end()) {
+    return ErrorResponse(req, http::status::not_found, StatusCode::kNotFound,
+                         "no such file: /ui/" + std::string(name));
+  }
+  res.set(http::field::content_type, View(ContentTypeOf(asset->name)));
+  // Revalidated on every load (a 304 while unchanged), so a new build never meets a page mixing
+  // old and new files.
+  res.set(http::field::cache_control, "no-cache");
+  res.set(http::field::etag, View(asset->etag));
+  if (asset->name.ends_with(".html")) {
+    res.set("Content-Security-Policy", kUiContentSecurityPolicy);
+    res.set("Referrer-Policy", "no-referrer");
+  }
+  const auto if_none_match = req[http::field::if_none_match];
+  if (std::string_view(if_none_match.data(), if_none_match.size()) == asset->etag) {
+    res.result(http::status::not_modified);
+    return res;
+  }
+  res.body() = std::string(asset->body);
+  FinishBody(req, res);
+  return res;
 }
 
 Response HttpServer::Impl::HandleInstance(const Request& req, std::string_view service_view,
@@ -562,7 +671,35 @@ std::string HttpServer::Impl::Metrics() {
   return out.Take();
 }
 
+Status ValidateUiUrl(std::string_view url) {
+  std::string_view rest = url;
+  if (rest.rfind("http://", 0) == 0) {
+    rest.remove_prefix(7);
+  } else if (rest.rfind("https://", 0) == 0) {
+    rest.remove_prefix(8);
+  } else {
+    return InvalidArgumentError("dashboard URL '" + std::string(url) +
+                                "' must start with http:// or https://");
+  }
+  if (!rest.empty() && rest.back() == '/') rest.remove_suffix(1);
+  const bool clean = !rest.empty() && std::all_of(rest.begin(), rest.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-' || c == ':' ||
+           c == '[' || c == ']' || c == '_';
+  });
+  if (!clean) {
+    return InvalidArgumentError("dashboard URL '" + std::string(url) +
+                                "' must be scheme://host[:port] with no path");
+  }
+  return Status::Ok();
+}
+
 Result<std::unique_ptr<HttpServer>> HttpServer::Start(Registry& registry, HttpOptions options) {
+  for (auto* urls : {&options.ui_gateways, &options.ui_agents}) {
+    for (std::string& url : *urls) {
+      DROVER_RETURN_IF_ERROR(ValidateUiUrl(url));
+      if (url.back() == '/') url.pop_back();  // the page appends paths
+    }
+  }
   auto impl = std::make_unique<Impl>(registry, std::move(options));
   boost::system::error_code ec;
   if (!impl->options.tls_cert_file.empty() || !impl->options.tls_key_file.empty()) {

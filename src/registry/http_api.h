@@ -9,10 +9,14 @@
 //   GET    /v1/services/{service}/instances                 {"revision","degraded","instances"}
 //   GET    /v1/watch?from=REV[&service=S]                   chunked JSON lines, one event each
 //   GET    /metrics  /live  /ready
+//   GET    /ui/ (and /ui/<file>)                            the dashboard (web/, compiled in)
+//   GET    /ui/config.json                                  {"gateways":[url],"agents":[url]}
+//   GET    /  and  /ui                                      302 to /ui/
 // clang-format on
 //
 // Errors are {"error":{"code":"FENCED|INVALID_ARGUMENT|...","message":...}} with the matching HTTP
-// status. With `auth` set, /v1 needs "Authorization: Bearer <token>" (see auth.h). Bodies above
+// status. With `auth` set, /v1 and /ui/config.json need "Authorization: Bearer <token>" (see
+// auth.h); the dashboard's static files hold no data and stay open, like /live. Bodies above
 // `max_body` get 413 before they are read in full. With a certificate and key the server speaks
 // HTTPS only (TLS 1.2+).
 //
@@ -26,6 +30,8 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "drover/clock.h"
 #include "drover/status.h"
@@ -47,7 +53,16 @@ struct HttpOptions {
   // Both set: HTTPS only, with this PEM certificate chain and private key.
   std::string tls_cert_file;
   std::string tls_key_file;
+  // What /ui/config.json tells the dashboard: base URLs (http[s]://host:port, no path) of the
+  // gateways' admin endpoints and of the agents whose panels it shows. The registry never calls
+  // them; the browser does, so they must be reachable from where the page is opened.
+  std::vector<std::string> ui_gateways;
+  std::vector<std::string> ui_agents;
 };
+
+// OK when `url` can go into ui_gateways / ui_agents: http:// or https://, a host, an optional
+// port, nothing else (no path, query, credentials or spaces). A trailing '/' is allowed.
+Status ValidateUiUrl(std::string_view url);
 
 class HttpServer {
  public:

@@ -530,8 +530,11 @@ Result<ListResult> Registry::List(const std::string& service) const {
   result.revision = revision_;
   if (auto svc = services_.find(service); svc != services_.end()) {
     result.degraded = svc->second.degraded;
-    for (const auto& [id, entry] : svc->second.instances)
+    const MonoTime now = clock_.Now();
+    for (const auto& [id, entry] : svc->second.instances) {
       result.instances.push_back(entry.instance);
+      result.lease_remaining.push_back(std::max(Duration::zero(), entry.lease_deadline - now));
+    }
   }
   return result;
 }

@@ -66,6 +66,9 @@ struct ListResult {
   std::uint64_t revision = 0;
   bool degraded = false;
   std::vector<Instance> instances;
+  // Per instance, in the same order: time left on its lease (zero once lapsed). Renewals are in
+  // memory only and make no event, so this is how an operator sees heartbeats arrive.
+  std::vector<Duration> lease_remaining;
 };
 
 struct ServiceSummary {

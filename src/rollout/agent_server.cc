@@ -79,6 +79,15 @@ http::status HttpStatus(StatusCode code) {
 
 using Response = http::response<http::string_body>;
 
+// The registry's dashboard, another origin, reads the deploy history from the browser. Only
+// what it needs is opened to other origins: /v1/instances carries each launch spec's argv and
+// environment, which a page the operator happens to visit must not be able to read from a
+// loopback agent; writes stay closed too.
+bool ReadableFromAnyOrigin(std::string_view target) {
+  const std::string_view path = target.substr(0, target.find('?'));
+  return path == "/live" || path == "/v1/deploys";
+}
+
 Response Reply(http::status status, const json& body) {
   Response res{status, 11};
   res.set(http::field::content_type, "application/json");
@@ -255,6 +264,10 @@ struct AgentServer::Impl {
         spdlog::error("agent: {} {} failed: {}", std::string(req.method_string()),
                       std::string(req.target()), e.what());
         res = ErrorReply(Status(StatusCode::kInternal, std::string("internal error: ") + e.what()));
+      }
+      if (req.method() == http::verb::get &&
+          ReadableFromAnyOrigin(std::string_view(req.target().data(), req.target().size()))) {
+        res.set(http::field::access_control_allow_origin, "*");
       }
       res.keep_alive(req.keep_alive());
       http::write(socket, res, ec);

@@ -11,6 +11,9 @@
 //   PUT    /v1/deploys/{id}                a deploy record (JSON object with at least "service");
 //                                          replaces the record with that id -> 200
 //
+// GET /live and GET /v1/deploys answer with "Access-Control-Allow-Origin: *": the registry's
+// dashboard reads the deploy history from the browser. Nothing else does -- not writes, and not
+// /v1/instances, whose launch specs (argv, environment) no other origin should read.
 // Errors are {"error":{"code","message"}} as in the registry. Deploy records are kept in
 // <data_dir>/deploys.json (the newest 200, rewritten atomically and fsynced on every change).
 // One thread accepts; each connection gets its own thread (a stop can take its grace), at most

@@ -61,6 +61,12 @@ TEST(GatewayTest, AdminAnswersAndReadyWaitsForTheRegistry) {
   const auto snapshot = testing::Http(admin, "GET", "/admin/snapshot");
   EXPECT_EQ(snapshot.status, 200);
   EXPECT_NE(snapshot.body.find("\"discovered\": false"), std::string::npos) << snapshot.body;
+  EXPECT_NE(snapshot.body.find("\"slow_start_seconds\": 30.0"), std::string::npos) << snapshot.body;
+  // Read by the registry's dashboard from another origin: every GET answer allows it.
+  const std::string cors = "Access-Control-Allow-Origin: *";
+  EXPECT_NE(snapshot.headers.find(cors), std::string::npos) << snapshot.headers;
+  EXPECT_NE(metrics.headers.find(cors), std::string::npos) << metrics.headers;
+  EXPECT_EQ(testing::Http(admin, "POST", "/metrics").headers.find(cors), std::string::npos);
   EXPECT_EQ(testing::Http(admin, "POST", "/metrics").status, 405);
   EXPECT_EQ(testing::Http(admin, "GET", "/nope").status, 404);
   // With no instance known, a client is closed at once rather than left waiting.

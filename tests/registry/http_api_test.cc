@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "registry/auth.h"
@@ -89,6 +90,23 @@ TEST_F(HttpApiTest, RegisterListWatchOverRealSockets) {
 
   auto services = Json(Http(port_, "GET", "/v1/services").body);
   EXPECT_EQ(services["revision"], 3);
+}
+
+TEST_F(HttpApiTest, ListsShowTheTimeLeftOnEachLease) {
+  ASSERT_EQ(Http(port_, "PUT", "/v1/services/zone/instances/z1", kGoodBody).status, 200);
+  auto lease = [&] {
+    const auto body = Json(Http(port_, "GET", "/v1/services/zone/instances").body);
+    return body["instances"][0].value("lease_remaining_ms", std::int64_t{-1});
+  };
+  EXPECT_EQ(lease(), 5000);
+  clock_.Advance(2s);
+  EXPECT_EQ(lease(), 3000);
+  ASSERT_EQ(
+      Http(port_, "POST", "/v1/services/zone/instances/z1/heartbeat", R"({"generation":2})").status,
+      200);
+  EXPECT_EQ(lease(), 5000);
+  clock_.Advance(7s);  // lapsed; Tick() has not expired it yet
+  EXPECT_EQ(lease(), 0);
 }
 
 TEST_F(HttpApiTest, HeartbeatAndFencing) {
@@ -200,6 +218,78 @@ TEST_F(HttpApiTest, StopEndsOpenWatchStreams) {
   EXPECT_EQ(Http(port_, "GET", "/live").status, 0);  // nothing listens any more
 }
 
+TEST_F(HttpApiTest, ServesTheDashboard) {
+  for (const char* path : {"/", "/ui"}) {
+    const auto redirect = Http(port_, "GET", path);
+    EXPECT_EQ(redirect.status, 302) << path;
+    EXPECT_NE(redirect.headers.find("Location: /ui/\r\n"), std::string::npos) << redirect.headers;
+  }
+  const auto index = Http(port_, "GET", "/ui/");
+  ASSERT_EQ(index.status, 200);
+  EXPECT_NE(index.headers.find("Content-Type: text/html; charset=utf-8"), std::string::npos);
+  EXPECT_NE(index.headers.find("Cache-Control: no-cache"), std::string::npos);
+  EXPECT_NE(index.headers.find("Content-Security-Policy: default-src 'self'"), std::string::npos);
+  EXPECT_NE(index.body.find("<script src=\"app.js\""), std::string::npos);
+  EXPECT_EQ(Http(port_, "GET", "/ui/index.html").body, index.body);
+
+  const std::map<std::string, std::string> types = {{"app.js", "text/javascript; charset=utf-8"},
+                                                    {"style.css", "text/css; charset=utf-8"}};
+  for (const auto& [file, type] : types) {
+    const auto reply = Http(port_, "GET", "/ui/" + file);
+    ASSERT_EQ(reply.status, 200) << file;
+    EXPECT_NE(reply.headers.find("Content-Type: " + type + "\r\n"), std::string::npos)
+        << reply.headers;
+    EXPECT_NE(reply.headers.find("X-Content-Type-Options: nosniff"), std::string::npos);
+    EXPECT_FALSE(reply.body.empty());
+    // Revalidation: the same ETag means 304 and no body; HEAD has GET's length and no body.
+    const std::size_t at = reply.headers.find("ETag: ");
+    ASSERT_NE(at, std::string::npos) << reply.headers;
+    const std::string etag = reply.headers.substr(at + 6, reply.headers.find('\r', at) - at - 6);
+    const auto again = testing::SendRaw(
+        port_, testing::RequestText("GET", "/ui/" + file, "", "If-None-Match: " + etag + "\r\n"));
+    EXPECT_EQ(again.status, 304) << again.headers;
+    EXPECT_TRUE(again.body.empty());
+    const auto head = Http(port_, "HEAD", "/ui/" + file);
+    EXPECT_EQ(head.status, 200);
+    EXPECT_NE(head.headers.find("Content-Length: " + std::to_string(reply.body.size())),
+              std::string::npos)
+        << head.headers;
+    EXPECT_TRUE(head.body.empty());
+  }
+  EXPECT_EQ(Http(port_, "GET", "/ui/missing.js").status, 404);
+  EXPECT_EQ(Http(port_, "GET", "/ui/../v1/services").status, 404);
+  EXPECT_EQ(Http(port_, "POST", "/ui/").status, 405);
+
+  const auto config = Http(port_, "GET", "/ui/config.json");
+  ASSERT_EQ(config.status, 200);
+  EXPECT_NE(config.headers.find("Cache-Control: no-store"), std::string::npos);
+  EXPECT_EQ(Json(config.body), Json(R"({"gateways":[],"agents":[]})"));
+}
+
+TEST_F(HttpApiTest, ConfigJsonListsTheGatewaysAndAgentsGiven) {
+  server_.reset();
+  registry_.reset();  // Start() opens the data directory again
+  HttpOptions options;
+  options.ui_gateways = {"http://127.0.0.1:9900/", "https://gw-2.example:9900"};
+  options.ui_agents = {"http://[::1]:7080"};
+  Start(options);
+  const auto config = Http(port_, "GET", "/ui/config.json");
+  ASSERT_EQ(config.status, 200);
+  EXPECT_EQ(Json(config.body),
+            Json(R"({"gateways":["http://127.0.0.1:9900","https://gw-2.example:9900"],)"
+                 R"("agents":["http://[::1]:7080"]})"));
+
+  for (const char* bad : {"127.0.0.1:9900", "ftp://gw:1", "http://", "http://gw:1/admin",
+                          "http://user@gw:1", "http://gw:1?x=1", "http://g w:1"}) {
+    EXPECT_FALSE(ValidateUiUrl(bad).ok()) << bad;
+    HttpOptions refused;
+    refused.ui_agents = {bad};
+    auto server = HttpServer::Start(*registry_, refused);
+    ASSERT_FALSE(server.ok()) << bad;
+    EXPECT_EQ(server.status().code(), StatusCode::kInvalidArgument);
+  }
+}
+
 class HttpAuthTest : public HttpApiTest {
  protected:
   void SetUp() override {
@@ -256,6 +346,13 @@ TEST_F(HttpAuthTest, TokensGateReadsAndPerServiceWrites) {
   EXPECT_EQ(Json(list.body)["instances"].size(), 1u);
   EXPECT_EQ(Http(port_, "GET", "/live").status, 200);
   EXPECT_EQ(registry_->revision(), 2u);  // the denied writes changed nothing
+
+  // The dashboard's files hold no data and load without a token (the page then asks for one);
+  // where the gateways and agents are is behind it.
+  EXPECT_EQ(Http(port_, "GET", "/ui/").status, 200);
+  EXPECT_EQ(Http(port_, "GET", "/ui/app.js").status, 200);
+  EXPECT_EQ(Http(port_, "GET", "/ui/config.json").status, 401);
+  EXPECT_EQ(As("read-token-0123456789", "GET", "/ui/config.json").status, 200);
 }
 
 TEST(AuthorizerTest, RejectsMalformedTokenFiles) {

@@ -4,11 +4,13 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <regex>
 #include <sstream>
 
 #include "drover/registry/v1/registry.grpc.pb.h"
 #include "testing/child_process.h"
+#include "testing/http_client.h"
 #include "testing/run_command.h"
 #include "testing/temp_dir.h"
 
@@ -122,6 +124,56 @@ TEST(RegistryConfigTest, BadConfigIsRefusedAndFlagsOverrideIt) {
   auto line = registry.ReadLine(20s);
   ASSERT_TRUE(line.has_value());
   EXPECT_NE(line->find("listening on http://127.0.0.1:"), std::string::npos) << *line;
+}
+
+// The dashboard's gateway and agent URLs: lists in the file (or one string), repeatable flags
+// that win over the file, and the same check for both.
+TEST(RegistryConfigTest, DashboardUrlsComeFromTheFileOrTheFlags) {
+  drover::testing::TempDir dir;
+  const std::string cfg = dir.path() + "/registry.yaml";
+  std::ofstream(cfg) << "data_dir: " << dir.path() << "/data\ngrpc: \"off\"\n"
+                     << "ui_gateways: [\"http://127.0.0.1:9900\", \"http://127.0.0.1:9901/\"]\n"
+                     << "ui_agents: http://127.0.0.1:7080\n";
+  auto config_of = [](drover::testing::ChildProcess& registry) {
+    const auto line = registry.ReadLine(20s);
+    std::smatch m;
+    const std::string text = line.value_or("");
+    if (!std::regex_search(text, m, std::regex(R"(http://127\.0\.0\.1:(\d+))"))) {
+      return nlohmann::json();
+    }
+    const auto port = static_cast<std::uint16_t>(std::stoi(m[1].str()));
+    return nlohmann::json::parse(drover::testing::Http(port, "GET", "/ui/config.json").body,
+                                 nullptr, false);
+  };
+  {
+    drover::testing::ChildProcess registry(
+        {DROVER_BINARY, "registry", "--config", cfg, "--http", "127.0.0.1:0"});
+    EXPECT_EQ(
+        config_of(registry),
+        nlohmann::json::parse(R"({"gateways":["http://127.0.0.1:9900",)"
+                              R"("http://127.0.0.1:9901"],"agents":["http://127.0.0.1:7080"]})"));
+  }
+  {
+    drover::testing::ChildProcess registry({DROVER_BINARY, "registry", "--config", cfg, "--http",
+                                            "127.0.0.1:0", "--ui-agent", "http://127.0.0.1:7081",
+                                            "--ui-agent", "http://127.0.0.1:7082"});
+    EXPECT_EQ(config_of(registry)["agents"],
+              nlohmann::json::parse(R"(["http://127.0.0.1:7081","http://127.0.0.1:7082"])"));
+  }
+
+  const std::string bad = dir.path() + "/bad.yaml";
+  std::ofstream(bad) << "data_dir: " << dir.path() << "/data\nui_gateways: [\"127.0.0.1:9900\"]\n";
+  // Bounded: were the value accepted, the registry would run.
+  auto refused =
+      RunCommand("timeout 10 " + std::string(DROVER_BINARY) + " registry --config " + bad);
+  EXPECT_EQ(refused.exit_code, 2) << refused.out;
+  EXPECT_NE(refused.out.find("must start with http:// or https://"), std::string::npos)
+      << refused.out;
+  auto bad_flag =
+      RunCommand("timeout 10 " + std::string(DROVER_BINARY) + " registry --data-dir " + dir.path() +
+                 "/data --http 127.0.0.1:0 --grpc off --ui-gateway http://gw:9900/admin");
+  EXPECT_NE(bad_flag.exit_code, 0) << bad_flag.out;
+  EXPECT_NE(bad_flag.out.find("with no path"), std::string::npos) << bad_flag.out;
 }
 
 }  // namespace

@@ -163,6 +163,28 @@ TEST_F(AgentServerTest, DeployHistoryIsNewestFirstAndSurvivesARestart) {
   EXPECT_EQ(zone["deploys"][0]["reason"], "crash loop");
 }
 
+// The registry's dashboard reads the deploy history from another origin; nothing else is opened
+// to other origins: not the writes, and not the instances, whose launch specs carry argv and
+// environment.
+TEST_F(AgentServerTest, OnlyTheDeployHistoryAndLiveAreReadableFromOtherOrigins) {
+  const std::string cors = "Access-Control-Allow-Origin: *";
+  const auto put = Call("PUT", "/v1/deploys/zone-v1-1", R"({"service":"zone"})");
+  ASSERT_EQ(put.status, 200) << put.body;
+  EXPECT_THAT(put.headers, ::testing::Not(HasSubstr(cors)));
+  const auto deploys = Call("GET", "/v1/deploys?service=zone");
+  ASSERT_EQ(deploys.status, 200);
+  EXPECT_THAT(deploys.headers, HasSubstr(cors));
+  EXPECT_THAT(Call("GET", "/live").headers, HasSubstr(cors));
+
+  const auto started = Call("POST", "/v1/instances", kLaunch);
+  ASSERT_EQ(started.status, 200) << started.body;
+  EXPECT_THAT(started.headers, ::testing::Not(HasSubstr(cors)));
+  const auto instances = Call("GET", "/v1/instances");
+  ASSERT_EQ(instances.status, 200);
+  EXPECT_THAT(instances.headers, ::testing::Not(HasSubstr(cors)));
+  EXPECT_THAT(Call("DELETE", "/v1/instances/zone-v1-1").headers, ::testing::Not(HasSubstr(cors)));
+}
+
 TEST_F(AgentServerTest, ACorruptHistoryFileIsAClearStartupError) {
   server_.reset();
   std::ofstream(dir_.path() + "/deploys.json") << "[{\"service\":";
