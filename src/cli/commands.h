@@ -23,6 +23,10 @@ void AddCtlCommands(CLI::App& app);
 // `drover agent` and `drover deploy` (rollout_cmd.cc).
 void AddRolloutCommands(CLI::App& app);
 
+void AddDemoCommand(CLI::App& app);
+
+void AddSampleCommands(CLI::App& app);
+
 // Blocks SIGINT and SIGTERM in the calling thread -- before any thread starts, so that every
 // thread inherits the mask and only the caller's sigwait/sigtimedwait receives them -- and
 // returns the set.

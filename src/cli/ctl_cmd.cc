@@ -1,9 +1,12 @@
 // `drover ctl`: the operator's view of a registry over its HTTP API. Tables for people, --json
 // for scripts; exit code 0 on success, 1 when the registry refused, 2 on bad usage, 3 when the
 // registry could not be reached.
+#include <unistd.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -100,6 +103,27 @@ std::uint64_t Generation(const HttpClient& client, const CtlArgs& args) {
   Fail(1, args.service + "/" + args.id + " is not registered");
 }
 
+// Colours only for a person at a terminal: never into a pipe or file, never with NO_COLOR set.
+bool UseColour() {
+  static const bool on = ::isatty(STDOUT_FILENO) != 0 && std::getenv("NO_COLOR") == nullptr;
+  return on;
+}
+
+// The ANSI colour of a state or verdict cell; empty for anything else.
+std::string_view ColourOf(const std::string& cell) {
+  if (cell == "READY" || cell == "pass") return "\033[32m";
+  if (cell == "DRAINING" || cell == "running") return "\033[33m";
+  if (cell == "STARTING") return "\033[36m";
+  if (cell == "fail" || cell == "NOT READY" || cell == "DEGRADED") return "\033[31m";
+  return {};
+}
+
+std::string Paint(const std::string& cell) {
+  const std::string_view colour = UseColour() ? ColourOf(cell) : std::string_view();
+  return colour.empty() ? cell : std::string(colour) + cell + "\033[0m";
+}
+
+// Columns padded to their widest cell; state-like cells coloured on a terminal.
 void PrintTable(const std::vector<std::string>& header,
                 const std::vector<std::vector<std::string>>& rows) {
   std::vector<std::size_t> width(header.size());
@@ -107,16 +131,16 @@ void PrintTable(const std::vector<std::string>& header,
   for (const auto& row : rows) {
     for (std::size_t c = 0; c < row.size(); ++c) width[c] = std::max(width[c], row[c].size());
   }
-  auto line = [&](const std::vector<std::string>& cells) {
+  auto line = [&](const std::vector<std::string>& cells, bool paint) {
     std::string out;
     for (std::size_t c = 0; c < cells.size(); ++c) {
-      out += cells[c];
+      out += paint ? Paint(cells[c]) : cells[c];
       if (c + 1 < cells.size()) out += std::string(width[c] - cells[c].size() + 2, ' ');
     }
     std::cout << out << "\n";
   };
-  line(header);
-  for (const auto& row : rows) line(row);
+  line(header, false);
+  for (const auto& row : rows) line(row, true);
 }
 
 std::string Str(const nlohmann::json& j, const char* key) {
@@ -202,7 +226,7 @@ void Watch(const CtlArgs& args) {
       if (e.contains("instance")) {
         const auto& in = e["instance"];
         std::cout << "  " << Str(in, "service") << "/" << Str(in, "id") << "  "
-                  << Str(in, "address") << "  " << Str(in, "state") << "  gen "
+                  << Str(in, "address") << "  " << Paint(Str(in, "state")) << "  gen "
                   << Str(in, "generation");
       }
       if (e.contains("reason")) std::cout << "  reason " << Str(e, "reason");
@@ -213,6 +237,66 @@ void Watch(const CtlArgs& args) {
     return args.count == 0 || ++seen < args.count;
   });
   if (!status.ok()) Fail(3, status.message());
+}
+
+// One screen for "is everything all right": the registry's readiness and revision, every
+// service's READY count, and the newest deploy per service when the agent answers.
+void StatusCmd(const CtlArgs& args) {
+  const HttpClient client = Client(args);
+  auto ready = client.Send("GET", "/ready");
+  if (!ready.ok()) Fail(3, ready.status().message());
+  const auto services = Call(client, "GET", "/v1/services");
+  nlohmann::json deploys;  // null: no agent answered
+  std::string agent_note;
+  {
+    CtlArgs agent = args;
+    agent.registry = args.agent;
+    agent.service.clear();
+    agent.id.clear();
+    auto reply = Client(agent, "agent").Send("GET", "/v1/deploys");
+    if (reply.ok() && reply->status == 200) {
+      deploys = nlohmann::json::parse(reply->body, nullptr, false);
+      if (deploys.is_discarded()) deploys = nullptr;
+    } else {
+      agent_note =
+          reply.ok() ? "answered " + std::to_string(reply->status) : reply.status().message();
+    }
+  }
+  // The newest deploy of each service (the agent lists newest first).
+  std::map<std::string, nlohmann::json> latest;
+  if (deploys.is_object() && deploys.contains("deploys")) {
+    for (const auto& d : deploys["deploys"]) latest.try_emplace(d.value("service", ""), d);
+  }
+  if (args.json) {
+    nlohmann::json out = {{"registry",
+                           {{"url", args.registry},
+                            {"ready", ready->status == 200},
+                            {"revision", services.value("revision", std::uint64_t{0})},
+                            {"degraded", services.value("degraded", false)}}},
+                          {"services", services["services"]},
+                          {"latest_deploys", nlohmann::json::object()}};
+    for (const auto& [service, d] : latest) out["latest_deploys"][service] = d;
+    if (!agent_note.empty()) out["agent_error"] = agent_note;
+    std::cout << out.dump(2) << "\n";
+    return;
+  }
+  std::cout << "registry " << args.registry << "  "
+            << Paint(ready->status == 200 ? "READY" : "NOT READY") << "  revision "
+            << services["revision"]
+            << (services.value("degraded", false) ? "  " + Paint("DEGRADED") : "") << "\n\n";
+  std::vector<std::vector<std::string>> rows;
+  for (const auto& s : services["services"]) {
+    const std::string name = Str(s, "name");
+    std::string deploy = "-", verdict = "-";
+    if (const auto it = latest.find(name); it != latest.end()) {
+      deploy = Str(it->second, "version");
+      verdict = Str(it->second, "verdict");
+    }
+    rows.push_back({name, Str(s, "ready") + "/" + Str(s, "instances"), deploy, verdict});
+  }
+  PrintTable({"SERVICE", "READY", "LAST DEPLOYED", "VERDICT"}, rows);
+  if (!agent_note.empty())
+    std::cout << "\n(no deploys: the agent at " << args.agent << " " << agent_note << ")\n";
 }
 
 void PrintRevision(const CtlArgs& args, const nlohmann::json& reply, const std::string& what) {
@@ -270,6 +354,11 @@ void AddCtlCommands(CLI::App& app) {
   ctl->add_subcommand("services", "List services with instance counts")->callback([args] {
     Services(*args);
   });
+  auto* status = ctl->add_subcommand(
+      "status", "The registry's health, each service's READY count and its latest deploy");
+  status->add_option("--agent", args->agent, "The agent's URL (for deploys)")
+      ->capture_default_str();
+  status->callback([args] { StatusCmd(*args); });
   auto* deploys = ctl->add_subcommand("deploys", "Deploy history kept by a drover agent");
   deploys->add_option("service", args->service, "Only this service");
   deploys->add_option("--agent", args->agent, "The agent's URL")->capture_default_str();

@@ -29,6 +29,8 @@ int main(int argc, char** argv) {
   drover::cli::AddGatewayCommand(app);
   drover::cli::AddCtlCommands(app);
   drover::cli::AddRolloutCommands(app);
+  drover::cli::AddDemoCommand(app);
+  drover::cli::AddSampleCommands(app);
 
   CLI11_PARSE(app, argc, argv);
   return 0;

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "agent_client.h"
 #include "commands.h"
 #include "http_client.h"
 #include "rollout/agent_server.h"
@@ -22,101 +23,6 @@ namespace drover::cli {
 namespace {
 
 using json = nlohmann::json;
-
-// The Platform of a `drover agent`, over its HTTP API.
-class AgentClient final : public rollout::Platform {
- public:
-  explicit AgentClient(HttpClient client) : client_(std::move(client)) {}
-
-  Status Start(const rollout::LaunchSpec& spec) override {
-    return Call("POST", "/v1/instances", rollout::LaunchSpecToJson(spec).dump()).status();
-  }
-  Status Stop(const std::string& id, Duration grace) override {
-    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(grace).count();
-    return Call("DELETE", "/v1/instances/" + id + "?grace_ms=" + std::to_string(ms)).status();
-  }
-  Result<std::vector<rollout::InstanceInfo>> List(const std::string& service) override {
-    DROVER_ASSIGN_OR_RETURN(json body, Call("GET", "/v1/instances?service=" + service));
-    std::vector<rollout::InstanceInfo> out;
-    for (const json& i : body.at("instances")) {
-      DROVER_ASSIGN_OR_RETURN(rollout::InstanceInfo info, rollout::InstanceInfoFromJson(i));
-      out.push_back(std::move(info));
-    }
-    return out;
-  }
-  Status Record(const std::string& id, const json& record) {
-    return Call("PUT", "/v1/deploys/" + id, record.dump()).status();
-  }
-
- private:
-  Result<json> Call(std::string_view method, const std::string& target,
-                    const std::string& body = {}) {
-    DROVER_ASSIGN_OR_RETURN(HttpResult reply, client_.Send(method, target, body));
-    json parsed = json::parse(reply.body, nullptr, false);
-    if (reply.status != 200) {
-      std::string message = reply.body;
-      StatusCode code = StatusCode::kUnavailable;
-      if (!parsed.is_discarded() && parsed.contains("error")) {
-        message = parsed["error"].value("message", reply.body);
-        const std::string name = parsed["error"].value("code", "");
-        if (name == "NOT_FOUND") code = StatusCode::kNotFound;
-        if (name == "ALREADY_EXISTS") code = StatusCode::kAlreadyExists;
-        if (name == "INVALID_ARGUMENT") code = StatusCode::kInvalidArgument;
-      }
-      return Status(code, "agent: " + message);
-    }
-    if (parsed.is_discarded()) return UnavailableError("agent sent a reply that is not JSON");
-    return parsed;
-  }
-
-  HttpClient client_;
-};
-
-// The registry's instances of `service`, from its HTTP API.
-Result<json> RegistryInstances(const HttpClient& registry, const std::string& service) {
-  DROVER_ASSIGN_OR_RETURN(HttpResult reply,
-                          registry.Send("GET", "/v1/services/" + service + "/instances"));
-  if (reply.status != 200) {
-    return UnavailableError("registry answered " + std::to_string(reply.status));
-  }
-  json body = json::parse(reply.body, nullptr, false);
-  if (body.is_discarded() || !body.contains("instances") || !body["instances"].is_array()) {
-    return UnavailableError("registry sent a reply that is not a list");
-  }
-  return std::move(body["instances"]);
-}
-
-// READY and accepting per instance id.
-Result<std::map<std::string, bool>> RegistryReadiness(const HttpClient& registry,
-                                                      const std::string& service) {
-  DROVER_ASSIGN_OR_RETURN(const json instances, RegistryInstances(registry, service));
-  std::map<std::string, bool> out;
-  for (const json& in : instances) {
-    out[in.value("id", "")] = in.value("state", "") == "READY" && in.value("accepting", false);
-  }
-  return out;
-}
-
-// Deregisters the entry a stopped instance left behind, at the generation it holds now (fenced:
-// a newer registration in between is not touched).
-Result<bool> RegistryForget(const HttpClient& registry, const std::string& service,
-                            const std::string& id) {
-  DROVER_ASSIGN_OR_RETURN(const json instances, RegistryInstances(registry, service));
-  for (const json& in : instances) {
-    if (in.value("id", "") != id) continue;
-    const std::uint64_t generation = in.value("generation", std::uint64_t{0});
-    DROVER_ASSIGN_OR_RETURN(
-        HttpResult reply, registry.Send("DELETE", "/v1/services/" + service + "/instances/" + id +
-                                                      "?generation=" + std::to_string(generation)));
-    if (reply.status == 404) return false;  // it deregistered itself meanwhile
-    if (reply.status != 200) {
-      return UnavailableError("registry answered " + std::to_string(reply.status) + ": " +
-                              reply.body);
-    }
-    return true;
-  }
-  return false;
-}
 
 [[noreturn]] void Fail(int code, const std::string& message) {
   std::cerr << "drover: " << message << "\n";

@@ -7,7 +7,7 @@
 // failures and each instance's share of new sessions over time.
 //
 // Threads: one io thread of its own. Start() once; Stop() stops opening sessions and waits (up to
-// `hold` + timeouts) for the open ones to end. records() after Stop().
+// `hold` + timeouts) for the open ones to end. records(): the sessions ended so far (any time).
 #pragma once
 
 #include <chrono>

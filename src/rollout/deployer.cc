@@ -21,14 +21,6 @@ std::string Join(const std::vector<std::string>& ids) {
   return out;
 }
 
-// A loopback port nobody listens on right now.
-int FreePort() {
-  auto listening = sdk::ListenTcp("127.0.0.1:0", 1, "a free port");
-  if (!listening.ok()) return 0;
-  ::close(listening->fd);
-  return listening->port;
-}
-
 }  // namespace
 
 void Deployer::Note(DeployOutcome& out, const std::string& what) {
@@ -145,8 +137,8 @@ DeployOutcome Deployer::Run(const DeploySpec& spec, std::stop_token stop) {
     launch.service = spec.service;
     launch.version = spec.version;
     launch.id = spec.service + "-" + spec.version + "-" + std::to_string(n);
-    const std::string port = std::to_string(FreePort());
-    const std::string health_port = std::to_string(FreePort());
+    const std::string port = std::to_string(sdk::FreeLoopbackPort());
+    const std::string health_port = std::to_string(sdk::FreeLoopbackPort());
     for (const std::string& a : spec.argv) {
       launch.argv.push_back(
           ReplaceAll(ReplaceAll(a, "{port}", port), "{health_port}", health_port));

@@ -59,6 +59,13 @@ Result<Listening> ListenTcp(const std::string& address, int backlog, std::string
   return Listening{fd, ntohs(addr.sin_port)};
 }
 
+std::uint16_t FreeLoopbackPort() {
+  auto listening = ListenTcp("127.0.0.1:0", 1, "a free port");
+  if (!listening.ok()) return 0;
+  ::close(listening->fd);
+  return listening->port;
+}
+
 std::string LocalAddress(int fd) {
   sockaddr_in addr{};
   socklen_t len = sizeof addr;

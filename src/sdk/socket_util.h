@@ -18,6 +18,10 @@ struct Listening {
 // SO_REUSEADDR. The caller owns the descriptor.
 Result<Listening> ListenTcp(const std::string& address, int backlog, std::string_view what);
 
+// A loopback port nobody listens on right now (0 if none could be bound). Another process may
+// take it before the caller binds it: for tools that must name a port before a child binds it.
+std::uint16_t FreeLoopbackPort();
+
 // OK when `address` is an IPv4 "host:port" ListenTcp would accept.
 Status ValidateIpv4Address(const std::string& address, std::string_view what);
 

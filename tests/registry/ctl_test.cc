@@ -89,4 +89,27 @@ TEST_F(CtlTest, ExitCodesSayWhatWentWrong) {
   url_ = saved;
 }
 
+TEST_F(CtlTest, StatusSummarisesTheRegistryAndSaysWhenNoAgentAnswers) {
+  ASSERT_EQ(Ctl("register zone z1 --address 127.0.0.1:9001").exit_code, 0);
+  ASSERT_EQ(Ctl("register zone z2 --address 127.0.0.1:9002 --state STARTING").exit_code, 0);
+  // No agent listens on port 1: the deploy column stays empty and a note says why.
+  auto table = Ctl("status --agent http://127.0.0.1:1");
+  ASSERT_EQ(table.exit_code, 0) << table.out;
+  EXPECT_TRUE(std::regex_search(table.out, std::regex(R"(READY\s+revision 2)"))) << table.out;
+  EXPECT_TRUE(std::regex_search(table.out, std::regex(R"(zone\s+1/2\s+-\s+-)"))) << table.out;
+  EXPECT_NE(table.out.find("no deploys: the agent at http://127.0.0.1:1"), std::string::npos)
+      << table.out;
+  // Output into a pipe carries no colour codes.
+  EXPECT_EQ(table.out.find('\033'), std::string::npos) << table.out;
+
+  auto json = Ctl("--json status --agent http://127.0.0.1:1");
+  ASSERT_EQ(json.exit_code, 0) << json.out;
+  const auto body = nlohmann::json::parse(json.out, nullptr, false);
+  ASSERT_FALSE(body.is_discarded()) << json.out;
+  EXPECT_EQ(body["registry"]["ready"], true);
+  EXPECT_EQ(body["registry"]["revision"], 2);
+  EXPECT_EQ(body["services"][0]["ready"], 1);
+  EXPECT_TRUE(body.contains("agent_error"));
+}
+
 }  // namespace

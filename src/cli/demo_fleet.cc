@@ -1,0 +1,235 @@
+#include "demo_fleet.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <spdlog/spdlog.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "http_client.h"
+#include "sdk/socket_util.h"
+
+namespace drover::cli::demo {
+namespace {
+
+std::string DescribeWait(int status) {
+  if (WIFEXITED(status)) return "exited with " + std::to_string(WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) return std::string("killed by ") + sigabbrev_np(WTERMSIG(status));
+  return "ended";
+}
+
+std::string Url(std::uint16_t port) { return "http://127.0.0.1:" + std::to_string(port); }
+
+// Polls GET /live until it answers 200, the child ends, or `limit` passes.
+Status WaitLive(Child& child, std::uint16_t port, Duration limit) {
+  auto client = HttpClient::Create(Url(port), "", std::chrono::seconds(2), {}, child.name());
+  if (!client.ok()) return client.status();
+  const MonoTime until = MonoClock::now() + limit;
+  Status last = UnavailableError("no answer yet");
+  while (MonoClock::now() < until) {
+    if (std::string ended = child.Ended(); !ended.empty()) {
+      return UnavailableError("the " + child.name() + " " + ended + " at start; see " +
+                              child.log());
+    }
+    auto reply = client->Send("GET", "/live");
+    if (reply.ok() && reply->status == 200) return Status::Ok();
+    last = reply.ok() ? UnavailableError("/live answered " + std::to_string(reply->status))
+                      : reply.status();
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return UnavailableError("the " + child.name() + " did not come up: " + last.message() + "; see " +
+                          child.log());
+}
+
+std::string GatewayConfig(const std::string& registry_grpc, std::uint16_t admin, std::uint16_t zone,
+                          std::uint16_t whoami, Duration slow_start) {
+  const auto ms = [](Duration d) {
+    return std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(d).count());
+  };
+  // Zone: P2C with slow start and active /ready checks, as a production gateway would run.
+  // Whoami: a plain L4 address in front of the gRPC servers -- what seed 003's clients had.
+  return "# Written by `drover demo`.\n"
+         "registry: " +
+         registry_grpc + "\nthreads: 2\nadmin: 127.0.0.1:" + std::to_string(admin) +
+         "\ndrain_ms: 2000\nlisteners:\n"
+         "  - name: zone\n    protocol: tcp\n    address: 127.0.0.1:" +
+         std::to_string(zone) +
+         "\n    service: zone\n    policy: p2c\n    slow_start_ms: " + ms(slow_start) +
+         "\n    health_check_interval_ms: 500\n    health_check_timeout_ms: 300\n"
+         "  - name: whoami\n    protocol: tcp\n    address: 127.0.0.1:" +
+         std::to_string(whoami) + "\n    service: whoami\n    policy: p2c\n";
+}
+
+}  // namespace
+
+Result<Child> Child::Spawn(std::string name, const std::vector<std::string>& argv,
+                           const std::string& log) {
+  const int out = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (out < 0) return UnavailableError("cannot open " + log + ": " + std::strerror(errno));
+  std::vector<char*> args;
+  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  const pid_t parent = ::getpid();
+  const pid_t pid = ::fork();
+  if (pid < 0) {
+    ::close(out);
+    return UnavailableError(std::string("fork: ") + std::strerror(errno));
+  }
+  if (pid == 0) {
+    // Only async-signal-safe calls from here to exec.
+    ::setpgid(0, 0);
+    ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (::getppid() != parent) ::_exit(127);  // the demo died before the prctl
+    ::dup2(out, STDOUT_FILENO);
+    ::dup2(out, STDERR_FILENO);
+    const int devnull = ::open("/dev/null", O_RDONLY);
+    if (devnull >= 0) ::dup2(devnull, STDIN_FILENO);
+    sigset_t none;
+    sigemptyset(&none);
+    ::sigprocmask(SIG_SETMASK, &none, nullptr);  // the demo blocks SIGINT/SIGTERM
+    ::execv(args[0], args.data());
+    ::_exit(127);
+  }
+  ::close(out);
+  return Child(std::move(name), log, pid);
+}
+
+Child::Child(Child&& other) noexcept
+    : name_(std::move(other.name_)),
+      log_(std::move(other.log_)),
+      pid_(std::exchange(other.pid_, -1)),
+      ended_(std::move(other.ended_)) {}
+
+Child::~Child() {
+  if (pid_ > 0 && Ended().empty()) {
+    ::kill(pid_, SIGKILL);
+    int status = 0;
+    ::waitpid(pid_, &status, 0);
+  }
+}
+
+std::string Child::Ended() {
+  if (pid_ <= 0 || !ended_.empty()) return ended_;
+  int status = 0;
+  const pid_t r = ::waitpid(pid_, &status, WNOHANG);
+  if (r == pid_) ended_ = DescribeWait(status);
+  if (r < 0) ended_ = "gone";
+  return ended_;
+}
+
+std::string Child::Stop(Duration grace) {
+  if (!Ended().empty()) return ended_;
+  ::kill(pid_, SIGTERM);
+  const MonoTime until = MonoClock::now() + grace;
+  while (MonoClock::now() < until) {
+    if (!Ended().empty()) return ended_;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ::kill(pid_, SIGKILL);
+  int status = 0;
+  ::waitpid(pid_, &status, 0);
+  ended_ = DescribeWait(status) + " (after " +
+           std::to_string(std::chrono::duration_cast<std::chrono::seconds>(grace).count()) +
+           " s of SIGTERM)";
+  return ended_;
+}
+
+Result<std::unique_ptr<Fleet>> Fleet::Start(const FleetOptions& options) {
+  std::unique_ptr<Fleet> fleet(new Fleet(options));
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  for (const char* sub : {"registry", "agent", "logs"}) {
+    fs::create_directories(fs::path(options.data_dir) / sub, ec);
+    if (ec)
+      return UnavailableError("cannot create " + options.data_dir + "/" + sub + ": " +
+                              ec.message());
+  }
+  Fleet& f = *fleet;
+  f.registry_http_ = options.ui_port != 0 ? options.ui_port : sdk::FreeLoopbackPort();
+  f.registry_grpc_ = sdk::FreeLoopbackPort();
+  f.agent_ = sdk::FreeLoopbackPort();
+  f.gateway_admin_ = sdk::FreeLoopbackPort();
+  f.zone_ = sdk::FreeLoopbackPort();
+  f.whoami_ = sdk::FreeLoopbackPort();
+  for (std::uint16_t p :
+       {f.registry_http_, f.registry_grpc_, f.agent_, f.gateway_admin_, f.zone_, f.whoami_}) {
+    if (p == 0) return UnavailableError("no free loopback port");
+  }
+  const std::string logs = options.data_dir + "/logs/";
+  const std::string gateway_yaml = options.data_dir + "/gateway.yaml";
+  {
+    std::ofstream out(gateway_yaml);
+    out << GatewayConfig(f.registry_grpc(), f.gateway_admin_, f.zone_, f.whoami_,
+                         options.slow_start);
+    if (!out) return UnavailableError("cannot write " + gateway_yaml);
+  }
+
+  struct Spec {
+    std::string name;
+    std::vector<std::string> argv;
+    std::uint16_t live_port;
+  };
+  const std::vector<Spec> specs = {
+      {"registry",
+       {options.exe, "registry", "--data-dir", options.data_dir + "/registry", "--http",
+        "127.0.0.1:" + std::to_string(f.registry_http_), "--grpc", f.registry_grpc(),
+        "--ui-gateway", f.gateway_admin_url(), "--ui-agent", f.agent_url()},
+       f.registry_http_},
+      {"agent",
+       {options.exe, "agent", "--data-dir", options.data_dir + "/agent", "--listen",
+        "127.0.0.1:" + std::to_string(f.agent_)},
+       f.agent_},
+      {"gateway", {options.exe, "gateway", "--config", gateway_yaml}, f.gateway_admin_},
+  };
+  for (const Spec& spec : specs) {
+    auto child = Child::Spawn(spec.name, spec.argv, logs + spec.name + ".log");
+    if (!child.ok()) return child.status();
+    f.children_.push_back(std::move(child).value());
+    if (Status s = WaitLive(f.children_.back(), spec.live_port, std::chrono::seconds(15));
+        !s.ok()) {
+      return s;  // the destructor stops what started
+    }
+    spdlog::debug("demo: {} up", spec.name);
+  }
+  return fleet;
+}
+
+Fleet::~Fleet() { Stop(); }
+
+std::vector<std::string> Fleet::Stop() {
+  std::vector<std::string> lines;
+  // Reverse start order: nothing routes to instances that are going, the registry sees them go.
+  while (!children_.empty()) {
+    Child& c = children_.back();
+    // The agent stops every instance in order, each within its own grace.
+    const Duration grace = c.name() == "agent" ? std::chrono::seconds(20) : std::chrono::seconds(5);
+    lines.push_back(c.name() + " " + c.Stop(grace));
+    children_.pop_back();
+  }
+  return lines;
+}
+
+Status Fleet::Check() {
+  for (Child& c : children_) {
+    if (std::string ended = c.Ended(); !ended.empty()) {
+      return UnavailableError("the " + c.name() + " " + ended + "; see " + c.log());
+    }
+  }
+  return Status::Ok();
+}
+
+std::string Fleet::registry_url() const { return Url(registry_http_); }
+std::string Fleet::registry_grpc() const { return "127.0.0.1:" + std::to_string(registry_grpc_); }
+std::string Fleet::agent_url() const { return Url(agent_); }
+std::string Fleet::gateway_admin_url() const { return Url(gateway_admin_); }
+std::string Fleet::zone_address() const { return "127.0.0.1:" + std::to_string(zone_); }
+std::string Fleet::whoami_address() const { return "127.0.0.1:" + std::to_string(whoami_); }
+
+}  // namespace drover::cli::demo
