@@ -134,15 +134,20 @@ StepReport ZoneDeployReport(int number, const std::string& title, const rollout:
                          std::to_string(old_ready_after) + " of 3", "3 of 3",
                          old_ready_after == 3});
   }
-  r.figures.push_back({"players' failed connections (refused, nobody home)",
-                       std::to_string(w.failed()) + " of " + std::to_string(w.sessions), "0",
-                       w.failed() == 0 && w.sessions > 0});
   if (should_pass) {
+    r.figures.push_back({"players' failed connections (refused, nobody home)",
+                         std::to_string(w.failed()) + " of " + std::to_string(w.sessions), "0",
+                         w.failed() == 0 && w.sessions > 0});
     r.figures.push_back({"players' sessions cut", std::to_string(w.broken), "0", w.broken == 0});
   } else {
-    // A process that aborts takes its sessions with it; what matters is that players get in.
-    r.figures.push_back(
-        {"sessions cut by the crashing processes", std::to_string(w.broken), "", true});
+    // The old version keeps serving, so the gateway always has someone to send a player to:
+    // no connection may be refused. A process that aborts takes the sessions it holds with it
+    // (before or after its WELCOME), which no deploy system can prevent.
+    r.figures.push_back({"players refused",
+                         std::to_string(w.connect_failed) + " of " + std::to_string(w.sessions),
+                         "0", w.connect_failed == 0 && w.sessions > 0});
+    r.figures.push_back({"sessions dropped by the crashing processes",
+                         std::to_string(w.no_welcome + w.broken), "", true});
   }
   if (new_share) {
     r.figures.push_back({"new version's share of new sessions, slow start",
