@@ -10,6 +10,7 @@
 #include "testing/child_process.h"
 #include "testing/http_client.h"
 #include "testing/line_client.h"
+#include "testing/port_in.h"
 #include "testing/run_command.h"
 #include "testing/temp_dir.h"
 
@@ -17,12 +18,7 @@ namespace {
 
 using namespace std::chrono_literals;
 using drover::testing::ChildProcess;
-
-std::uint16_t PortIn(const std::string& line, const std::string& pattern) {
-  std::smatch m;
-  if (!std::regex_search(line, m, std::regex(pattern))) return 0;
-  return static_cast<std::uint16_t>(std::stoi(m[1].str()));
-}
+using drover::testing::PortIn;
 
 TEST(GatewayCliTest, RoutesPlayersAndExitsCleanlyOnSigterm) {
   drover::testing::TempDir dir;

@@ -26,6 +26,7 @@
 #include "testing/eventually.h"
 #include "testing/http_client.h"
 #include "testing/line_client.h"
+#include "testing/port_in.h"
 #include "testing/run_command.h"
 #include "testing/temp_dir.h"
 
@@ -33,13 +34,8 @@ namespace {
 
 using namespace std::chrono_literals;
 using drover::testing::ChildProcess;
+using drover::testing::PortIn;
 using json = nlohmann::json;
-
-std::uint16_t PortIn(const std::string& line, const std::string& pattern) {
-  std::smatch m;
-  if (!std::regex_search(line, m, std::regex(pattern))) return 0;
-  return static_cast<std::uint16_t>(std::stoi(m[1].str()));
-}
 
 double SecondsIn(const std::string& text, const std::string& pattern) {
   std::smatch m;
