@@ -9,6 +9,8 @@ cd "$(dirname "$0")/.."
 packages=(
   # toolchain
   g++ cmake ninja-build pkg-config ccache git
+  # fuzzing (scripts/fuzz.sh): clang and its libFuzzer runtime
+  clang libclang-rt-14-dev
   # libraries
   libcli11-dev libspdlog-dev libfmt-dev libxxhash-dev nlohmann-json3-dev libsqlite3-dev
   libboost1.74-dev libboost-system1.74-dev libyaml-cpp-dev curl

@@ -17,6 +17,7 @@
 #include <mutex>
 
 #include "drover/router.h"
+#include "gateway/http_check.h"
 #include "gateway/retry_budget.h"
 #include "gateway/thread_random.h"
 #include "gateway/upstream.h"
@@ -56,29 +57,6 @@ bool Idempotent(http::verb method) {
       return true;
     default:
       return false;
-  }
-}
-
-// Hop-by-hop fields (RFC 9110 7.6.1) describe one connection, not the message: Connection, the
-// fields it names, and the classic list. Transfer-Encoding stays: the serializer frames the body
-// by it (re-chunking what arrived chunked).
-void DropHopByHop(http::fields& fields) {
-  std::vector<std::string> named;
-  const auto [first, last] = fields.equal_range(http::field::connection);
-  for (auto f = first; f != last; ++f) {
-    for (const auto& token : http::token_list(f->value())) named.emplace_back(View(token));
-  }
-  for (const std::string& name : named) {
-    const http::field f = http::string_to_field(name);
-    if (f != http::field::transfer_encoding && f != http::field::content_length &&
-        f != http::field::host) {
-      fields.erase(name);
-    }
-  }
-  for (const http::field f :
-       {http::field::connection, http::field::keep_alive, http::field::proxy_connection,
-        http::field::te, http::field::trailer, http::field::upgrade}) {
-    fields.erase(f);
   }
 }
 
@@ -325,19 +303,7 @@ net::awaitable<bool> HttpProxy::State::Exchange(std::shared_ptr<HttpConn> c,
   auto& req = parser.get();
   const unsigned version = req.version();
   const std::string_view target = View(req.target());
-  std::string invalid;
-  if (version != 10 && version != 11) {
-    invalid = "HTTP/1.0 or HTTP/1.1 only";
-  } else if (target.empty() || target[0] != '/') {
-    invalid = "the target must be a path (origin form)";
-  } else if (version == 11 && req.count(http::field::host) != 1) {
-    invalid = "HTTP/1.1 requires exactly one Host header";
-  } else if (req.count(http::field::transfer_encoding) > 0 &&
-             (!parser.chunked() || req.count(http::field::content_length) > 0)) {
-    // RFC 9112 6.1/6.3: a request body must end in chunked; with Content-Length as well the
-    // framing is ambiguous (the classic request smuggling vector).
-    invalid = "Transfer-Encoding must end in chunked and comes without Content-Length";
-  }
+  const std::string invalid = CheckRequestHead(req.base(), parser.chunked());
   if (!invalid.empty()) {
     counters.bad_requests.fetch_add(1, std::memory_order_relaxed);
     co_await Reply(c, http::status::bad_request, "bad request: " + invalid, false);

@@ -13,6 +13,7 @@
 #include <mutex>
 
 #include "drover/router.h"
+#include "gateway/key_line.h"
 #include "gateway/thread_random.h"
 #include "gateway/upstream.h"
 
@@ -21,13 +22,6 @@ namespace drover::gateway {
 namespace net = boost::asio;
 using tcp = net::ip::tcp;
 using boost::system::error_code;
-
-namespace {
-
-constexpr std::size_t kMaxKeyLine = 512;
-constexpr std::string_view kKeyPrefix = "DROVER-KEY ";
-
-}  // namespace
 
 // One proxied connection; every member is touched only on the connection's strand.
 struct Conn {
@@ -128,12 +122,7 @@ net::awaitable<std::optional<std::string>> TcpProxy::State::ReadKeyLine(std::sha
   }
   ++c->timer_epoch;
   c->timer.cancel();
-  if (!line.empty() && line.back() == '\r') line.pop_back();
-  if (line.size() > kMaxKeyLine || !line.starts_with(kKeyPrefix) ||
-      line.size() == kKeyPrefix.size()) {
-    co_return std::nullopt;
-  }
-  co_return line.substr(kKeyPrefix.size());
+  co_return ParseKeyLine(line);
 }
 
 net::awaitable<bool> TcpProxy::State::Connect(std::shared_ptr<Conn> c, const tcp::endpoint& to) {

@@ -9,6 +9,7 @@
 #include "drover/discovery.h"
 #include "drover/registry/v1/registry.grpc.pb.h"
 #include "sdk/service_view.h"
+#include "sdk/watch_decoder.h"
 
 namespace drover {
 
@@ -18,40 +19,6 @@ namespace {
 
 constexpr Duration kMaxBackoff = std::chrono::seconds(5);
 constexpr auto kListDeadline = std::chrono::seconds(5);
-
-router::EndpointState ToState(pb::State state) {
-  switch (state) {
-    case pb::READY:
-      return router::EndpointState::kReady;
-    case pb::DRAINING:
-      return router::EndpointState::kDraining;
-    default:
-      return router::EndpointState::kStarting;
-  }
-}
-
-router::Endpoint ToEndpoint(const pb::Instance& in, const Clock& clock) {
-  router::Endpoint e;
-  e.id = in.id();
-  e.address = in.spec().address();
-  e.weight = in.spec().weight();
-  e.zone = in.spec().zone();
-  e.state = ToState(in.spec().state());
-  e.accepting = in.spec().accepting();
-  e.generation = in.spec().generation();
-  if (auto it = in.spec().labels().find(std::string(kHealthLabel));
-      it != in.spec().labels().end()) {
-    e.health = it->second;
-  }
-  if (in.ready_since_ms() != 0) {
-    // The registry's wall-clock READY time, as a point on this process's monotonic clock (for
-    // slow start); a clock skew into the future counts as "just now".
-    const SystemTime since{std::chrono::milliseconds(in.ready_since_ms())};
-    const Duration ago = std::max<Duration>(Duration::zero(), clock.SystemNow() - since);
-    e.ready_since = clock.Now() - ago;
-  }
-  return e;
-}
 
 }  // namespace
 
@@ -141,7 +108,8 @@ bool DiscoveryClient::Impl::ListOnce(bool confirming) {
   }
   std::vector<router::Endpoint> endpoints;
   endpoints.reserve(static_cast<std::size_t>(reply.instances_size()));
-  for (const pb::Instance& in : reply.instances()) endpoints.push_back(ToEndpoint(in, clock));
+  for (const pb::Instance& in : reply.instances())
+    endpoints.push_back(sdk::EndpointFromProto(in, clock));
   const sdk::Applied applied = view.Replace(std::move(endpoints), reply.revision(), confirming);
   if (applied == sdk::Applied::kNeedsConfirmation) {
     spdlog::warn("discovery {}: the registry's list would drop most of the service; reading again",
@@ -155,31 +123,10 @@ bool DiscoveryClient::Impl::ListOnce(bool confirming) {
 }
 
 void DiscoveryClient::Impl::Apply(const pb::Event& event) {
-  switch (event.type()) {
-    case pb::Event::PUT:
-      view.Put(ToEndpoint(event.instance(), clock), event.revision());
-      break;
-    case pb::Event::DELETE:
-      view.Delete(event.instance().id(), event.instance().spec().generation(), event.revision());
-      break;
-    case pb::Event::RESYNC: {
-      std::vector<router::Endpoint> endpoints;
-      for (const pb::Instance& in : event.snapshot()) endpoints.push_back(ToEndpoint(in, clock));
-      degraded = event.degraded();
-      if (view.Replace(std::move(endpoints), event.revision(), false) ==
-          sdk::Applied::kNeedsConfirmation) {
-        spdlog::warn("discovery {}: a RESYNC would drop most of the service; confirming by List",
-                     options.service);
-        ListOnce(true);
-      }
-      break;
-    }
-    case pb::Event::PROGRESS:
-      degraded = event.degraded();
-      view.Progress(event.revision());
-      break;
-    default:
-      break;
+  if (sdk::ApplyWatchEvent(view, event, clock, degraded) == sdk::Applied::kNeedsConfirmation) {
+    spdlog::warn("discovery {}: a RESYNC would drop most of the service; confirming by List",
+                 options.service);
+    ListOnce(true);
   }
 }
 
