@@ -36,6 +36,12 @@ struct RegistryArgs {
   double self_preservation_fraction = 0.5;
   std::string tls_cert;  // both set: HTTPS and gRPC over TLS
   std::string tls_key;
+  // Protection (HttpOptions): 0 max-connections/watches would refuse everything, so >= 1.
+  std::size_t max_connections = 4096;
+  std::size_t max_watches_per_client = 64;
+  double write_rate = 0;  // writes/s per client address; 0: no limit
+  double write_burst = 0;
+  std::size_t max_body = 64 * 1024;
   std::vector<std::string> ui_gateways;  // the dashboard's gateway and agent panels
   std::vector<std::string> ui_agents;
   std::string config;  // YAML file with any of the above; flags given on the command line win
@@ -49,7 +55,8 @@ std::vector<std::string> StringOrList(const YAML::Node& node) {
 
 // Fills every setting not given on the command line from the YAML file `args.config`. Keys are
 // the long flag names with '_' for '-' (store, data_dir, etcd_endpoints, etcd_prefix,
-// etcd_session_ttl, http, grpc, auth_tokens, tick_ms, self_preservation, tls_cert, tls_key), except
+// etcd_session_ttl, http, grpc, auth_tokens, tick_ms, self_preservation, tls_cert, tls_key,
+// max_connections, max_watches_per_client, write_rate, write_burst, max_body), except
 // the repeatable --ui-gateway and --ui-agent, whose keys are ui_gateways and ui_agents (a list or
 // one string); an unknown key is an error, not a silent default.
 Status ApplyConfig(const CLI::App& cmd, RegistryArgs& args) {
@@ -99,6 +106,16 @@ Status ApplyConfig(const CLI::App& cmd, RegistryArgs& args) {
         args.tls_cert = kv.second.as<std::string>();
       else if (key == "tls_key")
         args.tls_key = kv.second.as<std::string>();
+      else if (key == "max_connections")
+        args.max_connections = kv.second.as<std::size_t>();
+      else if (key == "max_watches_per_client")
+        args.max_watches_per_client = kv.second.as<std::size_t>();
+      else if (key == "write_rate")
+        args.write_rate = kv.second.as<double>();
+      else if (key == "write_burst")
+        args.write_burst = kv.second.as<double>();
+      else if (key == "max_body")
+        args.max_body = kv.second.as<std::size_t>();
       else if (key == "ui_gateways")
         args.ui_gateways = StringOrList(kv.second);
       else if (key == "ui_agents")
@@ -120,6 +137,15 @@ Status ApplyConfig(const CLI::App& cmd, RegistryArgs& args) {
   }
   if (args.self_preservation_fraction < 0 || args.self_preservation_fraction > 1) {
     return InvalidArgumentError("config " + args.config + ": self_preservation must be 0..1");
+  }
+  if (args.max_connections < 1 || args.max_watches_per_client < 1 || args.max_body < 1024) {
+    return InvalidArgumentError("config " + args.config +
+                                ": max_connections and max_watches_per_client must be >= 1, "
+                                "max_body >= 1024");
+  }
+  if (args.write_rate < 0 || args.write_burst < 0) {
+    return InvalidArgumentError("config " + args.config +
+                                ": write_rate and write_burst must be >= 0");
   }
   for (const auto* urls : {&args.ui_gateways, &args.ui_agents}) {
     for (const std::string& url : *urls) {
@@ -162,6 +188,11 @@ int RunRegistry(const RegistryArgs& args) {
   http.tls_key_file = args.tls_key;
   http.ui_gateways = args.ui_gateways;
   http.ui_agents = args.ui_agents;
+  http.max_connections = args.max_connections;
+  http.max_watches_per_client = args.max_watches_per_client;
+  http.write_rate = args.write_rate;
+  http.write_burst = args.write_burst;
+  http.max_body = args.max_body;
   if (!SplitHostPort(args.http, &http.address, &http.port)) {
     spdlog::error("--http must be host:port, got '{}'", args.http);
     return 2;
@@ -334,6 +365,26 @@ void AddRegistryCommand(CLI::App& app) {
   cmd->add_option("--self-preservation", args->self_preservation_fraction,
                   "Freeze expiry when more than this fraction of a service would expire at once")
       ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
+  cmd->add_option("--max-connections", args->max_connections,
+                  "HTTP connections open at once; more are answered 503 and closed")
+      ->check(CLI::Range(std::size_t{1}, std::size_t{1'000'000}))
+      ->capture_default_str();
+  cmd->add_option("--max-watches-per-client", args->max_watches_per_client,
+                  "HTTP watch streams open at once per client address; more get 429")
+      ->check(CLI::Range(std::size_t{1}, std::size_t{1'000'000}))
+      ->capture_default_str();
+  cmd->add_option("--write-rate", args->write_rate,
+                  "HTTP writes per second per client address, beyond which 429 (0: no limit; "
+                  "clients behind one NAT address share it)")
+      ->check(CLI::Range(0.0, 1e9))
+      ->capture_default_str();
+  cmd->add_option("--write-burst", args->write_burst,
+                  "Writes a client may send at once before --write-rate applies (0: twice it)")
+      ->check(CLI::Range(0.0, 1e9))
+      ->capture_default_str();
+  cmd->add_option("--max-body", args->max_body, "Largest HTTP request body in bytes; more: 413")
+      ->check(CLI::Range(std::size_t{1024}, std::size_t{64} << 20))
       ->capture_default_str();
   cmd->add_option("--tls-cert", args->tls_cert,
                   "PEM certificate chain: serve HTTPS and gRPC over TLS (with --tls-key)")

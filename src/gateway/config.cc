@@ -154,6 +154,7 @@ Result<ListenerConfig> ParseListener(const YAML::Node& node, const std::string& 
   DROVER_CONFIG_TRY(r.Get("retry_budget_percent", l.retry_budget_percent));
   DROVER_CONFIG_TRY(r.Get("retry_budget_min", l.retry_budget_min));
   DROVER_CONFIG_TRY(r.Get("max_header_bytes", l.max_header_bytes));
+  DROVER_CONFIG_TRY(r.Get("max_connections", l.max_connections));
   const YAML::Node routes = r.node("routes");
   DROVER_CONFIG_TRY(r.NoUnknownKeys());
   if (protocol == "tcp") {
@@ -208,6 +209,9 @@ Status ValidateHttp(const ListenerConfig& l, const std::string& path) {
   if (l.retry_budget_min < 0) return InvalidArgumentError(path + ".retry_budget_min: must be >= 0");
   if (l.max_header_bytes < 1024 || l.max_header_bytes > 1024 * 1024) {
     return InvalidArgumentError(path + ".max_header_bytes: must be within 1024..1048576");
+  }
+  if (l.max_connections < 1 || l.max_connections > 10'000'000) {
+    return InvalidArgumentError(path + ".max_connections: must be within 1..10000000");
   }
   return Status::Ok();
 }

@@ -26,6 +26,8 @@
 //       unhealthy_threshold: 2, healthy_threshold: 1          # active GET /ready checks
 //       eject_after_failures: 3, ejection_ms: 10000, max_ejection_ms: 300000,
 //       max_ejected_percent: 50                               # passive outlier ejection
+//       max_connections: 10000      # client connections open at once; more are closed at
+//                                   # once (http: answered 503 first)
 //     - name: web
 //       protocol: http
 //       address: 0.0.0.0:8080
@@ -110,6 +112,7 @@ struct ListenerConfig {
   double retry_budget_percent = 20;
   int retry_budget_min = 3;
   std::size_t max_header_bytes = 16 * 1024;
+  std::size_t max_connections = 10'000;  // client connections at once; more are refused
 };
 
 // The settings an HTTP route's Upstream works with: the listener's, with the route's service,

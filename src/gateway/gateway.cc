@@ -175,6 +175,8 @@ std::string MetricsTextOf(const Gateway::Impl& g) {
           c.no_upstream, labels);
     count("drover_gateway_idle_timeouts_total", "Connections closed after the idle timeout.",
           c.idle_timeouts, labels);
+    count("drover_gateway_refused_connections_total",
+          "Client connections refused for being over max_connections.", c.refused, labels);
     count("drover_gateway_response_timeouts_total",
           "Upstreams that stopped answering (tcp: connection closed; http: 504).",
           c.response_timeouts, labels);

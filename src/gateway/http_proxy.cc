@@ -185,6 +185,28 @@ struct HttpProxy::State : std::enable_shared_from_this<State> {
   std::once_flag stop_once;
 };
 
+namespace {
+
+// Over max_connections: a 503 saying so, then close; bounded, without reading the request.
+net::awaitable<void> Refuse(tcp::socket socket) {
+  static const std::string kBusy =
+      "HTTP/1.1 503 Service Unavailable\r\nServer: drover-gateway\r\nContent-Type: text/plain\r\n"
+      "Retry-After: 1\r\nConnection: close\r\nContent-Length: 35\r\n\r\n"
+      "too many connections to this port\r\n";
+  error_code ec;
+  net::steady_timer limit(socket.get_executor(), std::chrono::seconds(1));
+  limit.async_wait([&socket](error_code timer_ec) {
+    if (!timer_ec) socket.close(timer_ec);
+  });
+  co_await net::async_write(socket, net::buffer(kBusy),
+                            net::redirect_error(net::use_awaitable, ec));
+  limit.cancel();
+  socket.shutdown(tcp::socket::shutdown_send, ec);
+  socket.close(ec);
+}
+
+}  // namespace
+
 net::awaitable<void> HttpProxy::State::Accept() {
   auto self = shared_from_this();
   while (true) {
@@ -199,6 +221,11 @@ net::awaitable<void> HttpProxy::State::Accept() {
       continue;
     }
     counters.accepted.fetch_add(1, std::memory_order_relaxed);
+    if (counters.active.load(std::memory_order_relaxed) >= config.max_connections) {
+      counters.refused.fetch_add(1, std::memory_order_relaxed);
+      net::co_spawn(acceptor.get_executor(), Refuse(std::move(accepted)), net::detached);
+      continue;
+    }
     // One thread per worker: the connection needs no strand.
     const std::size_t worker = next_worker++ % workers.size();
     tcp::socket socket = MoveTo(std::move(accepted), workers[worker]->get_executor());

@@ -19,6 +19,7 @@ using Workers = std::vector<boost::asio::io_context*>;
 struct ListenerCounters {
   std::atomic<std::uint64_t> accepted{0};
   std::atomic<std::uint64_t> active{0};       // client connections open now
+  std::atomic<std::uint64_t> refused{0};      // over max_connections: closed at once
   std::atomic<std::uint64_t> no_upstream{0};  // no instance could be connected (tcp: closed;
                                               // http: 502/503)
   std::atomic<std::uint64_t> bad_key{0};      // tcp: missing or malformed key line

@@ -90,6 +90,13 @@ net::awaitable<void> TcpProxy::State::Accept() {
       continue;
     }
     counters.accepted.fetch_add(1, std::memory_order_relaxed);
+    if (counters.active.load(std::memory_order_relaxed) >= config.max_connections) {
+      // Over the limit: the client sees its connection closed at once and may try another
+      // gateway; the ones already here keep their share of the process.
+      counters.refused.fetch_add(1, std::memory_order_relaxed);
+      accepted.close(ec);
+      continue;
+    }
     tcp::socket socket =
         MoveTo(std::move(accepted), net::make_strand(*workers[next_worker++ % workers.size()]));
     auto executor = socket.get_executor();

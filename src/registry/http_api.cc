@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <atomic>
 #include <boost/asio.hpp>
 #include <boost/asio/ssl.hpp>
 #include <boost/beast/core.hpp>
@@ -12,6 +13,7 @@
 #include <cctype>
 #include <charconv>
 #include <condition_variable>
+#include <cstdio>
 #include <deque>
 #include <map>
 #include <mutex>
@@ -135,6 +137,12 @@ Result<std::uint64_t> ParseUint(std::string_view text, const char* what) {
 
 nlohmann::json RevisionBody(std::uint64_t revision) { return {{"revision", revision}}; }
 
+std::string FormatRate(double rate) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", rate);
+  return buf;
+}
+
 std::string_view ContentTypeOf(std::string_view name) {
   const std::size_t dot = name.rfind('.');
   const std::string_view ext = dot == std::string_view::npos ? "" : name.substr(dot + 1);
@@ -180,6 +188,7 @@ void FinishBody(const Request& req, Response& res) {
 }
 
 constexpr std::chrono::seconds kWatchWriteTimeout{30};
+constexpr std::size_t kMaxBuckets = 10'000;  // write-limit buckets kept before idle ones go
 constexpr std::chrono::milliseconds kAcceptBackoff{200};
 constexpr std::chrono::seconds kStopGrace{2};
 constexpr std::chrono::seconds kTlsHandshakeTimeout{10};
@@ -192,11 +201,13 @@ struct HttpServer::Impl {
 
   net::awaitable<void> Accept();
   net::awaitable<void> Session(tcp::socket socket);
+  // Over max_connections: one 503 and close, without reading the request.
+  net::awaitable<void> Refuse(tcp::socket socket);
   template <typename Stream>
-  net::awaitable<void> Serve(Stream& stream);
+  net::awaitable<void> Serve(Stream& stream, const std::string& client);
   template <typename Stream>
   net::awaitable<void> ServeWatch(Stream& stream, const Request& req, std::uint64_t from,
-                                  std::string service);
+                                  std::string service, std::string client);
   Response Handle(const Request& req);
   // OK when auth is off or the request carries a known token.
   Status Authenticate(const Request& req) const {
@@ -243,7 +254,46 @@ struct HttpServer::Impl {
   std::vector<std::thread> threads;
   std::once_flag stop_once;
 
+  // The write limit's token bucket of one client address.
+  struct Bucket {
+    double tokens = 0;
+    MonoTime last{};
+  };
+  // False when the client at `client` is over its write rate (a token is taken otherwise).
+  bool TakeWriteToken(const std::string& client) {
+    if (options.write_rate <= 0) return true;
+    const double burst = options.write_burst > 0 ? options.write_burst : 2 * options.write_rate;
+    const MonoTime now = MonoClock::now();
+    std::lock_guard lock(mu);
+    if (buckets.size() > kMaxBuckets) {
+      // Forget clients idle long enough to have a full bucket again.
+      std::erase_if(buckets, [&](const auto& b) {
+        return std::chrono::duration<double>(now - b.second.last).count() * options.write_rate >=
+               burst;
+      });
+    }
+    auto [it, fresh] = buckets.try_emplace(client, Bucket{burst, now});
+    Bucket& b = it->second;
+    if (!fresh) {
+      b.tokens = std::min(burst, b.tokens + std::chrono::duration<double>(now - b.last).count() *
+                                                options.write_rate);
+      b.last = now;
+    }
+    if (b.tokens < 1) {
+      ++rejected_writes;
+      return false;
+    }
+    b.tokens -= 1;
+    return true;
+  }
+
   std::mutex mu;
+  std::map<std::string, Bucket> buckets;              // guarded by mu: by client address
+  std::map<std::string, std::size_t> client_watches;  // guarded by mu: open streams per client
+  std::uint64_t rejected_writes = 0;                  // guarded by mu
+  std::uint64_t rejected_watches = 0;                 // guarded by mu
+  std::atomic<std::size_t> open_connections{0};
+  std::atomic<std::uint64_t> rejected_connections{0};
   std::condition_variable watches_done;         // a watch stream ended
   std::set<std::shared_ptr<Watcher>> watches;   // guarded by mu: live watch streams
   std::map<unsigned, std::uint64_t> responses;  // guarded by mu: by HTTP status
@@ -272,14 +322,52 @@ net::awaitable<void> HttpServer::Impl::Accept() {
       continue;
     }
     const auto executor = socket.get_executor();
+    if (open_connections.load() >= options.max_connections) {
+      rejected_connections.fetch_add(1);
+      net::co_spawn(executor, Refuse(std::move(socket)), net::detached);
+      continue;
+    }
+    open_connections.fetch_add(1);
     net::co_spawn(executor, Session(std::move(socket)), net::detached);
   }
 }
 
+net::awaitable<void> HttpServer::Impl::Refuse(tcp::socket socket) {
+  static const std::string kBusy = [] {
+    const std::string body = R"({"error":{"code":"RESOURCE_EXHAUSTED","message":"too many )"
+                             R"(connections to this registry; retry shortly"}})"
+                             "\n";
+    return "HTTP/1.1 503 Service Unavailable\r\nServer: drover-registry\r\n"
+           "Content-Type: application/json\r\nRetry-After: 1\r\nConnection: close\r\n"
+           "Content-Length: " +
+           std::to_string(body.size()) + "\r\n\r\n" + body;
+  }();
+  boost::system::error_code ec;
+  if (!tls) {
+    // Best effort and bounded: a client that never reads gets a closed socket.
+    net::steady_timer limit(socket.get_executor(), std::chrono::seconds(1));
+    limit.async_wait([&socket](boost::system::error_code timer_ec) {
+      if (!timer_ec) socket.close(timer_ec);
+    });
+    co_await net::async_write(socket, net::buffer(kBusy),
+                              net::redirect_error(net::use_awaitable, ec));
+    limit.cancel();
+    socket.shutdown(tcp::socket::shutdown_send, ec);
+  }
+  // Over TLS a handshake per refused connection would cost what the limit protects: close.
+  socket.close(ec);
+}
+
 net::awaitable<void> HttpServer::Impl::Session(tcp::socket socket) {
+  struct Open {
+    std::atomic<std::size_t>& count;
+    ~Open() { count.fetch_sub(1); }
+  } open{open_connections};
+  boost::system::error_code address_ec;
+  const std::string client = socket.remote_endpoint(address_ec).address().to_string();
   if (!tls) {
     beast::tcp_stream stream(std::move(socket));
-    co_await Serve(stream);
+    co_await Serve(stream, client);
     boost::system::error_code ignored;
     stream.socket().shutdown(tcp::socket::shutdown_send, ignored);
     co_return;
@@ -295,13 +383,13 @@ net::awaitable<void> HttpServer::Impl::Session(tcp::socket socket) {
     spdlog::debug("registry https: handshake failed: {}", ec.message());
     co_return;
   }
-  co_await Serve(stream);
+  co_await Serve(stream, client);
   beast::get_lowest_layer(stream).expires_after(kTlsHandshakeTimeout);
   co_await stream.async_shutdown(net::redirect_error(net::use_awaitable, ec));
 }
 
 template <typename Stream>
-net::awaitable<void> HttpServer::Impl::Serve(Stream& stream) {
+net::awaitable<void> HttpServer::Impl::Serve(Stream& stream, const std::string& client) {
   beast::flat_buffer buffer;
   for (;;) {
     http::request_parser<http::string_body> parser;
@@ -355,10 +443,22 @@ net::awaitable<void> HttpServer::Impl::Serve(Stream& stream) {
       // Named, not a temporary: GCC 12 miscompiles some temporaries inside co_await operands.
       std::string service;
       if (auto it = query.find("service"); it != query.end()) service = it->second;
-      co_await ServeWatch(stream, req, from, std::move(service));
+      co_await ServeWatch(stream, req, from, std::move(service), client);
       break;
     }
     Response res;
+    const bool write = req.method() == http::verb::put || req.method() == http::verb::post ||
+                       req.method() == http::verb::delete_;
+    if (write && target.rfind("/v1/", 0) == 0 && !TakeWriteToken(client)) {
+      res = ErrorResponse(req, http::status::too_many_requests, StatusCode::kResourceExhausted,
+                          "write rate limit: " + FormatRate(options.write_rate) +
+                              " writes/s per client address; retry shortly");
+      res.set(http::field::retry_after, "1");
+      Count(res.result_int());
+      co_await http::async_write(stream, res, net::redirect_error(net::use_awaitable, ec));
+      if (ec || !res.keep_alive()) break;
+      continue;
+    }
     try {
       res = Handle(req);
     } catch (const std::exception& e) {
@@ -375,8 +475,40 @@ net::awaitable<void> HttpServer::Impl::Serve(Stream& stream) {
 
 template <typename Stream>
 net::awaitable<void> HttpServer::Impl::ServeWatch(Stream& stream, const Request& req,
-                                                  std::uint64_t from, std::string service) {
+                                                  std::uint64_t from, std::string service,
+                                                  std::string client) {
   boost::system::error_code ec;
+  bool admitted = false;
+  {
+    std::lock_guard lock(mu);
+    std::size_t& open = client_watches[client];
+    if (open < options.max_watches_per_client) {
+      ++open;
+      admitted = true;
+    } else {
+      ++rejected_watches;
+    }
+  }
+  if (!admitted) {
+    Response res =
+        ErrorResponse(req, http::status::too_many_requests, StatusCode::kResourceExhausted,
+                      "too many watch streams from " + client + " (limit " +
+                          std::to_string(options.max_watches_per_client) + ")");
+    res.keep_alive(false);
+    Count(res.result_int());
+    co_await http::async_write(stream, res, net::redirect_error(net::use_awaitable, ec));
+    co_return;
+  }
+  struct Admitted {
+    Impl& impl;
+    const std::string& client;
+    ~Admitted() {
+      std::lock_guard lock(impl.mu);
+      if (auto it = impl.client_watches.find(client); it != impl.client_watches.end()) {
+        if (--it->second == 0) impl.client_watches.erase(it);
+      }
+    }
+  } admitted_guard{*this, client};
   auto watcher = registry.Watch(from, service);
   if (!watcher.ok()) {
     Response res = ErrorResponse(req, watcher.status());
@@ -661,9 +793,20 @@ std::string HttpServer::Impl::Metrics() {
     out.Gauge("drover_registry_degraded", "1 while a service is in self-preservation",
               s.degraded ? 1 : 0, {{"service", s.name}});
   }
+  out.Gauge("drover_registry_http_connections", "Open HTTP connections",
+            static_cast<double>(open_connections.load()));
+  out.Counter("drover_registry_http_refused_connections_total",
+              "Connections answered 503 for being over max_connections",
+              static_cast<double>(rejected_connections.load()));
   std::lock_guard lock(mu);
   out.Gauge("drover_registry_watch_streams", "Open HTTP watch streams",
             static_cast<double>(watches.size()));
+  out.Counter("drover_registry_http_refused_watches_total",
+              "Watch streams refused for being over max_watches_per_client",
+              static_cast<double>(rejected_watches));
+  out.Counter("drover_registry_http_rate_limited_writes_total",
+              "Writes refused for being over the client's write rate",
+              static_cast<double>(rejected_writes));
   for (const auto& [status, count] : responses) {
     out.Counter("drover_registry_http_responses_total", "HTTP responses by status",
                 static_cast<double>(count), {{"code", std::to_string(status)}});

@@ -46,6 +46,15 @@ struct HttpOptions {
   std::uint16_t port = 0;  // 0: any free port; read it back with port()
   int threads = 2;
   std::size_t max_body = 64 * 1024;
+  // Protection (REG-8): connections open at once (more are answered 503 and closed), watch
+  // streams open at once per client address (more get 429), and writes (PUT, POST, DELETE under
+  // /v1) per second per client address, a token bucket of `write_burst` (0: twice the rate).
+  // A write rate of 0 is no limit: a fleet behind one NAT address, or a benchmark on loopback,
+  // would otherwise be throttled as one client.
+  std::size_t max_connections = 4096;
+  std::size_t max_watches_per_client = 64;
+  double write_rate = 0;
+  double write_burst = 0;
   Duration idle_timeout = std::chrono::seconds(60);  // keep-alive connections without a request
   // Null: no authentication. Otherwise every /v1 request needs a bearer token, and writes a
   // token allowed to write the service (401 / 403). /live, /ready and /metrics stay open.

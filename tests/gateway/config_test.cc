@@ -125,6 +125,7 @@ TEST(GatewayConfigTest, RefusesBadInputWithTheKeyInTheMessage) {
       {http + "    routes:\n      - prefix: /\n        service: a\n        speed: 3\n",
        "routes[0].speed: unknown key"},
       {http + "    max_header_bytes: 10\n" + route, "max_header_bytes"},
+      {http + "    max_connections: 0\n" + route, "max_connections: must be within 1..10000000"},
       {http + "    retry_budget_percent: 150\n" + route, "retry_budget_percent"},
       {head +
            "    address: 127.0.0.1:1\n  - name: z\n    service: zone\n    address: 127.0.0.1:2\n",

@@ -486,6 +486,23 @@ TEST_F(HttpProxyTest, StopAcceptingClosesIdleKeepAliveConnections) {
   EXPECT_TRUE(Eventually([&] { return counters().active.load() == 0; }));
 }
 
+TEST_F(HttpProxyTest, ConnectionsOverMaxConnectionsGet503AndTheOthersAreServed) {
+  HttpBackend a("a");
+  ListenerConfig l;
+  l.max_connections = 1;
+  StartProxy(l);
+  SetTable({EndpointOf("a", a.address())});
+  Client kept(port());
+  ASSERT_EQ(kept.Send(http::verb::get, "/").status, 200);
+  Client over(port());
+  const Reply refused = over.Send(http::verb::get, "/");
+  EXPECT_EQ(refused.status, 503);
+  EXPECT_NE(refused.body.find("too many connections"), std::string::npos) << refused.body;
+  EXPECT_TRUE(over.Closed());
+  EXPECT_EQ(counters().refused.load(), 1u);
+  EXPECT_EQ(kept.Send(http::verb::get, "/").status, 200);  // the one inside is still served
+}
+
 struct Malformed {
   const char* name;
   std::string raw;

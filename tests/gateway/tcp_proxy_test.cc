@@ -265,5 +265,27 @@ TEST_F(TcpProxyTest, StopAcceptingRefusesNewClientsAndCloseAllCutsOpenOnes) {
   EXPECT_EQ(open_session.ReadLine(), std::nullopt);
 }
 
+TEST_F(TcpProxyTest, ConnectionsOverMaxConnectionsAreClosedAndTheOthersKeepPlaying) {
+  Backend a("a");
+  ListenerConfig l;
+  l.max_connections = 2;
+  StartProxy(l);
+  SetTable({a.Endpoint()});
+  auto first = std::make_unique<LineClient>(port());
+  LineClient second(port());
+  ASSERT_EQ(first->Ask("HELLO p1"), "WELCOME a");
+  ASSERT_EQ(second.Ask("HELLO p2"), "WELCOME a");
+  LineClient third(port());
+  EXPECT_EQ(third.Ask("HELLO p3"), std::nullopt);  // closed at once
+  EXPECT_EQ(proxy_->counters().refused.load(), 1u);
+  EXPECT_EQ(first->Ask("PING"), "PONG");
+  EXPECT_EQ(second.Ask("PING"), "PONG");
+  ASSERT_EQ(first->Ask("QUIT"), "BYE");
+  first.reset();
+  EXPECT_TRUE(Eventually([&] { return proxy_->counters().active.load() == 1; }));
+  LineClient fourth(port());
+  EXPECT_EQ(fourth.Ask("HELLO p4"), "WELCOME a");
+}
+
 }  // namespace
 }  // namespace drover::gateway

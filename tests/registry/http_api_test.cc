@@ -1,6 +1,7 @@
 #include "registry/http_api.h"
 
 #include <gtest/gtest.h>
+#include <poll.h>
 
 #include <map>
 #include <nlohmann/json.hpp>
@@ -8,6 +9,7 @@
 #include "registry/auth.h"
 #include "registry/registry.h"
 #include "registry/sqlite_store.h"
+#include "testing/eventually.h"
 #include "testing/http_client.h"
 #include "testing/temp_dir.h"
 
@@ -207,6 +209,95 @@ TEST_F(HttpApiTest, HealthAndMetrics) {
             std::string::npos);
   EXPECT_NE(metrics.body.find("drover_registry_http_responses_total{code=\"200\"}"),
             std::string::npos);
+}
+
+// The server's protection limits, each with its own options.
+class HttpLimitsTest : public HttpApiTest {
+ protected:
+  void SetUp() override {}
+
+  // A keep-alive connection that has been served once (so the server counts it as open).
+  int OpenServedConnection() {
+    const int fd = testing::ConnectLoopback(port_);
+    if (fd < 0 || !testing::SendAll(fd, "GET /live HTTP/1.1\r\nHost: t\r\n\r\n")) return -1;
+    pollfd p{fd, POLLIN, 0};
+    char buf[1024];
+    if (::poll(&p, 1, 5000) <= 0 || ::recv(fd, buf, sizeof buf, 0) <= 0) return -1;
+    return std::string_view(buf, 12) == "HTTP/1.1 200" ? fd : -1;
+  }
+};
+
+TEST_F(HttpLimitsTest, ConnectionsOverTheLimitGet503AndTheServerKeepsServing) {
+  HttpOptions options;
+  options.max_connections = 2;
+  Start(options);
+  const int a = OpenServedConnection();
+  const int b = OpenServedConnection();
+  ASSERT_GE(a, 0);
+  ASSERT_GE(b, 0);
+  auto refused = Http(port_, "GET", "/v1/services");
+  EXPECT_EQ(refused.status, 503) << refused.body;
+  EXPECT_NE(refused.body.find("too many connections"), std::string::npos) << refused.body;
+  ::close(a);
+  // The slot is free once the server has seen the close.
+  EXPECT_TRUE(
+      testing::Eventually([&] { return Http(port_, "GET", "/v1/services").status == 200; }, 5s));
+  ::close(b);
+  const std::string metrics = Http(port_, "GET", "/metrics").body;
+  EXPECT_NE(metrics.find("drover_registry_http_refused_connections_total "), std::string::npos);
+  EXPECT_EQ(metrics.find("drover_registry_http_refused_connections_total 0"), std::string::npos)
+      << metrics;
+}
+
+TEST_F(HttpLimitsTest, WatchStreamsOverTheLimitPerClientGet429) {
+  HttpOptions options;
+  options.max_watches_per_client = 2;
+  Start(options);
+  auto first = std::make_unique<testing::StreamReader>(port_, "/v1/watch?from=0");
+  testing::StreamReader second(port_, "/v1/watch?from=0");
+  ASSERT_EQ(first->Lines(1, 5s).size(), 1u);
+  ASSERT_EQ(second.Lines(1, 5s).size(), 1u);
+  testing::StreamReader third(port_, "/v1/watch?from=0");
+  EXPECT_TRUE(third.Ended(5s));
+  EXPECT_EQ(third.status(), 429);
+  // Everything else is still served, writes and their events included.
+  ASSERT_EQ(Http(port_, "PUT", "/v1/services/zone/instances/z1", kGoodBody).status, 200);
+  EXPECT_EQ(second.Lines(2, 5s).size(), 2u);
+  // A stream whose client went away ends when the server next writes to it (an event, or the
+  // periodic progress): then its slot is free again.
+  first.reset();
+  int n = 0;
+  EXPECT_TRUE(testing::Eventually(
+      [&] {
+        Http(port_, "PUT", "/v1/services/zone/instances/e" + std::to_string(++n), kGoodBody);
+        testing::StreamReader again(port_, "/v1/watch?from=0");
+        return again.Lines(1, 1s).size() == 1u && again.status() == 200;
+      },
+      10s));
+}
+
+TEST_F(HttpLimitsTest, WritesOverTheRatePerClientGet429WhileReadsGoOn) {
+  HttpOptions options;
+  options.write_rate = 20;  // a token every 50 ms
+  options.write_burst = 3;
+  Start(options);
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_EQ(
+        Http(port_, "PUT", "/v1/services/zone/instances/z" + std::to_string(i), kGoodBody).status,
+        200);
+  }
+  auto limited = Http(port_, "PUT", "/v1/services/zone/instances/z9", kGoodBody);
+  EXPECT_EQ(limited.status, 429) << limited.body;
+  EXPECT_EQ(Json(limited.body)["error"]["code"], "RESOURCE_EXHAUSTED") << limited.body;
+  EXPECT_NE(limited.body.find("write rate limit: 20 writes/s"), std::string::npos);
+  EXPECT_EQ(Http(port_, "GET", "/v1/services/zone/instances").status, 200);  // reads go on
+  EXPECT_TRUE(testing::Eventually(
+      [&] { return Http(port_, "PUT", "/v1/services/zone/instances/z9", kGoodBody).status == 200; },
+      5s));
+  EXPECT_EQ(Json(Http(port_, "GET", "/v1/services/zone/instances").body)["instances"].size(), 4u);
+  EXPECT_NE(
+      Http(port_, "GET", "/metrics").body.find("drover_registry_http_rate_limited_writes_total"),
+      std::string::npos);
 }
 
 TEST_F(HttpApiTest, StopEndsOpenWatchStreams) {
