@@ -344,10 +344,10 @@ int RunDemo(const DemoArgs& args) {
       for (const StepReport& s : steps) all_ok = all_ok && s.ok();
       PrintReport(steps, tty);
       std::printf(
-          "\nplayers over the whole demo: %d sessions, %d failed connections, %d cut; "
-          "%.0f s in all. %s\n",
-          all.sessions, all.failed(), all.broken, Seconds(clock.Now() - began),
-          all_ok ? "Every bound held." : "SOME BOUNDS DID NOT HOLD.");
+          "\nplayers over the whole demo: %d sessions, %d refused, %d dropped before WELCOME, "
+          "%d cut after it; %.0f s in all. %s\n",
+          all.sessions, all.connect_failed, all.no_welcome, all.broken,
+          Seconds(clock.Now() - began), all_ok ? "Every bound held." : "SOME BOUNDS DID NOT HOLD.");
       std::fflush(stdout);
       if (!all_ok) code = 1;
       if (!args.report.empty()) {
