@@ -27,6 +27,7 @@ namespace {
 using json = nlohmann::json;
 using demo::Figure;
 using demo::Fixed;
+using demo::Seconds;
 using demo::StepReport;
 
 struct DemoArgs {
@@ -38,8 +39,6 @@ struct DemoArgs {
   double rate = 80;
   bool verbose = false;
 };
-
-double Seconds(Duration d) { return std::chrono::duration<double>(d).count(); }
 
 // Progress lines go to stderr as they happen; the report goes to stdout.
 void Say(const std::string& line) {

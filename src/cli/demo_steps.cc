@@ -19,8 +19,6 @@ using json = nlohmann::json;
 using std::chrono::milliseconds;
 namespace pb = drover::examples::whoami::v1;
 
-double Seconds(Duration d) { return std::chrono::duration<double>(d).count(); }
-
 std::string Port() { return std::to_string(sdk::FreeLoopbackPort()); }
 
 // One WhoAmI call; the instance that answered, or "(error text)".
@@ -49,6 +47,8 @@ std::string Fixed(double value, int digits) {
   std::snprintf(buf, sizeof buf, "%.*f", digits, value);
   return buf;
 }
+
+double Seconds(Duration d) { return std::chrono::duration<double>(d).count(); }
 
 bool StepReport::ok() const {
   return std::all_of(figures.begin(), figures.end(), [](const Figure& f) { return f.ok; });

@@ -81,5 +81,6 @@ StepReport ShardStep();
 StepReport GrpcStep(Context& c);
 
 std::string Fixed(double value, int digits);
+double Seconds(Duration d);
 
 }  // namespace drover::cli::demo

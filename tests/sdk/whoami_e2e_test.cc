@@ -104,8 +104,8 @@ TEST_F(WhoAmIE2eTest, AFrozenServerIsFoundDeadByKeepaliveAndCallsMoveOn) {
         const bool ok = st.ok();
         {
           std::lock_guard lock(mu);
-          records.push_back({std::chrono::steady_clock::now(), ok,
-                             ok ? reply.instance() : st.error_message()});
+          records.push_back(
+              {std::chrono::steady_clock::now(), ok, ok ? reply.instance() : st.error_message()});
         }
         std::this_thread::sleep_for(10ms);
       }

@@ -11,6 +11,7 @@
 #include "testing/eventually.h"
 #include "testing/http_client.h"
 #include "testing/line_client.h"
+#include "testing/port_in.h"
 #include "testing/temp_dir.h"
 
 namespace drover {
@@ -19,12 +20,7 @@ namespace {
 using namespace std::chrono_literals;
 using testing::ChildProcess;
 using testing::LineClient;
-
-std::uint16_t Port(const std::string& line, const std::string& pattern) {
-  std::smatch m;
-  if (!std::regex_search(line, m, std::regex(pattern))) return 0;
-  return static_cast<std::uint16_t>(std::stoi(m[1].str()));
-}
+using testing::PortIn;
 
 class ZoneServerTest : public ::testing::Test {
  protected:
@@ -34,8 +30,8 @@ class ZoneServerTest : public ::testing::Test {
                                  "127.0.0.1:0", "--grpc", "127.0.0.1:0"});
     const auto line = registry_->ReadLine(20s);
     ASSERT_TRUE(line.has_value());
-    http_port_ = Port(*line, R"(http://127\.0\.0\.1:(\d+))");
-    grpc_port_ = Port(*line, R"(grpc://127\.0\.0\.1:(\d+))");
+    http_port_ = PortIn(*line, R"(http://127\.0\.0\.1:(\d+))");
+    grpc_port_ = PortIn(*line, R"(grpc://127\.0\.0\.1:(\d+))");
     ASSERT_NE(http_port_, 0);
     ASSERT_NE(grpc_port_, 0);
   }
@@ -64,7 +60,7 @@ TEST_F(ZoneServerTest, WarmsUpRegistersServesAndLeavesCleanlyOnSigterm) {
   auto zone = Zone("z1", {"--warmup-ms", "600", "--propagation-ms", "200", "--drain-ms", "500"});
   const auto first = zone->ReadLine(20s);
   ASSERT_TRUE(first.has_value());
-  const std::uint16_t health = Port(*first, R"(probes on http://127\.0\.0\.1:(\d+)/ready)");
+  const std::uint16_t health = PortIn(*first, R"(probes on http://127\.0\.0\.1:(\d+)/ready)");
   ASSERT_NE(health, 0) << *first;
   EXPECT_EQ(testing::Http(health, "GET", "/live").status, 200);
   EXPECT_EQ(testing::Http(health, "GET", "/ready").status, 503);  // still warming up
@@ -72,7 +68,7 @@ TEST_F(ZoneServerTest, WarmsUpRegistersServesAndLeavesCleanlyOnSigterm) {
 
   const auto second = zone->ReadLine(20s);
   ASSERT_TRUE(second.has_value());
-  const std::uint16_t port = Port(*second, R"(serving at 127\.0\.0\.1:(\d+))");
+  const std::uint16_t port = PortIn(*second, R"(serving at 127\.0\.0\.1:(\d+))");
   ASSERT_NE(port, 0) << *second;
   EXPECT_EQ(testing::Http(health, "GET", "/ready").status, 200);
   const nlohmann::json instances = Instances();
