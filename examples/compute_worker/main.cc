@@ -28,7 +28,13 @@ int main(int argc, char** argv) {
   std::string redis = "127.0.0.1:6379";
   std::string mode = "ok";
   std::int64_t work_ms = 50;
-  app.add_option("--registry", options.registry, "Registry gRPC address, host:port")->required();
+  app.add_option("--registry", options.registry,
+                 "Registry gRPC address: host:port, or grpcs://host:port for TLS")
+      ->required();
+  app.add_option("--registry-ca", options.registry_ca,
+                 "CA certificate (PEM) the registry's TLS certificate is checked against; "
+                 "implies TLS (default with grpcs://: the system's trust store)")
+      ->check(CLI::ExistingFile);
   app.add_option("--service", options.service, "Service to register in")->capture_default_str();
   app.add_option("--id", options.instance_id, "Instance id (default: <hostname>-<pid>)");
   app.add_option("--token", options.token, "Bearer token for the registry")

@@ -52,7 +52,13 @@ int ZoneServerMain(int argc, char** argv) {
   std::int64_t warmup_ms = 2000, ttl_ms = 10'000, propagation_ms = 2000, drain_ms = 20'000,
                grace_ms = 30'000;
   double crash_after = 0;
-  app.add_option("--registry", options.registry, "Registry gRPC address, host:port")->required();
+  app.add_option("--registry", options.registry,
+                 "Registry gRPC address: host:port, or grpcs://host:port for TLS")
+      ->required();
+  app.add_option("--registry-ca", options.registry_ca,
+                 "CA certificate (PEM) the registry's TLS certificate is checked against; "
+                 "implies TLS (default with grpcs://: the system's trust store)")
+      ->check(CLI::ExistingFile);
   app.add_option("--service", options.service, "Service to register in")->capture_default_str();
   app.add_option("--id", options.instance_id, "Instance id (default: <hostname>-<pid>)");
   app.add_option("--token", options.token, "Bearer token for the registry")

@@ -6,7 +6,8 @@
 // that changes. When the watch breaks, the client keeps serving the last good snapshot
 // (stale-if-error), polls List every `list_interval` and reconnects with backoff, resuming from
 // its revision (the registry replays what it missed, or sends a RESYNC). A failure is never an
-// empty list: before the first answer Snapshot() is UNAVAILABLE.
+// empty list: before the first answer Snapshot() is an error -- the registry's own refusal when it
+// gave one (UNAUTHENTICATED for a wrong or expired token), otherwise UNAVAILABLE.
 #pragma once
 
 #include <cstdint>
@@ -25,7 +26,11 @@ namespace drover {
 inline constexpr std::string_view kHealthLabel = "drover.health";
 
 struct DiscoveryOptions {
-  std::string registry;  // gRPC address of the registry, host:port
+  // The registry: host:port, grpc://host:port or grpcs://host:port (TLS). With `registry_ca`
+  // (a PEM file) the registry's certificate is checked against it, and TLS is implied; TLS
+  // without it checks against the system's trust store.
+  std::string registry;
+  std::string registry_ca;
   std::string service;
   std::string token;                                 // bearer token, if the registry wants one
   Duration list_interval = std::chrono::seconds(5);  // List polling while the watch is down
@@ -49,8 +54,8 @@ class DiscoveryClient {
   DiscoveryClient(const DiscoveryClient&) = delete;
   DiscoveryClient& operator=(const DiscoveryClient&) = delete;
 
-  // The last good snapshot; UNAVAILABLE until the registry has answered once. Never blocks on
-  // the network. Thread-safe.
+  // The last good snapshot; until the registry has answered once, the error of the last attempt
+  // (e.g. UNAUTHENTICATED) or UNAVAILABLE. Never blocks on the network. Thread-safe.
   Result<DiscoverySnapshot> Snapshot() const;
   // How long since the registry last confirmed the snapshot (RT-2's staleness metric).
   Duration Age() const;

@@ -72,12 +72,17 @@ struct ReadinessCheck {
 };
 
 struct HostOptions {
-  // Who: the registry (gRPC host:port), the bearer token if it wants one, the service.
+  // Who: the registry, the bearer token if it wants one, the service. The registry is
+  // host:port, grpc://host:port or grpcs://host:port (TLS); `registry_ca` (PEM) is the CA its
+  // certificate is checked against, and implies TLS (default: the system's trust store).
   std::string registry;
+  std::string registry_ca;
   std::string token;
   std::string service;
-  std::string instance_id;       // empty: <hostname>-<pid>
-  std::uint64_t generation = 0;  // 0: wall-clock milliseconds at Start (grows across restarts)
+  std::string instance_id;  // empty: <hostname>-<pid>
+  // 0: wall-clock milliseconds at Start (grows across restarts); if the registry has seen a
+  // newer generation of this id (the clock stepped back), one above that instead.
+  std::uint64_t generation = 0;
   std::string version;
   std::string zone;
   std::uint32_t weight = 1;

@@ -85,12 +85,14 @@ void AddGatewayCommand(CLI::App& app) {
       "request (by path prefix), to a READY, accepting instance of a service -- P2C least "
       "connections with slow start, or consistent hashing on a key line or header -- following "
       "the registry's watch, with health checks, outlier ejection, retries and graceful drain");
-  cmd->add_option("--config", args->config,
-                  "YAML file: registry, token, threads, admin, drain_ms and listeners (see "
-                  "docs/ARCHITECTURE.md, Gateway)")
+  cmd->add_option(
+         "--config", args->config,
+         "YAML file: registry, registry_ca, token, threads, admin, drain_ms and listeners (see "
+         "docs/ARCHITECTURE.md, Gateway)")
       ->required()
       ->check(CLI::ExistingFile);
-  cmd->add_option("--registry", args->registry, "Registry gRPC address host:port (overrides)");
+  cmd->add_option("--registry", args->registry,
+                  "Registry gRPC address, host:port or grpcs://host:port (overrides)");
   cmd->add_option("--admin", args->admin,
                   "Admin address host:port for /metrics and /admin/snapshot, or 'off' (overrides)");
   cmd->add_option("--threads", args->threads, "io threads; 0: one per core (overrides)")

@@ -14,6 +14,7 @@
 
 #include "commands.h"
 #include "registry/auth.h"
+#include "registry/client_limits.h"
 #include "registry/etcd_store.h"
 #include "registry/grpc_api.h"
 #include "registry/http_api.h"
@@ -189,9 +190,11 @@ int RunRegistry(const RegistryArgs& args) {
   http.ui_gateways = args.ui_gateways;
   http.ui_agents = args.ui_agents;
   http.max_connections = args.max_connections;
-  http.max_watches_per_client = args.max_watches_per_client;
-  http.write_rate = args.write_rate;
-  http.write_burst = args.write_burst;
+  // One set of per-client limits for both APIs: a client's HTTP and gRPC calls count together.
+  http.limits = std::make_shared<registry::ClientLimits>(
+      registry::ClientLimitOptions{.max_watches_per_client = args.max_watches_per_client,
+                                   .write_rate = args.write_rate,
+                                   .write_burst = args.write_burst});
   http.max_body = args.max_body;
   if (!SplitHostPort(args.http, &http.address, &http.port)) {
     spdlog::error("--http must be host:port, got '{}'", args.http);
@@ -266,6 +269,7 @@ int RunRegistry(const RegistryArgs& args) {
   registry::GrpcOptions grpc_options;
   grpc_options.address = args.grpc;
   grpc_options.auth = http.auth;
+  grpc_options.limits = http.limits;
   grpc_options.tls_cert_file = args.tls_cert;
   grpc_options.tls_key_file = args.tls_key;
   const bool tls = !args.tls_cert.empty();

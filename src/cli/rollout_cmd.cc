@@ -30,11 +30,13 @@ using json = nlohmann::json;
 }
 
 // `peer` is "agent" or "registry", for error messages. `timeout` bounds a whole exchange.
+// `ca_file`: the CA an https:// peer's certificate is checked against (default: the system's).
 HttpClient Connect(const std::string& url, const std::string& peer,
-                   std::chrono::seconds timeout = std::chrono::seconds(30)) {
+                   std::chrono::seconds timeout = std::chrono::seconds(30),
+                   const std::string& ca_file = {}) {
   std::string token;
   if (const char* env = std::getenv("DROVER_TOKEN")) token = env;
-  auto client = HttpClient::Create(url, token, timeout, {}, peer);
+  auto client = HttpClient::Create(url, token, timeout, ca_file, peer);
   if (!client.ok()) Fail(2, "--" + peer + ": " + client.status().message());
   return std::move(client).value();
 }
@@ -91,6 +93,7 @@ struct DeployArgs {
   int instances = 1;
   std::string agent = "http://127.0.0.1:7080";
   std::string registry = "http://127.0.0.1:7070";
+  std::string registry_ca;
   int min_healthy_ms = 10'000;
   int check_delay_ms = 5'000;
   int progress_deadline_ms = 120'000;
@@ -131,6 +134,8 @@ void ApplySpec(const CLI::App& cmd, DeployArgs& args) {
         if (!given("--agent")) args.agent = v.as<std::string>();
       } else if (key == "registry") {
         if (!given("--registry")) args.registry = v.as<std::string>();
+      } else if (key == "registry_ca") {
+        if (!given("--registry-ca")) args.registry_ca = v.as<std::string>();
       } else if (key == "min_healthy_ms") {
         if (!given("--min-healthy-ms")) args.min_healthy_ms = v.as<int>();
       } else if (key == "check_delay_ms") {
@@ -174,7 +179,8 @@ int RunDeploy(const DeployArgs& args) {
               std::max(std::chrono::seconds(30),
                        std::chrono::seconds(15) +
                            std::chrono::duration_cast<std::chrono::seconds>(spec.stop_grace))));
-  const HttpClient registry = Connect(args.registry, "registry");
+  const HttpClient registry =
+      Connect(args.registry, "registry", std::chrono::seconds(30), args.registry_ca);
   RealClock clock;
   rollout::Deployer deployer(
       agent, [&](const std::string& service) { return RegistryReadiness(registry, service); },
@@ -268,6 +274,7 @@ void AddRolloutCommands(CLI::App& app) {
   d->add_option("service", deploy->service, "Service to deploy");
   d->add_option("--spec", deploy->spec_file,
                 "YAML: service, version, command (list), env (map), instances, agent, registry, "
+                "registry_ca, "
                 "min_healthy_ms, check_delay_ms, progress_deadline_ms, stop_grace_ms; flags win")
       ->check(CLI::ExistingFile);
   d->add_option("--version", deploy->version, "The new version (names the instances)");
@@ -276,7 +283,11 @@ void AddRolloutCommands(CLI::App& app) {
       ->capture_default_str();
   d->add_option("--env", deploy->env, "KEY=VALUE for the instances' environment (repeatable)");
   d->add_option("--agent", deploy->agent, "The agent's URL")->capture_default_str();
-  d->add_option("--registry", deploy->registry, "The registry's HTTP URL")->capture_default_str();
+  d->add_option("--registry", deploy->registry, "The registry's HTTP(S) URL")
+      ->capture_default_str();
+  d->add_option("--registry-ca", deploy->registry_ca,
+                "CA certificate (PEM) for an https:// registry (default: the system's trust store)")
+      ->check(CLI::ExistingFile);
   d->add_option("--min-healthy-ms", deploy->min_healthy_ms,
                 "READY this long, continuously, before the crash checks")
       ->check(CLI::Range(0, 3'600'000))

@@ -10,6 +10,8 @@
 #include <sstream>
 #include <thread>
 
+#include "sdk/registry_channel.h"
+
 namespace drover::gateway {
 namespace {
 
@@ -247,6 +249,9 @@ std::string_view PolicyName(Policy policy) {
 
 Status ValidateGatewayConfig(const GatewayConfig& c) {
   if (c.registry.empty()) return InvalidArgumentError("registry: required (gRPC host:port)");
+  if (auto target = sdk::ParseRegistryTarget(c.registry, c.registry_ca); !target.ok()) {
+    return target.status();
+  }
   if (c.threads < 0 || c.threads > 256) return InvalidArgumentError("threads: must be 0..256");
   if (!c.admin.empty() && !ValidAddress(c.admin)) {
     return InvalidArgumentError("admin: must be IPv4 host:port, got '" + c.admin + "'");
@@ -313,6 +318,7 @@ Result<GatewayConfig> ParseGatewayConfig(const std::string& yaml) {
     MapReader r(root, "config");
     DROVER_CONFIG_TRY(r.Check());
     DROVER_CONFIG_TRY(r.Get("registry", c.registry));
+    DROVER_CONFIG_TRY(r.Get("registry_ca", c.registry_ca));
     DROVER_CONFIG_TRY(r.Get("token", c.token));
     DROVER_CONFIG_TRY(r.Get("threads", c.threads));
     DROVER_CONFIG_TRY(r.Get("admin", c.admin));

@@ -2,7 +2,8 @@
 // The gateway's configuration: listeners, each bound to one service with a routing policy (tcp)
 // or routing HTTP requests by path prefix to services (http).
 //
-//   registry: 127.0.0.1:7071        # gRPC address of the registry
+//   registry: 127.0.0.1:7071        # gRPC address of the registry; grpcs://host:port for TLS
+//   registry_ca: /etc/drover/ca.pem # CA of the registry's certificate (implies TLS)
 //   token: ...                      # bearer token, if the registry wants one
 //   threads: 2                      # io threads (default: the number of cores)
 //   admin: 127.0.0.1:9900           # /metrics, /admin/snapshot, /live, /ready ("" disables)
@@ -121,6 +122,7 @@ ListenerConfig RouteUpstreamConfig(const ListenerConfig& listener, const RouteCo
 
 struct GatewayConfig {
   std::string registry;
+  std::string registry_ca;
   std::string token;
   int threads = 0;  // 0: the number of cores
   std::string admin = "127.0.0.1:9900";

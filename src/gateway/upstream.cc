@@ -38,6 +38,7 @@ Result<std::unique_ptr<Upstream>> Upstream::Start(const GatewayConfig& gateway,
   std::unique_ptr<Upstream> up(new Upstream(listener, clock));
   DiscoveryOptions d;
   d.registry = gateway.registry;
+  d.registry_ca = gateway.registry_ca;
   d.token = gateway.token;
   d.service = listener.service;
   auto discovery = DiscoveryClient::Start(d, clock);

@@ -2,6 +2,8 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <cstdio>
+#include <ctime>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -21,6 +23,38 @@ bool ConstantTimeEquals(std::string_view a, std::string_view b) {
     diff |= x ^ y;
   }
   return diff == 0;
+}
+
+// "2027-03-31T00:00:00Z": RFC 3339 in UTC, to the second.
+std::optional<SystemTime> ParseUtc(const std::string& text) {
+  std::tm tm{};
+  char zulu = 0;
+  int consumed = 0;
+  if (std::sscanf(text.c_str(), "%4d-%2d-%2dT%2d:%2d:%2d%c%n", &tm.tm_year, &tm.tm_mon, &tm.tm_mday,
+                  &tm.tm_hour, &tm.tm_min, &tm.tm_sec, &zulu, &consumed) != 7 ||
+      zulu != 'Z' || static_cast<std::size_t>(consumed) != text.size()) {
+    return std::nullopt;
+  }
+  const std::tm given = tm;
+  tm.tm_year -= 1900;
+  tm.tm_mon -= 1;
+  const std::time_t t = ::timegm(&tm);
+  // timegm normalises out-of-range fields (Feb 30 -> Mar 2); a real date comes back unchanged.
+  if (t == static_cast<std::time_t>(-1) || tm.tm_year + 1900 != given.tm_year ||
+      tm.tm_mon + 1 != given.tm_mon || tm.tm_mday != given.tm_mday || tm.tm_hour != given.tm_hour ||
+      tm.tm_min != given.tm_min || tm.tm_sec != given.tm_sec) {
+    return std::nullopt;
+  }
+  return std::chrono::system_clock::from_time_t(t);
+}
+
+std::string FormatUtc(SystemTime t) {
+  const std::time_t tt = std::chrono::system_clock::to_time_t(t);
+  std::tm tm{};
+  ::gmtime_r(&tt, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
 }
 
 }  // namespace
@@ -55,7 +89,8 @@ Result<std::shared_ptr<const Authorizer>> Authorizer::FromYaml(std::string_view 
       }
       for (const auto& kv : entry) {
         const std::string key = kv.first.as<std::string>();
-        if (key != "name" && key != "token" && key != "write" && key != "read_only") {
+        if (key != "name" && key != "token" && key != "write" && key != "read_only" &&
+            key != "expires") {
           return InvalidArgumentError(where + ": unknown field '" + key + "'");
         }
       }
@@ -79,6 +114,14 @@ Result<std::shared_ptr<const Authorizer>> Authorizer::FromYaml(std::string_view 
         }
         for (const YAML::Node& s : entry["write"]) t.write.push_back(s.as<std::string>());
       }
+      if (entry["expires"]) {
+        const std::string text = entry["expires"].as<std::string>();
+        t.expires = ParseUtc(text);
+        if (!t.expires) {
+          return InvalidArgumentError(where + " (" + t.name + "): 'expires' is '" + text +
+                                      "'; give a UTC time like 2027-03-31T00:00:00Z");
+        }
+      }
       if (t.read_only && !t.write.empty()) {
         return InvalidArgumentError(where + " (" + t.name + "): read_only with a 'write' list");
       }
@@ -91,34 +134,38 @@ Result<std::shared_ptr<const Authorizer>> Authorizer::FromYaml(std::string_view 
   return std::shared_ptr<const Authorizer>(new Authorizer(std::move(tokens)));
 }
 
-const Authorizer::Token* Authorizer::Find(std::string_view authorization) const {
+Result<const Authorizer::Token*> Authorizer::Find(std::string_view authorization,
+                                                  SystemTime now) const {
+  if (authorization.empty()) {
+    return Status(StatusCode::kUnauthenticated, "missing 'Authorization: Bearer <token>'");
+  }
   constexpr std::string_view kBearer = "Bearer ";
-  if (authorization.substr(0, kBearer.size()) != kBearer) return nullptr;
+  if (authorization.substr(0, kBearer.size()) != kBearer) {
+    return Status(StatusCode::kUnauthenticated,
+                  "the Authorization header must be 'Bearer <token>'");
+  }
   const std::string_view presented = authorization.substr(kBearer.size());
   const Token* found = nullptr;
   // Every token is compared, so timing does not say which one (or whether any) matched.
   for (const Token& t : tokens_) {
     if (ConstantTimeEquals(t.secret, presented)) found = &t;
   }
+  if (found == nullptr) return Status(StatusCode::kUnauthenticated, "unknown bearer token");
+  if (found->expires && now >= *found->expires) {
+    return Status(StatusCode::kUnauthenticated,
+                  "token '" + found->name + "' expired at " + FormatUtc(*found->expires));
+  }
   return found;
 }
 
-Result<std::string> Authorizer::Authenticate(std::string_view authorization) const {
-  if (authorization.empty()) {
-    return Status(StatusCode::kUnauthenticated, "missing 'Authorization: Bearer <token>'");
-  }
-  const Token* t = Find(authorization);
-  if (t == nullptr) return Status(StatusCode::kUnauthenticated, "unknown bearer token");
+Result<std::string> Authorizer::Authenticate(std::string_view authorization, SystemTime now) const {
+  DROVER_ASSIGN_OR_RETURN(const Token* t, Find(authorization, now));
   return t->name;
 }
 
-Status Authorizer::AuthorizeWrite(std::string_view authorization, std::string_view service) const {
-  const Token* t = Find(authorization);
-  if (t == nullptr) {
-    return Status(StatusCode::kUnauthenticated, authorization.empty()
-                                                    ? "missing 'Authorization: Bearer <token>'"
-                                                    : "unknown bearer token");
-  }
+Status Authorizer::AuthorizeWrite(std::string_view authorization, std::string_view service,
+                                  SystemTime now) const {
+  DROVER_ASSIGN_OR_RETURN(const Token* t, Find(authorization, now));
   for (const std::string& allowed : t->write) {
     if (allowed == "*" || allowed == service) return Status::Ok();
   }

@@ -9,17 +9,23 @@
 //     - name: dashboard
 //       token: "0b3a...22"
 //       read_only: true
+//       expires: "2027-03-31T00:00:00Z"   # optional, UTC; refused from this instant on
 //
-// Every token may read; only the services listed under `write` may be written with it. With no
-// Authorizer (auth off) everything is allowed. Tokens are compared in constant time. Immutable
-// after loading; thread-safe.
+// Every token may read; only the services listed under `write` may be written with it. An
+// expired token is refused like an unknown one (UNAUTHENTICATED), with its name and expiry in
+// the message so that whoever holds it knows to rotate it. With no Authorizer (auth off)
+// everything is allowed. Tokens are compared in constant time. Immutable after loading;
+// thread-safe.
 #pragma once
 
+#include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "drover/clock.h"
 #include "drover/status.h"
 
 namespace drover::registry {
@@ -31,6 +37,7 @@ class Authorizer {
     std::string secret;
     bool read_only = false;
     std::vector<std::string> write;  // service names, or "*"
+    std::optional<SystemTime> expires;
   };
 
   // Parses a token file. INVALID_ARGUMENT with the file and entry named on any malformed,
@@ -39,16 +46,19 @@ class Authorizer {
   static Result<std::shared_ptr<const Authorizer>> FromYaml(std::string_view yaml);
 
   // `authorization` is the raw Authorization header ("Bearer <token>"); empty when missing.
-  // UNAUTHENTICATED when missing or unknown; otherwise OK and the token's name.
-  Result<std::string> Authenticate(std::string_view authorization) const;
-  // PERMISSION_DENIED unless the token may write `service`.
-  Status AuthorizeWrite(std::string_view authorization, std::string_view service) const;
+  // UNAUTHENTICATED when missing, unknown or expired at `now`; otherwise OK and the token's name.
+  Result<std::string> Authenticate(std::string_view authorization,
+                                   SystemTime now = std::chrono::system_clock::now()) const;
+  // As Authenticate, then PERMISSION_DENIED unless the token may write `service`.
+  Status AuthorizeWrite(std::string_view authorization, std::string_view service,
+                        SystemTime now = std::chrono::system_clock::now()) const;
 
   std::size_t size() const { return tokens_.size(); }
 
  private:
   explicit Authorizer(std::vector<Token> tokens) : tokens_(std::move(tokens)) {}
-  const Token* Find(std::string_view authorization) const;
+  // The token presented, or UNAUTHENTICATED (missing, unknown, expired).
+  Result<const Token*> Find(std::string_view authorization, SystemTime now) const;
 
   std::vector<Token> tokens_;
 };

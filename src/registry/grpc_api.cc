@@ -16,6 +16,7 @@
 
 #include "drover/registry/v1/registry.grpc.pb.h"
 #include "registry/auth.h"
+#include "registry/client_limits.h"
 #include "registry/registry.h"
 
 namespace drover::registry {
@@ -175,13 +176,14 @@ class RegistryService final
               pb::Registry::WithCallbackMethod_SetState<pb::Registry::WithCallbackMethod_Deregister<
                   pb::Registry::WithCallbackMethod_List<pb::Registry::Service>>>>>> {
  public:
-  RegistryService(Registry& registry, std::shared_ptr<const Authorizer> auth);
+  RegistryService(Registry& registry, std::shared_ptr<const Authorizer> auth,
+                  std::shared_ptr<ClientLimits> limits);
   ~RegistryService() override;
 
   grpc::ServerUnaryReactor* Register(grpc::CallbackServerContext* ctx,
                                      const pb::RegisterRequest* req,
                                      pb::RevisionReply* reply) override {
-    if (Status s = CheckWrite(*ctx, req->service()); !s.ok()) return Done(ctx, ToGrpc(s));
+    if (Status s = AdmitWrite(*ctx, req->service()); !s.ok()) return Done(ctx, ToGrpc(s));
     auto spec = FromProto(req->spec());
     if (!spec.ok()) return Done(ctx, ToGrpc(spec.status()));
     return Commit(ctx, [this, req, reply, spec = std::move(*spec)] {
@@ -192,7 +194,7 @@ class RegistryService final
   grpc::ServerUnaryReactor* Heartbeat(grpc::CallbackServerContext* ctx,
                                       const pb::HeartbeatRequest* req,
                                       pb::RevisionReply* reply) override {
-    if (Status s = CheckWrite(*ctx, req->service()); !s.ok()) return Done(ctx, ToGrpc(s));
+    if (Status s = AdmitWrite(*ctx, req->service()); !s.ok()) return Done(ctx, ToGrpc(s));
     return Done(ctx,
                 Reply(registry_.Heartbeat(req->service(), req->id(), req->generation()), reply));
   }
@@ -200,7 +202,7 @@ class RegistryService final
   grpc::ServerUnaryReactor* SetState(grpc::CallbackServerContext* ctx,
                                      const pb::SetStateRequest* req,
                                      pb::RevisionReply* reply) override {
-    if (Status s = CheckWrite(*ctx, req->service()); !s.ok()) return Done(ctx, ToGrpc(s));
+    if (Status s = AdmitWrite(*ctx, req->service()); !s.ok()) return Done(ctx, ToGrpc(s));
     std::optional<InstanceState> state;
     if (req->state() != pb::STATE_UNSPECIFIED) {
       auto parsed = FromProto(req->state());
@@ -222,7 +224,7 @@ class RegistryService final
   grpc::ServerUnaryReactor* Deregister(grpc::CallbackServerContext* ctx,
                                        const pb::DeregisterRequest* req,
                                        pb::RevisionReply* reply) override {
-    if (Status s = CheckWrite(*ctx, req->service()); !s.ok()) return Done(ctx, ToGrpc(s));
+    if (Status s = AdmitWrite(*ctx, req->service()); !s.ok()) return Done(ctx, ToGrpc(s));
     return Commit(ctx, [this, req, reply] {
       return Reply(registry_.Deregister(req->service(), req->id(), req->generation()), reply);
     });
@@ -247,6 +249,13 @@ class RegistryService final
   grpc::Status Watch(grpc::ServerContext* ctx, const pb::WatchRequest* req,
                      grpc::ServerWriter<pb::Event>* writer) override {
     if (Status s = CheckRead(*ctx); !s.ok()) return ToGrpc(s);
+    const std::string client = ClientAddressOfPeer(ctx->peer());
+    if (Status s = limits_->AcquireWatch(client); !s.ok()) return ToGrpc(s);
+    struct Admitted {
+      ClientLimits& limits;
+      const std::string& client;
+      ~Admitted() { limits.ReleaseWatch(client); }
+    } admitted{*limits_, client};
     auto watcher = registry_.Watch(req->from_revision(), req->service());
     if (!watcher.ok()) return ToGrpc(watcher.status());
     std::shared_ptr<Watcher> w = *watcher;
@@ -308,6 +317,14 @@ class RegistryService final
     if (!auth_) return Status::Ok();
     return auth_->AuthorizeWrite(Authorization(ctx), service);
   }
+  // One write against the client's rate.
+  Status TakeWrite(const grpc::ServerContextBase& ctx) {
+    return limits_->TakeWriteToken(ClientAddressOfPeer(ctx.peer()));
+  }
+  Status AdmitWrite(const grpc::ServerContextBase& ctx, const std::string& service) {
+    DROVER_RETURN_IF_ERROR(CheckWrite(ctx, service));
+    return TakeWrite(ctx);
+  }
 
   static grpc::ServerUnaryReactor* Done(grpc::CallbackServerContext* ctx, grpc::Status status) {
     grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
@@ -324,6 +341,7 @@ class RegistryService final
 
   Registry& registry_;
   const std::shared_ptr<const Authorizer> auth_;
+  const std::shared_ptr<ClientLimits> limits_;
   WritePool writes_{2};
   std::mutex mu_;
   std::set<std::shared_ptr<Watcher>> watches_;  // guarded by mu_
@@ -412,14 +430,17 @@ class RegistryService::KeepAliveStream final
 
  private:
   // Renews the leases of one request; each heartbeat is authorised as a unary call would be,
-  // and the permitted ones are renewed under one registry lock.
+  // and the permitted ones are renewed under one registry lock. The message is one write
+  // against the client's rate: over it, every heartbeat in it is RESOURCE_EXHAUSTED.
   pb::KeepAliveReply Renew() {
     const int n = request_.heartbeats_size();
     std::vector<Status> denied(static_cast<std::size_t>(n));
     renewals_.clear();
+    const Status limited = service_.TakeWrite(*ctx_);
     for (int i = 0; i < n; ++i) {
       const pb::HeartbeatRequest& hb = request_.heartbeats(i);
-      denied[static_cast<std::size_t>(i)] = service_.CheckWrite(*ctx_, hb.service());
+      denied[static_cast<std::size_t>(i)] =
+          limited.ok() ? service_.CheckWrite(*ctx_, hb.service()) : limited;
       if (!denied[static_cast<std::size_t>(i)].ok()) continue;
       renewals_.push_back(LeaseRenewal{hb.service(), hb.id(), hb.generation()});
     }
@@ -468,8 +489,11 @@ class RegistryService::KeepAliveStream final
   grpc::Status end_status_;                 // guarded by mu_
 };
 
-RegistryService::RegistryService(Registry& registry, std::shared_ptr<const Authorizer> auth)
-    : registry_(registry), auth_(std::move(auth)) {}
+RegistryService::RegistryService(Registry& registry, std::shared_ptr<const Authorizer> auth,
+                                 std::shared_ptr<ClientLimits> limits)
+    : registry_(registry),
+      auth_(std::move(auth)),
+      limits_(limits ? std::move(limits) : std::make_shared<ClientLimits>()) {}
 
 RegistryService::~RegistryService() = default;
 
@@ -509,7 +533,7 @@ struct GrpcServer::Impl {
 
 Result<std::unique_ptr<GrpcServer>> GrpcServer::Start(Registry& registry, GrpcOptions options) {
   auto impl = std::make_unique<Impl>();
-  impl->service = std::make_unique<RegistryService>(registry, options.auth);
+  impl->service = std::make_unique<RegistryService>(registry, options.auth, options.limits);
   grpc::ServerBuilder builder;
   std::shared_ptr<grpc::ServerCredentials> credentials = grpc::InsecureServerCredentials();
   if (!options.tls_cert_file.empty() || !options.tls_key_file.empty()) {

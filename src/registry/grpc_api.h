@@ -19,11 +19,16 @@
 namespace drover::registry {
 
 class Authorizer;
+class ClientLimits;
 class Registry;
 
 struct GrpcOptions {
   std::string address = "127.0.0.1:0";  // port 0: any free port; read it back with port()
   std::shared_ptr<const Authorizer> auth;
+  // Per-client limits (client_limits.h): Watch streams per client address over the limit, and
+  // writes (Register, Heartbeat, SetState, Deregister; a KeepAlive message counts as one write)
+  // over the rate, are RESOURCE_EXHAUSTED. Null: ClientLimitOptions' defaults.
+  std::shared_ptr<ClientLimits> limits;
   // Both set: TLS only, with this PEM certificate chain and private key.
   std::string tls_cert_file;
   std::string tls_key_file;

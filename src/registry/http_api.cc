@@ -25,9 +25,11 @@
 #include <utility>
 #include <vector>
 
+#include "common/fencing.h"
 #include "common/metrics_text.h"
 #include "common/text.h"
 #include "registry/auth.h"
+#include "registry/client_limits.h"
 #include "registry/json_codec.h"
 #include "registry/registry.h"
 #include "registry/web_assets.h"
@@ -77,10 +79,7 @@ http::status HttpStatusFor(StatusCode code) {
 
 // Fencing is the one ABORTED the registry returns; clients branch on it, so it gets its name.
 std::string ErrorCode(const Status& status) {
-  if (status.code() == StatusCode::kAborted && status.message().rfind("fenced", 0) == 0) {
-    return "FENCED";
-  }
-  return std::string(StatusCodeName(status.code()));
+  return IsFenced(status) ? "FENCED" : std::string(StatusCodeName(status.code()));
 }
 
 Response JsonResponse(const Request& req, http::status status, const nlohmann::json& body) {
@@ -94,9 +93,10 @@ Response JsonResponse(const Request& req, http::status status, const nlohmann::j
 }
 
 Response ErrorResponse(const Request& req, const Status& status) {
-  Response res =
-      JsonResponse(req, HttpStatusFor(status.code()),
-                   {{"error", {{"code", ErrorCode(status)}, {"message", status.message()}}}});
+  nlohmann::json error = {{"code", ErrorCode(status)}, {"message", status.message()}};
+  // A fenced writer learns the generation to beat without parsing the message.
+  if (const auto newest = FencedNewestGeneration(status)) error["newest_generation"] = *newest;
+  Response res = JsonResponse(req, HttpStatusFor(status.code()), {{"error", std::move(error)}});
   if (status.code() == StatusCode::kUnauthenticated) {
     res.set(http::field::www_authenticate, "Bearer realm=\"drover-registry\"");
   }
@@ -136,12 +136,6 @@ Result<std::uint64_t> ParseUint(std::string_view text, const char* what) {
 }
 
 nlohmann::json RevisionBody(std::uint64_t revision) { return {{"revision", revision}}; }
-
-std::string FormatRate(double rate) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%g", rate);
-  return buf;
-}
 
 std::string_view ContentTypeOf(std::string_view name) {
   const std::size_t dot = name.rfind('.');
@@ -188,7 +182,6 @@ void FinishBody(const Request& req, Response& res) {
 }
 
 constexpr std::chrono::seconds kWatchWriteTimeout{30};
-constexpr std::size_t kMaxBuckets = 10'000;  // write-limit buckets kept before idle ones go
 constexpr std::chrono::milliseconds kAcceptBackoff{200};
 constexpr std::chrono::seconds kStopGrace{2};
 constexpr std::chrono::seconds kTlsHandshakeTimeout{10};
@@ -197,7 +190,12 @@ constexpr std::size_t kEncodedEvents = 4096;
 }  // namespace
 
 struct HttpServer::Impl {
-  Impl(Registry& r, HttpOptions o) : registry(r), options(std::move(o)) {}
+  Impl(Registry& r, HttpOptions o) : registry(r), options(WithLimits(std::move(o))) {}
+
+  static HttpOptions WithLimits(HttpOptions o) {
+    if (!o.limits) o.limits = std::make_shared<ClientLimits>();
+    return o;
+  }
 
   net::awaitable<void> Accept();
   net::awaitable<void> Session(tcp::socket socket);
@@ -254,44 +252,7 @@ struct HttpServer::Impl {
   std::vector<std::thread> threads;
   std::once_flag stop_once;
 
-  // The write limit's token bucket of one client address.
-  struct Bucket {
-    double tokens = 0;
-    MonoTime last{};
-  };
-  // False when the client at `client` is over its write rate (a token is taken otherwise).
-  bool TakeWriteToken(const std::string& client) {
-    if (options.write_rate <= 0) return true;
-    const double burst = options.write_burst > 0 ? options.write_burst : 2 * options.write_rate;
-    const MonoTime now = MonoClock::now();
-    std::lock_guard lock(mu);
-    if (buckets.size() > kMaxBuckets) {
-      // Forget clients idle long enough to have a full bucket again.
-      std::erase_if(buckets, [&](const auto& b) {
-        return std::chrono::duration<double>(now - b.second.last).count() * options.write_rate >=
-               burst;
-      });
-    }
-    auto [it, fresh] = buckets.try_emplace(client, Bucket{burst, now});
-    Bucket& b = it->second;
-    if (!fresh) {
-      b.tokens = std::min(burst, b.tokens + std::chrono::duration<double>(now - b.last).count() *
-                                                options.write_rate);
-      b.last = now;
-    }
-    if (b.tokens < 1) {
-      ++rejected_writes;
-      return false;
-    }
-    b.tokens -= 1;
-    return true;
-  }
-
   std::mutex mu;
-  std::map<std::string, Bucket> buckets;              // guarded by mu: by client address
-  std::map<std::string, std::size_t> client_watches;  // guarded by mu: open streams per client
-  std::uint64_t rejected_writes = 0;                  // guarded by mu
-  std::uint64_t rejected_watches = 0;                 // guarded by mu
   std::atomic<std::size_t> open_connections{0};
   std::atomic<std::uint64_t> rejected_connections{0};
   std::condition_variable watches_done;         // a watch stream ended
@@ -449,10 +410,10 @@ net::awaitable<void> HttpServer::Impl::Serve(Stream& stream, const std::string& 
     Response res;
     const bool write = req.method() == http::verb::put || req.method() == http::verb::post ||
                        req.method() == http::verb::delete_;
-    if (write && target.rfind("/v1/", 0) == 0 && !TakeWriteToken(client)) {
-      res = ErrorResponse(req, http::status::too_many_requests, StatusCode::kResourceExhausted,
-                          "write rate limit: " + FormatRate(options.write_rate) +
-                              " writes/s per client address; retry shortly");
+    Status limited;
+    if (write && target.rfind("/v1/", 0) == 0) limited = options.limits->TakeWriteToken(client);
+    if (!limited.ok()) {
+      res = ErrorResponse(req, http::status::too_many_requests, limited.code(), limited.message());
       res.set(http::field::retry_after, "1");
       Count(res.result_int());
       co_await http::async_write(stream, res, net::redirect_error(net::use_awaitable, ec));
@@ -478,37 +439,19 @@ net::awaitable<void> HttpServer::Impl::ServeWatch(Stream& stream, const Request&
                                                   std::uint64_t from, std::string service,
                                                   std::string client) {
   boost::system::error_code ec;
-  bool admitted = false;
-  {
-    std::lock_guard lock(mu);
-    std::size_t& open = client_watches[client];
-    if (open < options.max_watches_per_client) {
-      ++open;
-      admitted = true;
-    } else {
-      ++rejected_watches;
-    }
-  }
-  if (!admitted) {
+  if (Status admitted = options.limits->AcquireWatch(client); !admitted.ok()) {
     Response res =
-        ErrorResponse(req, http::status::too_many_requests, StatusCode::kResourceExhausted,
-                      "too many watch streams from " + client + " (limit " +
-                          std::to_string(options.max_watches_per_client) + ")");
+        ErrorResponse(req, http::status::too_many_requests, admitted.code(), admitted.message());
     res.keep_alive(false);
     Count(res.result_int());
     co_await http::async_write(stream, res, net::redirect_error(net::use_awaitable, ec));
     co_return;
   }
   struct Admitted {
-    Impl& impl;
+    ClientLimits& limits;
     const std::string& client;
-    ~Admitted() {
-      std::lock_guard lock(impl.mu);
-      if (auto it = impl.client_watches.find(client); it != impl.client_watches.end()) {
-        if (--it->second == 0) impl.client_watches.erase(it);
-      }
-    }
-  } admitted_guard{*this, client};
+    ~Admitted() { limits.ReleaseWatch(client); }
+  } admitted_guard{*options.limits, client};
   auto watcher = registry.Watch(from, service);
   if (!watcher.ok()) {
     Response res = ErrorResponse(req, watcher.status());
@@ -801,12 +744,12 @@ std::string HttpServer::Impl::Metrics() {
   std::lock_guard lock(mu);
   out.Gauge("drover_registry_watch_streams", "Open HTTP watch streams",
             static_cast<double>(watches.size()));
-  out.Counter("drover_registry_http_refused_watches_total",
-              "Watch streams refused for being over max_watches_per_client",
-              static_cast<double>(rejected_watches));
-  out.Counter("drover_registry_http_rate_limited_writes_total",
-              "Writes refused for being over the client's write rate",
-              static_cast<double>(rejected_writes));
+  out.Counter("drover_registry_refused_watches_total",
+              "Watch streams (HTTP and gRPC) refused for being over max_watches_per_client",
+              static_cast<double>(options.limits->refused_watches()));
+  out.Counter("drover_registry_rate_limited_writes_total",
+              "Writes (HTTP and gRPC) refused for being over the client's write rate",
+              static_cast<double>(options.limits->rate_limited_writes()));
   for (const auto& [status, count] : responses) {
     out.Counter("drover_registry_http_responses_total", "HTTP responses by status",
                 static_cast<double>(count), {{"code", std::to_string(status)}});

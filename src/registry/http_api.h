@@ -39,6 +39,7 @@
 namespace drover::registry {
 
 class Authorizer;
+class ClientLimits;
 class Registry;
 
 struct HttpOptions {
@@ -46,15 +47,12 @@ struct HttpOptions {
   std::uint16_t port = 0;  // 0: any free port; read it back with port()
   int threads = 2;
   std::size_t max_body = 64 * 1024;
-  // Protection (REG-8): connections open at once (more are answered 503 and closed), watch
-  // streams open at once per client address (more get 429), and writes (PUT, POST, DELETE under
-  // /v1) per second per client address, a token bucket of `write_burst` (0: twice the rate).
-  // A write rate of 0 is no limit: a fleet behind one NAT address, or a benchmark on loopback,
-  // would otherwise be throttled as one client.
+  // Protection (REG-8): connections open at once (more are answered 503 and closed), and the
+  // per-client limits (client_limits.h) on watch streams (more get 429) and writes -- PUT, POST,
+  // DELETE under /v1 -- (429 with Retry-After). Null limits: ClientLimitOptions' defaults. Give
+  // the gRPC server the same object to count a client's calls on both APIs together.
   std::size_t max_connections = 4096;
-  std::size_t max_watches_per_client = 64;
-  double write_rate = 0;
-  double write_burst = 0;
+  std::shared_ptr<ClientLimits> limits;
   Duration idle_timeout = std::chrono::seconds(60);  // keep-alive connections without a request
   // Null: no authentication. Otherwise every /v1 request needs a bearer token, and writes a
   // token allowed to write the service (401 / 403). /live, /ready and /metrics stay open.

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <chrono>
 
+#include "common/fencing.h"
+
 namespace drover::registry {
 namespace {
 
@@ -175,13 +177,6 @@ Status Registry::ValidateKey(const std::string& service, const std::string& id) 
   return ValidateName("instance id", id, options_.limits);
 }
 
-Status Registry::Fenced(const std::string& service, const std::string& id, std::uint64_t generation,
-                        std::uint64_t newest) const {
-  return Status(StatusCode::kAborted,
-                "fenced: " + Path(service, id) + " generation " + std::to_string(generation) +
-                    " is older than generation " + std::to_string(newest) + " already seen");
-}
-
 Result<Registry::Entry*> Registry::FindForWrite(const std::string& service, const std::string& id,
                                                 std::uint64_t generation) {
   auto svc = services_.find(service);
@@ -189,7 +184,7 @@ Result<Registry::Entry*> Registry::FindForWrite(const std::string& service, cons
     auto it = svc->second.instances.find(id);
     if (it != svc->second.instances.end()) {
       const std::uint64_t current = it->second.instance.spec.generation;
-      if (generation < current) return Fenced(service, id, generation, current);
+      if (generation < current) return FencedError(service, id, generation, current, "registered");
       if (generation > current) {
         return FailedPreconditionError(Path(service, id) + " is registered at generation " +
                                        std::to_string(current) + "; register generation " +
@@ -200,10 +195,7 @@ Result<Registry::Entry*> Registry::FindForWrite(const std::string& service, cons
   }
   auto tomb = tombstones_.find(Key{service, id});
   if (tomb != tombstones_.end() && generation <= tomb->second.generation) {
-    return Status(StatusCode::kAborted, "fenced: " + Path(service, id) + " generation " +
-                                            std::to_string(generation) +
-                                            " was removed (tombstone at generation " +
-                                            std::to_string(tomb->second.generation) + ")");
+    return FencedError(service, id, generation, tomb->second.generation, "removed");
   }
   return NotFoundError(Path(service, id) + " is not registered");
 }
@@ -377,10 +369,8 @@ Result<std::uint64_t> Registry::Register(const std::string& service, const std::
   return Mutate([&](MonoTime now, SystemTime system_now) -> Result<Plan> {
     auto tomb = tombstones_.find(Key{service, id});
     if (tomb != tombstones_.end() && spec.generation <= tomb->second.generation) {
-      return Status(StatusCode::kAborted,
-                    "fenced: " + Path(service, id) + " was removed at generation " +
-                        std::to_string(tomb->second.generation) +
-                        "; a restarted instance must register with a higher generation");
+      return FencedError(service, id, spec.generation, tomb->second.generation,
+                         "removed; a restarted instance registers with a higher generation");
     }
     Entry* existing = nullptr;
     if (auto svc = services_.find(service); svc != services_.end()) {
@@ -401,7 +391,7 @@ Result<std::uint64_t> Registry::Register(const std::string& service, const std::
     }
     const Instance& cur = existing->instance;
     if (spec.generation < cur.spec.generation) {
-      return Fenced(service, id, spec.generation, cur.spec.generation);
+      return FencedError(service, id, spec.generation, cur.spec.generation, "registered");
     }
     if (spec.generation > cur.spec.generation) {
       next.ready_since = ReadySince(nullptr, next.spec.state, system_now);
@@ -504,7 +494,7 @@ Result<std::uint64_t> Registry::Deregister(const std::string& service, const std
     }
     const Instance& cur = entry->instance;
     if (generation < cur.spec.generation) {
-      return Fenced(service, id, generation, cur.spec.generation);
+      return FencedError(service, id, generation, cur.spec.generation, "registered");
     }
     Tombstone tomb;
     tomb.service = service;

@@ -207,8 +207,6 @@ class Registry final : private StoreListener {
   // Heartbeat() with mu_ held.
   Status RenewLocked(const std::string& service, const std::string& id, std::uint64_t generation,
                      MonoTime now);
-  Status Fenced(const std::string& service, const std::string& id, std::uint64_t generation,
-                std::uint64_t newest) const;
   void Publish(std::vector<Event> events);
   Event ResyncEvent(const std::string& service) const;
   bool Degraded(const std::string& service) const;

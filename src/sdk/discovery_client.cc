@@ -8,6 +8,7 @@
 
 #include "drover/discovery.h"
 #include "drover/registry/v1/registry.grpc.pb.h"
+#include "sdk/registry_channel.h"
 #include "sdk/service_view.h"
 #include "sdk/watch_decoder.h"
 
@@ -52,6 +53,11 @@ struct DiscoveryClient::Impl {
   router::Published<DiscoverySnapshot> published;
   mutable std::mutex published_mu;  // with published_cv: WaitForRevision
   mutable std::condition_variable published_cv;
+
+  // Why the registry has not answered, for Snapshot() before the first answer.
+  void NoteFailure(const grpc::Status& status);
+  mutable std::mutex failure_mu;
+  Status last_failure;  // guarded by failure_mu
 
   std::mutex active_mu;
   grpc::ClientContext* active = nullptr;  // guarded by active_mu
@@ -103,7 +109,7 @@ bool DiscoveryClient::Impl::ListOnce(bool confirming) {
   const grpc::Status status = stub->List(ctx.get(), req, &reply);
   SetActive(nullptr);
   if (!status.ok()) {
-    spdlog::debug("discovery {}: list failed: {}", options.service, status.error_message());
+    NoteFailure(status);
     return false;
   }
   std::vector<router::Endpoint> endpoints;
@@ -128,6 +134,23 @@ void DiscoveryClient::Impl::Apply(const pb::Event& event) {
                  options.service);
     ListOnce(true);
   }
+}
+
+void DiscoveryClient::Impl::NoteFailure(const grpc::Status& status) {
+  Status failure(static_cast<StatusCode>(status.error_code()),
+                 "discovery " + options.service + ": the registry at " + options.registry +
+                     " answered: " + status.error_message());
+  std::lock_guard lock(failure_mu);
+  // A refusal (token, TLS) will not fix itself: say so once, loudly. Outages are logged by the
+  // watch loop.
+  const bool refused = failure.code() == StatusCode::kUnauthenticated ||
+                       failure.code() == StatusCode::kPermissionDenied;
+  if (refused && failure.message() != last_failure.message()) {
+    spdlog::error("{}", failure.message());
+  } else {
+    spdlog::debug("{}", failure.message());
+  }
+  last_failure = std::move(failure);
 }
 
 bool DiscoveryClient::Impl::WatchOnce() {
@@ -188,9 +211,10 @@ Result<std::unique_ptr<DiscoveryClient>> DiscoveryClient::Start(DiscoveryOptions
   if (options.max_drop_fraction < 0 || options.max_drop_fraction > 1) {
     return InvalidArgumentError("discovery: max_drop_fraction must be within 0..1");
   }
+  auto channel = sdk::RegistryChannel(options.registry, options.registry_ca);
+  if (!channel.ok()) return channel.status().WithContext("discovery");
   auto impl = std::make_unique<Impl>(std::move(options), clock);
-  impl->stub = pb::Registry::NewStub(
-      grpc::CreateChannel(impl->options.registry, grpc::InsecureChannelCredentials()));
+  impl->stub = pb::Registry::NewStub(*channel);
   Impl* raw = impl.get();
   impl->thread = std::jthread([raw](std::stop_token stop) { raw->Run(stop); });
   return std::unique_ptr<DiscoveryClient>(new DiscoveryClient(std::move(impl)));
@@ -215,6 +239,8 @@ void DiscoveryClient::Stop() {
 Result<DiscoverySnapshot> DiscoveryClient::Snapshot() const {
   auto snapshot = impl_->published.Load();
   if (!snapshot) {
+    std::lock_guard lock(impl_->failure_mu);
+    if (!impl_->last_failure.ok()) return impl_->last_failure;
     return UnavailableError("discovery " + impl_->options.service +
                             ": no answer from the registry yet");
   }

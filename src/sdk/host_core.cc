@@ -7,6 +7,7 @@
 #include <exception>
 #include <utility>
 
+#include "common/fencing.h"
 #include "drover/discovery.h"
 #include "sdk/socket_util.h"
 
@@ -22,6 +23,16 @@ std::string DefaultInstanceId() {
   char host[256] = {};
   if (::gethostname(host, sizeof host - 1) != 0 || host[0] == '\0') std::snprintf(host, 8, "host");
   return std::string(host) + "-" + std::to_string(::getpid());
+}
+
+// A registration refused as fenced is retried above the generation it names, this many times (a
+// second refusal means another incarnation of the id is registering at the same time).
+constexpr int kMaxFencedRetries = 3;
+
+std::uint64_t WallMs(const Clock& clock) {
+  return static_cast<std::uint64_t>(
+      std::chrono::duration_cast<std::chrono::milliseconds>(clock.SystemNow().time_since_epoch())
+          .count());
 }
 
 bool Retryable(const Status& s) {
@@ -205,15 +216,11 @@ Status HostCore::StartLocked() {
   {
     std::lock_guard lock(registry_mu_);
     key_ = InstanceKey{options_.service, options_.instance_id, options_.generation};
-    if (key_.generation == 0) {
-      key_.generation =
-          static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
-                                         clock_.SystemNow().time_since_epoch())
-                                         .count());
-    }
+    if (key_.generation == 0) key_.generation = WallMs(clock_);
     address_ = address;
   }
   Duration backoff = std::chrono::milliseconds(100);
+  int fenced_retries = 0;
   while (true) {
     Status s;
     {
@@ -222,6 +229,21 @@ Status HostCore::StartLocked() {
       s = RegisterLocked("start");
     }
     if (s.ok()) break;
+    // A generation taken from the wall clock can be below one the registry has already seen for
+    // this id: the clock stepped back since an earlier incarnation registered. This host is the
+    // newest incarnation, so it registers above the one named in the refusal. A generation given
+    // in the options is the caller's to choose and is never changed.
+    if (const auto newest = FencedNewestGeneration(s);
+        newest && options_.generation == 0 && fenced_retries++ < kMaxFencedRetries) {
+      std::lock_guard lock(registry_mu_);
+      const std::uint64_t was = key_.generation;
+      key_.generation = std::max(WallMs(clock_), *newest + 1);
+      spdlog::warn(
+          "host {}: the registry has seen generation {} of this instance id, above this host's "
+          "clock-based generation {} (did the wall clock step back?); registering as generation {}",
+          name, *newest, was, key_.generation);
+      continue;
+    }
     if (!Retryable(s) || clock_.Now() + backoff >= deadline) return s.WithContext("register");
     spdlog::warn("host {}: cannot register yet ({}); retrying in {:.0f} ms", name, s.message(),
                  Ms(backoff));
@@ -341,10 +363,7 @@ void HostCore::BeatOnce() {
       spdlog::warn("host {}: heartbeat refused: {}", name, s.ToString());
       return;
     }
-    const auto now_ms = static_cast<std::uint64_t>(
-        std::chrono::duration_cast<std::chrono::milliseconds>(clock_.SystemNow().time_since_epoch())
-            .count());
-    key_.generation = std::max(now_ms, key_.generation + 1);
+    key_.generation = std::max(WallMs(clock_), key_.generation + 1);
     spdlog::warn("host {}: the registry lost the lease ({}); registering again as generation {}",
                  name, s.message(), key_.generation);
     const Status again = RegisterLocked("lease lost");

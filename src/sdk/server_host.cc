@@ -9,6 +9,7 @@
 #include "drover/host.h"
 #include "drover/registry/v1/registry.grpc.pb.h"
 #include "sdk/host_core.h"
+#include "sdk/registry_channel.h"
 
 namespace drover {
 
@@ -31,10 +32,8 @@ pb::State ToProto(sdk::InstancePhase phase) {
 // The registry over gRPC. Every call has a deadline; Cancel() fails the ones in flight.
 class GrpcRegistryWriter final : public sdk::RegistryWriter {
  public:
-  GrpcRegistryWriter(const std::string& registry, std::string token)
-      : token_(std::move(token)),
-        stub_(pb::Registry::NewStub(
-            grpc::CreateChannel(registry, grpc::InsecureChannelCredentials()))) {}
+  GrpcRegistryWriter(const std::shared_ptr<grpc::Channel>& channel, std::string token)
+      : token_(std::move(token)), stub_(pb::Registry::NewStub(channel)) {}
 
   Status Register(const sdk::Registration& r, Duration timeout) override {
     pb::RegisterRequest req;
@@ -162,7 +161,9 @@ Result<std::unique_ptr<ServerHost>> ServerHost::Create(HostOptions options,
   if (Status s = sdk::NormalizeHostOptions(options); !s.ok()) return s;
   auto impl = std::make_unique<Impl>();
   impl->runtime = runtime ? std::move(runtime) : HostRuntime::Create();
-  impl->writer = std::make_unique<GrpcRegistryWriter>(options.registry, options.token);
+  auto channel = sdk::RegistryChannel(options.registry, options.registry_ca);
+  if (!channel.ok()) return channel.status();
+  impl->writer = std::make_unique<GrpcRegistryWriter>(*channel, options.token);
   HostRuntime::Impl& rt = impl->runtime->impl();
   impl->core =
       std::make_unique<sdk::HostCore>(std::move(options), *impl->writer, rt.heartbeats, rt.clock);

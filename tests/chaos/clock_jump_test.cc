@@ -6,9 +6,13 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <csignal>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <thread>
 
 #include "testing/child_process.h"
@@ -44,43 +48,69 @@ std::int64_t NowMs() {
       .count();
 }
 
-TEST(ClockJumpTest, WallClockJumpsChangeNothingThatRunsOnMonotonicTime) {
-  if (!std::filesystem::exists(kFaketime)) GTEST_FAIL() << kFaketime << " missing (libfaketime)";
-  drover::testing::TempDir dir;
-  const std::string offset_file = dir.path() + "/offset";
-  auto set_offset = [&](const char* offset) { std::ofstream(offset_file) << offset << "\n"; };
-  set_offset("+0");
+// A registry and zone servers whose wall clock is offset by the contents of one file, read on
+// every call (FAKETIME_NO_CACHE).
+class ClockJumpTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!std::filesystem::exists(kFaketime)) GTEST_FAIL() << kFaketime << " missing (libfaketime)";
+    SetOffset("+0");
+    registry_.emplace(
+        WithFaketime({DROVER_BINARY, "registry", "--data-dir", dir_.path() + "/r", "--http",
+                      "127.0.0.1:" + std::to_string(http_), "--grpc", grpc_, "--tick-ms", "100"}));
+    ASSERT_TRUE(registry_->ReadLine(20s).has_value());
+  }
+
+  void SetOffset(const char* offset) { std::ofstream(dir_.path() + "/offset") << offset << "\n"; }
+
   // Through env(1): the preload and its settings reach only these children.
-  const std::vector<std::string> env = {"/usr/bin/env", std::string("LD_PRELOAD=") + kFaketime,
-                                        "FAKETIME_TIMESTAMP_FILE=" + offset_file,
-                                        "FAKETIME_NO_CACHE=1", "FAKETIME_DONT_FAKE_MONOTONIC=1"};
-  const std::uint16_t http = drover::testing::FreeLoopbackPort();
-  const std::string grpc = drover::testing::FreeLoopbackAddress();
-  auto with_env = [&](std::vector<std::string> argv) {
+  std::vector<std::string> WithFaketime(std::vector<std::string> argv) const {
+    const std::vector<std::string> env = {"/usr/bin/env", std::string("LD_PRELOAD=") + kFaketime,
+                                          "FAKETIME_TIMESTAMP_FILE=" + dir_.path() + "/offset",
+                                          "FAKETIME_NO_CACHE=1", "FAKETIME_DONT_FAKE_MONOTONIC=1"};
     argv.insert(argv.begin(), env.begin(), env.end());
     return argv;
-  };
-  ChildProcess registry(
-      with_env({DROVER_BINARY, "registry", "--data-dir", dir.path() + "/r", "--http",
-                "127.0.0.1:" + std::to_string(http), "--grpc", grpc, "--tick-ms", "100"}));
-  ASSERT_TRUE(registry.ReadLine(20s).has_value());
-  ChildProcess zone(with_env({DROVER_BINARY, "sample", "zone", "--registry", grpc, "--id", "z1",
-                              "--listen", drover::testing::FreeLoopbackAddress(), "--health",
-                              drover::testing::FreeLoopbackAddress(), "--warmup-ms", "0",
-                              "--ttl-ms", "1500", "--log-level", "error"}));
-  ASSERT_TRUE(Eventually(
-      [&] {
-        const json z1 = Instance(http, "zone", "z1");
-        return z1.is_object() && z1["state"] == "READY";
-      },
-      20s));
-  const std::uint64_t generation = Instance(http, "zone", "z1")["generation"];
+  }
+
+  std::unique_ptr<ChildProcess> StartZone(const std::string& id,
+                                          const std::string& ttl_ms = "1500") const {
+    return std::make_unique<ChildProcess>(WithFaketime(
+        {DROVER_BINARY, "sample", "zone", "--registry", grpc_, "--id", id, "--listen",
+         drover::testing::FreeLoopbackAddress(), "--health", drover::testing::FreeLoopbackAddress(),
+         "--warmup-ms", "0", "--ttl-ms", ttl_ms, "--log-level", "error"}));
+  }
+
+  // The generation z-`id` holds once READY; 0 if it is not READY within 20 s.
+  std::uint64_t ReadyGeneration(const std::string& id) const {
+    std::uint64_t generation = 0;
+    (void)Eventually(
+        [&] {
+          const json in = Instance(http_, "zone", id);
+          if (!in.is_object() || in["state"] != "READY") return false;
+          generation = in["generation"];
+          return true;
+        },
+        20s);
+    return generation;
+  }
+
+  drover::testing::TempDir dir_;
+  const std::uint16_t http_ = drover::testing::FreeLoopbackPort();
+  const std::string grpc_ = drover::testing::FreeLoopbackAddress();
+  std::optional<ChildProcess> registry_;
+};
+
+TEST_F(ClockJumpTest, WallClockJumpsChangeNothingThatRunsOnMonotonicTime) {
+  const std::uint16_t http = http_;
+  const auto zone = StartZone("z1");
+  const std::uint64_t generation = ReadyGeneration("z1");
+  ASSERT_NE(generation, 0u);
   const auto watch_from = json::parse(Http(http, "GET", "/v1/services").body)["revision"];
   drover::testing::StreamReader watch(
       http, "/v1/watch?service=zone&from=" + std::to_string(watch_from.get<std::uint64_t>()));
 
   for (const char* jump : {"+2h", "-2h"}) {
-    set_offset(jump);
+    SetOffset(jump);
     // Two TTLs: a lease judged by the wall clock would have expired (or been renewed late).
     std::this_thread::sleep_for(3s);
     const json z1 = Instance(http, "zone", "z1");
@@ -106,6 +136,28 @@ TEST(ClockJumpTest, WallClockJumpsChangeNothingThatRunsOnMonotonicTime) {
   for (const std::string& line : lines) {
     EXPECT_EQ(line.find("\"DELETE\""), std::string::npos) << line;
   }
+}
+
+// The generation of a host is its wall-clock time at start. After the clock stepped back, a
+// restarted instance's clock-based generation is below the tombstone its previous incarnation
+// left; it must still come up, above that tombstone, and not be fenced out.
+TEST_F(ClockJumpTest, AnInstanceRestartedAfterTheClockSteppedBackRegistersAboveItsTombstone) {
+  // A 20 s lease: the tombstone outlives the restart (it is kept for one TTL).
+  auto zone = StartZone("z1", "20000");
+  const std::uint64_t first = ReadyGeneration("z1");
+  ASSERT_NE(first, 0u);
+  zone->Signal(SIGTERM);  // drains and deregisters: a tombstone at `first`
+  EXPECT_EQ(zone->Wait(), 0);
+  ASSERT_TRUE(Eventually([&] { return Instance(http_, "zone", "z1").is_null(); }, 10s));
+
+  SetOffset("-2h");
+  zone = StartZone("z1", "20000");
+  const std::uint64_t second = ReadyGeneration("z1");
+  ASSERT_NE(second, 0u) << "the restarted z1 never became READY (fenced by its tombstone?)";
+  EXPECT_GT(second, first);
+  EXPECT_LT(second, first + 3'600'000) << "raised above the tombstone, not to the real clock";
+  std::printf("z1 generation %llu, removed; restarted 2 h back in time as generation %llu\n",
+              static_cast<unsigned long long>(first), static_cast<unsigned long long>(second));
 }
 
 }  // namespace

@@ -102,6 +102,8 @@ TEST(GatewayConfigTest, RefusesBadInputWithTheKeyInTheMessage) {
       {"registry: r:1\nlistners: []\n", "config.listners: unknown key"},
       {"listeners:\n  - name: z\n    address: 127.0.0.1:1\n    service: s\n", "registry: required"},
       {"registry: 127.0.0.1:7071\n", "listeners: at least one"},
+      {"registry: http://127.0.0.1:7071\n", "give host:port, grpc://host:port or grpcs://"},
+      {"registry: grpc://127.0.0.1:7071\nregistry_ca: /ca.pem\n", "plaintext (grpc://) but a CA"},
       {head + "    address: nowhere\n", "listeners[0].address"},
       {head + "    address: 127.0.0.1:70000\n", "listeners[0].address"},
       {head + "    address: 127.0.0.1:1\n    policy: random\n", "listeners[0].policy"},

@@ -5,8 +5,10 @@
 
 #include "drover/registry/v1/registry.grpc.pb.h"
 #include "registry/auth.h"
+#include "registry/client_limits.h"
 #include "registry/registry.h"
 #include "registry/sqlite_store.h"
+#include "testing/eventually.h"
 #include "testing/temp_dir.h"
 
 namespace drover::registry {
@@ -17,12 +19,14 @@ using namespace std::chrono_literals;
 
 class GrpcApiTest : public ::testing::Test {
  protected:
-  void Start(std::shared_ptr<const Authorizer> auth = nullptr) {
+  void Start(std::shared_ptr<const Authorizer> auth = nullptr,
+             std::shared_ptr<ClientLimits> limits = nullptr) {
     auto store = SqliteStore::Open(dir_.path());
     ASSERT_TRUE(store.ok());
     registry_ = Registry::Open(std::move(*store), clock_).value();
     GrpcOptions options;
     options.auth = std::move(auth);
+    options.limits = std::move(limits);
     auto server = GrpcServer::Start(*registry_, options);
     ASSERT_TRUE(server.ok()) << server.status().ToString();
     server_ = std::move(server).value();
@@ -327,6 +331,82 @@ tokens:
   auto reader = stub_->Watch(reader_ctx.get(), pb::WatchRequest());
   ASSERT_TRUE(reader->Read(&event));
   EXPECT_EQ(event.type(), pb::Event::RESYNC);
+}
+
+TEST_F(GrpcApiTest, WatchStreamsOverTheLimitPerClientAreRefusedWhileOthersGoOn) {
+  Start(nullptr, std::make_shared<ClientLimits>(ClientLimitOptions{.max_watches_per_client = 2}));
+  pb::Event event;
+  auto ctx1 = Context();
+  auto first = stub_->Watch(ctx1.get(), pb::WatchRequest());
+  ASSERT_TRUE(first->Read(&event));  // the RESYNC
+  auto ctx2 = Context();
+  auto second = stub_->Watch(ctx2.get(), pb::WatchRequest());
+  ASSERT_TRUE(second->Read(&event));
+  auto ctx3 = Context();
+  auto third = stub_->Watch(ctx3.get(), pb::WatchRequest());
+  EXPECT_FALSE(third->Read(&event));
+  const grpc::Status refused = third->Finish();
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_EQ(refused.error_message(), "too many watch streams from 127.0.0.1 (limit 2)");
+  // Writes and the open watches go on.
+  pb::RevisionReply rev;
+  ASSERT_TRUE(stub_->Register(Context().get(), Register("zone", "z1", 1), &rev).ok());
+  ASSERT_TRUE(second->Read(&event));
+  EXPECT_EQ(event.instance().id(), "z1");
+  // A watch that ends gives its slot back.
+  ctx1->TryCancel();
+  EXPECT_FALSE(first->Read(&event));
+  (void)first->Finish();
+  EXPECT_TRUE(testing::Eventually([&] {
+    auto ctx = Context();
+    auto again = stub_->Watch(ctx.get(), pb::WatchRequest());
+    const bool admitted = again->Read(&event);
+    ctx->TryCancel();
+    (void)again->Finish();
+    return admitted;
+  }));
+}
+
+TEST_F(GrpcApiTest, WritesOverTheRatePerClientAreRefusedWhileReadsGoOn) {
+  // One write a second, three at once.
+  Start(nullptr,
+        std::make_shared<ClientLimits>(ClientLimitOptions{.write_rate = 1, .write_burst = 3}));
+  pb::RevisionReply rev;
+  for (const char* id : {"z1", "z2", "z3"}) {
+    ASSERT_TRUE(stub_->Register(Context().get(), Register("zone", id, 1), &rev).ok()) << id;
+  }
+  const grpc::Status limited = stub_->Register(Context().get(), Register("zone", "z4", 1), &rev);
+  EXPECT_EQ(limited.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_EQ(limited.error_message(),
+            "write rate limit: 1 writes/s per client address; retry shortly");
+  // A KeepAlive message is one write: over the rate, each of its heartbeats says so.
+  auto ctx = Context();
+  auto stream = stub_->KeepAlive(ctx.get());
+  pb::KeepAliveRequest req;
+  *req.add_heartbeats() = Beat("zone", "z1", 1);
+  *req.add_heartbeats() = Beat("zone", "z2", 1);
+  ASSERT_TRUE(stream->Write(req));
+  pb::KeepAliveReply reply;
+  ASSERT_TRUE(stream->Read(&reply));
+  ASSERT_EQ(reply.results_size(), 2);
+  EXPECT_EQ(reply.results(0).code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_EQ(reply.results(1).code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  ASSERT_TRUE(stream->WritesDone());
+  EXPECT_TRUE(stream->Finish().ok());
+  // Reads are never limited; writes pass again once the bucket refills.
+  pb::ListRequest list;
+  list.set_service("zone");
+  pb::ListReply listed;
+  ASSERT_TRUE(stub_->List(Context().get(), list, &listed).ok());
+  EXPECT_EQ(listed.instances_size(), 3);
+  EXPECT_TRUE(testing::Eventually(
+      [&] { return stub_->Register(Context().get(), Register("zone", "z4", 1), &rev).ok(); }, 5s));
+}
+
+TEST(ClientLimitsTest, PeerAddresses) {
+  EXPECT_EQ(ClientAddressOfPeer("ipv4:127.0.0.1:5000"), "127.0.0.1");
+  EXPECT_EQ(ClientAddressOfPeer("ipv6:[::1]:5000"), "::1");
+  EXPECT_EQ(ClientAddressOfPeer("unix:/tmp/sock"), "unix:/tmp/sock");
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "registry/auth.h"
+#include "registry/client_limits.h"
 #include "registry/registry.h"
 #include "registry/sqlite_store.h"
 #include "testing/eventually.h"
@@ -120,6 +121,7 @@ TEST_F(HttpApiTest, HeartbeatAndFencing) {
       Http(port_, "POST", "/v1/services/zone/instances/z1/heartbeat", R"({"generation":1})");
   EXPECT_EQ(fenced.status, 409);
   EXPECT_EQ(Json(fenced.body)["error"]["code"], "FENCED");
+  EXPECT_EQ(Json(fenced.body)["error"]["newest_generation"], 2);
   auto missing =
       Http(port_, "POST", "/v1/services/zone/instances/nobody/heartbeat", R"({"generation":1})");
   EXPECT_EQ(missing.status, 404);
@@ -251,7 +253,7 @@ TEST_F(HttpLimitsTest, ConnectionsOverTheLimitGet503AndTheServerKeepsServing) {
 
 TEST_F(HttpLimitsTest, WatchStreamsOverTheLimitPerClientGet429) {
   HttpOptions options;
-  options.max_watches_per_client = 2;
+  options.limits = std::make_shared<ClientLimits>(ClientLimitOptions{.max_watches_per_client = 2});
   Start(options);
   auto first = std::make_unique<testing::StreamReader>(port_, "/v1/watch?from=0");
   testing::StreamReader second(port_, "/v1/watch?from=0");
@@ -278,8 +280,9 @@ TEST_F(HttpLimitsTest, WatchStreamsOverTheLimitPerClientGet429) {
 
 TEST_F(HttpLimitsTest, WritesOverTheRatePerClientGet429WhileReadsGoOn) {
   HttpOptions options;
-  options.write_rate = 20;  // a token every 50 ms
-  options.write_burst = 3;
+  // A token every 50 ms.
+  options.limits =
+      std::make_shared<ClientLimits>(ClientLimitOptions{.write_rate = 20, .write_burst = 3});
   Start(options);
   for (int i = 0; i < 3; ++i) {
     ASSERT_EQ(
@@ -295,9 +298,8 @@ TEST_F(HttpLimitsTest, WritesOverTheRatePerClientGet429WhileReadsGoOn) {
       [&] { return Http(port_, "PUT", "/v1/services/zone/instances/z9", kGoodBody).status == 200; },
       5s));
   EXPECT_EQ(Json(Http(port_, "GET", "/v1/services/zone/instances").body)["instances"].size(), 4u);
-  EXPECT_NE(
-      Http(port_, "GET", "/metrics").body.find("drover_registry_http_rate_limited_writes_total"),
-      std::string::npos);
+  EXPECT_NE(Http(port_, "GET", "/metrics").body.find("drover_registry_rate_limited_writes_total"),
+            std::string::npos);
 }
 
 TEST_F(HttpApiTest, StopEndsOpenWatchStreams) {
@@ -455,11 +457,40 @@ TEST(AuthorizerTest, RejectsMalformedTokenFiles) {
         "  - name: a\n    token: bbbbbbbbbbbbbbbbbb\n",
         "tokens:\n  - name: a\n    token: aaaaaaaaaaaaaaaaaa\n    read_only: true\n"
         "    write: [x]\n",
-        "tokens: [unclosed"}) {
+        "tokens: [unclosed",
+        "tokens:\n  - name: a\n    token: aaaaaaaaaaaaaaaaaa\n    expires: tomorrow\n",
+        "tokens:\n  - name: a\n    token: aaaaaaaaaaaaaaaaaa\n    expires: 2027-02-30T00:00:00Z\n",
+        "tokens:\n  - name: a\n    token: aaaaaaaaaaaaaaaaaa\n    expires: "
+        "2027-02-01T00:00:00\n"}) {
     EXPECT_EQ(Authorizer::FromYaml(yaml).status().code(), StatusCode::kInvalidArgument) << yaml;
   }
   EXPECT_EQ(Authorizer::LoadFile("/nonexistent/tokens.yaml").status().code(),
             StatusCode::kInvalidArgument);
+}
+
+TEST(AuthorizerTest, AnExpiredTokenIsRefusedWithItsNameAndExpiry) {
+  auto auth = Authorizer::FromYaml(R"(
+tokens:
+  - name: zone-2026
+    token: "zone-token-0123456789"
+    write: ["zone"]
+    expires: "2026-12-01T12:00:00Z"
+)");
+  ASSERT_TRUE(auth.ok()) << auth.status().ToString();
+  const SystemTime expiry = std::chrono::system_clock::from_time_t(1796126400);  // 12:00 UTC
+  const std::string bearer = "Bearer zone-token-0123456789";
+  EXPECT_TRUE((*auth)->AuthorizeWrite(bearer, "zone", expiry - std::chrono::seconds(1)).ok());
+  EXPECT_EQ((*auth)->Authenticate(bearer, expiry - std::chrono::seconds(1)).value(), "zone-2026");
+  for (const Status& s :
+       {(*auth)->Authenticate(bearer, expiry).status(),
+        (*auth)->AuthorizeWrite(bearer, "zone", expiry + std::chrono::hours(1))}) {
+    EXPECT_EQ(s.code(), StatusCode::kUnauthenticated);
+    EXPECT_EQ(s.message(), "token 'zone-2026' expired at 2026-12-01T12:00:00Z");
+  }
+  EXPECT_EQ((*auth)->AuthorizeWrite(bearer, "chat", expiry - std::chrono::seconds(1)).code(),
+            StatusCode::kPermissionDenied);
+  EXPECT_EQ((*auth)->Authenticate("Basic dXNlcjpwdw==", expiry).status().message(),
+            "the Authorization header must be 'Bearer <token>'");
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include <stdexcept>
 #include <thread>
 
+#include "common/fencing.h"
 #include "testing/eventually.h"
 #include "testing/free_port.h"
 #include "testing/http_client.h"
@@ -30,6 +31,9 @@ class FakeWriter final : public RegistryWriter {
     calls_.push_back("register " + std::to_string(r.key.generation) +
                      (r.accepting ? " accepting" : " not-accepting"));
     last_address_ = r.address;
+    if (r.key.generation <= fenced_up_to_) {
+      return FencedError(r.key.service, r.key.id, r.key.generation, fenced_up_to_, "removed");
+    }
     return register_status_;
   }
   Status Heartbeat(const InstanceKey& key, Duration) override {
@@ -82,6 +86,11 @@ class FakeWriter final : public RegistryWriter {
     std::lock_guard lock(mu_);
     current_generation_ = g;
   }
+  // Registrations at or below `g` are refused as fenced, as after a tombstone at `g`.
+  void SetFencedUpTo(std::uint64_t g) {
+    std::lock_guard lock(mu_);
+    fenced_up_to_ = g;
+  }
   void SetRegister(Status s) {
     std::lock_guard lock(mu_);
     register_status_ = std::move(s);
@@ -98,6 +107,7 @@ class FakeWriter final : public RegistryWriter {
   Status register_status_;
   bool heartbeat_throws_ = false;
   std::uint64_t current_generation_ = 0;
+  std::uint64_t fenced_up_to_ = 0;
   std::string last_address_;
 };
 
@@ -266,6 +276,33 @@ TEST_F(HostCoreTest, AnotherProcessWithTheSameIdIsNeverFencedOutByUs) {
   EXPECT_EQ(writer_.Count("register"), 1u);  // only the first one
   host_->Shutdown();
   EXPECT_EQ(writer_.Count("deregister"), 0u);  // that would be the other process's entry
+}
+
+TEST_F(HostCoreTest, AClockBasedGenerationBelowATombstoneRegistersAboveIt) {
+  // The wall clock stepped back two hours since an earlier incarnation of z1 was removed.
+  HostOptions o = Options();
+  o.generation = 0;
+  const auto wall_ms = static_cast<std::uint64_t>(
+      std::chrono::duration_cast<std::chrono::milliseconds>(clock_.SystemNow().time_since_epoch())
+          .count());
+  const std::uint64_t tombstone = wall_ms + 2 * 3600 * 1000;
+  writer_.SetFencedUpTo(tombstone);
+  Make(std::move(o));
+  ASSERT_TRUE(host_->Start().ok());
+  EXPECT_EQ(host_->generation(), tombstone + 1);
+  EXPECT_EQ(writer_.Count("register"), 2u);
+  EXPECT_EQ(writer_.Count("register " + std::to_string(tombstone + 1)), 1u);
+  host_->Shutdown();
+  EXPECT_EQ(writer_.Count("deregister " + std::to_string(tombstone + 1)), 1u);
+}
+
+TEST_F(HostCoreTest, AGivenGenerationIsNeverRaisedPastAFence) {
+  writer_.SetFencedUpTo(10);
+  Make(Options());  // generation 7
+  const Status s = host_->Start();
+  EXPECT_TRUE(IsFenced(s)) << s.ToString();
+  EXPECT_EQ(FencedNewestGeneration(s), 10u);
+  EXPECT_EQ(writer_.Count("register"), 1u);
 }
 
 TEST_F(HostCoreTest, AFailingReadinessCheckStopsNewConnectionsWithoutLosingTheLease) {
