@@ -3,6 +3,9 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <fstream>
+#include <random>
 #include <set>
 
 #include "common/text.h"
@@ -20,6 +23,58 @@ std::string Join(const std::vector<std::string>& ids) {
   for (const std::string& id : ids) out += (out.empty() ? "" : ", ") + id;
   return out;
 }
+
+// Ports for "{port}" and "{health_port}". An instance binds them only later -- after its
+// warm-up, and again at every restart (the agent restarts it with the same command line, a
+// restarted agent too) -- so a port from the kernel's ephemeral range (ip_local_port_range),
+// which every bind to port 0 and every outgoing connection on the host draws from, can be taken
+// meanwhile, and the instance then crash-loops on EADDRINUSE until the gate fails the deploy.
+// The ports come from below that range instead, from 20000 (as Nomad's dynamic ports), where
+// only explicit binds land; a port that cannot be bound now, or was handed out already by this
+// picker, is skipped. When there is no such window (a range starting at or below 21000) or no
+// port in it is free, the kernel picks one.
+class PortPicker {
+ public:
+  PortPicker() : random_(std::random_device{}()) {
+    int first = 0, last = 0;
+    std::ifstream range("/proc/sys/net/ipv4/ip_local_port_range");
+    if (!(range >> first >> last)) first = 32768;  // Linux's default
+    end_ = static_cast<std::uint16_t>(std::clamp(first, 0, 65535));
+  }
+
+  std::uint16_t Next() {
+    if (end_ > kFirst + 1000) {
+      std::uniform_int_distribution<int> pick(kFirst, end_ - 1);
+      for (int tries = 0; tries < 200; ++tries) {
+        const auto port = static_cast<std::uint16_t>(pick(random_));
+        if (handed_out_.count(port) == 0 && Bindable(port)) return HandOut(port);
+      }
+    }
+    for (int tries = 0; tries < 10; ++tries) {
+      const std::uint16_t port = sdk::FreeLoopbackPort();
+      if (port != 0 && handed_out_.count(port) == 0) return HandOut(port);
+    }
+    return sdk::FreeLoopbackPort();
+  }
+
+ private:
+  static constexpr std::uint16_t kFirst = 20000;
+
+  static bool Bindable(std::uint16_t port) {
+    auto listening = sdk::ListenTcp("127.0.0.1:" + std::to_string(port), 1, "a free port");
+    if (!listening.ok()) return false;
+    ::close(listening->fd);
+    return true;
+  }
+  std::uint16_t HandOut(std::uint16_t port) {
+    handed_out_.insert(port);
+    return port;
+  }
+
+  std::uint16_t end_ = 0;  // the ephemeral range's first port: the window ends before it
+  std::mt19937 random_;
+  std::set<std::uint16_t> handed_out_;
+};
 
 }  // namespace
 
@@ -132,13 +187,14 @@ DeployOutcome Deployer::Run(const DeploySpec& spec, std::stop_token stop) {
 
   // 1. The new instances, next to the old.
   std::vector<std::string> new_ids;
+  PortPicker ports;
   for (int n = 1; n <= spec.instances; ++n) {
     LaunchSpec launch;
     launch.service = spec.service;
     launch.version = spec.version;
     launch.id = spec.service + "-" + spec.version + "-" + std::to_string(n);
-    const std::string port = std::to_string(sdk::FreeLoopbackPort());
-    const std::string health_port = std::to_string(sdk::FreeLoopbackPort());
+    const std::string port = std::to_string(ports.Next());
+    const std::string health_port = std::to_string(ports.Next());
     for (const std::string& a : spec.argv) {
       launch.argv.push_back(
           ReplaceAll(ReplaceAll(a, "{port}", port), "{health_port}", health_port));

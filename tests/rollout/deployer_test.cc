@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <fstream>
 #include <regex>
 #include <set>
 #include <thread>
@@ -191,6 +192,26 @@ TEST_F(DeployerTest, PortPlaceholdersBecomeDistinctFreePortsPerInstance) {
     ports.insert(health[1].str());
   }
   EXPECT_EQ(ports.size(), 4u);  // two instances, two ports each, all distinct
+}
+
+// A port from the kernel's ephemeral range can be taken by any port-0 bind or outgoing
+// connection on the host before the instance binds it (after its warm-up, and at every restart),
+// and the instance then crash-loops on EADDRINUSE: the chaos test's agent restart showed it.
+TEST_F(DeployerTest, PortPlaceholdersComeFromBelowTheKernelsEphemeralRange) {
+  int first = 0, last = 0;
+  std::ifstream range("/proc/sys/net/ipv4/ip_local_port_range");
+  ASSERT_TRUE(range >> first >> last);
+  if (first <= 21000) GTEST_SKIP() << "no window below an ephemeral range starting at " << first;
+  ASSERT_EQ(Run(Spec("v2")).verdict, Verdict::kPass);
+  const std::vector<LaunchSpec> started = platform_.started();
+  ASSERT_EQ(started.size(), 4u);
+  for (const LaunchSpec& s : {started[2], started[3]}) {
+    for (const std::string& address : {s.argv[4], s.argv[6]}) {
+      const int port = std::stoi(address.substr(address.rfind(':') + 1));
+      EXPECT_GE(port, 20000) << address;
+      EXPECT_LT(port, first) << address << " is in the ephemeral range " << first << "-" << last;
+    }
+  }
 }
 
 TEST_F(DeployerTest, AStopThePlatformKeepsRefusingIsAnIncompleteRollbackNotACleanOne) {

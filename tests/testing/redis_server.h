@@ -1,5 +1,8 @@
-// A real redis-server for tests: a child process on a free loopback port, no persistence, its
-// files in a directory of the test's. Kill() and Start() again (same port) simulate a restart.
+// A real redis-server for tests: a child process on a free loopback port, its files in a
+// directory of the test's. Kill() and Start() again (same port, same directory) simulate a
+// restart: with no persistence (the default) it comes back empty; `durable` turns on the
+// append-only file with an fsync per write (appendfsync always), so everything the server
+// acknowledged before a SIGKILL is there again after the restart.
 #pragma once
 
 #include <signal.h>
@@ -18,8 +21,12 @@ namespace drover::testing {
 
 class RedisServer {
  public:
-  explicit RedisServer(std::string dir, std::string binary = "/usr/bin/redis-server")
-      : dir_(std::move(dir)), binary_(std::move(binary)), port_(FreeLoopbackPort()) {
+  explicit RedisServer(std::string dir, bool durable = false,
+                       std::string binary = "/usr/bin/redis-server")
+      : dir_(std::move(dir)),
+        binary_(std::move(binary)),
+        durable_(durable),
+        port_(FreeLoopbackPort()) {
     started_ = Start();
   }
 
@@ -27,7 +34,8 @@ class RedisServer {
   bool Start() {
     child_ = std::make_unique<ChildProcess>(std::vector<std::string>{
         binary_, "--port", std::to_string(port_), "--bind", "127.0.0.1", "--save", "",
-        "--appendonly", "no", "--dir", dir_, "--daemonize", "no", "--loglevel", "warning"});
+        "--appendonly", durable_ ? "yes" : "no", "--appendfsync", "always", "--dir", dir_,
+        "--daemonize", "no", "--loglevel", "warning"});
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
     while (std::chrono::steady_clock::now() < deadline) {
       LineClient c(port_);
@@ -51,6 +59,7 @@ class RedisServer {
  private:
   std::string dir_;
   std::string binary_;
+  bool durable_;
   std::uint16_t port_;
   std::unique_ptr<ChildProcess> child_;
   bool started_ = false;
