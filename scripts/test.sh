@@ -27,7 +27,8 @@ done
 
 echo "== AddressSanitizer + UBSan build (build-asan/): unit tests"
 asan_targets=(drover common_test router_test cli_test registry_test sdk_core_test sdk_test gateway_test rollout_test jobs_test grpc_test
-  registry_request_fuzz gateway_http_fuzz key_line_fuzz config_fuzz jobs_payload_fuzz watch_decoder_fuzz)
+  registry_request_fuzz gateway_http_fuzz key_line_fuzz config_fuzz jobs_payload_fuzz watch_decoder_fuzz
+  cli_config_fuzz)
 # -O0: the sanitizer build hunts bugs, not speed; instrumented Asio/gRPC code compiles about twice
 # as fast at -O0 as at -O1 (measured on gateway/tcp_proxy.cc: 19 s vs 36 s), while its unit
 # tests take about a minute instead of 40 s.

@@ -1,7 +1,6 @@
 // `drover registry`: the discovery daemon, on the embedded SQLite store or on an etcd cluster.
 #include <signal.h>
 #include <spdlog/spdlog.h>
-#include <yaml-cpp/yaml.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -13,6 +12,7 @@
 #include <vector>
 
 #include "commands.h"
+#include "config_files.h"
 #include "registry/auth.h"
 #include "registry/client_limits.h"
 #include "registry/etcd_store.h"
@@ -20,143 +20,10 @@
 #include "registry/http_api.h"
 #include "registry/registry.h"
 #include "registry/sqlite_store.h"
+#include "registry/ui_url.h"
 
 namespace drover::cli {
 namespace {
-
-struct RegistryArgs {
-  std::string store = "sqlite";  // sqlite | etcd
-  std::string data_dir = "drover-data";
-  std::string etcd_endpoints;  // etcd: host:port,host:port,...
-  std::string etcd_prefix = "/drover/registry";
-  int etcd_session_ttl_s = 5;
-  std::string http = "127.0.0.1:7070";
-  std::string grpc = "127.0.0.1:7071";  // "off": no gRPC API
-  std::string auth_tokens;              // empty: no authentication
-  int tick_ms = 500;
-  double self_preservation_fraction = 0.5;
-  std::string tls_cert;  // both set: HTTPS and gRPC over TLS
-  std::string tls_key;
-  // Protection (HttpOptions): 0 max-connections/watches would refuse everything, so >= 1.
-  std::size_t max_connections = 4096;
-  std::size_t max_watches_per_client = 64;
-  double write_rate = 0;  // writes/s per client address; 0: no limit
-  double write_burst = 0;
-  std::size_t max_body = 64 * 1024;
-  std::vector<std::string> ui_gateways;  // the dashboard's gateway and agent panels
-  std::vector<std::string> ui_agents;
-  std::string config;  // YAML file with any of the above; flags given on the command line win
-};
-
-// A YAML sequence of strings, or one string as a list of one; throws YAML::Exception otherwise.
-std::vector<std::string> StringOrList(const YAML::Node& node) {
-  if (node.IsSequence()) return node.as<std::vector<std::string>>();
-  return {node.as<std::string>()};
-}
-
-// Fills every setting not given on the command line from the YAML file `args.config`. Keys are
-// the long flag names with '_' for '-' (store, data_dir, etcd_endpoints, etcd_prefix,
-// etcd_session_ttl, http, grpc, auth_tokens, tick_ms, self_preservation, tls_cert, tls_key,
-// max_connections, max_watches_per_client, write_rate, write_burst, max_body), except
-// the repeatable --ui-gateway and --ui-agent, whose keys are ui_gateways and ui_agents (a list or
-// one string); an unknown key is an error, not a silent default.
-Status ApplyConfig(const CLI::App& cmd, RegistryArgs& args) {
-  YAML::Node root;
-  try {
-    root = YAML::LoadFile(args.config);
-  } catch (const std::exception& e) {
-    return InvalidArgumentError("cannot read config " + args.config + ": " + e.what());
-  }
-  if (!root.IsMap()) return InvalidArgumentError("config " + args.config + ": expected a mapping");
-  for (const auto& kv : root) {
-    const std::string key = kv.first.as<std::string>();
-    std::string flag = "--" + key;
-    std::replace(flag.begin(), flag.end(), '_', '-');
-    if (key == "ui_gateways" || key == "ui_agents") flag.pop_back();  // the flags are singular
-    const CLI::Option* option = nullptr;
-    try {
-      option = cmd.get_option(flag);
-    } catch (const CLI::OptionNotFound&) {
-    }
-    if (option == nullptr || key == "config") {
-      return InvalidArgumentError("config " + args.config + ": unknown key '" + key + "'");
-    }
-    if (option->count() > 0) continue;  // the command line wins
-    try {
-      if (key == "store")
-        args.store = kv.second.as<std::string>();
-      else if (key == "data_dir")
-        args.data_dir = kv.second.as<std::string>();
-      else if (key == "etcd_endpoints")
-        args.etcd_endpoints = kv.second.as<std::string>();
-      else if (key == "etcd_prefix")
-        args.etcd_prefix = kv.second.as<std::string>();
-      else if (key == "etcd_session_ttl")
-        args.etcd_session_ttl_s = kv.second.as<int>();
-      else if (key == "http")
-        args.http = kv.second.as<std::string>();
-      else if (key == "grpc")
-        args.grpc = kv.second.as<std::string>();
-      else if (key == "auth_tokens")
-        args.auth_tokens = kv.second.as<std::string>();
-      else if (key == "tick_ms")
-        args.tick_ms = kv.second.as<int>();
-      else if (key == "self_preservation")
-        args.self_preservation_fraction = kv.second.as<double>();
-      else if (key == "tls_cert")
-        args.tls_cert = kv.second.as<std::string>();
-      else if (key == "tls_key")
-        args.tls_key = kv.second.as<std::string>();
-      else if (key == "max_connections")
-        args.max_connections = kv.second.as<std::size_t>();
-      else if (key == "max_watches_per_client")
-        args.max_watches_per_client = kv.second.as<std::size_t>();
-      else if (key == "write_rate")
-        args.write_rate = kv.second.as<double>();
-      else if (key == "write_burst")
-        args.write_burst = kv.second.as<double>();
-      else if (key == "max_body")
-        args.max_body = kv.second.as<std::size_t>();
-      else if (key == "ui_gateways")
-        args.ui_gateways = StringOrList(kv.second);
-      else if (key == "ui_agents")
-        args.ui_agents = StringOrList(kv.second);
-      else
-        return InvalidArgumentError("config " + args.config + ": unknown key '" + key + "'");
-    } catch (const YAML::Exception& e) {
-      return InvalidArgumentError("config " + args.config + ": bad value for '" + key + "'");
-    }
-  }
-  if (args.store != "sqlite" && args.store != "etcd") {
-    return InvalidArgumentError("config " + args.config + ": store must be sqlite or etcd");
-  }
-  if (args.etcd_session_ttl_s < 1 || args.etcd_session_ttl_s > 600) {
-    return InvalidArgumentError("config " + args.config + ": etcd_session_ttl must be 1..600");
-  }
-  if (args.tick_ms < 10 || args.tick_ms > 60'000) {
-    return InvalidArgumentError("config " + args.config + ": tick_ms must be 10..60000");
-  }
-  if (args.self_preservation_fraction < 0 || args.self_preservation_fraction > 1) {
-    return InvalidArgumentError("config " + args.config + ": self_preservation must be 0..1");
-  }
-  if (args.max_connections < 1 || args.max_watches_per_client < 1 || args.max_body < 1024) {
-    return InvalidArgumentError("config " + args.config +
-                                ": max_connections and max_watches_per_client must be >= 1, "
-                                "max_body >= 1024");
-  }
-  if (args.write_rate < 0 || args.write_burst < 0) {
-    return InvalidArgumentError("config " + args.config +
-                                ": write_rate and write_burst must be >= 0");
-  }
-  for (const auto* urls : {&args.ui_gateways, &args.ui_agents}) {
-    for (const std::string& url : *urls) {
-      if (Status s = registry::ValidateUiUrl(url); !s.ok()) {
-        return InvalidArgumentError("config " + args.config + ": " + s.message());
-      }
-    }
-  }
-  return Status::Ok();
-}
 
 // "host:port" (IPv6 as "[::1]:port").
 bool SplitHostPort(const std::string& text, std::string* host, std::uint16_t* port) {
@@ -415,7 +282,13 @@ void AddRegistryCommand(CLI::App& app) {
       ->check(CLI::ExistingFile);
   cmd->callback([args, cmd] {
     if (!args->config.empty()) {
-      if (Status s = ApplyConfig(*cmd, *args); !s.ok()) {
+      const auto given = [cmd](std::string_view flag) {
+        const CLI::Option* option = cmd->get_option_no_throw(std::string(flag));
+        return option != nullptr && option->count() > 0;
+      };
+      Result<std::string> text = ReadConfigFile(args->config);
+      Status s = text.ok() ? ApplyRegistryConfig(*text, args->config, given, *args) : text.status();
+      if (!s.ok()) {
         spdlog::error("{}", s.message());
         throw CLI::RuntimeError(2);
       }

@@ -2,7 +2,6 @@
 // (the deploy controller: surge rollout, health gate, rollback), RO-1..RO-4.
 #include <signal.h>
 #include <spdlog/spdlog.h>
-#include <yaml-cpp/yaml.h>
 
 #include <CLI/CLI.hpp>
 #include <csignal>
@@ -13,6 +12,7 @@
 
 #include "agent_client.h"
 #include "commands.h"
+#include "config_files.h"
 #include "http_client.h"
 #include "rollout/agent_server.h"
 #include "rollout/deployer.h"
@@ -83,75 +83,6 @@ int RunAgent(const AgentArgs& args) {
 }
 
 // --- drover deploy ---------------------------------------------------------------------------
-
-struct DeployArgs {
-  std::string spec_file;
-  std::string service;
-  std::string version;
-  std::vector<std::string> command;
-  std::vector<std::string> env;  // KEY=VALUE
-  int instances = 1;
-  std::string agent = "http://127.0.0.1:7080";
-  std::string registry = "http://127.0.0.1:7070";
-  std::string registry_ca;
-  int min_healthy_ms = 10'000;
-  int check_delay_ms = 5'000;
-  int progress_deadline_ms = 120'000;
-  int stop_grace_ms = 15'000;
-  bool json = false;
-};
-
-// Fills what the command line did not give from the YAML spec (keys as the long flags, with
-// '_'; `command` a list, `env` a mapping).
-void ApplySpec(const CLI::App& cmd, DeployArgs& args) {
-  YAML::Node root;
-  try {
-    root = YAML::LoadFile(args.spec_file);
-  } catch (const std::exception& e) {
-    Fail(2, "cannot read " + args.spec_file + ": " + e.what());
-  }
-  if (!root.IsMap()) Fail(2, args.spec_file + ": expected a mapping");
-  auto given = [&](const char* flag) { return cmd.get_option(flag)->count() > 0; };
-  try {
-    for (const auto& kv : root) {
-      const std::string key = kv.first.as<std::string>();
-      const YAML::Node& v = kv.second;
-      if (key == "service") {
-        if (args.service.empty()) args.service = v.as<std::string>();
-      } else if (key == "version") {
-        if (!given("--version")) args.version = v.as<std::string>();
-      } else if (key == "command") {
-        if (args.command.empty()) args.command = v.as<std::vector<std::string>>();
-      } else if (key == "env") {
-        if (!given("--env")) {
-          for (const auto& e : v) {
-            args.env.push_back(e.first.as<std::string>() + "=" + e.second.as<std::string>());
-          }
-        }
-      } else if (key == "instances") {
-        if (!given("--instances")) args.instances = v.as<int>();
-      } else if (key == "agent") {
-        if (!given("--agent")) args.agent = v.as<std::string>();
-      } else if (key == "registry") {
-        if (!given("--registry")) args.registry = v.as<std::string>();
-      } else if (key == "registry_ca") {
-        if (!given("--registry-ca")) args.registry_ca = v.as<std::string>();
-      } else if (key == "min_healthy_ms") {
-        if (!given("--min-healthy-ms")) args.min_healthy_ms = v.as<int>();
-      } else if (key == "check_delay_ms") {
-        if (!given("--check-delay-ms")) args.check_delay_ms = v.as<int>();
-      } else if (key == "progress_deadline_ms") {
-        if (!given("--progress-deadline-ms")) args.progress_deadline_ms = v.as<int>();
-      } else if (key == "stop_grace_ms") {
-        if (!given("--stop-grace-ms")) args.stop_grace_ms = v.as<int>();
-      } else {
-        Fail(2, args.spec_file + ": unknown key '" + key + "'");
-      }
-    }
-  } catch (const YAML::Exception& e) {
-    Fail(2, args.spec_file + ": " + e.what());
-  }
-}
 
 int RunDeploy(const DeployArgs& args) {
   if (args.service.empty()) Fail(2, "which service? (SERVICE or `service:` in --spec)");
@@ -308,7 +239,16 @@ void AddRolloutCommands(CLI::App& app) {
                 "After --: the program and its arguments; {id} {service} {version} {port} "
                 "{health_port} are replaced per instance");
   d->callback([deploy, d] {
-    if (!deploy->spec_file.empty()) ApplySpec(*d, *deploy);
+    if (!deploy->spec_file.empty()) {
+      const auto given = [d](std::string_view flag) {
+        const CLI::Option* option = d->get_option_no_throw(std::string(flag));
+        return option != nullptr && option->count() > 0;
+      };
+      Result<std::string> text = ReadConfigFile(deploy->spec_file);
+      const Status s =
+          text.ok() ? ApplyDeploySpec(*text, deploy->spec_file, given, *deploy) : text.status();
+      if (!s.ok()) Fail(2, s.message());
+    }
     if (const int code = RunDeploy(*deploy); code != 0) throw CLI::RuntimeError(code);
   });
 }

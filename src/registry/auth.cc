@@ -35,6 +35,8 @@ std::optional<SystemTime> ParseUtc(const std::string& text) {
       zulu != 'Z' || static_cast<std::size_t>(consumed) != text.size()) {
     return std::nullopt;
   }
+  // system_clock counts nanoseconds in 64 bits: about 1677..2262. Expiry dates are near.
+  if (tm.tm_year < 1970 || tm.tm_year > 2200) return std::nullopt;
   const std::tm given = tm;
   tm.tm_year -= 1900;
   tm.tm_mon -= 1;
@@ -118,8 +120,9 @@ Result<std::shared_ptr<const Authorizer>> Authorizer::FromYaml(std::string_view 
         const std::string text = entry["expires"].as<std::string>();
         t.expires = ParseUtc(text);
         if (!t.expires) {
-          return InvalidArgumentError(where + " (" + t.name + "): 'expires' is '" + text +
-                                      "'; give a UTC time like 2027-03-31T00:00:00Z");
+          return InvalidArgumentError(
+              where + " (" + t.name + "): 'expires' is '" + text +
+              "'; give a UTC time like 2027-03-31T00:00:00Z (years 1970..2200)");
         }
       }
       if (t.read_only && !t.write.empty()) {

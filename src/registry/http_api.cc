@@ -32,6 +32,7 @@
 #include "registry/client_limits.h"
 #include "registry/json_codec.h"
 #include "registry/registry.h"
+#include "registry/ui_url.h"
 #include "registry/web_assets.h"
 
 namespace drover::registry {
@@ -755,28 +756,6 @@ std::string HttpServer::Impl::Metrics() {
                 static_cast<double>(count), {{"code", std::to_string(status)}});
   }
   return out.Take();
-}
-
-Status ValidateUiUrl(std::string_view url) {
-  std::string_view rest = url;
-  if (rest.rfind("http://", 0) == 0) {
-    rest.remove_prefix(7);
-  } else if (rest.rfind("https://", 0) == 0) {
-    rest.remove_prefix(8);
-  } else {
-    return InvalidArgumentError("dashboard URL '" + std::string(url) +
-                                "' must start with http:// or https://");
-  }
-  if (!rest.empty() && rest.back() == '/') rest.remove_suffix(1);
-  const bool clean = !rest.empty() && std::all_of(rest.begin(), rest.end(), [](char c) {
-    return std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-' || c == ':' ||
-           c == '[' || c == ']' || c == '_';
-  });
-  if (!clean) {
-    return InvalidArgumentError("dashboard URL '" + std::string(url) +
-                                "' must be scheme://host[:port] with no path");
-  }
-  return Status::Ok();
 }
 
 Result<std::unique_ptr<HttpServer>> HttpServer::Start(Registry& registry, HttpOptions options) {

@@ -67,10 +67,6 @@ struct HttpOptions {
   std::vector<std::string> ui_agents;
 };
 
-// OK when `url` can go into ui_gateways / ui_agents: http:// or https://, a host, an optional
-// port, nothing else (no path, query, credentials or spaces). A trailing '/' is allowed.
-Status ValidateUiUrl(std::string_view url);
-
 class HttpServer {
  public:
   // Binds and starts serving. The Registry must outlive the server.

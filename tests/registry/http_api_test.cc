@@ -10,6 +10,7 @@
 #include "registry/client_limits.h"
 #include "registry/registry.h"
 #include "registry/sqlite_store.h"
+#include "registry/ui_url.h"
 #include "testing/eventually.h"
 #include "testing/http_client.h"
 #include "testing/temp_dir.h"
@@ -460,6 +461,7 @@ TEST(AuthorizerTest, RejectsMalformedTokenFiles) {
         "tokens: [unclosed",
         "tokens:\n  - name: a\n    token: aaaaaaaaaaaaaaaaaa\n    expires: tomorrow\n",
         "tokens:\n  - name: a\n    token: aaaaaaaaaaaaaaaaaa\n    expires: 2027-02-30T00:00:00Z\n",
+        "tokens:\n  - name: a\n    token: aaaaaaaaaaaaaaaaaa\n    expires: 1013-02-01T00:00:00Z\n",
         "tokens:\n  - name: a\n    token: aaaaaaaaaaaaaaaaaa\n    expires: "
         "2027-02-01T00:00:00\n"}) {
     EXPECT_EQ(Authorizer::FromYaml(yaml).status().code(), StatusCode::kInvalidArgument) << yaml;
