@@ -91,10 +91,18 @@ class Player {
           while (!stop.stop_requested()) {
             std::string why;
             if (!Visit(port, why)) {
+              std::string phase;
+              {
+                std::lock_guard lock(mu_);
+                phase = phase_;
+                drops_.push_back(phase + ": " + why);
+              }
+              // Not under mu_: a successful Visit takes it.
               std::string again;
-              std::lock_guard lock(mu_);
-              drops_.push_back(phase_ + ": " + why);
-              if (!Visit(port, again)) refused_.push_back(phase_ + ": " + why + "; then " + again);
+              if (!Visit(port, again)) {
+                std::lock_guard lock(mu_);
+                refused_.push_back(phase + ": " + why + "; then " + again);
+              }
             }
             std::this_thread::sleep_for(20ms);
           }
