@@ -4,7 +4,7 @@
 #include <nlohmann/json.hpp>
 #include <regex>
 
-#include "testing/child_process.h"
+#include "testing/registry_process.h"
 #include "testing/run_command.h"
 #include "testing/temp_dir.h"
 
@@ -17,14 +17,11 @@ using CtlRun = drover::testing::CommandResult;
 class CtlTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    registry_ = std::make_unique<drover::testing::ChildProcess>(
-        std::vector<std::string>{DROVER_BINARY, "registry", "--data-dir", dir_.path(), "--http",
-                                 "127.0.0.1:0", "--grpc", "127.0.0.1:0"});
-    auto line = registry_->ReadLine(20s);
-    ASSERT_TRUE(line.has_value());
-    std::smatch m;
-    ASSERT_TRUE(std::regex_search(*line, m, std::regex(R"(http://127\.0\.0\.1:(\d+))")));
-    url_ = "http://127.0.0.1:" + m[1].str();
+    registry_ = drover::testing::StartRegistryProcess(
+        DROVER_BINARY,
+        {"--data-dir", dir_.path(), "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0"});
+    ASSERT_NE(registry_.http, 0) << registry_.line;
+    url_ = "http://127.0.0.1:" + std::to_string(registry_.http);
   }
 
   CtlRun Ctl(const std::string& args) {
@@ -33,7 +30,7 @@ class CtlTest : public ::testing::Test {
   }
 
   drover::testing::TempDir dir_;
-  std::unique_ptr<drover::testing::ChildProcess> registry_;
+  drover::testing::RegistryProcess registry_;
   std::string url_;
 };
 

@@ -7,7 +7,6 @@
 #include <gtest/gtest.h>
 
 #include <iostream>
-#include <regex>
 
 #include "compute_protocol.h"
 #include "drover/discovery.h"
@@ -15,6 +14,7 @@
 #include "drover/router.h"
 #include "testing/child_process.h"
 #include "testing/redis_server.h"
+#include "testing/registry_process.h"
 #include "testing/temp_dir.h"
 
 namespace drover::jobs {
@@ -30,14 +30,11 @@ class ComputeWorkerTest : public ::testing::Test {
  protected:
   void SetUp() override {
     ASSERT_TRUE(redis_.started());
-    registry_ = std::make_unique<ChildProcess>(
-        std::vector<std::string>{DROVER_BINARY, "registry", "--data-dir", dir_.path() + "/r",
-                                 "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0"});
-    const auto line = registry_->ReadLine(20s);
-    ASSERT_TRUE(line.has_value());
-    std::smatch m;
-    ASSERT_TRUE(std::regex_search(*line, m, std::regex(R"(grpc://(127\.0\.0\.1:\d+))")));
-    grpc_ = m[1].str();
+    registry_ = drover::testing::StartRegistryProcess(
+        DROVER_BINARY,
+        {"--data-dir", dir_.path() + "/r", "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0"});
+    ASSERT_NE(registry_.grpc, 0) << registry_.line;
+    grpc_ = registry_.grpc_address();
     RedisOptions ro;
     ro.address = redis_.address();
     store_ = RedisStore::Open(ro).value();
@@ -91,7 +88,7 @@ class ComputeWorkerTest : public ::testing::Test {
 
   testing::TempDir dir_;
   testing::RedisServer redis_{dir_.path()};
-  std::unique_ptr<ChildProcess> registry_;
+  drover::testing::RegistryProcess registry_;
   std::string grpc_;
   RealClock clock_;
   std::unique_ptr<RedisStore> store_;

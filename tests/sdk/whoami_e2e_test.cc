@@ -17,6 +17,7 @@
 #include "drover/grpc.h"
 #include "testing/child_process.h"
 #include "testing/eventually.h"
+#include "testing/registry_process.h"
 #include "testing/temp_dir.h"
 
 namespace drover::grpc_defaults {
@@ -30,14 +31,11 @@ using SteadyTime = std::chrono::steady_clock::time_point;
 class WhoAmIE2eTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    registry_ = std::make_unique<ChildProcess>(
-        std::vector<std::string>{DROVER_BINARY, "registry", "--data-dir", dir_.path(), "--http",
-                                 "127.0.0.1:0", "--grpc", "127.0.0.1:0"});
-    const auto line = registry_->ReadLine(20s);
-    ASSERT_TRUE(line.has_value());
-    std::smatch m;
-    ASSERT_TRUE(std::regex_search(*line, m, std::regex(R"(grpc://(127\.0\.0\.1:\d+))")));
-    grpc_ = m[1].str();
+    registry_ = drover::testing::StartRegistryProcess(
+        DROVER_BINARY,
+        {"--data-dir", dir_.path(), "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0"});
+    ASSERT_NE(registry_.grpc, 0) << registry_.line;
+    grpc_ = registry_.grpc_address();
   }
 
   // Starts a whoami_server; returns its gRPC address.
@@ -70,7 +68,7 @@ class WhoAmIE2eTest : public ::testing::Test {
 
   testing::TempDir dir_;
   RealClock clock_;
-  std::unique_ptr<ChildProcess> registry_;
+  drover::testing::RegistryProcess registry_;
   std::string grpc_;
   std::map<std::string, std::unique_ptr<ChildProcess>> servers_;
 };

@@ -12,6 +12,7 @@
 #include "testing/http_client.h"
 #include "testing/line_client.h"
 #include "testing/port_in.h"
+#include "testing/registry_process.h"
 #include "testing/temp_dir.h"
 
 namespace drover {
@@ -25,15 +26,13 @@ using testing::PortIn;
 class ZoneServerTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    registry_ = std::make_unique<ChildProcess>(
-        std::vector<std::string>{DROVER_BINARY, "registry", "--data-dir", dir_.path(), "--http",
-                                 "127.0.0.1:0", "--grpc", "127.0.0.1:0"});
-    const auto line = registry_->ReadLine(20s);
-    ASSERT_TRUE(line.has_value());
-    http_port_ = PortIn(*line, R"(http://127\.0\.0\.1:(\d+))");
-    grpc_port_ = PortIn(*line, R"(grpc://127\.0\.0\.1:(\d+))");
-    ASSERT_NE(http_port_, 0);
-    ASSERT_NE(grpc_port_, 0);
+    registry_ = drover::testing::StartRegistryProcess(
+        DROVER_BINARY,
+        {"--data-dir", dir_.path(), "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0"});
+    http_port_ = registry_.http;
+    grpc_port_ = registry_.grpc;
+    ASSERT_NE(http_port_, 0) << registry_.line;
+    ASSERT_NE(grpc_port_, 0) << registry_.line;
   }
 
   std::unique_ptr<ChildProcess> Zone(const std::string& id, std::vector<std::string> extra) {
@@ -51,7 +50,7 @@ class ZoneServerTest : public ::testing::Test {
   }
 
   testing::TempDir dir_;
-  std::unique_ptr<ChildProcess> registry_;
+  drover::testing::RegistryProcess registry_;
   std::uint16_t http_port_ = 0;
   std::uint16_t grpc_port_ = 0;
 };

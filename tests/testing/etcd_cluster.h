@@ -42,20 +42,7 @@ struct Reply {
 // Content-Length. Stops at the last chunk; returns what was decoded so far on malformed input.
 inline std::string Dechunk(const std::string& raw) {
   std::string out;
-  std::size_t pos = 0;
-  while (true) {
-    const std::size_t eol = raw.find("\r\n", pos);
-    if (eol == std::string::npos) break;
-    std::size_t size = 0;
-    try {
-      size = std::stoul(raw.substr(pos, eol - pos), nullptr, 16);
-    } catch (const std::exception&) {
-      break;
-    }
-    if (size == 0 || raw.size() < eol + 2 + size) break;
-    out += raw.substr(eol + 2, size);
-    pos = eol + 2 + size + 2;
-  }
+  DecodeChunks(raw, 0, out);
   return out;
 }
 

@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <exception>
 #include <string>
 #include <vector>
 
@@ -80,6 +81,31 @@ inline HttpReply Http(std::uint16_t port, const std::string& method, const std::
   return SendRaw(port, RequestText(method, target, body));
 }
 
+// Decodes the complete chunks of a chunked body in `raw` from `pos`, appending their data to
+// `out`; returns where the undecoded rest starts. A zero-size chunk (the end of the body) sets
+// `*ended` when given; malformed framing stops the decoding there.
+inline std::size_t DecodeChunks(const std::string& raw, std::size_t pos, std::string& out,
+                                bool* ended = nullptr) {
+  while (true) {
+    const std::size_t eol = raw.find("\r\n", pos);
+    if (eol == std::string::npos) break;
+    std::size_t size = 0;
+    try {
+      size = std::stoul(raw.substr(pos, eol - pos), nullptr, 16);
+    } catch (const std::exception&) {
+      break;  // not chunked framing
+    }
+    if (size == 0) {
+      if (ended != nullptr) *ended = true;
+      break;
+    }
+    if (raw.size() < eol + 2 + size + 2) break;
+    out.append(raw, eol + 2, size);
+    pos = eol + 2 + size + 2;
+  }
+  return pos;
+}
+
 // An open chunked response whose data is read line by line.
 class StreamReader {
  public:
@@ -133,19 +159,7 @@ class StreamReader {
     if (pos == std::string::npos) return lines;
     pos += 4;
     std::string payload;
-    while (true) {
-      const std::size_t eol = raw_.find("\r\n", pos);
-      if (eol == std::string::npos) break;
-      std::size_t size = 0;
-      try {
-        size = std::stoul(raw_.substr(pos, eol - pos), nullptr, 16);
-      } catch (const std::exception&) {
-        break;  // not chunked framing
-      }
-      if (size == 0 || raw_.size() < eol + 2 + size + 2) break;
-      payload += raw_.substr(eol + 2, size);
-      pos = eol + 2 + size + 2;
-    }
+    DecodeChunks(raw_, pos, payload);
     std::size_t start = 0, nl;
     while ((nl = payload.find('\n', start)) != std::string::npos) {
       lines.push_back(payload.substr(start, nl - start));

@@ -79,26 +79,13 @@ class WatchStream {
         raw.erase(0, end + 4);
         in_body = true;
       }
-      std::size_t pos = 0;
-      while (true) {  // complete chunks only
-        const std::size_t eol = raw.find("\r\n", pos);
-        if (eol == std::string::npos) break;
-        std::size_t size = 0;
-        try {
-          size = std::stoul(raw.substr(pos, eol - pos), nullptr, 16);
-        } catch (const std::exception&) {
-          break;
-        }
-        if (size == 0) {  // the last chunk: the server ended the stream
-          std::lock_guard lock(mu_);
-          ended_ = true;
-          return;
-        }
-        if (raw.size() < eol + 2 + size + 2) break;
-        payload.append(raw, eol + 2, size);
-        pos = eol + 2 + size + 2;
+      bool last = false;  // the last chunk: the server ended the stream
+      raw.erase(0, DecodeChunks(raw, 0, payload, &last));
+      if (last) {
+        std::lock_guard lock(mu_);
+        ended_ = true;
+        return;
       }
-      raw.erase(0, pos);
       std::size_t start = 0, nl;
       std::vector<nlohmann::json> parsed;
       int bad = 0;
