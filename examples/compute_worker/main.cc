@@ -11,9 +11,9 @@
 #include <iostream>
 #include <thread>
 
-#include "common/logging.h"
 #include "compute_protocol.h"
 #include "drover/host.h"
+#include "drover/logging.h"
 
 int main(int argc, char** argv) {
   drover::BlockTerminationSignals();  // before any thread: only the signal thread gets them

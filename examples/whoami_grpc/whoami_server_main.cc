@@ -12,10 +12,10 @@
 #include <iostream>
 #include <thread>
 
-#include "common/logging.h"
 #include "drover/examples/whoami/v1/whoami.grpc.pb.h"
 #include "drover/grpc.h"
 #include "drover/host.h"
+#include "drover/logging.h"
 
 namespace {
 

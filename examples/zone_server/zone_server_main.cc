@@ -15,8 +15,8 @@
 #include <iostream>
 #include <thread>
 
-#include "common/logging.h"
 #include "drover/host.h"
+#include "drover/logging.h"
 #include "zone_protocol.h"
 
 namespace {
