@@ -174,6 +174,32 @@ Status HostCore::StartLocked() {
   const MonoTime t0 = clock_.Now();
 
   // 1. Warm-up: nothing listens yet, so nothing can be sent here (a connect is refused).
+  DROVER_RETURN_IF_ERROR(WarmUp(name, stop));
+  const Duration warmup_took = clock_.Now() - t0;
+
+  // 2. The listener. Connections queue and are served from here on; the registry does not know
+  // the instance yet.
+  DROVER_ASSIGN_OR_RETURN(const std::string address, OpenListener());
+
+  // 3. Ready: warm-up done, and every readiness check passes.
+  phase_.store(Phase::kWarm);
+  const MonoTime deadline = clock_.Now() + options_.start_timeout;
+  DROVER_RETURN_IF_ERROR(WaitUntilReady(deadline, stop));
+
+  // 4. Register READY with a new generation, retrying while the registry is unreachable.
+  DROVER_RETURN_IF_ERROR(RegisterAtStart(name, address, deadline, stop));
+
+  // 5. Heartbeats, on the shared thread; never while draining.
+  heartbeat_task_ = heartbeats_.Add(
+      name, options_.heartbeat_interval, [this] { Beat(); }, [this] { return !draining_.load(); });
+  spdlog::info(
+      "host {}: serving at {} as generation {}; ready and registered in {:.1f} ms (warm-up "
+      "{:.1f} ms)",
+      name, address, generation(), Ms(clock_.Now() - t0), Ms(warmup_took));
+  return Status::Ok();
+}
+
+Status HostCore::WarmUp(const std::string& name, std::stop_token stop) {
   phase_.store(Phase::kWarmingUp);
   for (std::size_t i = 0; i < options_.warmup.size(); ++i) {
     const WarmupHook& hook = options_.warmup[i];
@@ -184,10 +210,10 @@ Status HostCore::StartLocked() {
     if (stop.stop_requested()) return Status(StatusCode::kCancelled, "shut down during warm-up");
     if (!s.ok()) return s.WithContext("warm-up '" + hook.name + "'");
   }
-  const Duration warmup_took = clock_.Now() - t0;
+  return Status::Ok();
+}
 
-  // 2. The listener. Connections queue and are served from here on; the registry does not know
-  // the instance yet.
+Result<std::string> HostCore::OpenListener() {
   std::string address = options_.advertise;
   if (options_.on_session) {
     Status s = options_.listen_fd >= 0 ? sessions_.Adopt(options_.listen_fd)
@@ -200,10 +226,10 @@ Status HostCore::StartLocked() {
                                   "; set the advertised address clients should use");
     }
   }
+  return address;
+}
 
-  // 3. Ready: warm-up done, and every readiness check passes.
-  phase_.store(Phase::kWarm);
-  const MonoTime deadline = clock_.Now() + options_.start_timeout;
+Status HostCore::WaitUntilReady(MonoTime deadline, std::stop_token stop) {
   for (Readiness r = CheckReadiness(); !r.ready; r = CheckReadiness()) {
     if (clock_.Now() >= deadline) {
       return Status(StatusCode::kDeadlineExceeded,
@@ -211,8 +237,11 @@ Status HostCore::StartLocked() {
     }
     if (!clock_.SleepFor(kReadyPoll, stop)) return Status(StatusCode::kCancelled, "shut down");
   }
+  return Status::Ok();
+}
 
-  // 4. Register READY with a new generation, retrying while the registry is unreachable.
+Status HostCore::RegisterAtStart(const std::string& name, const std::string& address,
+                                 MonoTime deadline, std::stop_token stop) {
   {
     std::lock_guard lock(registry_mu_);
     key_ = InstanceKey{options_.service, options_.instance_id, options_.generation};
@@ -228,7 +257,7 @@ Status HostCore::StartLocked() {
       if (deregistering_) return Status(StatusCode::kCancelled, "shut down");
       s = RegisterLocked("start");
     }
-    if (s.ok()) break;
+    if (s.ok()) return Status::Ok();
     // A generation taken from the wall clock can be below one the registry has already seen for
     // this id: the clock stepped back since an earlier incarnation registered. This host is the
     // newest incarnation, so it registers above the one named in the refusal. A generation given
@@ -250,15 +279,6 @@ Status HostCore::StartLocked() {
     if (!clock_.SleepFor(backoff, stop)) return Status(StatusCode::kCancelled, "shut down");
     backoff = std::min(backoff * 2, kMaxRegisterBackoff);
   }
-
-  // 5. Heartbeats, on the shared thread; never while draining.
-  heartbeat_task_ = heartbeats_.Add(
-      name, options_.heartbeat_interval, [this] { Beat(); }, [this] { return !draining_.load(); });
-  spdlog::info(
-      "host {}: serving at {} as generation {}; ready and registered in {:.1f} ms (warm-up "
-      "{:.1f} ms)",
-      name, address, generation(), Ms(clock_.Now() - t0), Ms(warmup_took));
-  return Status::Ok();
 }
 
 Status HostCore::RegisterLocked(const char* why) {

@@ -58,6 +58,12 @@ class HostCore {
   void BeatOnce();  // Beat() without the exception guard
   Status RegisterLocked(const char* why);  // registry_mu_ held
   Status StartLocked();
+  // The steps of StartLocked(), in order (lifecycle_mu_ held).
+  Status WarmUp(const std::string& name, std::stop_token stop);
+  Result<std::string> OpenListener();  // the address to advertise
+  Status WaitUntilReady(MonoTime deadline, std::stop_token stop);
+  Status RegisterAtStart(const std::string& name, const std::string& address, MonoTime deadline,
+                         std::stop_token stop);
   void RunShutdown();
   Duration GraceLeft(MonoTime grace_end) const;
   void Record(std::vector<ShutdownStep>& steps, std::string name, MonoTime since,
