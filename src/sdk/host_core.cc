@@ -429,9 +429,28 @@ void HostCore::RunShutdown() {
   std::lock_guard lifecycle(lifecycle_mu_);
   std::vector<ShutdownStep> steps;
 
+  const bool was_registered = LeaveDiscovery(steps, grace_end);
+  AwaitPropagation(steps, grace_end, was_registered);
+  StopAccepting(steps);
+  DrainSessions(steps, grace_end);
+  StopTimers(steps);
+
+  const Duration total = clock_.Now() - t0;
+  if (total > options_.grace_period) {
+    spdlog::warn("host {}/{}: shutdown took {:.1f} ms, past the grace period of {:.1f} ms",
+                 options_.service, options_.instance_id, Ms(total), Ms(options_.grace_period));
+  } else {
+    spdlog::info("host {}/{}: shutdown complete in {:.1f} ms", options_.service,
+                 options_.instance_id, Ms(total));
+  }
+  std::lock_guard lock(registry_mu_);
+  steps_ = std::move(steps);
+}
+
+bool HostCore::LeaveDiscovery(std::vector<ShutdownStep>& steps, MonoTime grace_end) {
   // 1. Leave discovery while still serving: DRAINING (clients stop picking us), then deregister
   // with our generation (a newer incarnation of the same id is never removed by us).
-  MonoTime t = clock_.Now();
+  const MonoTime t = clock_.Now();
   bool was_registered = false;
   std::string detail;
   {
@@ -451,16 +470,22 @@ void HostCore::RunShutdown() {
     }
   }
   Record(steps, "deregister", t, std::move(detail));
+  return was_registered;
+}
 
+void HostCore::AwaitPropagation(std::vector<ShutdownStep>& steps, MonoTime grace_end,
+                                bool was_registered) {
   // 2. Let watchers (gateways, clients) learn it before the port closes.
-  t = clock_.Now();
+  const MonoTime t = clock_.Now();
   if (was_registered) {
     clock_.SleepFor(std::min(options_.propagation_delay, GraceLeft(grace_end)), std::stop_token{});
   }
   Record(steps, "propagation", t, was_registered ? "" : "skipped");
+}
 
+void HostCore::StopAccepting(std::vector<ShutdownStep>& steps) {
   // 3. Stop accepting: connects are refused from here on.
-  t = clock_.Now();
+  const MonoTime t = clock_.Now();
   if (options_.on_session) {
     sessions_.StopAccepting();
   } else if (options_.stop_accepting) {
@@ -474,11 +499,13 @@ void HostCore::RunShutdown() {
       spdlog::error("host {}/{}: {}", options_.service, options_.instance_id, s.message());
   }
   Record(steps, "stop-accepting", t, "");
+}
 
+void HostCore::DrainSessions(std::vector<ShutdownStep>& steps, MonoTime grace_end) {
   // 4. Sessions get until the drain deadline (inside the grace period), then are cut.
-  t = clock_.Now();
+  const MonoTime t = clock_.Now();
   const Duration budget = std::min(options_.drain_deadline, GraceLeft(grace_end));
-  detail.clear();
+  std::string detail;
   if (options_.on_session) {
     const DrainResult r = sessions_.Drain(budget);
     detail = std::to_string(r.finished) + " finished, " + std::to_string(r.cut) + " cut";
@@ -492,24 +519,15 @@ void HostCore::RunShutdown() {
     if (!s.ok()) detail = s.message();
   }
   Record(steps, "drain", t, std::move(detail));
+}
 
+void HostCore::StopTimers(std::vector<ShutdownStep>& steps) {
   // 5. Timers and probes: a heartbeat in flight is cancelled, not waited for.
-  t = clock_.Now();
+  const MonoTime t = clock_.Now();
   writer_.Cancel();
   if (heartbeat_task_ != 0) heartbeats_.Remove(heartbeat_task_);
   if (health_) health_->Stop();
   Record(steps, "stop-timers", t, "");
-
-  const Duration total = clock_.Now() - t0;
-  if (total > options_.grace_period) {
-    spdlog::warn("host {}/{}: shutdown took {:.1f} ms, past the grace period of {:.1f} ms",
-                 options_.service, options_.instance_id, Ms(total), Ms(options_.grace_period));
-  } else {
-    spdlog::info("host {}/{}: shutdown complete in {:.1f} ms", options_.service,
-                 options_.instance_id, Ms(total));
-  }
-  std::lock_guard lock(registry_mu_);
-  steps_ = std::move(steps);
 }
 
 }  // namespace drover::sdk
