@@ -156,104 +156,121 @@ net::awaitable<void> Gateway::Impl::AdminSession(tcp::socket socket) {
 
 namespace {
 
+void Count(metrics::TextWriter& out, const char* name, const char* help,
+           const std::atomic<std::uint64_t>& v, const metrics::Labels& labels) {
+  out.Counter(name, help, static_cast<double>(v.load()), labels);
+}
+
+// What only an http listener counts: requests, retries and its upstream connection pool.
+void WriteHttpListenerMetrics(metrics::TextWriter& out, const HttpProxy& proxy,
+                              const ListenerCounters& c, const metrics::Labels& labels) {
+  Count(out, "drover_gateway_http_requests_total", "HTTP request heads read.", c.requests, labels);
+  Count(out, "drover_gateway_http_bad_requests_total", "Requests answered 400 or 431.",
+        c.bad_requests, labels);
+  Count(out, "drover_gateway_http_no_route_total", "Requests answered 404: no route for the path.",
+        c.no_route, labels);
+  Count(out, "drover_gateway_http_retries_total", "Request attempts on a further instance.",
+        c.retries, labels);
+  Count(out, "drover_gateway_http_retry_budget_exhausted_total",
+        "Retries refused because the retry budget was spent.", c.budget_exhausted, labels);
+  Count(out, "drover_gateway_http_upstream_connects_total", "New upstream connections.",
+        c.upstream_connects, labels);
+  Count(out, "drover_gateway_http_upstream_reused_total",
+        "Requests sent on a pooled keep-alive connection.", c.upstream_reused, labels);
+  const UpstreamPool::Stats pool = proxy.pool_stats();
+  out.Gauge("drover_gateway_http_pool_idle_connections", "Idle pooled upstream connections.",
+            static_cast<double>(pool.idle), labels);
+  out.Counter("drover_gateway_http_pool_retired_total",
+              "Pooled upstream connections closed, by reason.",
+              static_cast<double>(pool.retired_age),
+              metrics::Labels{labels[0], labels[1], {"reason", "max_age"}});
+  out.Counter("drover_gateway_http_pool_retired_total",
+              "Pooled upstream connections closed, by reason.",
+              static_cast<double>(pool.retired_idle),
+              metrics::Labels{labels[0], labels[1], {"reason", "idle"}});
+  out.Counter("drover_gateway_http_pool_retired_total",
+              "Pooled upstream connections closed, by reason.",
+              static_cast<double>(pool.retired_closed),
+              metrics::Labels{labels[0], labels[1], {"reason", "closed_by_peer"}});
+}
+
+void WriteListenerMetrics(metrics::TextWriter& out, const ListenerConfig& l,
+                          const Listener& proxy) {
+  const ListenerCounters& c = proxy.counters();
+  const metrics::Labels labels{{"listener", l.name},
+                               {"protocol", std::string(ProtocolName(l.protocol))}};
+  Count(out, "drover_gateway_accepted_total", "Client connections accepted.", c.accepted, labels);
+  out.Gauge("drover_gateway_active_connections", "Client connections open now.",
+            static_cast<double>(c.active.load()), labels);
+  Count(out, "drover_gateway_no_upstream_total",
+        "Clients turned away because no instance could be reached (tcp: closed; http: 502/503).",
+        c.no_upstream, labels);
+  Count(out, "drover_gateway_idle_timeouts_total", "Connections closed after the idle timeout.",
+        c.idle_timeouts, labels);
+  Count(out, "drover_gateway_refused_connections_total",
+        "Client connections refused for being over max_connections.", c.refused, labels);
+  Count(out, "drover_gateway_response_timeouts_total",
+        "Upstreams that stopped answering (tcp: connection closed; http: 504).",
+        c.response_timeouts, labels);
+  if (l.protocol == Protocol::kTcp) {
+    Count(out, "drover_gateway_bad_key_total",
+          "Client connections closed for a missing or malformed DROVER-KEY line.", c.bad_key,
+          labels);
+    return;
+  }
+  WriteHttpListenerMetrics(out, static_cast<const HttpProxy&>(proxy), c, labels);
+}
+
+void WriteInstanceMetrics(metrics::TextWriter& out, const InstanceCounters& ic,
+                          const metrics::Labels& il, Clock& clock) {
+  out.Gauge("drover_gateway_upstream_active",
+            "Proxied connections (tcp) or requests in flight (http) at the instance.",
+            static_cast<double>(ic.active.load()), il);
+  Count(out, "drover_gateway_upstream_connections_total", "Connections made to the instance.",
+        ic.connections, il);
+  Count(out, "drover_gateway_upstream_requests_total", "HTTP requests sent to the instance.",
+        ic.requests, il);
+  Count(out, "drover_gateway_upstream_failed_requests_total",
+        "HTTP requests the instance reset, left unanswered or answered 5xx.", ic.failed_requests,
+        il);
+  out.Gauge("drover_gateway_upstream_healthy",
+            "1 while the instance passes active /ready checks and is not ejected.",
+            ic.unhealthy.load() || ic.Ejected(clock.Now()) ? 0 : 1, il);
+  Count(out, "drover_gateway_upstream_ejections_total",
+        "Times the instance was ejected for failed connects or requests.", ic.ejections_total, il);
+  Count(out, "drover_gateway_upstream_failed_checks_total", "Failed /ready checks.",
+        ic.checks_failed, il);
+  Count(out, "drover_gateway_upstream_connect_failures_total",
+        "Connects to the instance that failed or timed out.", ic.connect_failures, il);
+}
+
+void WriteUpstreamMetrics(metrics::TextWriter& out, const Gateway::Impl::UpstreamEntry& u,
+                          Clock& clock) {
+  metrics::Labels labels{{"listener", u.listener}, {"service", u.upstream->listener().service}};
+  if (!u.route.empty()) labels.emplace_back("route", u.route);
+  const auto snapshot = u.upstream->Snapshot();
+  out.Gauge("drover_gateway_routing_table_version",
+            "Registry revision of the routing table in use.",
+            static_cast<double>(snapshot->version()), labels);
+  const Duration age = u.upstream->DiscoveryAge();
+  if (age != Duration::max()) {
+    out.Gauge("drover_gateway_discovery_age_seconds",
+              "Time since the registry last confirmed the routing table.", Seconds(age), labels);
+  }
+  const auto& table = *snapshot->router->table;
+  for (std::size_t k = 0; k < table.size(); ++k) {
+    metrics::Labels il = labels;
+    il.emplace_back("instance", table.at(k).id);
+    WriteInstanceMetrics(out, *snapshot->counters[k], il, clock);
+  }
+}
+
 std::string MetricsTextOf(const Gateway::Impl& g) {
   metrics::TextWriter out;
-  const auto count = [&](const char* name, const char* help, const std::atomic<std::uint64_t>& v,
-                         const metrics::Labels& labels) {
-    out.Counter(name, help, static_cast<double>(v.load()), labels);
-  };
   for (std::size_t i = 0; i < g.proxies.size(); ++i) {
-    const ListenerConfig& l = g.config.listeners[i];
-    const ListenerCounters& c = g.proxies[i]->counters();
-    const metrics::Labels labels{{"listener", l.name},
-                                 {"protocol", std::string(ProtocolName(l.protocol))}};
-    count("drover_gateway_accepted_total", "Client connections accepted.", c.accepted, labels);
-    out.Gauge("drover_gateway_active_connections", "Client connections open now.",
-              static_cast<double>(c.active.load()), labels);
-    count("drover_gateway_no_upstream_total",
-          "Clients turned away because no instance could be reached (tcp: closed; http: 502/503).",
-          c.no_upstream, labels);
-    count("drover_gateway_idle_timeouts_total", "Connections closed after the idle timeout.",
-          c.idle_timeouts, labels);
-    count("drover_gateway_refused_connections_total",
-          "Client connections refused for being over max_connections.", c.refused, labels);
-    count("drover_gateway_response_timeouts_total",
-          "Upstreams that stopped answering (tcp: connection closed; http: 504).",
-          c.response_timeouts, labels);
-    if (l.protocol == Protocol::kTcp) {
-      count("drover_gateway_bad_key_total",
-            "Client connections closed for a missing or malformed DROVER-KEY line.", c.bad_key,
-            labels);
-      continue;
-    }
-    count("drover_gateway_http_requests_total", "HTTP request heads read.", c.requests, labels);
-    count("drover_gateway_http_bad_requests_total", "Requests answered 400 or 431.", c.bad_requests,
-          labels);
-    count("drover_gateway_http_no_route_total", "Requests answered 404: no route for the path.",
-          c.no_route, labels);
-    count("drover_gateway_http_retries_total", "Request attempts on a further instance.", c.retries,
-          labels);
-    count("drover_gateway_http_retry_budget_exhausted_total",
-          "Retries refused because the retry budget was spent.", c.budget_exhausted, labels);
-    count("drover_gateway_http_upstream_connects_total", "New upstream connections.",
-          c.upstream_connects, labels);
-    count("drover_gateway_http_upstream_reused_total",
-          "Requests sent on a pooled keep-alive connection.", c.upstream_reused, labels);
-    const UpstreamPool::Stats pool = static_cast<const HttpProxy&>(*g.proxies[i]).pool_stats();
-    out.Gauge("drover_gateway_http_pool_idle_connections", "Idle pooled upstream connections.",
-              static_cast<double>(pool.idle), labels);
-    out.Counter("drover_gateway_http_pool_retired_total",
-                "Pooled upstream connections closed, by reason.",
-                static_cast<double>(pool.retired_age),
-                metrics::Labels{labels[0], labels[1], {"reason", "max_age"}});
-    out.Counter("drover_gateway_http_pool_retired_total",
-                "Pooled upstream connections closed, by reason.",
-                static_cast<double>(pool.retired_idle),
-                metrics::Labels{labels[0], labels[1], {"reason", "idle"}});
-    out.Counter("drover_gateway_http_pool_retired_total",
-                "Pooled upstream connections closed, by reason.",
-                static_cast<double>(pool.retired_closed),
-                metrics::Labels{labels[0], labels[1], {"reason", "closed_by_peer"}});
+    WriteListenerMetrics(out, g.config.listeners[i], *g.proxies[i]);
   }
-  for (const Gateway::Impl::UpstreamEntry& u : g.upstreams) {
-    metrics::Labels labels{{"listener", u.listener}, {"service", u.upstream->listener().service}};
-    if (!u.route.empty()) labels.emplace_back("route", u.route);
-    const auto snapshot = u.upstream->Snapshot();
-    out.Gauge("drover_gateway_routing_table_version",
-              "Registry revision of the routing table in use.",
-              static_cast<double>(snapshot->version()), labels);
-    const Duration age = u.upstream->DiscoveryAge();
-    if (age != Duration::max()) {
-      out.Gauge("drover_gateway_discovery_age_seconds",
-                "Time since the registry last confirmed the routing table.", Seconds(age), labels);
-    }
-    const auto& table = *snapshot->router->table;
-    for (std::size_t k = 0; k < table.size(); ++k) {
-      const InstanceCounters& ic = *snapshot->counters[k];
-      metrics::Labels il = labels;
-      il.emplace_back("instance", table.at(k).id);
-      out.Gauge("drover_gateway_upstream_active",
-                "Proxied connections (tcp) or requests in flight (http) at the instance.",
-                static_cast<double>(ic.active.load()), il);
-      count("drover_gateway_upstream_connections_total", "Connections made to the instance.",
-            ic.connections, il);
-      count("drover_gateway_upstream_requests_total", "HTTP requests sent to the instance.",
-            ic.requests, il);
-      count("drover_gateway_upstream_failed_requests_total",
-            "HTTP requests the instance reset, left unanswered or answered 5xx.",
-            ic.failed_requests, il);
-      out.Gauge("drover_gateway_upstream_healthy",
-                "1 while the instance passes active /ready checks and is not ejected.",
-                ic.unhealthy.load() || ic.Ejected(g.clock.Now()) ? 0 : 1, il);
-      count("drover_gateway_upstream_ejections_total",
-            "Times the instance was ejected for failed connects or requests.", ic.ejections_total,
-            il);
-      count("drover_gateway_upstream_failed_checks_total", "Failed /ready checks.",
-            ic.checks_failed, il);
-      count("drover_gateway_upstream_connect_failures_total",
-            "Connects to the instance that failed or timed out.", ic.connect_failures, il);
-    }
-  }
+  for (const Gateway::Impl::UpstreamEntry& u : g.upstreams) WriteUpstreamMetrics(out, u, g.clock);
   return out.Take();
 }
 

@@ -142,6 +142,88 @@ class Transaction {
   bool open_ = false;
 };
 
+// ABORTED when the write expects a mod_revision the instance no longer has (0: absent).
+Status CheckExpectedRevision(sqlite3* db, const Write& w) {
+  if (!w.expect_mod_revision.has_value()) return Status::Ok();
+  Statement get(db, "SELECT mod_revision FROM instances WHERE service = ?1 AND id = ?2");
+  DROVER_RETURN_IF_ERROR(get.status());
+  get.Bind(1, w.service);
+  get.Bind(2, w.id);
+  const std::uint64_t actual =
+      get.Step() == SQLITE_ROW ? static_cast<std::uint64_t>(get.Int(0)) : 0;
+  if (actual != *w.expect_mod_revision) {
+    return Status(StatusCode::kAborted, "store: " + w.service + "/" + w.id +
+                                            " changed concurrently (mod_revision " +
+                                            std::to_string(actual) + ", expected " +
+                                            std::to_string(*w.expect_mod_revision) + ")");
+  }
+  return Status::Ok();
+}
+
+Status PutInstance(sqlite3* db, const Write& w, std::int64_t rev) {
+  const Instance& in = w.instance;
+  Statement put(db,
+                "INSERT OR REPLACE INTO instances (service, id, address, generation, state, "
+                "ttl_ms, weight, zone, labels, version, accepting, create_revision, "
+                "mod_revision, ready_since_ms) VALUES "
+                "(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)");
+  DROVER_RETURN_IF_ERROR(put.status());
+  put.Bind(1, w.service);
+  put.Bind(2, w.id);
+  put.Bind(3, in.spec.address);
+  put.Bind(4, static_cast<std::int64_t>(in.spec.generation));
+  put.Bind(5, static_cast<std::int64_t>(in.spec.state));
+  put.Bind(6, in.spec.ttl_ms);
+  put.Bind(7, static_cast<std::int64_t>(in.spec.weight));
+  put.Bind(8, in.spec.zone);
+  put.Bind(9, LabelsToJson(in.spec.labels));
+  put.Bind(10, in.spec.version);
+  put.Bind(11, in.spec.accepting ? 1 : 0);
+  put.Bind(12, w.create ? rev : static_cast<std::int64_t>(in.create_revision));
+  put.Bind(13, rev);
+  put.Bind(14, ToUnixMillis(in.ready_since));
+  return put.Done("put instance");
+}
+
+Status PutTombstone(sqlite3* db, const Write& w, std::int64_t rev) {
+  Statement put(db,
+                "INSERT OR REPLACE INTO tombstones (service, id, generation, revision, "
+                "expires_at_ms) VALUES (?1, ?2, ?3, ?4, ?5)");
+  DROVER_RETURN_IF_ERROR(put.status());
+  put.Bind(1, w.service);
+  put.Bind(2, w.id);
+  put.Bind(3, static_cast<std::int64_t>(w.tombstone.generation));
+  put.Bind(4, rev);
+  put.Bind(5, ToUnixMillis(w.tombstone.expires_at));
+  return put.Done("put tombstone");
+}
+
+// `sql` deletes the row of (?1 service, ?2 id).
+Status DeleteRow(sqlite3* db, const char* sql, const Write& w, const char* what) {
+  Statement del(db, sql);
+  DROVER_RETURN_IF_ERROR(del.status());
+  del.Bind(1, w.service);
+  del.Bind(2, w.id);
+  return del.Done(what);
+}
+
+// One write of a commit at revision `rev`.
+Status ApplyWrite(sqlite3* db, const Write& w, std::int64_t rev) {
+  switch (w.kind) {
+    case Write::Kind::kPutInstance:
+      return PutInstance(db, w, rev);
+    case Write::Kind::kDeleteInstance:
+      return DeleteRow(db, "DELETE FROM instances WHERE service = ?1 AND id = ?2", w,
+                       "delete instance");
+    case Write::Kind::kPutTombstone:
+      return PutTombstone(db, w, rev);
+    case Write::Kind::kDeleteTombstone:
+      return DeleteRow(db, "DELETE FROM tombstones WHERE service = ?1 AND id = ?2", w,
+                       "delete tombstone");
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 Result<std::unique_ptr<SqliteStore>> SqliteStore::Open(const std::string& data_dir) {
@@ -269,76 +351,8 @@ Result<std::uint64_t> SqliteStore::Commit(const std::vector<Write>& writes) {
   const auto rev = static_cast<std::int64_t>(revision);
 
   for (const Write& w : writes) {
-    if (w.expect_mod_revision.has_value()) {
-      Statement get(db_, "SELECT mod_revision FROM instances WHERE service = ?1 AND id = ?2");
-      DROVER_RETURN_IF_ERROR(get.status());
-      get.Bind(1, w.service);
-      get.Bind(2, w.id);
-      const std::uint64_t actual =
-          get.Step() == SQLITE_ROW ? static_cast<std::uint64_t>(get.Int(0)) : 0;
-      if (actual != *w.expect_mod_revision) {
-        return Status(StatusCode::kAborted, "store: " + w.service + "/" + w.id +
-                                                " changed concurrently (mod_revision " +
-                                                std::to_string(actual) + ", expected " +
-                                                std::to_string(*w.expect_mod_revision) + ")");
-      }
-    }
-    switch (w.kind) {
-      case Write::Kind::kPutInstance: {
-        const Instance& in = w.instance;
-        Statement put(db_,
-                      "INSERT OR REPLACE INTO instances (service, id, address, generation, state, "
-                      "ttl_ms, weight, zone, labels, version, accepting, create_revision, "
-                      "mod_revision, ready_since_ms) VALUES "
-                      "(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)");
-        DROVER_RETURN_IF_ERROR(put.status());
-        put.Bind(1, w.service);
-        put.Bind(2, w.id);
-        put.Bind(3, in.spec.address);
-        put.Bind(4, static_cast<std::int64_t>(in.spec.generation));
-        put.Bind(5, static_cast<std::int64_t>(in.spec.state));
-        put.Bind(6, in.spec.ttl_ms);
-        put.Bind(7, static_cast<std::int64_t>(in.spec.weight));
-        put.Bind(8, in.spec.zone);
-        put.Bind(9, LabelsToJson(in.spec.labels));
-        put.Bind(10, in.spec.version);
-        put.Bind(11, in.spec.accepting ? 1 : 0);
-        put.Bind(12, w.create ? rev : static_cast<std::int64_t>(in.create_revision));
-        put.Bind(13, rev);
-        put.Bind(14, ToUnixMillis(in.ready_since));
-        DROVER_RETURN_IF_ERROR(put.Done("put instance"));
-        break;
-      }
-      case Write::Kind::kDeleteInstance: {
-        Statement del(db_, "DELETE FROM instances WHERE service = ?1 AND id = ?2");
-        DROVER_RETURN_IF_ERROR(del.status());
-        del.Bind(1, w.service);
-        del.Bind(2, w.id);
-        DROVER_RETURN_IF_ERROR(del.Done("delete instance"));
-        break;
-      }
-      case Write::Kind::kPutTombstone: {
-        Statement put(db_,
-                      "INSERT OR REPLACE INTO tombstones (service, id, generation, revision, "
-                      "expires_at_ms) VALUES (?1, ?2, ?3, ?4, ?5)");
-        DROVER_RETURN_IF_ERROR(put.status());
-        put.Bind(1, w.service);
-        put.Bind(2, w.id);
-        put.Bind(3, static_cast<std::int64_t>(w.tombstone.generation));
-        put.Bind(4, rev);
-        put.Bind(5, ToUnixMillis(w.tombstone.expires_at));
-        DROVER_RETURN_IF_ERROR(put.Done("put tombstone"));
-        break;
-      }
-      case Write::Kind::kDeleteTombstone: {
-        Statement del(db_, "DELETE FROM tombstones WHERE service = ?1 AND id = ?2");
-        DROVER_RETURN_IF_ERROR(del.status());
-        del.Bind(1, w.service);
-        del.Bind(2, w.id);
-        DROVER_RETURN_IF_ERROR(del.Done("delete tombstone"));
-        break;
-      }
-    }
+    DROVER_RETURN_IF_ERROR(CheckExpectedRevision(db_, w));
+    DROVER_RETURN_IF_ERROR(ApplyWrite(db_, w, rev));
   }
   Statement bump(db_, "UPDATE meta SET value = ?1 WHERE key = 'revision'");
   DROVER_RETURN_IF_ERROR(bump.status());

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <fstream>
+#include <optional>
 #include <random>
 #include <set>
 
@@ -76,6 +77,35 @@ class PortPicker {
   std::set<std::uint16_t> handed_out_;
 };
 
+// Why the spec cannot be deployed at all, or nullopt.
+std::optional<std::string> SpecError(const DeploySpec& spec) {
+  if (Status s = ValidateLaunchSpec(LaunchSpec{spec.service, spec.service + "-" + spec.version,
+                                               spec.version, spec.argv, spec.env});
+      !s.ok() || spec.instances < 1) {
+    return s.ok() ? "instances must be at least 1" : s.message();
+  }
+  if (Status s = ValidateGateOptions(spec.gate); !s.ok()) return s.message();
+  return std::nullopt;
+}
+
+// The launch of the n-th new instance: its id, and its command line and environment with
+// "{port}" and "{health_port}" replaced by fresh ports.
+LaunchSpec LaunchOf(const DeploySpec& spec, int n, PortPicker& ports) {
+  LaunchSpec launch;
+  launch.service = spec.service;
+  launch.version = spec.version;
+  launch.id = spec.service + "-" + spec.version + "-" + std::to_string(n);
+  const std::string port = std::to_string(ports.Next());
+  const std::string health_port = std::to_string(ports.Next());
+  for (const std::string& a : spec.argv) {
+    launch.argv.push_back(ReplaceAll(ReplaceAll(a, "{port}", port), "{health_port}", health_port));
+  }
+  for (const auto& [k, v] : spec.env) {
+    launch.env[k] = ReplaceAll(ReplaceAll(v, "{port}", port), "{health_port}", health_port);
+  }
+  return launch;
+}
+
 }  // namespace
 
 void Deployer::Note(DeployOutcome& out, const std::string& what) {
@@ -134,7 +164,7 @@ void Deployer::RollBack(DeployOutcome& out, const DeploySpec& spec,
   }
 }
 
-DeployOutcome Deployer::Run(const DeploySpec& spec, std::stop_token stop) {
+DeployOutcome Deployer::Begin(const DeploySpec& spec) {
   DeployOutcome out;
   began_ = clock_.Now();
   const SystemTime began_system = clock_.SystemNow();
@@ -143,65 +173,49 @@ DeployOutcome Deployer::Run(const DeploySpec& spec, std::stop_token stop) {
                 {"instances", spec.instances}, {"started_at_ms", ToUnixMillis(began_system)},
                 {"verdict", "running"},        {"reason", ""},
                 {"timeline", json::array()}};
-  auto finish = [&](Verdict verdict, std::string reason) {
-    out.verdict = verdict;
-    out.reason = std::move(reason);
-    out.finished_after = clock_.Now() - began_;
-    out.record["verdict"] = std::string(VerdictName(verdict));
-    out.record["reason"] = out.reason;
-    out.record["finished_at_ms"] = ToUnixMillis(clock_.SystemNow());
-    out.record["decided_after_s"] = Seconds(out.decided_after);
-    out.record["rollback_s"] = Seconds(out.rollback_took);
-    Save(out);
-    return out;
-  };
+  return out;
+}
 
-  if (Status s = ValidateLaunchSpec(LaunchSpec{spec.service, spec.service + "-" + spec.version,
-                                               spec.version, spec.argv, spec.env});
-      !s.ok() || spec.instances < 1) {
-    return finish(Verdict::kFail, s.ok() ? "instances must be at least 1" : s.message());
-  }
-  if (Status s = ValidateGateOptions(spec.gate); !s.ok())
-    return finish(Verdict::kFail, s.message());
+DeployOutcome Deployer::Finish(DeployOutcome out, Verdict verdict, std::string reason) {
+  out.verdict = verdict;
+  out.reason = std::move(reason);
+  out.finished_after = clock_.Now() - began_;
+  out.record["verdict"] = std::string(VerdictName(verdict));
+  out.record["reason"] = out.reason;
+  out.record["finished_at_ms"] = ToUnixMillis(clock_.SystemNow());
+  out.record["decided_after_s"] = Seconds(out.decided_after);
+  out.record["rollback_s"] = Seconds(out.rollback_took);
+  Save(out);
+  return out;
+}
 
-  // The version running now: never touched until the new one passes.
+Result<std::vector<std::string>> Deployer::OldInstances(DeployOutcome& out,
+                                                        const DeploySpec& spec) {
   auto current = platform_.List(spec.service);
   if (!current.ok()) {
-    return finish(Verdict::kFail, "cannot list " + spec.service +
-                                      " on the platform: " + current.status().message());
+    return FailedPreconditionError("cannot list " + spec.service +
+                                   " on the platform: " + current.status().message());
   }
   std::vector<std::string> old_ids;
   std::set<std::string> old_versions;
   for (const InstanceInfo& i : *current) {
     if (i.spec.version == spec.version) {
-      return finish(Verdict::kFail, "version " + spec.version + " of " + spec.service +
-                                        " is already deployed (instance " + i.spec.id + ")");
+      return FailedPreconditionError("version " + spec.version + " of " + spec.service +
+                                     " is already deployed (instance " + i.spec.id + ")");
     }
     old_ids.push_back(i.spec.id);
     old_versions.insert(i.spec.version);
   }
   out.record["previous"] = {{"versions", old_versions}, {"instances", old_ids}};
-  Note(out, "deploy of " + spec.service + " " + spec.version + " began; " +
-                std::to_string(old_ids.size()) + " old instance(s) keep serving");
-  Save(out);
+  return old_ids;
+}
 
-  // 1. The new instances, next to the old.
+Result<std::vector<std::string>> Deployer::StartNew(DeployOutcome& out, const DeploySpec& spec,
+                                                    std::size_t old_count) {
   std::vector<std::string> new_ids;
   PortPicker ports;
   for (int n = 1; n <= spec.instances; ++n) {
-    LaunchSpec launch;
-    launch.service = spec.service;
-    launch.version = spec.version;
-    launch.id = spec.service + "-" + spec.version + "-" + std::to_string(n);
-    const std::string port = std::to_string(ports.Next());
-    const std::string health_port = std::to_string(ports.Next());
-    for (const std::string& a : spec.argv) {
-      launch.argv.push_back(
-          ReplaceAll(ReplaceAll(a, "{port}", port), "{health_port}", health_port));
-    }
-    for (const auto& [k, v] : spec.env) {
-      launch.env[k] = ReplaceAll(ReplaceAll(v, "{port}", port), "{health_port}", health_port);
-    }
+    const LaunchSpec launch = LaunchOf(spec, n, ports);
     if (Status s = platform_.Start(launch); !s.ok()) {
       Note(out, "could not start " + launch.id + ": " + s.message());
       // Whatever did start goes again -- this one too, unless it certainly did not start (a
@@ -209,17 +223,45 @@ DeployOutcome Deployer::Run(const DeploySpec& spec, std::stop_token stop) {
       if (s.code() != StatusCode::kAlreadyExists && s.code() != StatusCode::kInvalidArgument) {
         new_ids.push_back(launch.id);
       }
-      RollBack(out, spec, new_ids, old_ids.size());
-      return finish(Verdict::kFail, "could not start " + launch.id + ": " + s.message());
+      RollBack(out, spec, new_ids, old_count);
+      return s.WithContext("could not start " + launch.id);
     }
     new_ids.push_back(launch.id);
     // Recorded as it happens: if this controller dies now, the record names what runs.
     out.record["new_instances"] = new_ids;
     Save(out);
   }
-  Note(out, "started " + std::to_string(new_ids.size()) + " new instance(s); gating");
+  return new_ids;
+}
 
-  // 2. The gate.
+std::vector<Observation> Deployer::ObserveNew(DeployOutcome& out, const DeploySpec& spec,
+                                              const std::vector<std::string>& new_ids,
+                                              std::string& data_error) {
+  std::vector<Observation> seen;
+  auto listed = platform_.List(spec.service);
+  auto ready = readiness_(spec.service);
+  const std::string error = !listed.ok()  ? "platform: " + listed.status().message()
+                            : !ready.ok() ? "registry: " + ready.status().message()
+                                          : "";
+  if (error != data_error && !error.empty()) Note(out, "no data this time: " + error);
+  if (!error.empty()) data_error = error;
+  if (listed.ok() && ready.ok()) {
+    for (const std::string& id : new_ids) {
+      Observation o;
+      o.id = id;
+      for (InstanceInfo& i : *listed) {
+        if (i.spec.id == id) o.platform = std::move(i);
+      }
+      auto r = ready->find(id);
+      o.ready = r != ready->end() && r->second;
+      seen.push_back(std::move(o));
+    }
+  }
+  return seen;
+}
+
+GateResult Deployer::Gate(DeployOutcome& out, const DeploySpec& spec,
+                          const std::vector<std::string>& new_ids, std::stop_token stop) {
   HealthGate gate(new_ids, began_, spec.gate);
   GateResult verdict;
   std::string last_wait;
@@ -229,26 +271,7 @@ DeployOutcome Deployer::Run(const DeploySpec& spec, std::stop_token stop) {
       verdict = GateResult{Verdict::kFail, "deploy interrupted"};
       break;
     }
-    std::vector<Observation> seen;
-    auto listed = platform_.List(spec.service);
-    auto ready = readiness_(spec.service);
-    const std::string error = !listed.ok()  ? "platform: " + listed.status().message()
-                              : !ready.ok() ? "registry: " + ready.status().message()
-                                            : "";
-    if (error != data_error && !error.empty()) Note(out, "no data this time: " + error);
-    if (!error.empty()) data_error = error;
-    if (listed.ok() && ready.ok()) {
-      for (const std::string& id : new_ids) {
-        Observation o;
-        o.id = id;
-        for (InstanceInfo& i : *listed) {
-          if (i.spec.id == id) o.platform = std::move(i);
-        }
-        auto r = ready->find(id);
-        o.ready = r != ready->end() && r->second;
-        seen.push_back(std::move(o));
-      }
-    }
+    const std::vector<Observation> seen = ObserveNew(out, spec, new_ids, data_error);
     verdict = gate.Observe(clock_.Now(), seen);
     if (verdict.verdict == Verdict::kPending && gate.waiting_for() != last_wait) {
       last_wait = gate.waiting_for();
@@ -261,22 +284,11 @@ DeployOutcome Deployer::Run(const DeploySpec& spec, std::stop_token stop) {
       verdict.reason.find("data") != std::string::npos) {
     verdict.reason += " (last error: " + data_error + ")";
   }
+  return verdict;
+}
 
-  if (verdict.verdict == Verdict::kFail) {
-    // 3b. Roll back: the new instances go, the old were never touched.
-    Note(out, "FAILED: " + verdict.reason + "; stopping the new instances");
-    out.record["verdict"] = "fail";
-    out.record["reason"] = verdict.reason;
-    Save(out);
-    RollBack(out, spec, new_ids, old_ids.size());
-    return finish(Verdict::kFail, verdict.reason);
-  }
-
-  // 3a. Pass: the old instances go, one at a time, in the SDK's shutdown order.
-  Note(out, "PASSED: " + verdict.reason);
-  out.record["verdict"] = "pass";
-  out.record["reason"] = verdict.reason;
-  Save(out);
+void Deployer::RetireOld(DeployOutcome& out, const DeploySpec& spec,
+                         const std::vector<std::string>& old_ids) {
   for (const std::string& id : old_ids) {
     Note(out, "stopping old instance " + id);
     StopInstance(out, spec, id);
@@ -287,7 +299,46 @@ DeployOutcome Deployer::Run(const DeploySpec& spec, std::stop_token stop) {
     Note(out, "done, but old instance(s) " + Join(out.left_running) +
                   " could not be stopped; stop them by hand");
   }
-  return finish(Verdict::kPass, verdict.reason);
+}
+
+DeployOutcome Deployer::Run(const DeploySpec& spec, std::stop_token stop) {
+  DeployOutcome out = Begin(spec);
+  if (std::optional<std::string> invalid = SpecError(spec)) {
+    return Finish(std::move(out), Verdict::kFail, *std::move(invalid));
+  }
+
+  // The version running now: never touched until the new one passes.
+  auto old_ids = OldInstances(out, spec);
+  if (!old_ids.ok()) return Finish(std::move(out), Verdict::kFail, old_ids.status().message());
+  Note(out, "deploy of " + spec.service + " " + spec.version + " began; " +
+                std::to_string(old_ids->size()) + " old instance(s) keep serving");
+  Save(out);
+
+  // 1. The new instances, next to the old.
+  auto new_ids = StartNew(out, spec, old_ids->size());
+  if (!new_ids.ok()) return Finish(std::move(out), Verdict::kFail, new_ids.status().message());
+  Note(out, "started " + std::to_string(new_ids->size()) + " new instance(s); gating");
+
+  // 2. The gate.
+  const GateResult verdict = Gate(out, spec, *new_ids, stop);
+
+  if (verdict.verdict == Verdict::kFail) {
+    // 3b. Roll back: the new instances go, the old were never touched.
+    Note(out, "FAILED: " + verdict.reason + "; stopping the new instances");
+    out.record["verdict"] = "fail";
+    out.record["reason"] = verdict.reason;
+    Save(out);
+    RollBack(out, spec, *new_ids, old_ids->size());
+    return Finish(std::move(out), Verdict::kFail, verdict.reason);
+  }
+
+  // 3a. Pass: the old instances go, one at a time, in the SDK's shutdown order.
+  Note(out, "PASSED: " + verdict.reason);
+  out.record["verdict"] = "pass";
+  out.record["reason"] = verdict.reason;
+  Save(out);
+  RetireOld(out, spec, *old_ids);
+  return Finish(std::move(out), Verdict::kPass, verdict.reason);
 }
 
 }  // namespace drover::rollout

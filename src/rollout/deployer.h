@@ -87,6 +87,28 @@ class Deployer {
   void RollBack(DeployOutcome& out, const DeploySpec& spec, const std::vector<std::string>& new_ids,
                 std::size_t old_count);
 
+  // The steps of Run(). Begin() starts the deploy record and the clock; Finish() writes the
+  // verdict into it, saves it and returns it.
+  DeployOutcome Begin(const DeploySpec& spec);
+  DeployOutcome Finish(DeployOutcome out, Verdict verdict, std::string reason);
+  // The ids of the instances running now (recorded as "previous"), or why the deploy cannot go
+  // on: the platform cannot list them, or this version runs already.
+  Result<std::vector<std::string>> OldInstances(DeployOutcome& out, const DeploySpec& spec);
+  // Starts the new instances; when one cannot start, rolls back what did and returns why.
+  Result<std::vector<std::string>> StartNew(DeployOutcome& out, const DeploySpec& spec,
+                                            std::size_t old_count);
+  // Observes the new instances until the gate decides or `stop`; sets out.decided_after.
+  GateResult Gate(DeployOutcome& out, const DeploySpec& spec,
+                  const std::vector<std::string>& new_ids, std::stop_token stop);
+  // One observation of the new instances; none when the platform or the registry has no data
+  // this time (`data_error` keeps the latest such error, noted when it changes).
+  std::vector<Observation> ObserveNew(DeployOutcome& out, const DeploySpec& spec,
+                                      const std::vector<std::string>& new_ids,
+                                      std::string& data_error);
+  // After a pass: stops the old instances one at a time and notes how that went.
+  void RetireOld(DeployOutcome& out, const DeploySpec& spec,
+                 const std::vector<std::string>& old_ids);
+
   Platform& platform_;
   ReadinessSource readiness_;
   DeployLog log_;

@@ -73,89 +73,66 @@ std::string HealthGate::CrashMovedSince(const std::map<std::string, SystemTime>&
   return "";
 }
 
-GateResult HealthGate::Observe(MonoTime now, const std::vector<Observation>& seen) {
-  if (result_.verdict != Verdict::kPending) return result_;
-  if (instances_.empty()) return Fail("no new instances to judge: no checks, no pass");
-
-  std::map<std::string, const Observation*> by_id;
-  for (const Observation& o : seen) by_id[o.id] = &o;
-  const bool complete = std::all_of(instances_.begin(), instances_.end(),
-                                    [&](const std::string& id) { return by_id.count(id) > 0; });
-  if (complete) {
-    any_data_ = true;
-    for (const std::string& id : instances_) {
-      const Observation& o = *by_id[id];
-      if (!o.platform) return Fail("instance " + id + " vanished from the platform");
-      for (const InstanceEvent& e : o.platform->events) {
-        if (e.kind == EventKind::kGaveUp) {
-          return Fail("instance " + id + " crashed repeatedly since deploy began and the " +
-                      "platform gave up restarting it (" + e.detail + ")");
-        }
-        if (e.kind == EventKind::kCrashed) {
-          auto [it, fresh] = latest_crash_.emplace(id, e.at);
-          if (!fresh) it->second = std::max(it->second, e.at);
-        }
-      }
-      if (o.platform->status == InstanceStatus::kGaveUp) {
-        return Fail("instance " + id + " crashed repeatedly since deploy began and the platform " +
-                    "gave up restarting it");
-      }
-      // READY in the registry and a live process: a crashed instance stays READY in the
-      // registry until its lease runs out, so the registry alone would vouch for a corpse.
-      if (o.ready && o.platform->status == InstanceStatus::kRunning) {
-        ready_since_.emplace(id, now);
-      } else {
-        ready_since_.erase(id);
-      }
+std::optional<std::string> HealthGate::Record(MonoTime now, const std::string& id,
+                                              const Observation& o) {
+  if (!o.platform) return "instance " + id + " vanished from the platform";
+  for (const InstanceEvent& e : o.platform->events) {
+    if (e.kind == EventKind::kGaveUp) {
+      return "instance " + id + " crashed repeatedly since deploy began and the " +
+             "platform gave up restarting it (" + e.detail + ")";
+    }
+    if (e.kind == EventKind::kCrashed) {
+      auto [it, fresh] = latest_crash_.emplace(id, e.at);
+      if (!fresh) it->second = std::max(it->second, e.at);
     }
   }
-
-  if (now - began_mono_ >= options_.progress_deadline) {
-    if (!any_data_) {
-      return Fail("no data to judge the new version by within the progress deadline (" +
-                  Seconds(options_.progress_deadline) + "): no checks, no pass");
-    }
-    return Fail("progress deadline (" + Seconds(options_.progress_deadline) +
-                ") passed while waiting for " + waiting_for_);
+  if (o.platform->status == InstanceStatus::kGaveUp) {
+    return "instance " + id + " crashed repeatedly since deploy began and the platform " +
+           "gave up restarting it";
   }
-  if (!complete) {
-    waiting_for_ = "data about every new instance";
-    return result_;
+  // READY in the registry and a live process: a crashed instance stays READY in the
+  // registry until its lease runs out, so the registry alone would vouch for a corpse.
+  if (o.ready && o.platform->status == InstanceStatus::kRunning) {
+    ready_since_.emplace(id, now);
+  } else {
+    ready_since_.erase(id);
   }
+  return std::nullopt;
+}
 
-  // 1. READY, continuously, for min_healthy -- with the crash watch meanwhile.
-  if (checks_done_ == 0 && next_check_ == MonoTime{}) {
-    if (now >= next_watch_) {
-      if (const std::string id = CrashMovedSince(crash_at_last_watch_, false); !id.empty()) {
-        return Fail("instance " + id + " crashed repeatedly since deploy began and is still " +
-                    "restarting (a crash newer than the one seen " + Seconds(options_.check_delay) +
-                    " earlier, before it could stay READY for " + Seconds(options_.min_healthy) +
-                    ")");
-      }
-      crash_at_last_watch_ = latest_crash_;
-      next_watch_ = now + options_.check_delay;
-    }
-    for (const std::string& id : instances_) {
-      auto it = ready_since_.find(id);
-      if (it == ready_since_.end()) {
-        waiting_for_ = id + " to be READY (" + Describe(*by_id[id]) + ")";
-        return result_;
-      }
-      if (now - it->second < options_.min_healthy) {
-        waiting_for_ = id + " to stay READY for " + Seconds(options_.min_healthy);
-        return result_;
-      }
-    }
-    next_check_ = now;
+std::optional<std::string> HealthGate::WatchCrashes(MonoTime now) {
+  if (now < next_watch_) return std::nullopt;
+  if (const std::string id = CrashMovedSince(crash_at_last_watch_, false); !id.empty()) {
+    return "instance " + id + " crashed repeatedly since deploy began and is still " +
+           "restarting (a crash newer than the one seen " + Seconds(options_.check_delay) +
+           " earlier, before it could stay READY for " + Seconds(options_.min_healthy) + ")";
   }
+  crash_at_last_watch_ = latest_crash_;
+  next_watch_ = now + options_.check_delay;
+  return std::nullopt;
+}
 
-  // 2. The checks.
-  if (now < next_check_) return result_;
+bool HealthGate::HealthyLongEnough(MonoTime now, const ById& by_id) {
+  for (const std::string& id : instances_) {
+    auto it = ready_since_.find(id);
+    if (it == ready_since_.end()) {
+      waiting_for_ = id + " to be READY (" + Describe(*by_id.at(id)) + ")";
+      return false;
+    }
+    if (now - it->second < options_.min_healthy) {
+      waiting_for_ = id + " to stay READY for " + Seconds(options_.min_healthy);
+      return false;
+    }
+  }
+  return true;
+}
+
+GateResult HealthGate::Check(MonoTime now, const ById& by_id) {
   ++checks_done_;
   for (const std::string& id : instances_) {
     if (ready_since_.count(id) == 0) {
       return Fail("instance " + id + " is not READY at check " + std::to_string(checks_done_) +
-                  " (" + Describe(*by_id[id]) + ")");
+                  " (" + Describe(*by_id.at(id)) + ")");
     }
   }
   if (checks_done_ > 1) {
@@ -180,6 +157,48 @@ GateResult HealthGate::Observe(MonoTime now, const std::vector<Observation>& see
   next_check_ = now + options_.check_delay;
   waiting_for_ = "check " + std::to_string(checks_done_ + 1);
   return result_;
+}
+
+GateResult HealthGate::Observe(MonoTime now, const std::vector<Observation>& seen) {
+  if (result_.verdict != Verdict::kPending) return result_;
+  if (instances_.empty()) return Fail("no new instances to judge: no checks, no pass");
+
+  ById by_id;
+  for (const Observation& o : seen) by_id[o.id] = &o;
+  const bool complete = std::all_of(instances_.begin(), instances_.end(),
+                                    [&](const std::string& id) { return by_id.count(id) > 0; });
+  if (complete) {
+    any_data_ = true;
+    for (const std::string& id : instances_) {
+      if (std::optional<std::string> failure = Record(now, id, *by_id[id])) {
+        return Fail(*std::move(failure));
+      }
+    }
+  }
+
+  if (now - began_mono_ >= options_.progress_deadline) {
+    if (!any_data_) {
+      return Fail("no data to judge the new version by within the progress deadline (" +
+                  Seconds(options_.progress_deadline) + "): no checks, no pass");
+    }
+    return Fail("progress deadline (" + Seconds(options_.progress_deadline) +
+                ") passed while waiting for " + waiting_for_);
+  }
+  if (!complete) {
+    waiting_for_ = "data about every new instance";
+    return result_;
+  }
+
+  // 1. READY, continuously, for min_healthy -- with the crash watch meanwhile.
+  if (checks_done_ == 0 && next_check_ == MonoTime{}) {
+    if (std::optional<std::string> failure = WatchCrashes(now)) return Fail(*std::move(failure));
+    if (!HealthyLongEnough(now, by_id)) return result_;
+    next_check_ = now;
+  }
+
+  // 2. The checks.
+  if (now < next_check_) return result_;
+  return Check(now, by_id);
 }
 
 }  // namespace drover::rollout

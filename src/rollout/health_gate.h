@@ -81,6 +81,17 @@ class HealthGate {
   std::string CrashMovedSince(const std::map<std::string, SystemTime>& before,
                               bool new_counts) const;
 
+  // The steps of Observe(). Record() and WatchCrashes() return why the gate fails, if it does.
+  using ById = std::map<std::string, const Observation*>;
+  // Takes in one observation of instance `id`: its crashes and whether it is READY and running.
+  std::optional<std::string> Record(MonoTime now, const std::string& id, const Observation& o);
+  // The crash watch while waiting for min_healthy: looks every check_delay.
+  std::optional<std::string> WatchCrashes(MonoTime now);
+  // Whether every instance has been READY for min_healthy; if not, says which one is waited for.
+  bool HealthyLongEnough(MonoTime now, const ById& by_id);
+  // One of the checks after min_healthy: the verdict, or pending until the next one.
+  GateResult Check(MonoTime now, const ById& by_id);
+
   const std::vector<std::string> instances_;
   const MonoTime began_mono_;
   const GateOptions options_;

@@ -197,6 +197,90 @@ double TimeMs(Fn fn) {
       .count();
 }
 
+// Ring movement over the generated keys, plus exact movement as hash-space shares: on the ring
+// only the arcs the newcomer claims change owner, and only the leaver's arcs move.
+Movement MeasureRingMovement(std::size_t n, const std::vector<std::uint64_t>& hashes) {
+  Movement m = MeasureMovement<RingHash>([](const RoutingTable& t) { return RingHash::Build(t); },
+                                         n, hashes);
+  const Table base = MakeTable(n);
+  const Table grown = MakeTable(n + 1);
+  const auto shares = RingHash::Build(*base).Shares();
+  m.add_exact =
+      RingHash::Build(*grown).Shares()[*grown->IndexOf(EndpointId(n))] * static_cast<double>(n + 1);
+  m.remove_exact = shares[*base->IndexOf(EndpointId(n - 1))] * static_cast<double>(n);
+  m.remove_exact_worst = *std::max_element(shares.begin(), shares.end()) * n;
+  return m;
+}
+
+RingHashOptions Vnodes(std::uint32_t per_weight) {
+  RingHashOptions options;
+  options.vnodes_per_weight = per_weight;
+  return options;
+}
+
+// The pickers the balance and cost measurements share, built once over N READY endpoints.
+struct Pickers {
+  explicit Pickers(std::size_t n)
+      : table(MakeTable(n)),
+        ring_100(RingHash::Build(*table, Vnodes(100))),
+        ring(RingHash::Build(*table)),
+        maglev(Maglev::Build(*table)),
+        modn(ModN::Build(*table)) {}
+
+  const Table table;
+  const RingHash ring_100;
+  const RingHash ring;  // 256 vnodes
+  const Maglev maglev;
+  const ModN modn;
+};
+
+// Peak-to-mean of exact shares and over the generated keys.
+void MeasureBalance(const Pickers& p, std::size_t n, const std::vector<std::uint64_t>& hashes,
+                    Evaluation& ev) {
+  ev.ring_100_exact = PeakToMean(p.ring_100.Shares());
+  ev.ring_256_exact = PeakToMean(p.ring.Shares());
+  ev.maglev_exact = PeakToMean(p.maglev.Shares());
+  ev.ring_100_sampled = SampledPeakToMean(p.ring_100, n, hashes);
+  ev.ring_256_sampled = SampledPeakToMean(p.ring, n, hashes);
+  ev.maglev_sampled = SampledPeakToMean(p.maglev, n, hashes);
+}
+
+// Peak-to-mean under the Zipf stream (the keys of `ranks`), unbounded and with bounded load.
+void MeasureSkewedBalance(const Pickers& p, std::size_t n, const std::vector<std::uint64_t>& hashes,
+                          const std::vector<std::uint32_t>& ranks, double bounded_c,
+                          Evaluation& ev) {
+  std::vector<std::uint64_t> zipf(ranks.size());
+  for (std::size_t i = 0; i < ranks.size(); ++i) zipf[i] = hashes[ranks[i]];
+  ev.ring_zipf = SampledPeakToMean(p.ring, n, zipf);
+  ev.maglev_zipf = SampledPeakToMean(p.maglev, n, zipf);
+  ev.bounded_uniform = BoundedPeakToMean(p.ring, n, hashes, bounded_c);
+  ev.bounded_zipf = BoundedPeakToMean(p.ring, n, zipf, bounded_c);
+  ev.bounded_maglev_zipf = BoundedPeakToMean(p.maglev, n, zipf, bounded_c);
+}
+
+// Nanoseconds per pick of each picker, cycling through the keys.
+void MeasurePickCost(const Pickers& p, std::size_t n, const std::vector<std::string>& keys,
+                     const std::vector<std::uint64_t>& hashes, const EvaluationOptions& options,
+                     Xoshiro256& random, Evaluation& ev) {
+  const std::size_t k = keys.size();
+  const std::size_t picks = std::max<std::size_t>(options.timing_picks, 1000);
+  auto key_at = [&](std::size_t i) -> const std::string& { return keys[i % k]; };
+  ev.pick_ns_modn = TimeNs(picks, [&](std::size_t i) { return *p.modn.Pick(HashKey(key_at(i))); });
+  ev.pick_ns_ring = TimeNs(picks, [&](std::size_t i) { return *p.ring.Pick(HashKey(key_at(i))); });
+  ev.pick_ns_maglev =
+      TimeNs(picks, [&](std::size_t i) { return *p.maglev.Pick(HashKey(key_at(i))); });
+  // Loads as after routing every key once: realistic caps, most owners under them.
+  std::vector<std::uint64_t> loads(n, 0);
+  for (std::uint64_t h : hashes) ++loads[*p.ring.Pick(h)];
+  const LoadView view{loads, k};
+  const BoundedLoadOptions bounded{options.bounded_c};
+  ev.pick_ns_bounded = TimeNs(
+      picks, [&](std::size_t i) { return *p.ring.PickBounded(HashKey(key_at(i)), view, bounded); });
+  const P2cPicker p2c = P2cPicker::Build(*p.table);
+  const MonoTime now = MonoClock::now();
+  ev.pick_ns_p2c = TimeNs(picks, [&](std::size_t) { return *p2c.Pick(loads, now, random); });
+}
+
 }  // namespace
 
 Evaluation EvaluateRouting(const EvaluationOptions& options,
@@ -223,18 +307,7 @@ Evaluation EvaluateRouting(const EvaluationOptions& options,
   ev.modn = MeasureMovement<ModN>([](const RoutingTable& t) { return ModN::Build(t); }, n, hashes);
 
   say("movement: ring hash (256 vnodes)");
-  ev.ring = MeasureMovement<RingHash>([](const RoutingTable& t) { return RingHash::Build(t); }, n,
-                                      hashes);
-  {
-    const Table base = MakeTable(n);
-    const Table grown = MakeTable(n + 1);
-    const auto shares = RingHash::Build(*base).Shares();
-    // On the ring only the arcs the newcomer claims change owner, and only the leaver's arcs move.
-    ev.ring.add_exact = RingHash::Build(*grown).Shares()[*grown->IndexOf(EndpointId(n))] *
-                        static_cast<double>(n + 1);
-    ev.ring.remove_exact = shares[*base->IndexOf(EndpointId(n - 1))] * static_cast<double>(n);
-    ev.ring.remove_exact_worst = *std::max_element(shares.begin(), shares.end()) * n;
-  }
+  ev.ring = MeasureRingMovement(n, hashes);
 
   say("movement: maglev");
   ev.maglev = MeasureMaglevMovement(MaglevOptions{}, n, hashes, /*all_removals=*/true);
@@ -243,57 +316,23 @@ Evaluation EvaluateRouting(const EvaluationOptions& options,
   ev.maglev_paper_size = MeasureMaglevMovement(paper_size, n, hashes, /*all_removals=*/false);
 
   say("balance: ring (100 and 256 vnodes), maglev");
-  const Table table = MakeTable(n);
-  RingHashOptions ring100;
-  ring100.vnodes_per_weight = 100;
-  const RingHash ring_100 = RingHash::Build(*table, ring100);
-  const RingHash ring = RingHash::Build(*table);
-  const Maglev maglev = Maglev::Build(*table);
-  const ModN modn = ModN::Build(*table);
-  ev.ring_100_exact = PeakToMean(ring_100.Shares());
-  ev.ring_256_exact = PeakToMean(ring.Shares());
-  ev.maglev_exact = PeakToMean(maglev.Shares());
-  ev.ring_100_sampled = SampledPeakToMean(ring_100, n, hashes);
-  ev.ring_256_sampled = SampledPeakToMean(ring, n, hashes);
-  ev.maglev_sampled = SampledPeakToMean(maglev, n, hashes);
+  const Pickers pickers(n);
+  MeasureBalance(pickers, n, hashes, ev);
 
   say("balance: bounded load under uniform and zipf keys");
   Xoshiro256 random(options.seed);
   const std::vector<std::uint32_t> ranks = ZipfRanks(k, k, options.zipf_s, random);
-  std::vector<std::uint64_t> zipf(ranks.size());
-  for (std::size_t i = 0; i < ranks.size(); ++i) zipf[i] = hashes[ranks[i]];
-  ev.ring_zipf = SampledPeakToMean(ring, n, zipf);
-  ev.maglev_zipf = SampledPeakToMean(maglev, n, zipf);
-  ev.bounded_uniform = BoundedPeakToMean(ring, n, hashes, options.bounded_c);
-  ev.bounded_zipf = BoundedPeakToMean(ring, n, zipf, options.bounded_c);
-  ev.bounded_maglev_zipf = BoundedPeakToMean(maglev, n, zipf, options.bounded_c);
+  MeasureSkewedBalance(pickers, n, hashes, ranks, options.bounded_c, ev);
 
   say("hot keys: detection and spreading");
-  ev.ring_zipf_spread = SpreadPeakToMean(ring, n, keys, ranks, random, &ev.hot_keys_spread);
+  ev.ring_zipf_spread = SpreadPeakToMean(pickers.ring, n, keys, ranks, random, &ev.hot_keys_spread);
 
   say("pick cost");
-  const std::size_t picks = std::max<std::size_t>(options.timing_picks, 1000);
-  auto key_at = [&](std::size_t i) -> const std::string& { return keys[i % k]; };
-  ev.pick_ns_modn = TimeNs(picks, [&](std::size_t i) { return *modn.Pick(HashKey(key_at(i))); });
-  ev.pick_ns_ring = TimeNs(picks, [&](std::size_t i) { return *ring.Pick(HashKey(key_at(i))); });
-  ev.pick_ns_maglev =
-      TimeNs(picks, [&](std::size_t i) { return *maglev.Pick(HashKey(key_at(i))); });
-  {
-    // Loads as after routing every key once: realistic caps, most owners under them.
-    std::vector<std::uint64_t> loads(n, 0);
-    for (std::uint64_t h : hashes) ++loads[*ring.Pick(h)];
-    const LoadView view{loads, k};
-    const BoundedLoadOptions bounded{options.bounded_c};
-    ev.pick_ns_bounded = TimeNs(
-        picks, [&](std::size_t i) { return *ring.PickBounded(HashKey(key_at(i)), view, bounded); });
-    const P2cPicker p2c = P2cPicker::Build(*table);
-    const MonoTime now = MonoClock::now();
-    ev.pick_ns_p2c = TimeNs(picks, [&](std::size_t) { return *p2c.Pick(loads, now, random); });
-  }
+  MeasurePickCost(pickers, n, keys, hashes, options, random, ev);
 
   say("build cost");
-  ev.build_ms_ring = TimeMs([&] { (void)RingHash::Build(*table); });
-  ev.build_ms_maglev = TimeMs([&] { (void)Maglev::Build(*table); });
+  ev.build_ms_ring = TimeMs([&] { (void)RingHash::Build(*pickers.table); });
+  ev.build_ms_maglev = TimeMs([&] { (void)Maglev::Build(*pickers.table); });
   return ev;
 }
 

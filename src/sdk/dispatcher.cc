@@ -1,11 +1,22 @@
 // The Dispatcher (include/drover/jobs.h): claims a job step, picks a node, submits, waits,
 // retries elsewhere within the budget, and moves the job's state only by compare-and-set.
+#include <optional>
 #include <set>
 
 #include "drover/jobs.h"
 #include "drover/router.h"
 
 namespace drover::jobs {
+namespace {
+
+// How a Run ends: the end, its reason and the state the job moves to ("": left as it is).
+struct Ending {
+  DispatchResult::End how;
+  std::string reason;
+  std::string final_state;
+};
+
+}  // namespace
 
 struct Dispatcher::Impl {
   Impl(ResultStore& s, NodeSource n, Submit sub, Clock& c, DispatchOptions o)
@@ -70,6 +81,62 @@ struct Dispatcher::Impl {
     --in_flight[pick.node.id];
     BreakerFor(pick.node.id).Report(pick.permit, outcome);
   }
+
+  // Takes attempt 1 of a job step (its state from absent to `state`); or, when the step is not
+  // this Run's to take, how the Run ends.
+  std::optional<Ending> Claim(const std::string& key, const std::string& state,
+                              const std::string& job_id, const std::string& step) {
+    auto claimed = store.CompareAndSet(key, "", state, options.state_ttl);
+    if (!claimed.ok()) {
+      return Ending{DispatchResult::End::kFailed,
+                    "cannot claim job " + job_id + ": " + claimed.status().message(), ""};
+    }
+    if (*claimed) return std::nullopt;
+    const auto now = store.Get(key);
+    const std::string held = now.ok() && now->has_value() ? **now : "?";
+    const bool ended = held == "done" || held == "failed" || held == "cancelled";
+    return Ending{DispatchResult::End::kClaimedElsewhere,
+                  "job " + job_id + " step " + step +
+                      (ended ? " already ended (" + held + ")"
+                             : " is owned by another consumer (" + held + ")"),
+                  ""};
+  }
+
+  // Submits the step to the picked node and waits for its result (into `last`): how the Run
+  // ends, or nullopt with `why` this attempt did not end the job.
+  std::optional<Ending> Attempt(const Pick& pick, const std::string& job_id,
+                                const std::string& step, const std::string& payload,
+                                std::stop_token stop, WaitOutcome& last, std::string& why) {
+    if (Status s = submit(pick.node, job_id, step, payload); !s.ok()) {
+      Done(pick, CallOutcome::kTransportError);
+      why = "node " + pick.node.id + " did not take it: " + SanitizeErrorText(s.message());
+      return std::nullopt;
+    }
+    last = Wait(store, clock, job_id, step, options.wait, stop);
+    const WaitOutcome& out = last;
+    switch (out.kind) {
+      case WaitOutcome::Kind::kDone:
+        Done(pick, CallOutcome::kSuccess);
+        return Ending{DispatchResult::End::kDone, "done on " + pick.node.id, "done"};
+      case WaitOutcome::Kind::kCancelled:
+        Done(pick, CallOutcome::kCancelled);
+        return Ending{DispatchResult::End::kCancelled, "cancelled", "cancelled"};
+      case WaitOutcome::Kind::kStepError:
+        Done(pick, CallOutcome::kStepError);  // the node did its work
+        if (!out.retryable) return Ending{DispatchResult::End::kFailed, out.message, "failed"};
+        why = out.message;
+        break;
+      case WaitOutcome::Kind::kProtocolError:
+        Done(pick, CallOutcome::kProtocolError);
+        why = "node " + pick.node.id + " broke the result contract: " + out.message;
+        break;
+      case WaitOutcome::Kind::kTimeout:
+        Done(pick, CallOutcome::kTransportError);
+        why = "node " + pick.node.id + " did not answer: " + out.message;
+        break;
+    }
+    return std::nullopt;
+  }
 };
 
 std::string_view DispatchEndName(DispatchResult::End end) {
@@ -126,20 +193,8 @@ DispatchResult Dispatcher::Run(const std::string& job_id, const std::string& ste
     return result;
   };
 
-  auto claimed = d.store.CompareAndSet(key, "", state, d.options.state_ttl);
-  if (!claimed.ok()) {
-    return end(DispatchResult::End::kFailed,
-               "cannot claim job " + job_id + ": " + claimed.status().message(), "");
-  }
-  if (!*claimed) {
-    const auto now = d.store.Get(key);
-    const std::string held = now.ok() && now->has_value() ? **now : "?";
-    const bool ended = held == "done" || held == "failed" || held == "cancelled";
-    return end(DispatchResult::End::kClaimedElsewhere,
-               "job " + job_id + " step " + step +
-                   (ended ? " already ended (" + held + ")"
-                          : " is owned by another consumer (" + held + ")"),
-               "");
+  if (std::optional<Ending> refused = d.Claim(key, state, job_id, step)) {
+    return end(refused->how, std::move(refused->reason), refused->final_state);
   }
   RetryBudget budget(d.store, job_id, step, d.options.max_retries, d.options.wait.timeout);
   std::set<std::string> tried;
@@ -153,33 +208,9 @@ DispatchResult Dispatcher::Run(const std::string& job_id, const std::string& ste
     result.nodes.push_back(pick->node.id);
 
     std::string why;  // why this attempt did not end the job
-    if (Status s = d.submit(pick->node, job_id, step, payload); !s.ok()) {
-      d.Done(*pick, CallOutcome::kTransportError);
-      why = "node " + pick->node.id + " did not take it: " + SanitizeErrorText(s.message());
-    } else {
-      result.last = Wait(d.store, d.clock, job_id, step, d.options.wait, stop);
-      const WaitOutcome& out = result.last;
-      switch (out.kind) {
-        case WaitOutcome::Kind::kDone:
-          d.Done(*pick, CallOutcome::kSuccess);
-          return end(DispatchResult::End::kDone, "done on " + pick->node.id, "done");
-        case WaitOutcome::Kind::kCancelled:
-          d.Done(*pick, CallOutcome::kCancelled);
-          return end(DispatchResult::End::kCancelled, "cancelled", "cancelled");
-        case WaitOutcome::Kind::kStepError:
-          d.Done(*pick, CallOutcome::kStepError);  // the node did its work
-          if (!out.retryable) return end(DispatchResult::End::kFailed, out.message, "failed");
-          why = out.message;
-          break;
-        case WaitOutcome::Kind::kProtocolError:
-          d.Done(*pick, CallOutcome::kProtocolError);
-          why = "node " + pick->node.id + " broke the result contract: " + out.message;
-          break;
-        case WaitOutcome::Kind::kTimeout:
-          d.Done(*pick, CallOutcome::kTransportError);
-          why = "node " + pick->node.id + " did not answer: " + out.message;
-          break;
-      }
+    if (std::optional<Ending> ending =
+            d.Attempt(*pick, job_id, step, payload, stop, result.last, why)) {
+      return end(ending->how, std::move(ending->reason), ending->final_state);
     }
     if (!budget.Allow()) {
       return end(DispatchResult::End::kFailed,

@@ -174,6 +174,32 @@ Status HostCore::StartLocked() {
   const MonoTime t0 = clock_.Now();
 
   // 1. Warm-up: nothing listens yet, so nothing can be sent here (a connect is refused).
+  DROVER_RETURN_IF_ERROR(WarmUp(name, stop));
+  const Duration warmup_took = clock_.Now() - t0;
+
+  // 2. The listener. Connections queue and are served from here on; the registry does not know
+  // the instance yet.
+  DROVER_ASSIGN_OR_RETURN(const std::string address, OpenListener());
+
+  // 3. Ready: warm-up done, and every readiness check passes.
+  phase_.store(Phase::kWarm);
+  const MonoTime deadline = clock_.Now() + options_.start_timeout;
+  DROVER_RETURN_IF_ERROR(WaitUntilReady(deadline, stop));
+
+  // 4. Register READY with a new generation, retrying while the registry is unreachable.
+  DROVER_RETURN_IF_ERROR(RegisterAtStart(name, address, deadline, stop));
+
+  // 5. Heartbeats, on the shared thread; never while draining.
+  heartbeat_task_ = heartbeats_.Add(
+      name, options_.heartbeat_interval, [this] { Beat(); }, [this] { return !draining_.load(); });
+  spdlog::info(
+      "host {}: serving at {} as generation {}; ready and registered in {:.1f} ms (warm-up "
+      "{:.1f} ms)",
+      name, address, generation(), Ms(clock_.Now() - t0), Ms(warmup_took));
+  return Status::Ok();
+}
+
+Status HostCore::WarmUp(const std::string& name, std::stop_token stop) {
   phase_.store(Phase::kWarmingUp);
   for (std::size_t i = 0; i < options_.warmup.size(); ++i) {
     const WarmupHook& hook = options_.warmup[i];
@@ -184,10 +210,10 @@ Status HostCore::StartLocked() {
     if (stop.stop_requested()) return Status(StatusCode::kCancelled, "shut down during warm-up");
     if (!s.ok()) return s.WithContext("warm-up '" + hook.name + "'");
   }
-  const Duration warmup_took = clock_.Now() - t0;
+  return Status::Ok();
+}
 
-  // 2. The listener. Connections queue and are served from here on; the registry does not know
-  // the instance yet.
+Result<std::string> HostCore::OpenListener() {
   std::string address = options_.advertise;
   if (options_.on_session) {
     Status s = options_.listen_fd >= 0 ? sessions_.Adopt(options_.listen_fd)
@@ -200,10 +226,10 @@ Status HostCore::StartLocked() {
                                   "; set the advertised address clients should use");
     }
   }
+  return address;
+}
 
-  // 3. Ready: warm-up done, and every readiness check passes.
-  phase_.store(Phase::kWarm);
-  const MonoTime deadline = clock_.Now() + options_.start_timeout;
+Status HostCore::WaitUntilReady(MonoTime deadline, std::stop_token stop) {
   for (Readiness r = CheckReadiness(); !r.ready; r = CheckReadiness()) {
     if (clock_.Now() >= deadline) {
       return Status(StatusCode::kDeadlineExceeded,
@@ -211,8 +237,11 @@ Status HostCore::StartLocked() {
     }
     if (!clock_.SleepFor(kReadyPoll, stop)) return Status(StatusCode::kCancelled, "shut down");
   }
+  return Status::Ok();
+}
 
-  // 4. Register READY with a new generation, retrying while the registry is unreachable.
+Status HostCore::RegisterAtStart(const std::string& name, const std::string& address,
+                                 MonoTime deadline, std::stop_token stop) {
   {
     std::lock_guard lock(registry_mu_);
     key_ = InstanceKey{options_.service, options_.instance_id, options_.generation};
@@ -228,7 +257,7 @@ Status HostCore::StartLocked() {
       if (deregistering_) return Status(StatusCode::kCancelled, "shut down");
       s = RegisterLocked("start");
     }
-    if (s.ok()) break;
+    if (s.ok()) return Status::Ok();
     // A generation taken from the wall clock can be below one the registry has already seen for
     // this id: the clock stepped back since an earlier incarnation registered. This host is the
     // newest incarnation, so it registers above the one named in the refusal. A generation given
@@ -250,15 +279,6 @@ Status HostCore::StartLocked() {
     if (!clock_.SleepFor(backoff, stop)) return Status(StatusCode::kCancelled, "shut down");
     backoff = std::min(backoff * 2, kMaxRegisterBackoff);
   }
-
-  // 5. Heartbeats, on the shared thread; never while draining.
-  heartbeat_task_ = heartbeats_.Add(
-      name, options_.heartbeat_interval, [this] { Beat(); }, [this] { return !draining_.load(); });
-  spdlog::info(
-      "host {}: serving at {} as generation {}; ready and registered in {:.1f} ms (warm-up "
-      "{:.1f} ms)",
-      name, address, generation(), Ms(clock_.Now() - t0), Ms(warmup_took));
-  return Status::Ok();
 }
 
 Status HostCore::RegisterLocked(const char* why) {
@@ -409,9 +429,28 @@ void HostCore::RunShutdown() {
   std::lock_guard lifecycle(lifecycle_mu_);
   std::vector<ShutdownStep> steps;
 
+  const bool was_registered = LeaveDiscovery(steps, grace_end);
+  AwaitPropagation(steps, grace_end, was_registered);
+  StopAccepting(steps);
+  DrainSessions(steps, grace_end);
+  StopTimers(steps);
+
+  const Duration total = clock_.Now() - t0;
+  if (total > options_.grace_period) {
+    spdlog::warn("host {}/{}: shutdown took {:.1f} ms, past the grace period of {:.1f} ms",
+                 options_.service, options_.instance_id, Ms(total), Ms(options_.grace_period));
+  } else {
+    spdlog::info("host {}/{}: shutdown complete in {:.1f} ms", options_.service,
+                 options_.instance_id, Ms(total));
+  }
+  std::lock_guard lock(registry_mu_);
+  steps_ = std::move(steps);
+}
+
+bool HostCore::LeaveDiscovery(std::vector<ShutdownStep>& steps, MonoTime grace_end) {
   // 1. Leave discovery while still serving: DRAINING (clients stop picking us), then deregister
   // with our generation (a newer incarnation of the same id is never removed by us).
-  MonoTime t = clock_.Now();
+  const MonoTime t = clock_.Now();
   bool was_registered = false;
   std::string detail;
   {
@@ -431,16 +470,22 @@ void HostCore::RunShutdown() {
     }
   }
   Record(steps, "deregister", t, std::move(detail));
+  return was_registered;
+}
 
+void HostCore::AwaitPropagation(std::vector<ShutdownStep>& steps, MonoTime grace_end,
+                                bool was_registered) {
   // 2. Let watchers (gateways, clients) learn it before the port closes.
-  t = clock_.Now();
+  const MonoTime t = clock_.Now();
   if (was_registered) {
     clock_.SleepFor(std::min(options_.propagation_delay, GraceLeft(grace_end)), std::stop_token{});
   }
   Record(steps, "propagation", t, was_registered ? "" : "skipped");
+}
 
+void HostCore::StopAccepting(std::vector<ShutdownStep>& steps) {
   // 3. Stop accepting: connects are refused from here on.
-  t = clock_.Now();
+  const MonoTime t = clock_.Now();
   if (options_.on_session) {
     sessions_.StopAccepting();
   } else if (options_.stop_accepting) {
@@ -454,11 +499,13 @@ void HostCore::RunShutdown() {
       spdlog::error("host {}/{}: {}", options_.service, options_.instance_id, s.message());
   }
   Record(steps, "stop-accepting", t, "");
+}
 
+void HostCore::DrainSessions(std::vector<ShutdownStep>& steps, MonoTime grace_end) {
   // 4. Sessions get until the drain deadline (inside the grace period), then are cut.
-  t = clock_.Now();
+  const MonoTime t = clock_.Now();
   const Duration budget = std::min(options_.drain_deadline, GraceLeft(grace_end));
-  detail.clear();
+  std::string detail;
   if (options_.on_session) {
     const DrainResult r = sessions_.Drain(budget);
     detail = std::to_string(r.finished) + " finished, " + std::to_string(r.cut) + " cut";
@@ -472,24 +519,15 @@ void HostCore::RunShutdown() {
     if (!s.ok()) detail = s.message();
   }
   Record(steps, "drain", t, std::move(detail));
+}
 
+void HostCore::StopTimers(std::vector<ShutdownStep>& steps) {
   // 5. Timers and probes: a heartbeat in flight is cancelled, not waited for.
-  t = clock_.Now();
+  const MonoTime t = clock_.Now();
   writer_.Cancel();
   if (heartbeat_task_ != 0) heartbeats_.Remove(heartbeat_task_);
   if (health_) health_->Stop();
   Record(steps, "stop-timers", t, "");
-
-  const Duration total = clock_.Now() - t0;
-  if (total > options_.grace_period) {
-    spdlog::warn("host {}/{}: shutdown took {:.1f} ms, past the grace period of {:.1f} ms",
-                 options_.service, options_.instance_id, Ms(total), Ms(options_.grace_period));
-  } else {
-    spdlog::info("host {}/{}: shutdown complete in {:.1f} ms", options_.service,
-                 options_.instance_id, Ms(total));
-  }
-  std::lock_guard lock(registry_mu_);
-  steps_ = std::move(steps);
 }
 
 }  // namespace drover::sdk

@@ -58,7 +58,19 @@ class HostCore {
   void BeatOnce();  // Beat() without the exception guard
   Status RegisterLocked(const char* why);  // registry_mu_ held
   Status StartLocked();
+  // The steps of StartLocked(), in order (lifecycle_mu_ held).
+  Status WarmUp(const std::string& name, std::stop_token stop);
+  Result<std::string> OpenListener();  // the address to advertise
+  Status WaitUntilReady(MonoTime deadline, std::stop_token stop);
+  Status RegisterAtStart(const std::string& name, const std::string& address, MonoTime deadline,
+                         std::stop_token stop);
   void RunShutdown();
+  // The steps of RunShutdown(), in order (lifecycle_mu_ held), each recorded into `steps`.
+  bool LeaveDiscovery(std::vector<ShutdownStep>& steps, MonoTime grace_end);  // was registered
+  void AwaitPropagation(std::vector<ShutdownStep>& steps, MonoTime grace_end, bool was_registered);
+  void StopAccepting(std::vector<ShutdownStep>& steps);
+  void DrainSessions(std::vector<ShutdownStep>& steps, MonoTime grace_end);
+  void StopTimers(std::vector<ShutdownStep>& steps);
   Duration GraceLeft(MonoTime grace_end) const;
   void Record(std::vector<ShutdownStep>& steps, std::string name, MonoTime since,
               std::string detail);

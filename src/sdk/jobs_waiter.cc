@@ -51,6 +51,72 @@ struct Wake {
   bool pending = false;
 };
 
+// Sleeps until `until`, a nudge or `stop`, and says whether a nudge came. A nudge that came
+// while the waiter read ends it at once, without sleeping.
+bool SleepUntilNudged(Wake& wake, Clock& clock, MonoTime until, std::stop_token stop) {
+  std::stop_source sleep;
+  {
+    std::lock_guard lock(wake.mu);
+    if (wake.pending) {  // a nudge came while we read: read again now
+      wake.pending = false;
+      return true;
+    }
+    wake.current = sleep;
+  }
+  std::stop_callback forward(stop, [&sleep] { sleep.request_stop(); });
+  clock.SleepUntil(until, sleep.get_token());
+  std::lock_guard lock(wake.mu);
+  const bool nudged = wake.pending;
+  wake.pending = false;
+  return nudged;
+}
+
+// Fills `out` from a terminal read: the step's result, or why there is none. At least once, a
+// value whose delivery was committed before is removed now.
+void TakeTerminal(ResultStore& store, const std::string& key, const std::string& job_id,
+                  const std::string& step, const WaitOptions& options,
+                  const Result<std::optional<std::string>>& read, WaitOutcome& out) {
+  if (!read.ok()) {
+    out.kind = WaitOutcome::Kind::kProtocolError;
+    out.message = "cannot read the result: " + read.status().message();
+    return;
+  }
+  const std::string& value = **read;
+  out.delivery_id = DeliveryId(value);
+  const Parsed parsed = ParseStepResult(value);
+  switch (parsed.kind) {
+    case Parsed::Kind::kDone:
+      out.kind = WaitOutcome::Kind::kDone;
+      out.content = parsed.result.content;
+      break;
+    case Parsed::Kind::kStepError:
+      out.kind = WaitOutcome::Kind::kStepError;
+      out.retryable = parsed.result.retryable;
+      out.message = SanitizeErrorText(parsed.result.message, options.sanitize);
+      break;
+    case Parsed::Kind::kProtocolError:
+      out.kind = WaitOutcome::Kind::kProtocolError;
+      out.message = parsed.problem;
+      spdlog::debug("job {} step {}: {}; the raw value ({} bytes): {}", job_id, step,
+                    parsed.problem, value.size(), DebugExcerpt(value));
+      break;
+  }
+  if (options.mode == ReadMode::kAtLeastOnce && options.already_committed &&
+      options.already_committed(out.delivery_id)) {
+    out.duplicate = true;  // committed before; only the removal was missing
+    (void)store.Del(key);
+  }
+}
+
+std::string TimeoutMessage(const std::string& job_id, const std::string& step,
+                           const WaitOptions& options, const WaitOutcome& out,
+                           const std::string& transient) {
+  return "no result for step " + step + " of job " + job_id + " within " +
+         SecondsText(options.timeout) + "; last read (" + std::to_string(out.reads) +
+         " in all): " + std::string(ReadClassName(out.last_seen)) +
+         (transient.empty() ? " (no value stored)" : " (" + transient + ")");
+}
+
 }  // namespace
 
 std::string ResultKey(const std::string& job_id, const std::string& step) {
@@ -115,36 +181,7 @@ WaitOutcome Wait(ResultStore& store, Clock& clock, const std::string& job_id,
     out.last_seen = Classify(read);
     if (out.last_seen == ReadClass::kTerminal) {
       out.nudged = nudged;
-      if (!read.ok()) {
-        out.kind = WaitOutcome::Kind::kProtocolError;
-        out.message = "cannot read the result: " + read.status().message();
-        break;
-      }
-      const std::string& value = **read;
-      out.delivery_id = DeliveryId(value);
-      const Parsed parsed = ParseStepResult(value);
-      switch (parsed.kind) {
-        case Parsed::Kind::kDone:
-          out.kind = WaitOutcome::Kind::kDone;
-          out.content = parsed.result.content;
-          break;
-        case Parsed::Kind::kStepError:
-          out.kind = WaitOutcome::Kind::kStepError;
-          out.retryable = parsed.result.retryable;
-          out.message = SanitizeErrorText(parsed.result.message, options.sanitize);
-          break;
-        case Parsed::Kind::kProtocolError:
-          out.kind = WaitOutcome::Kind::kProtocolError;
-          out.message = parsed.problem;
-          spdlog::debug("job {} step {}: {}; the raw value ({} bytes): {}", job_id, step,
-                        parsed.problem, value.size(), DebugExcerpt(value));
-          break;
-      }
-      if (options.mode == ReadMode::kAtLeastOnce && options.already_committed &&
-          options.already_committed(out.delivery_id)) {
-        out.duplicate = true;  // committed before; only the removal was missing
-        (void)store.Del(key);
-      }
+      TakeTerminal(store, key, job_id, step, options, read, out);
       break;
     }
     if (out.last_seen == ReadClass::kTransient) {
@@ -160,27 +197,10 @@ WaitOutcome Wait(ResultStore& store, Clock& clock, const std::string& job_id,
     const MonoTime now = clock.Now();
     if (now >= deadline) {
       out.kind = WaitOutcome::Kind::kTimeout;
-      out.message = "no result for step " + step + " of job " + job_id + " within " +
-                    SecondsText(options.timeout) + "; last read (" + std::to_string(out.reads) +
-                    " in all): " + std::string(ReadClassName(out.last_seen)) +
-                    (transient.empty() ? " (no value stored)" : " (" + transient + ")");
+      out.message = TimeoutMessage(job_id, step, options, out, transient);
       break;
     }
-    std::stop_source sleep;
-    {
-      std::lock_guard lock(wake->mu);
-      if (wake->pending) {  // a nudge came while we read: read again now
-        wake->pending = false;
-        nudged = true;
-        continue;
-      }
-      wake->current = sleep;
-    }
-    std::stop_callback forward(stop, [&sleep] { sleep.request_stop(); });
-    clock.SleepUntil(std::min(now + options.tick, deadline), sleep.get_token());
-    std::lock_guard lock(wake->mu);
-    nudged = wake->pending;
-    wake->pending = false;
+    nudged = SleepUntilNudged(*wake, clock, std::min(now + options.tick, deadline), stop);
   }
   out.waited = clock.Now() - began;
   return out;

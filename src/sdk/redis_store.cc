@@ -223,87 +223,105 @@ struct RedisStore::Impl {
     for (const auto& s : to_call) s->Deliver(payload);
   }
 
+  // The pub/sub thread: (re)connects, sends what is to be (un)subscribed and dispatches what
+  // arrives, until the store stops.
   void SubscriberLoop() {
     Context c;
     Duration wait = Duration::zero();
-    auto drop = [&] {
-      c.reset();
-      std::lock_guard lock(sub_mu);
-      phase = Phase::kDown;
-      confirmed.clear();
-      sub_cv.notify_all();
-      wait = wait == Duration::zero() ? options.backoff_initial
-                                      : std::min(wait * 2, options.backoff_max);
-    };
     while (true) {
       {
         std::lock_guard lock(sub_mu);
         if (stopping) return;
       }
-      if (!c) {
-        auto dialed = Dial(host, port, options, where);
-        if (dialed.ok()) {
-          c = std::move(*dialed);
-          wait = Duration::zero();
-          std::lock_guard lock(sub_mu);
-          phase = Phase::kConnected;
-          confirmed.clear();
-          to_unsubscribe.clear();
-          for (const auto& [channel, s] : subscribers) to_subscribe.insert(channel);
-        } else {
-          {
-            std::lock_guard lock(sub_mu);
-            phase = Phase::kDown;
-            sub_cv.notify_all();
-          }
-          wait = wait == Duration::zero() ? options.backoff_initial
-                                          : std::min(wait * 2, options.backoff_max);
-          pollfd p{wake_fd, POLLIN, 0};
-          ::poll(&p, 1,
-                 static_cast<int>(
-                     std::chrono::duration_cast<std::chrono::milliseconds>(wait).count()));
-          std::uint64_t n;
-          if ((p.revents & POLLIN) != 0) (void)!::read(wake_fd, &n, sizeof n);
-          continue;
-        }
-      }
+      if (!c && !Connect(c, wait)) continue;
+      SendSubscriptions(c.get());
+      if (!Flush(c.get()) || !Receive(c.get())) Drop(c, wait);
+    }
+  }
+
+  Duration NextWait(Duration wait) const {
+    return wait == Duration::zero() ? options.backoff_initial
+                                    : std::min(wait * 2, options.backoff_max);
+  }
+
+  // Dials the pub/sub connection, on which every channel is then to be subscribed again. When
+  // that fails, waits out the back-off (cut short by a wake) and returns false.
+  bool Connect(Context& c, Duration& wait) {
+    auto dialed = Dial(host, port, options, where);
+    if (!dialed.ok()) {
       {
         std::lock_guard lock(sub_mu);
-        for (const std::string& ch : to_unsubscribe) {
-          redisAppendCommand(c.get(), "UNSUBSCRIBE %b", ch.data(), ch.size());
-        }
-        for (const std::string& ch : to_subscribe) {
-          redisAppendCommand(c.get(), "SUBSCRIBE %b", ch.data(), ch.size());
-        }
-        to_unsubscribe.clear();
-        to_subscribe.clear();
+        phase = Phase::kDown;
+        sub_cv.notify_all();
       }
-      int done = 0;
-      bool failed = false;
-      while (done == 0 && !failed) failed = redisBufferWrite(c.get(), &done) == REDIS_ERR;
-      if (failed) {
-        drop();
-        continue;
-      }
-      pollfd fds[2] = {{c->fd, POLLIN, 0}, {wake_fd, POLLIN, 0}};
-      if (::poll(fds, 2, 500) < 0) continue;
-      if ((fds[1].revents & POLLIN) != 0) {
-        std::uint64_t n;
-        (void)!::read(wake_fd, &n, sizeof n);
-      }
-      if ((fds[0].revents & (POLLIN | POLLHUP | POLLERR)) != 0) {
-        if (redisBufferRead(c.get()) == REDIS_ERR) {
-          drop();
-          continue;
-        }
-        void* raw = nullptr;
-        while (redisGetReplyFromReader(c.get(), &raw) == REDIS_OK && raw != nullptr) {
-          Reply r(static_cast<redisReply*>(raw));
-          Dispatch(r.get());
-          raw = nullptr;
-        }
+      wait = NextWait(wait);
+      pollfd p{wake_fd, POLLIN, 0};
+      ::poll(&p, 1,
+             static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(wait).count()));
+      std::uint64_t n;
+      if ((p.revents & POLLIN) != 0) (void)!::read(wake_fd, &n, sizeof n);
+      return false;
+    }
+    c = std::move(*dialed);
+    wait = Duration::zero();
+    std::lock_guard lock(sub_mu);
+    phase = Phase::kConnected;
+    confirmed.clear();
+    to_unsubscribe.clear();
+    for (const auto& [channel, s] : subscribers) to_subscribe.insert(channel);
+    return true;
+  }
+
+  // Drops the pub/sub connection after a failure: nothing is confirmed any more.
+  void Drop(Context& c, Duration& wait) {
+    c.reset();
+    std::lock_guard lock(sub_mu);
+    phase = Phase::kDown;
+    confirmed.clear();
+    sub_cv.notify_all();
+    wait = NextWait(wait);
+  }
+
+  // Queues the pending UNSUBSCRIBEs and SUBSCRIBEs on the connection.
+  void SendSubscriptions(redisContext* c) {
+    std::lock_guard lock(sub_mu);
+    for (const std::string& ch : to_unsubscribe) {
+      redisAppendCommand(c, "UNSUBSCRIBE %b", ch.data(), ch.size());
+    }
+    for (const std::string& ch : to_subscribe) {
+      redisAppendCommand(c, "SUBSCRIBE %b", ch.data(), ch.size());
+    }
+    to_unsubscribe.clear();
+    to_subscribe.clear();
+  }
+
+  // Writes out what is queued; false when the connection failed.
+  static bool Flush(redisContext* c) {
+    int done = 0;
+    bool failed = false;
+    while (done == 0 && !failed) failed = redisBufferWrite(c, &done) == REDIS_ERR;
+    return !failed;
+  }
+
+  // Waits up to half a second for replies or a wake and dispatches the replies that came; false
+  // when the connection failed.
+  bool Receive(redisContext* c) {
+    pollfd fds[2] = {{c->fd, POLLIN, 0}, {wake_fd, POLLIN, 0}};
+    if (::poll(fds, 2, 500) < 0) return true;
+    if ((fds[1].revents & POLLIN) != 0) {
+      std::uint64_t n;
+      (void)!::read(wake_fd, &n, sizeof n);
+    }
+    if ((fds[0].revents & (POLLIN | POLLHUP | POLLERR)) != 0) {
+      if (redisBufferRead(c) == REDIS_ERR) return false;
+      void* raw = nullptr;
+      while (redisGetReplyFromReader(c, &raw) == REDIS_OK && raw != nullptr) {
+        Reply r(static_cast<redisReply*>(raw));
+        Dispatch(r.get());
+        raw = nullptr;
       }
     }
+    return true;
   }
 };
 
