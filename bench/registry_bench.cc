@@ -892,8 +892,8 @@ SystemFigures BenchEtcd(const Options& opt) {
     etcd::LeaseKeepAliveRequest req;
     req.set_id(granted.id());
     streams.push_back(std::make_unique<KeepAlive>(
-        [&stub](grpc::ClientContext* ctx, auto* reactor) {
-          stub.async()->LeaseKeepAlive(ctx, reactor);
+        [&stub](grpc::ClientContext* stream_ctx, auto* reactor) {
+          stub.async()->LeaseKeepAlive(stream_ctx, reactor);
         },
         req, [](const etcd::LeaseKeepAliveResponse& r) { return r.ttl() > 0; }));
   }

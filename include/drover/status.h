@@ -63,23 +63,50 @@ class [[nodiscard]] Status {
   std::string message_;
 };
 
+// One factory per error code: `return NotFoundError("no instance z1");`.
+inline Status CancelledError(std::string msg) {
+  return Status(StatusCode::kCancelled, std::move(msg));
+}
+inline Status UnknownError(std::string msg) { return Status(StatusCode::kUnknown, std::move(msg)); }
 inline Status InvalidArgumentError(std::string msg) {
   return Status(StatusCode::kInvalidArgument, std::move(msg));
+}
+inline Status DeadlineExceededError(std::string msg) {
+  return Status(StatusCode::kDeadlineExceeded, std::move(msg));
 }
 inline Status NotFoundError(std::string msg) {
   return Status(StatusCode::kNotFound, std::move(msg));
 }
-inline Status FailedPreconditionError(std::string msg) {
-  return Status(StatusCode::kFailedPrecondition, std::move(msg));
+inline Status AlreadyExistsError(std::string msg) {
+  return Status(StatusCode::kAlreadyExists, std::move(msg));
 }
-inline Status UnavailableError(std::string msg) {
-  return Status(StatusCode::kUnavailable, std::move(msg));
+inline Status PermissionDeniedError(std::string msg) {
+  return Status(StatusCode::kPermissionDenied, std::move(msg));
 }
 inline Status ResourceExhaustedError(std::string msg) {
   return Status(StatusCode::kResourceExhausted, std::move(msg));
 }
+inline Status FailedPreconditionError(std::string msg) {
+  return Status(StatusCode::kFailedPrecondition, std::move(msg));
+}
+inline Status AbortedError(std::string msg) { return Status(StatusCode::kAborted, std::move(msg)); }
+inline Status OutOfRangeError(std::string msg) {
+  return Status(StatusCode::kOutOfRange, std::move(msg));
+}
+inline Status UnimplementedError(std::string msg) {
+  return Status(StatusCode::kUnimplemented, std::move(msg));
+}
 inline Status InternalError(std::string msg) {
   return Status(StatusCode::kInternal, std::move(msg));
+}
+inline Status UnavailableError(std::string msg) {
+  return Status(StatusCode::kUnavailable, std::move(msg));
+}
+inline Status DataLossError(std::string msg) {
+  return Status(StatusCode::kDataLoss, std::move(msg));
+}
+inline Status UnauthenticatedError(std::string msg) {
+  return Status(StatusCode::kUnauthenticated, std::move(msg));
 }
 
 namespace internal {

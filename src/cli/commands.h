@@ -1,10 +1,12 @@
 // Registration of the `drover` subcommands. Each Add* function adds one subcommand to the app
-// and stores what it needs to run in state owned by the app's callbacks.
+// and stores what it needs to run in state owned by the app's callbacks. Subcommands only parse
+// flags and YAML, build the part they run, and run it.
 #pragma once
 
-#include <signal.h>
-
 #include <CLI/CLI.hpp>
+#include <string>
+
+#include "common/config_file.h"
 
 namespace drover::cli {
 
@@ -14,7 +16,7 @@ void AddBenchCommands(CLI::App& app);
 // `drover registry`: the discovery daemon.
 void AddRegistryCommand(CLI::App& app);
 
-// `drover gateway`: the TCP gateway.
+// `drover gateway`: the TCP and HTTP gateway.
 void AddGatewayCommand(CLI::App& app);
 
 // `drover ctl ...`: list / services / watch / drain / deregister / register against a registry.
@@ -23,20 +25,19 @@ void AddCtlCommands(CLI::App& app);
 // `drover agent` and `drover deploy` (rollout_cmd.cc).
 void AddRolloutCommands(CLI::App& app);
 
+// `drover demo`: everything on this machine, and the five incidents replayed.
 void AddDemoCommand(CLI::App& app);
 
+// `drover sample zone|whoami`: the sample servers the demo deploys.
 void AddSampleCommands(CLI::App& app);
 
-// Blocks SIGINT and SIGTERM in the calling thread -- before any thread starts, so that every
-// thread inherits the mask and only the caller's sigwait/sigtimedwait receives them -- and
-// returns the set.
-inline sigset_t BlockShutdownSignals() {
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGINT);
-  sigaddset(&signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
-  return signals;
+// Whether a flag ("--tick-ms") of `cmd` was given on the command line: the YAML readers let such
+// a flag win over the file.
+inline FlagGiven FlagGivenIn(const CLI::App& cmd) {
+  return [&cmd](std::string_view flag) {
+    const CLI::Option* option = cmd.get_option_no_throw(std::string(flag));
+    return option != nullptr && option->count() > 0;
+  };
 }
 
 }  // namespace drover::cli

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "commands.h"
-#include "http_client.h"
+#include "net/http_client.h"
 #include "registry/model.h"
 
 namespace drover::cli {
@@ -60,21 +60,21 @@ void CheckNames(const CtlArgs& args) {
   }
 }
 
-HttpClient Client(const CtlArgs& args, const std::string& peer = "registry") {
+net::HttpClient Client(const CtlArgs& args, const std::string& peer = "registry") {
   CheckNames(args);
   std::string token = args.token;
   if (token.empty()) {
     if (const char* env = std::getenv("DROVER_TOKEN")) token = env;
   }
   auto client =
-      HttpClient::Create(args.registry, token, std::chrono::seconds(10), args.ca_file, peer);
+      net::HttpClient::Create(args.registry, token, std::chrono::seconds(10), args.ca_file, peer);
   if (!client.ok()) Fail(2, client.status().message());
   return std::move(client).value();
 }
 
 // The JSON body of a successful reply; exits with the registry's error otherwise.
-nlohmann::json Call(const HttpClient& client, std::string_view method, const std::string& target,
-                    const std::string& body = {}) {
+nlohmann::json Call(const net::HttpClient& client, std::string_view method,
+                    const std::string& target, const std::string& body = {}) {
   auto reply = client.Send(method, target, body);
   if (!reply.ok()) Fail(3, reply.status().message());
   auto json = nlohmann::json::parse(reply->body, nullptr, /*allow_exceptions=*/false);
@@ -94,7 +94,7 @@ std::string InstancePath(const CtlArgs& args) {
 }
 
 // The generation to write with: the one given, else the instance's current one.
-std::uint64_t Generation(const HttpClient& client, const CtlArgs& args) {
+std::uint64_t Generation(const net::HttpClient& client, const CtlArgs& args) {
   if (args.generation) return *args.generation;
   const auto list = Call(client, "GET", "/v1/services/" + args.service + "/instances");
   for (const auto& in : list["instances"]) {
@@ -242,7 +242,7 @@ void Watch(const CtlArgs& args) {
 // One screen for "is everything all right": the registry's readiness and revision, every
 // service's READY count, and the newest deploy per service when the agent answers.
 void StatusCmd(const CtlArgs& args) {
-  const HttpClient client = Client(args);
+  const net::HttpClient client = Client(args);
   auto ready = client.Send("GET", "/ready");
   if (!ready.ok()) Fail(3, ready.status().message());
   const auto services = Call(client, "GET", "/v1/services");
@@ -308,7 +308,7 @@ void PrintRevision(const CtlArgs& args, const nlohmann::json& reply, const std::
 }
 
 void Drain(const CtlArgs& args) {
-  const HttpClient client = Client(args);
+  const net::HttpClient client = Client(args);
   const std::uint64_t generation = Generation(client, args);
   const nlohmann::json body = {{"generation", generation}, {"state", "DRAINING"}};
   PrintRevision(args, Call(client, "POST", InstancePath(args) + "/state", body.dump()),
@@ -316,7 +316,7 @@ void Drain(const CtlArgs& args) {
 }
 
 void Deregister(const CtlArgs& args) {
-  const HttpClient client = Client(args);
+  const net::HttpClient client = Client(args);
   const std::uint64_t generation = Generation(client, args);
   PrintRevision(
       args,

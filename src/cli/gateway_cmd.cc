@@ -1,5 +1,4 @@
 // `drover gateway`: the TCP and HTTP gateway in front of services' instances.
-#include <signal.h>
 #include <spdlog/spdlog.h>
 
 #include <cstdio>
@@ -7,6 +6,7 @@
 #include <memory>
 
 #include "commands.h"
+#include "common/signals.h"
 #include "gateway/config.h"
 #include "gateway/gateway.h"
 
@@ -36,40 +36,17 @@ int RunGateway(const GatewayArgs& args) {
     return 2;
   }
 
-  // Before any thread starts: every thread inherits the mask, only sigwait below gets them.
+  // Before any thread starts: every thread inherits the mask, only WaitForSignal gets them.
   const sigset_t signals = BlockShutdownSignals();
-
   RealClock clock;
   auto gw = gateway::Gateway::Start(*config, clock);
   if (!gw.ok()) {
     spdlog::error("gateway: {}", gw.status().message());
     return 1;
   }
-  std::string line = "drover gateway routing";
-  for (const gateway::ListenerConfig& l : (*gw)->config().listeners) {
-    const std::string host = l.address.substr(0, l.address.rfind(':'));
-    line += " " + l.name + "=" + host + ":" + std::to_string((*gw)->port(l.name));
-    if (l.protocol == gateway::Protocol::kTcp) {
-      line += " (service " + l.service + ", " + std::string(gateway::PolicyName(l.policy)) + ")";
-      continue;
-    }
-    line += " (http";
-    for (const gateway::RouteConfig& r : l.routes) {
-      line +=
-          ", " + r.prefix + " -> " + r.service + " " + std::string(gateway::PolicyName(r.policy));
-    }
-    line += ")";
-  }
-  if ((*gw)->admin_port() != 0) {
-    const std::string& a = (*gw)->config().admin;
-    line +=
-        "; admin http://" + a.substr(0, a.rfind(':')) + ":" + std::to_string((*gw)->admin_port());
-  }
-  std::printf("%s\n", line.c_str());
+  std::printf("%s\n", (*gw)->RoutingLine().c_str());
   std::fflush(stdout);
-
-  int signal_number = 0;
-  sigwait(&signals, &signal_number);
+  const int signal_number = WaitForSignal(signals);
   spdlog::info("gateway: {} received, shutting down", strsignal(signal_number));
   (*gw)->Shutdown();
   return 0;

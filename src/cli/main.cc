@@ -3,7 +3,7 @@
 #include <iostream>
 
 #include "commands.h"
-#include "common/logging.h"
+#include "drover/logging.h"
 
 int main(int argc, char** argv) {
   CLI::App app{

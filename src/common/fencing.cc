@@ -13,10 +13,9 @@ constexpr std::string_view kNewest = "newest generation ";
 
 Status FencedError(const std::string& service, const std::string& id, std::uint64_t generation,
                    std::uint64_t newest, const std::string& why) {
-  return Status(StatusCode::kAborted, std::string(kPrefix) + " " + service + "/" + id +
-                                          " generation " + std::to_string(generation) +
-                                          " is stale: " + std::string(kNewest) +
-                                          std::to_string(newest) + " (" + why + ")");
+  return AbortedError(std::string(kPrefix) + " " + service + "/" + id + " generation " +
+                      std::to_string(generation) + " is stale: " + std::string(kNewest) +
+                      std::to_string(newest) + " (" + why + ")");
 }
 
 bool IsFenced(const Status& status) {

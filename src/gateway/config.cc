@@ -10,6 +10,7 @@
 #include <sstream>
 #include <thread>
 
+#include "common/host_port.h"
 #include "sdk/registry_channel.h"
 
 namespace drover::gateway {
@@ -17,16 +18,9 @@ namespace {
 
 using std::chrono::milliseconds;
 
+// An address to listen on: "ip:port" (port 0: any free port).
 bool ValidAddress(const std::string& address) {
-  const std::size_t colon = address.rfind(':');
-  if (colon == std::string::npos) return false;
-  int port = -1;
-  const char* begin = address.data() + colon + 1;
-  const char* end = address.data() + address.size();
-  const auto [ptr, ec] = std::from_chars(begin, end, port);
-  if (ec != std::errc() || ptr != end || port < 0 || port > 65535) return false;
-  in_addr ip{};
-  return ::inet_pton(AF_INET, address.substr(0, colon).c_str(), &ip) == 1;
+  return ParseHostPort(address, "address", {.allow_port_zero = true, .require_ip = true}).ok();
 }
 
 // Reads typed values from a YAML map, refusing unknown keys; every error names its path.

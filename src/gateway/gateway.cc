@@ -1,30 +1,28 @@
 #include "gateway/gateway.h"
 
 // clang-format off
-#include "gateway/asio_net.h"  // first: it includes <utility> before Asio
+#include <utility>  // Boost 1.74's asio/awaitable.hpp uses std::exchange without including it
 // clang-format on
 
 #include <spdlog/spdlog.h>
 
 #include <boost/asio.hpp>
-#include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "common/host_port.h"
 #include "common/metrics_text.h"
 #include "gateway/health_check.h"
 #include "gateway/http_proxy.h"
 #include "gateway/tcp_proxy.h"
 #include "gateway/upstream.h"
+#include "net/http_server.h"
 
 namespace drover::gateway {
 
-namespace net = boost::asio;
-namespace beast = boost::beast;
-namespace http = beast::http;
-using tcp = net::ip::tcp;
-using boost::system::error_code;
+namespace asio = boost::asio;
+namespace http = boost::beast::http;
 
 namespace {
 
@@ -38,18 +36,15 @@ bool ReadyOf(const Gateway::Impl& g);
 
 struct Gateway::Impl {
   explicit Impl(GatewayConfig c, Clock& k)
-      : config(std::move(c)),
-        clock(k),
-        ios(MakeContexts(config.threads)),
-        admin_acceptor(net::make_strand(*ios[0])) {
+      : config(std::move(c)), clock(k), ios(MakeContexts(config.threads)) {
     for (auto& io : ios) {
       workers.push_back(io.get());
-      work.push_back(net::make_work_guard(*io));
+      work.push_back(asio::make_work_guard(*io));
     }
   }
   // Destroyed last first: the first context (acceptors, admin, health checks) must outlive the
   // others, whose objects (a connection's last reference to its listener) point into it.
-  struct IoContexts : std::vector<std::unique_ptr<net::io_context>> {
+  struct IoContexts : std::vector<std::unique_ptr<asio::io_context>> {
     IoContexts() = default;
     IoContexts(IoContexts&&) = default;
     IoContexts& operator=(IoContexts&&) = default;
@@ -59,7 +54,7 @@ struct Gateway::Impl {
   };
   static IoContexts MakeContexts(int n) {
     IoContexts ios;
-    for (int i = 0; i < n; ++i) ios.push_back(std::make_unique<net::io_context>(1));
+    for (int i = 0; i < n; ++i) ios.push_back(std::make_unique<asio::io_context>(1));
     return ios;
   }
   void StopAll() {
@@ -67,16 +62,14 @@ struct Gateway::Impl {
     for (auto& io : ios) io->stop();
   }
 
-  net::awaitable<void> AdminAccept();
-  net::awaitable<void> AdminSession(tcp::socket socket);
+  // The admin port's answer to one request.
+  net::HttpResponse Admin(const net::HttpRequest& req) const;
 
   GatewayConfig config;
   Clock& clock;
   IoContexts ios;  // one per io thread
   Workers workers;
-  tcp::acceptor admin_acceptor;
-  std::uint16_t admin_port = 0;
-  std::vector<net::executor_work_guard<net::io_context::executor_type>> work;
+  std::vector<asio::executor_work_guard<asio::io_context::executor_type>> work;
   // One per tcp listener, one per route of an http listener.
   struct UpstreamEntry {
     std::string listener;
@@ -85,73 +78,48 @@ struct Gateway::Impl {
   };
   std::vector<UpstreamEntry> upstreams;
   std::vector<std::unique_ptr<Listener>> proxies;  // per listener, same order
+  std::unique_ptr<net::HttpServer> admin;          // its own thread; null without an admin port
   std::vector<std::thread> threads;
   std::once_flag shutdown_once;
 };
 
-net::awaitable<void> Gateway::Impl::AdminAccept() {
-  while (true) {
-    error_code ec;
-    tcp::socket socket = co_await admin_acceptor.async_accept(
-        net::make_strand(*ios[0]), net::redirect_error(net::use_awaitable, ec));
-    if (ec) {
-      if (ec == net::error::operation_aborted || !admin_acceptor.is_open()) co_return;
-      continue;
-    }
-    auto executor = socket.get_executor();
-    net::co_spawn(executor, AdminSession(std::move(socket)), net::detached);
+net::HttpResponse Gateway::Impl::Admin(const net::HttpRequest& req) const {
+  net::HttpResponse res;
+  res.version(req.version());
+  res.keep_alive(req.keep_alive());
+  res.set(http::field::cache_control, "no-cache");
+  const std::string_view target(req.target().data(), req.target().size());
+  if (req.method() != http::verb::get && req.method() != http::verb::head) {
+    res.result(http::status::method_not_allowed);
+    res.body() = "GET or HEAD\n";
+  } else if (target == "/metrics") {
+    res.set(http::field::content_type, "text/plain; version=0.0.4");
+    res.body() = MetricsTextOf(*this);
+  } else if (target == "/admin/snapshot") {
+    res.set(http::field::content_type, "application/json");
+    res.body() = SnapshotJsonOf(*this);
+  } else if (target == "/live") {
+    res.body() = "live\n";
+  } else if (target == "/ready") {
+    const bool ready = ReadyOf(*this);
+    res.result(ready ? http::status::ok : http::status::service_unavailable);
+    res.body() = ready ? "ready\n" : "not ready: waiting for the registry\n";
+  } else {
+    res.result(http::status::not_found);
+    res.body() = "try /metrics, /admin/snapshot, /live or /ready\n";
   }
-}
-
-net::awaitable<void> Gateway::Impl::AdminSession(tcp::socket socket) {
-  beast::tcp_stream stream(std::move(socket));
-  beast::flat_buffer buffer;
-  while (true) {
-    stream.expires_after(std::chrono::seconds(30));
-    http::request<http::string_body> req;
-    error_code ec;
-    co_await http::async_read(stream, buffer, req, net::redirect_error(net::use_awaitable, ec));
-    if (ec) break;
-    http::response<http::string_body> res;
-    res.version(req.version());
-    res.keep_alive(req.keep_alive());
-    res.set(http::field::cache_control, "no-cache");
-    const std::string_view target(req.target().data(), req.target().size());
-    if (req.method() != http::verb::get && req.method() != http::verb::head) {
-      res.result(http::status::method_not_allowed);
-      res.body() = "GET or HEAD\n";
-    } else if (target == "/metrics") {
-      res.set(http::field::content_type, "text/plain; version=0.0.4");
-      res.body() = MetricsTextOf(*this);
-    } else if (target == "/admin/snapshot") {
-      res.set(http::field::content_type, "application/json");
-      res.body() = SnapshotJsonOf(*this);
-    } else if (target == "/live") {
-      res.body() = "live\n";
-    } else if (target == "/ready") {
-      const bool ready = ReadyOf(*this);
-      res.result(ready ? http::status::ok : http::status::service_unavailable);
-      res.body() = ready ? "ready\n" : "not ready: waiting for the registry\n";
-    } else {
-      res.result(http::status::not_found);
-      res.body() = "try /metrics, /admin/snapshot, /live or /ready\n";
-    }
-    if (req.method() == http::verb::get || req.method() == http::verb::head) {
-      // Every admin endpoint only reads: the registry's dashboard, another origin, polls them
-      // from the browser.
-      res.set(http::field::access_control_allow_origin, "*");
-    }
-    if (req.method() == http::verb::head) {
-      res.content_length(res.body().size());
-      res.body().clear();
-    } else {
-      res.prepare_payload();
-    }
-    co_await http::async_write(stream, res, net::redirect_error(net::use_awaitable, ec));
-    if (ec || !res.keep_alive()) break;
+  if (req.method() == http::verb::get || req.method() == http::verb::head) {
+    // Every admin endpoint only reads: the registry's dashboard, another origin, polls them
+    // from the browser.
+    res.set(http::field::access_control_allow_origin, "*");
   }
-  error_code ignored;
-  stream.socket().shutdown(tcp::socket::shutdown_send, ignored);
+  if (req.method() == http::verb::head) {
+    res.content_length(res.body().size());
+    res.body().clear();
+  } else {
+    res.prepare_payload();
+  }
+  return res;
 }
 
 namespace {
@@ -197,18 +165,20 @@ void WriteHttpListenerMetrics(metrics::TextWriter& out, const HttpProxy& proxy,
 void WriteListenerMetrics(metrics::TextWriter& out, const ListenerConfig& l,
                           const Listener& proxy) {
   const ListenerCounters& c = proxy.counters();
+  const net::ConnectionCounters& connections = proxy.connections();
   const metrics::Labels labels{{"listener", l.name},
                                {"protocol", std::string(ProtocolName(l.protocol))}};
-  Count(out, "drover_gateway_accepted_total", "Client connections accepted.", c.accepted, labels);
+  Count(out, "drover_gateway_accepted_total", "Client connections accepted.", connections.accepted,
+        labels);
   out.Gauge("drover_gateway_active_connections", "Client connections open now.",
-            static_cast<double>(c.active.load()), labels);
+            static_cast<double>(connections.active.load()), labels);
   Count(out, "drover_gateway_no_upstream_total",
         "Clients turned away because no instance could be reached (tcp: closed; http: 502/503).",
         c.no_upstream, labels);
   Count(out, "drover_gateway_idle_timeouts_total", "Connections closed after the idle timeout.",
         c.idle_timeouts, labels);
   Count(out, "drover_gateway_refused_connections_total",
-        "Client connections refused for being over max_connections.", c.refused, labels);
+        "Client connections refused for being over max_connections.", connections.refused, labels);
   Count(out, "drover_gateway_response_timeouts_total",
         "Upstreams that stopped answering (tcp: connection closed; http: 504).",
         c.response_timeouts, labels);
@@ -384,16 +354,21 @@ Result<std::unique_ptr<Gateway>> Gateway::Start(GatewayConfig config, Clock& clo
     impl->proxies.push_back(std::move(*proxy));
   }
   if (!impl->config.admin.empty()) {
-    const std::string& a = impl->config.admin;
-    const auto endpoint = ParseEndpoint(a, /*listening=*/true);  // validated with the config
-    const error_code ec = endpoint ? Listen(impl->admin_acceptor, *endpoint, 64)
-                                   : make_error_code(net::error::invalid_argument);
-    if (ec) {
-      return fail(
-          UnavailableError("gateway: cannot listen for admin on " + a + ": " + ec.message()));
+    net::HttpServerOptions admin;
+    admin.name = "gateway";
+    admin.address = impl->config.admin;
+    admin.threads = 1;
+    admin.max_connections = 64;
+    admin.idle_timeout = std::chrono::seconds(30);
+    const Impl* raw = impl.get();
+    auto server = net::HttpServer::Start(
+        std::move(admin),
+        [raw](const net::HttpRequest& req, const std::string&) { return raw->Admin(req); });
+    if (!server.ok()) {
+      return fail(UnavailableError("gateway: cannot serve admin on " + impl->config.admin + ": " +
+                                   server.status().message()));
     }
-    impl->admin_port = impl->admin_acceptor.local_endpoint().port();
-    net::co_spawn(impl->admin_acceptor.get_executor(), impl->AdminAccept(), net::detached);
+    impl->admin = std::move(*server);
   }
   for (auto& io : impl->ios) {
     impl->threads.emplace_back([io = io.get()] { io->run(); });
@@ -412,15 +387,43 @@ std::uint16_t Gateway::port(const std::string& listener) const {
   return 0;
 }
 
-std::uint16_t Gateway::admin_port() const { return impl_->admin_port; }
+std::uint16_t Gateway::admin_port() const { return impl_->admin ? impl_->admin->port() : 0; }
 const GatewayConfig& Gateway::config() const { return impl_->config; }
+namespace {
+
+// "ip:port" with the bound port in place of the configured one.
+std::string Bound(const std::string& address, std::uint16_t port) {
+  auto parsed = ParseHostPort(address, "address", {.allow_port_zero = true});
+  return parsed.ok() ? parsed->WithPort(port).ToString() : address;
+}
+
+}  // namespace
+
+std::string Gateway::RoutingLine() const {
+  std::string line = "drover gateway routing";
+  for (const ListenerConfig& l : impl_->config.listeners) {
+    line += " " + l.name + "=" + Bound(l.address, port(l.name));
+    if (l.protocol == Protocol::kTcp) {
+      line += " (service " + l.service + ", " + std::string(PolicyName(l.policy)) + ")";
+      continue;
+    }
+    line += " (http";
+    for (const RouteConfig& r : l.routes) {
+      line += ", " + r.prefix + " -> " + r.service + " " + std::string(PolicyName(r.policy));
+    }
+    line += ")";
+  }
+  if (admin_port() != 0) line += "; admin http://" + Bound(impl_->config.admin, admin_port());
+  return line;
+}
+
 std::string Gateway::MetricsText() const { return MetricsTextOf(*impl_); }
 std::string Gateway::SnapshotJson() const { return SnapshotJsonOf(*impl_); }
 bool Gateway::Ready() const { return ReadyOf(*impl_); }
 
 std::uint64_t Gateway::active() const {
   std::uint64_t n = 0;
-  for (const auto& p : impl_->proxies) n += p->counters().active.load();
+  for (const auto& p : impl_->proxies) n += p->connections().active.load();
   return n;
 }
 
@@ -437,10 +440,7 @@ void Gateway::Shutdown() {
     }
     const std::uint64_t cut = active();
     for (auto& p : g.proxies) p->CloseAll();
-    net::post(g.admin_acceptor.get_executor(), [&g] {
-      error_code ec;
-      g.admin_acceptor.close(ec);
-    });
+    if (g.admin) g.admin->Stop();
     // Let the cut connections unwind, then stop the loop whatever is left.
     const MonoTime unwind = g.clock.Now() + std::chrono::seconds(2);
     while (active() > 0 && g.clock.Now() < unwind) {

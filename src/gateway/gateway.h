@@ -38,6 +38,9 @@ class Gateway {
   std::uint16_t port(const std::string& listener) const;
   std::uint16_t admin_port() const;
   const GatewayConfig& config() const;
+  // "drover gateway routing zone=127.0.0.1:7000 (service zone, p2c) ...; admin http://...": every
+  // listener with its bound port and what it routes to, for the first line of `drover gateway`.
+  std::string RoutingLine() const;
 
   std::string MetricsText() const;
   std::string SnapshotJson() const;

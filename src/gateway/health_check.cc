@@ -1,7 +1,7 @@
 #include "gateway/health_check.h"
 
 // clang-format off
-#include "gateway/asio_net.h"  // first: it includes <utility> before Asio
+#include "net/sockets.h"  // first: it includes <utility> before Asio
 // clang-format on
 
 #include <boost/asio.hpp>
@@ -28,8 +28,8 @@ struct Probe {
 
 // True when `address` answers GET /ready with 200 within `timeout`.
 net::awaitable<bool> CheckReady(std::string address, Duration timeout) {
-  const auto to = ParseEndpoint(address);
-  if (!to) co_return false;
+  const auto to = drover::net::ParseEndpoint(address, "health check address");
+  if (!to.ok()) co_return false;
   error_code ec;
   auto probe = std::make_shared<Probe>(co_await net::this_coro::executor);
   probe->timer.expires_after(timeout);

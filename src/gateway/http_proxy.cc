@@ -1,7 +1,7 @@
 #include "gateway/http_proxy.h"
 
 // clang-format off
-#include "gateway/asio_net.h"  // first: it includes <utility> before Asio
+#include "net/sockets.h"  // first: it includes <utility> before Asio
 // clang-format on
 
 #include <spdlog/spdlog.h>
@@ -11,16 +11,14 @@
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
-#include <future>
 #include <limits>
-#include <map>
-#include <mutex>
 
 #include "drover/router.h"
 #include "gateway/http_check.h"
 #include "gateway/retry_budget.h"
 #include "gateway/thread_random.h"
 #include "gateway/upstream.h"
+#include "net/tcp_listener.h"
 
 namespace drover::gateway {
 
@@ -134,7 +132,6 @@ struct HttpProxy::State : std::enable_shared_from_this<State> {
         config(c),
         routes(std::move(u)),
         clock(k),
-        acceptor(net::make_strand(*w[0])),
         budget(c.retry_budget_percent, c.retry_budget_min) {
     for (std::size_t i = 0; i < workers.size(); ++i) {
       pools.push_back(std::make_shared<UpstreamPool>(
@@ -147,9 +144,16 @@ struct HttpProxy::State : std::enable_shared_from_this<State> {
     });
   }
 
-  net::awaitable<void> Accept();
   net::awaitable<void> Sweep(std::shared_ptr<UpstreamPool> pool, net::any_io_executor executor);
-  net::awaitable<void> Serve(tcp::socket client, std::size_t worker);
+  net::awaitable<void> Serve(tcp::socket client, drover::net::Connection connection);
+  // The worker whose io_context `executor` belongs to.
+  std::size_t WorkerOf(const net::any_io_executor& executor) const {
+    const auto& context = net::query(executor, net::execution::context);
+    for (std::size_t w = 0; w < workers.size(); ++w) {
+      if (&context == workers[w]) return w;
+    }
+    return 0;
+  }
   // One request/response; false when the client connection must close.
   net::awaitable<bool> Exchange(std::shared_ptr<HttpConn> c, beast::flat_buffer& buffer,
                                 http::request_parser<http::buffer_body>& parser,
@@ -164,13 +168,11 @@ struct HttpProxy::State : std::enable_shared_from_this<State> {
   }
 
   const Workers workers;
-  std::size_t next_worker = 0;  // on the acceptor's strand
+  std::size_t next_worker = 0;  // on the listener's accept strand
   const ListenerConfig config;
   const std::vector<Upstream*> routes;   // per config.routes
   std::vector<std::size_t> route_order;  // longest prefix first
   Clock& clock;
-  tcp::acceptor acceptor;
-  std::uint16_t port = 0;
   ListenerCounters counters;
   // Per worker; the State keeps them only until Start() has handed them to the workers' sweepers
   // and connections: a pool's sockets belong to its worker's io_context and must go with it.
@@ -178,61 +180,17 @@ struct HttpProxy::State : std::enable_shared_from_this<State> {
   std::vector<std::weak_ptr<UpstreamPool>> pool_views;  // for stats
   RetryBudget budget;
   std::atomic<bool> draining{false};
-
-  std::mutex conns_mu;
-  std::map<std::uint64_t, std::weak_ptr<HttpConn>> conns;  // guarded by conns_mu
-  std::uint64_t next_conn = 0;                             // guarded by conns_mu
-  std::once_flag stop_once;
 };
 
 namespace {
 
-// Over max_connections: a 503 saying so, then close; bounded, without reading the request.
-net::awaitable<void> Refuse(tcp::socket socket) {
-  static const std::string kBusy =
-      "HTTP/1.1 503 Service Unavailable\r\nServer: drover-gateway\r\nContent-Type: text/plain\r\n"
-      "Retry-After: 1\r\nConnection: close\r\nContent-Length: 35\r\n\r\n"
-      "too many connections to this port\r\n";
-  error_code ec;
-  net::steady_timer limit(socket.get_executor(), std::chrono::seconds(1));
-  limit.async_wait([&socket](error_code timer_ec) {
-    if (!timer_ec) socket.close(timer_ec);
-  });
-  co_await net::async_write(socket, net::buffer(kBusy),
-                            net::redirect_error(net::use_awaitable, ec));
-  limit.cancel();
-  socket.shutdown(tcp::socket::shutdown_send, ec);
-  socket.close(ec);
-}
+// Over max_connections: a 503 saying so, then close, without reading the request.
+const std::string kBusy =
+    "HTTP/1.1 503 Service Unavailable\r\nServer: drover-gateway\r\nContent-Type: text/plain\r\n"
+    "Retry-After: 1\r\nConnection: close\r\nContent-Length: 35\r\n\r\n"
+    "too many connections to this port\r\n";
 
 }  // namespace
-
-net::awaitable<void> HttpProxy::State::Accept() {
-  auto self = shared_from_this();
-  while (true) {
-    error_code ec;
-    tcp::socket accepted =
-        co_await acceptor.async_accept(net::redirect_error(net::use_awaitable, ec));
-    if (ec) {
-      if (ec == net::error::operation_aborted || !acceptor.is_open()) co_return;
-      spdlog::warn("gateway {}: accept failed: {}", config.name, ec.message());
-      net::steady_timer pause(acceptor.get_executor(), std::chrono::milliseconds(50));
-      co_await pause.async_wait(net::redirect_error(net::use_awaitable, ec));
-      continue;
-    }
-    counters.accepted.fetch_add(1, std::memory_order_relaxed);
-    if (counters.active.load(std::memory_order_relaxed) >= config.max_connections) {
-      counters.refused.fetch_add(1, std::memory_order_relaxed);
-      net::co_spawn(acceptor.get_executor(), Refuse(std::move(accepted)), net::detached);
-      continue;
-    }
-    // One thread per worker: the connection needs no strand.
-    const std::size_t worker = next_worker++ % workers.size();
-    tcp::socket socket = MoveTo(std::move(accepted), workers[worker]->get_executor());
-    auto executor = socket.get_executor();
-    net::co_spawn(executor, Serve(std::move(socket), worker), net::detached);
-  }
-}
 
 net::awaitable<void> HttpProxy::State::Sweep(std::shared_ptr<UpstreamPool> pool,
                                              net::any_io_executor executor) {
@@ -263,33 +221,25 @@ net::awaitable<void> HttpProxy::State::Reply(std::shared_ptr<HttpConn> c, http::
   co_await http::async_write(c->client, res, net::redirect_error(net::use_awaitable, ec));
 }
 
-net::awaitable<void> HttpProxy::State::Serve(tcp::socket socket, std::size_t worker) {
+net::awaitable<void> HttpProxy::State::Serve(tcp::socket socket,
+                                             drover::net::Connection connection) {
   auto self = shared_from_this();
-  counters.active.fetch_add(1, std::memory_order_relaxed);
-  SetKeepAlive(socket);
+  drover::net::SetKeepAlive(socket);
   error_code ec;
   const tcp::endpoint remote = socket.remote_endpoint(ec);
   const std::string client_ip = ec ? std::string() : remote.address().to_string();
-  std::shared_ptr<UpstreamPool> pool = pool_views[worker].lock();
+  std::shared_ptr<UpstreamPool> pool = pool_views[WorkerOf(socket.get_executor())].lock();
   if (!pool) co_return;  // its worker is shutting down
   auto c = std::make_shared<HttpConn>(std::move(socket), std::move(pool));
-  std::uint64_t conn_id = 0;
-  {
-    std::lock_guard lock(conns_mu);
-    conn_id = next_conn++;
-    conns.emplace(conn_id, c);
-  }
-  struct Unregister {
-    State* state;
-    std::uint64_t id;
-    ~Unregister() {
-      {
-        std::lock_guard lock(state->conns_mu);
-        state->conns.erase(id);
-      }
-      state->counters.active.fetch_sub(1, std::memory_order_relaxed);
+  // Draining: keep-alive connections waiting for their next request close now; the others get
+  // "Connection: close" on their response.
+  connection.OnClose([c](drover::net::CloseReason reason) {
+    if (reason == drover::net::CloseReason::kCloseNow) {
+      c->CloseBoth();
+    } else if (!c->in_request) {
+      Close(c->client);
     }
-  } unregister{this, conn_id};
+  });
 
   beast::flat_buffer buffer;
   while (!draining.load(std::memory_order_relaxed)) {
@@ -432,10 +382,10 @@ net::awaitable<bool> HttpProxy::State::Exchange(std::shared_ptr<HttpConn> c,
       c->upstream.emplace(std::move(*pooled));
       counters.upstream_reused.fetch_add(1, std::memory_order_relaxed);
     } else {
-      const std::optional<tcp::endpoint> to = ParseEndpoint(e.address);
+      const auto to = drover::net::ParseEndpoint(e.address, "instance address");
       c->upstream.emplace(c->client.get_executor());
       c->upstream->expires_after(config.connect_timeout);
-      if (to) {
+      if (to.ok()) {
         co_await c->upstream->async_connect(*to, net::redirect_error(net::use_awaitable, ec));
       } else {
         ec = net::error::invalid_argument;
@@ -449,7 +399,7 @@ net::awaitable<bool> HttpProxy::State::Exchange(std::shared_ptr<HttpConn> c,
         if (!c->client.socket().is_open()) co_return false;  // cut meanwhile (shutdown)
         continue;  // nothing was sent: always safe to try another instance
       }
-      SetKeepAlive(c->upstream->socket());
+      drover::net::SetKeepAlive(c->upstream->socket());
       retire_at = c->pool.RetireAt(clock.Now());
       counters.upstream_connects.fetch_add(1, std::memory_order_relaxed);
       ic.connections.fetch_add(1, std::memory_order_relaxed);
@@ -581,34 +531,45 @@ Result<std::unique_ptr<HttpProxy>> HttpProxy::Start(const Workers& workers,
   }
   if (workers.empty()) return InvalidArgumentError("gateway " + config.name + ": no io threads");
   auto state = std::make_shared<State>(workers, config, std::move(routes), clock);
-  const auto endpoint = ParseEndpoint(config.address, /*listening=*/true);
-  if (!endpoint) {
-    return InvalidArgumentError("gateway " + config.name + ": bad address " + config.address);
-  }
-  if (const error_code ec =
-          Listen(state->acceptor, *endpoint, net::socket_base::max_listen_connections)) {
-    return UnavailableError("gateway " + config.name + ": cannot listen on " + config.address +
-                            ": " + ec.message());
-  }
-  state->port = state->acceptor.local_endpoint().port();
-  net::co_spawn(state->acceptor.get_executor(), state->Accept(), net::detached);
+  for (std::size_t w = 0; w < workers.size(); ++w) state->pool_views.push_back(state->pools[w]);
+  drover::net::ListenerOptions options;
+  options.name = "gateway " + config.name;
+  options.address = config.address;
+  options.max_connections = config.max_connections;
+  options.refusal = kBusy;
+  // One thread per worker: a connection needs no strand.
+  DROVER_ASSIGN_OR_RETURN(
+      std::unique_ptr<drover::net::TcpListener> listener,
+      drover::net::TcpListener::Start(
+          *workers[0], std::move(options),
+          [raw = state.get()] {
+            return net::any_io_executor(
+                raw->workers[raw->next_worker++ % raw->workers.size()]->get_executor());
+          },
+          [state](tcp::socket socket, drover::net::Connection connection) {
+            return state->Serve(std::move(socket), std::move(connection));
+          }));
   for (std::size_t w = 0; w < workers.size(); ++w) {
-    state->pool_views.push_back(state->pools[w]);
     net::co_spawn(workers[w]->get_executor(),
                   state->Sweep(state->pools[w], workers[w]->get_executor()), net::detached);
   }
   state->pools.clear();  // from here on owned on their workers
-  return std::unique_ptr<HttpProxy>(new HttpProxy(std::move(state)));
+  return std::unique_ptr<HttpProxy>(new HttpProxy(std::move(state), std::move(listener)));
 }
 
-HttpProxy::HttpProxy(std::shared_ptr<State> state) : state_(std::move(state)) {}
+HttpProxy::HttpProxy(std::shared_ptr<State> state,
+                     std::unique_ptr<drover::net::TcpListener> listener)
+    : state_(std::move(state)), listener_(std::move(listener)) {}
 
 HttpProxy::~HttpProxy() {
   StopAccepting();
   CloseAll();
 }
 
-std::uint16_t HttpProxy::port() const { return state_->port; }
+std::uint16_t HttpProxy::port() const { return listener_->port(); }
+const drover::net::ConnectionCounters& HttpProxy::connections() const {
+  return listener_->counters();
+}
 const ListenerCounters& HttpProxy::counters() const { return state_->counters; }
 UpstreamPool::Stats HttpProxy::pool_stats() const {
   UpstreamPool::Stats sum;
@@ -627,46 +588,10 @@ UpstreamPool::Stats HttpProxy::pool_stats() const {
 }
 
 void HttpProxy::StopAccepting() {
-  std::call_once(state_->stop_once, [this] {
-    state_->draining.store(true);
-    if (state_->workers[0]->stopped()) {
-      error_code ec;
-      state_->acceptor.close(ec);
-      return;
-    }
-    auto closed = std::make_shared<std::promise<void>>();
-    auto done = closed->get_future();
-    net::post(state_->acceptor.get_executor(), [state = state_, closed] {
-      error_code ec;
-      state->acceptor.close(ec);
-      closed->set_value();
-    });
-    done.wait();
-    // Keep-alive connections waiting for their next request close now; the others get
-    // "Connection: close" on their response.
-    std::lock_guard lock(state_->conns_mu);
-    for (auto& [id, weak] : state_->conns) {
-      if (auto c = weak.lock()) {
-        net::post(c->client.get_executor(), [c] {
-          if (!c->in_request) Close(c->client);
-        });
-      }
-    }
-  });
+  state_->draining.store(true);
+  listener_->StopAccepting();
 }
 
-void HttpProxy::CloseAll() {
-  std::vector<std::shared_ptr<HttpConn>> open;
-  {
-    std::lock_guard lock(state_->conns_mu);
-    for (auto& [id, weak] : state_->conns) {
-      if (auto c = weak.lock()) open.push_back(std::move(c));
-    }
-  }
-  for (auto& c : open) {
-    auto executor = c->client.get_executor();
-    net::post(executor, [c] { c->CloseBoth(); });
-  }
-}
+void HttpProxy::CloseAll() { listener_->CloseAll(); }
 
 }  // namespace drover::gateway

@@ -21,10 +21,11 @@
 // retried after a timeout or after part of its body was sent. Connect failures, resets, timeouts
 // and 5xx answers feed the instance's outlier ejection.
 //
-// Threads: connections are spread round robin over the workers (io_contexts run by one thread
-// each); a connection, its upstream connections and its thread's UpstreamPool never meet another
-// thread, so a pooled connection moves between client connections without a system call. A
-// sweeper per worker closes pooled connections past their idle timeout or age.
+// Threads: net::TcpListener accepts on the first worker (the connection limit -- a 503 over it --
+// and close-all are its) and spreads connections round robin over the workers (io_contexts run
+// by one thread each); a connection, its upstream connections and its thread's UpstreamPool never
+// meet another thread, so a pooled connection moves between client connections without a system
+// call. A sweeper per worker closes pooled connections past their idle timeout or age.
 #pragma once
 
 #include <memory>
@@ -35,6 +36,10 @@
 #include "gateway/config.h"
 #include "gateway/listener.h"
 #include "gateway/upstream_pool.h"
+
+namespace drover::net {
+class TcpListener;
+}  // namespace drover::net
 
 namespace drover::gateway {
 
@@ -53,6 +58,7 @@ class HttpProxy final : public Listener {
   HttpProxy& operator=(const HttpProxy&) = delete;
 
   std::uint16_t port() const override;
+  const net::ConnectionCounters& connections() const override;
   const ListenerCounters& counters() const override;
   void StopAccepting() override;
   void CloseAll() override;
@@ -61,8 +67,9 @@ class HttpProxy final : public Listener {
   struct State;
 
  private:
-  explicit HttpProxy(std::shared_ptr<State> state);
+  HttpProxy(std::shared_ptr<State> state, std::unique_ptr<net::TcpListener> listener);
   std::shared_ptr<State> state_;
+  std::unique_ptr<net::TcpListener> listener_;  // accepts; its connections share state_
 };
 
 }  // namespace drover::gateway

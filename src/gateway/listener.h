@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "net/connection_counters.h"
+
 namespace boost::asio {
 class io_context;
 }  // namespace boost::asio
@@ -16,10 +18,9 @@ namespace drover::gateway {
 // spread accepted connections over them; a connection stays on its thread for life.
 using Workers = std::vector<boost::asio::io_context*>;
 
+// What a listener counts besides its connections (net::ConnectionCounters: accepted, active,
+// refused over max_connections).
 struct ListenerCounters {
-  std::atomic<std::uint64_t> accepted{0};
-  std::atomic<std::uint64_t> active{0};       // client connections open now
-  std::atomic<std::uint64_t> refused{0};      // over max_connections: closed at once
   std::atomic<std::uint64_t> no_upstream{0};  // no instance could be connected (tcp: closed;
                                               // http: 502/503)
   std::atomic<std::uint64_t> bad_key{0};      // tcp: missing or malformed key line
@@ -39,6 +40,7 @@ class Listener {
  public:
   virtual ~Listener() = default;
   virtual std::uint16_t port() const = 0;
+  virtual const net::ConnectionCounters& connections() const = 0;
   virtual const ListenerCounters& counters() const = 0;
   // Closes the listening socket: connects are refused from here on. Idempotent. An HTTP listener
   // also closes its idle keep-alive connections and answers the rest "Connection: close".

@@ -1,26 +1,24 @@
 #include "gateway/tcp_proxy.h"
 
 // clang-format off
-#include "gateway/asio_net.h"  // first: it includes <utility> before Asio
+#include "net/sockets.h"  // first: it includes <utility> before Asio
 // clang-format on
 
 #include <spdlog/spdlog.h>
 
 #include <array>
 #include <boost/asio.hpp>
-#include <future>
-#include <map>
-#include <mutex>
 
 #include "drover/router.h"
 #include "gateway/key_line.h"
 #include "gateway/thread_random.h"
 #include "gateway/upstream.h"
+#include "net/tcp_listener.h"
 
 namespace drover::gateway {
 
-namespace net = boost::asio;
-using tcp = net::ip::tcp;
+namespace asio = boost::asio;
+using tcp = asio::ip::tcp;
 using boost::system::error_code;
 
 // One proxied connection; every member is touched only on the connection's strand.
@@ -38,7 +36,7 @@ struct Conn {
 
   tcp::socket client;
   tcp::socket upstream;
-  net::steady_timer timer;        // connect timeout, key timeout, then the idle watchdog
+  asio::steady_timer timer;       // connect timeout, key timeout, then the idle watchdog
   std::uint64_t timer_epoch = 0;  // a timer callback from an older phase must not act
   MonoClock::time_point last_activity{};
   // The client sent data the upstream has not answered since (response_timeout).
@@ -50,62 +48,28 @@ struct Conn {
 
 struct TcpProxy::State : std::enable_shared_from_this<State> {
   State(const Workers& w, const ListenerConfig& c, Upstream& u, Clock& k)
-      : workers(w), config(c), upstream(u), clock(k), acceptor(net::make_strand(*w[0])) {}
+      : workers(w), config(c), upstream(u), clock(k) {}
 
-  net::awaitable<void> Accept();
-  net::awaitable<void> Serve(tcp::socket client);
-  net::awaitable<std::optional<std::string>> ReadKeyLine(std::shared_ptr<Conn> c,
-                                                         std::string& rest);
-  net::awaitable<bool> Connect(std::shared_ptr<Conn> c, const tcp::endpoint& to);
-  net::awaitable<void> Pump(std::shared_ptr<Conn> c, bool from_client);
-  net::awaitable<void> Watchdog(std::shared_ptr<Conn> c);
+  asio::awaitable<void> Serve(tcp::socket client, net::Connection connection);
+  asio::awaitable<std::optional<std::string>> ReadKeyLine(std::shared_ptr<Conn> c,
+                                                          std::string& rest);
+  asio::awaitable<bool> Connect(std::shared_ptr<Conn> c, const tcp::endpoint& to);
+  // Picks and connects an instance (trying others after a failed connect); false when none
+  // could be reached.
+  asio::awaitable<bool> ConnectUpstream(std::shared_ptr<Conn> c, std::uint64_t key_hash);
+  asio::awaitable<void> Pump(std::shared_ptr<Conn> c, bool from_client);
+  asio::awaitable<void> Watchdog(std::shared_ptr<Conn> c);
 
   const Workers workers;
-  std::size_t next_worker = 0;  // on the acceptor's strand
+  std::size_t next_worker = 0;  // on the listener's accept strand
   const ListenerConfig config;
   Upstream& upstream;
   Clock& clock;
-  tcp::acceptor acceptor;
-  std::uint16_t port = 0;
   ListenerCounters counters;
-
-  std::mutex conns_mu;
-  std::map<std::uint64_t, std::weak_ptr<Conn>> conns;  // guarded by conns_mu
-  std::uint64_t next_conn = 0;                         // guarded by conns_mu
-  std::once_flag stop_once;
 };
 
-net::awaitable<void> TcpProxy::State::Accept() {
-  auto self = shared_from_this();
-  while (true) {
-    error_code ec;
-    tcp::socket accepted =
-        co_await acceptor.async_accept(net::redirect_error(net::use_awaitable, ec));
-    if (ec) {
-      if (ec == net::error::operation_aborted || !acceptor.is_open()) co_return;
-      // Out of descriptors and the like: pause instead of spinning; the backlog waits.
-      spdlog::warn("gateway {}: accept failed: {}", config.name, ec.message());
-      net::steady_timer pause(acceptor.get_executor(), std::chrono::milliseconds(50));
-      co_await pause.async_wait(net::redirect_error(net::use_awaitable, ec));
-      continue;
-    }
-    counters.accepted.fetch_add(1, std::memory_order_relaxed);
-    if (counters.active.load(std::memory_order_relaxed) >= config.max_connections) {
-      // Over the limit: the client sees its connection closed at once and may try another
-      // gateway; the ones already here keep their share of the process.
-      counters.refused.fetch_add(1, std::memory_order_relaxed);
-      accepted.close(ec);
-      continue;
-    }
-    tcp::socket socket =
-        MoveTo(std::move(accepted), net::make_strand(*workers[next_worker++ % workers.size()]));
-    auto executor = socket.get_executor();
-    net::co_spawn(executor, Serve(std::move(socket)), net::detached);
-  }
-}
-
-net::awaitable<std::optional<std::string>> TcpProxy::State::ReadKeyLine(std::shared_ptr<Conn> c,
-                                                                        std::string& rest) {
+asio::awaitable<std::optional<std::string>> TcpProxy::State::ReadKeyLine(std::shared_ptr<Conn> c,
+                                                                         std::string& rest) {
   const std::uint64_t epoch = ++c->timer_epoch;
   c->timer.expires_after(config.key_timeout);
   c->timer.async_wait([c, epoch](error_code ec) {
@@ -116,7 +80,7 @@ net::awaitable<std::optional<std::string>> TcpProxy::State::ReadKeyLine(std::sha
   while (true) {
     error_code ec;
     const std::size_t n = co_await c->client.async_read_some(
-        net::buffer(buf), net::redirect_error(net::use_awaitable, ec));
+        asio::buffer(buf), asio::redirect_error(asio::use_awaitable, ec));
     if (ec) co_return std::nullopt;
     line.append(buf.data(), n);
     const std::size_t nl = line.find('\n');
@@ -132,7 +96,7 @@ net::awaitable<std::optional<std::string>> TcpProxy::State::ReadKeyLine(std::sha
   co_return ParseKeyLine(line);
 }
 
-net::awaitable<bool> TcpProxy::State::Connect(std::shared_ptr<Conn> c, const tcp::endpoint& to) {
+asio::awaitable<bool> TcpProxy::State::Connect(std::shared_ptr<Conn> c, const tcp::endpoint& to) {
   const std::uint64_t epoch = ++c->timer_epoch;
   c->timer.expires_after(config.connect_timeout);
   c->timer.async_wait([c, epoch](error_code ec) {
@@ -143,22 +107,22 @@ net::awaitable<bool> TcpProxy::State::Connect(std::shared_ptr<Conn> c, const tcp
   });
   error_code ec;
   c->upstream = tcp::socket(c->client.get_executor());
-  co_await c->upstream.async_connect(to, net::redirect_error(net::use_awaitable, ec));
+  co_await c->upstream.async_connect(to, asio::redirect_error(asio::use_awaitable, ec));
   ++c->timer_epoch;
   c->timer.cancel();
   co_return !ec && c->upstream.is_open();
 }
 
-net::awaitable<void> TcpProxy::State::Pump(std::shared_ptr<Conn> c, bool from_client) {
+asio::awaitable<void> TcpProxy::State::Pump(std::shared_ptr<Conn> c, bool from_client) {
   tcp::socket& from = from_client ? c->client : c->upstream;
   tcp::socket& to = from_client ? c->upstream : c->client;
   std::array<char, 16 * 1024> buf;
   while (true) {
     error_code ec;
     const std::size_t n = co_await from.async_read_some(
-        net::buffer(buf), net::redirect_error(net::use_awaitable, ec));
+        asio::buffer(buf), asio::redirect_error(asio::use_awaitable, ec));
     if (ec) {
-      if (ec == net::error::eof) {
+      if (ec == asio::error::eof) {
         error_code ignored;
         to.shutdown(tcp::socket::shutdown_send, ignored);  // half-close: pass the FIN on
       } else {
@@ -174,8 +138,8 @@ net::awaitable<void> TcpProxy::State::Pump(std::shared_ptr<Conn> c, bool from_cl
       c->awaiting_since = c->last_activity;
       c->timer.cancel();  // the watchdog recomputes its deadline
     }
-    co_await net::async_write(to, net::buffer(buf.data(), n),
-                              net::redirect_error(net::use_awaitable, ec));
+    co_await asio::async_write(to, asio::buffer(buf.data(), n),
+                               asio::redirect_error(asio::use_awaitable, ec));
     if (ec) {
       c->CloseBoth();
       break;
@@ -187,7 +151,7 @@ net::awaitable<void> TcpProxy::State::Pump(std::shared_ptr<Conn> c, bool from_cl
   }
 }
 
-net::awaitable<void> TcpProxy::State::Watchdog(std::shared_ptr<Conn> c) {
+asio::awaitable<void> TcpProxy::State::Watchdog(std::shared_ptr<Conn> c) {
   ++c->timer_epoch;
   bool cut = false;
   while (c->pumps_done < 2) {
@@ -208,32 +172,50 @@ net::awaitable<void> TcpProxy::State::Watchdog(std::shared_ptr<Conn> c) {
     }
     c->timer.expires_at(cut ? now + std::chrono::hours(1) : deadline);
     error_code ec;
-    co_await c->timer.async_wait(net::redirect_error(net::use_awaitable, ec));
+    co_await c->timer.async_wait(asio::redirect_error(asio::use_awaitable, ec));
   }
 }
 
-net::awaitable<void> TcpProxy::State::Serve(tcp::socket client) {
-  auto self = shared_from_this();
-  counters.active.fetch_add(1, std::memory_order_relaxed);
-  auto c = std::make_shared<Conn>(std::move(client));
-  std::uint64_t conn_id = 0;
-  {
-    std::lock_guard lock(conns_mu);
-    conn_id = next_conn++;
-    conns.emplace(conn_id, c);
-  }
-  struct Unregister {
-    State* state;
-    std::uint64_t id;
-    ~Unregister() {
-      {
-        std::lock_guard lock(state->conns_mu);
-        state->conns.erase(id);
-      }
-      state->counters.active.fetch_sub(1, std::memory_order_relaxed);
+asio::awaitable<bool> TcpProxy::State::ConnectUpstream(std::shared_ptr<Conn> c,
+                                                       std::uint64_t key_hash) {
+  const std::shared_ptr<const UpstreamSnapshot> snapshot = upstream.Snapshot();
+  std::vector<std::size_t> tried;
+  std::string last_error;
+  for (int attempt = 0; attempt < config.connect_attempts; ++attempt) {
+    const Result<std::size_t> pick =
+        upstream.Pick(*snapshot, key_hash, tried, clock.Now(), ThreadRandom());
+    if (!pick.ok()) {
+      last_error = pick.status().message();
+      break;
     }
-  } unregister{this, conn_id};
-  SetKeepAlive(c->client);
+    const router::Endpoint& e = snapshot->router->table->at(*pick);
+    const std::shared_ptr<InstanceCounters>& counters_of = snapshot->counters[*pick];
+    tried.push_back(*pick);
+    const auto to = net::ParseEndpoint(e.address, "instance address");
+    const bool ok = to.ok() && co_await Connect(c, *to);
+    upstream.ReportConnect(*snapshot, *pick, ok, clock.Now());
+    if (ok) {
+      c->counters = counters_of;
+      counters_of->active.fetch_add(1, std::memory_order_relaxed);
+      counters_of->connections.fetch_add(1, std::memory_order_relaxed);
+      co_return true;
+    }
+    counters_of->connect_failures.fetch_add(1, std::memory_order_relaxed);
+    last_error = "connect to " + e.id + " at " + e.address + " failed";
+    if (!c->client.is_open()) break;  // cut meanwhile (shutdown)
+  }
+  counters.no_upstream.fetch_add(1, std::memory_order_relaxed);
+  spdlog::debug("gateway {}: closing a client: {}", config.name, last_error);
+  co_return false;
+}
+
+asio::awaitable<void> TcpProxy::State::Serve(tcp::socket client, net::Connection connection) {
+  auto self = shared_from_this();
+  auto c = std::make_shared<Conn>(std::move(client));
+  connection.OnClose([c](net::CloseReason reason) {
+    if (reason == net::CloseReason::kCloseNow) c->CloseBoth();
+  });
+  net::SetKeepAlive(c->client);
 
   std::string rest;  // bytes the client sent after its key line
   std::uint64_t key_hash = 0;
@@ -246,46 +228,15 @@ net::awaitable<void> TcpProxy::State::Serve(tcp::socket client) {
     }
     key_hash = router::HashKey(*key);
   }
-
-  const std::shared_ptr<const UpstreamSnapshot> snapshot = upstream.Snapshot();
-  std::vector<std::size_t> tried;
-  bool connected = false;
-  std::string last_error;
-  for (int attempt = 0; attempt < config.connect_attempts && !connected; ++attempt) {
-    const Result<std::size_t> pick =
-        upstream.Pick(*snapshot, key_hash, tried, clock.Now(), ThreadRandom());
-    if (!pick.ok()) {
-      last_error = pick.status().message();
-      break;
-    }
-    const router::Endpoint& e = snapshot->router->table->at(*pick);
-    const std::shared_ptr<InstanceCounters>& counters_of = snapshot->counters[*pick];
-    tried.push_back(*pick);
-    const std::optional<tcp::endpoint> to = ParseEndpoint(e.address);
-    const bool ok = to && co_await Connect(c, *to);
-    upstream.ReportConnect(*snapshot, *pick, ok, clock.Now());
-    if (ok) {
-      c->counters = counters_of;
-      counters_of->active.fetch_add(1, std::memory_order_relaxed);
-      counters_of->connections.fetch_add(1, std::memory_order_relaxed);
-      connected = true;
-    } else {
-      counters_of->connect_failures.fetch_add(1, std::memory_order_relaxed);
-      last_error = "connect to " + e.id + " at " + e.address + " failed";
-      if (!c->client.is_open()) break;  // cut meanwhile (shutdown)
-    }
-  }
-  if (!connected) {
-    counters.no_upstream.fetch_add(1, std::memory_order_relaxed);
-    spdlog::debug("gateway {}: closing a client: {}", config.name, last_error);
+  if (!co_await ConnectUpstream(c, key_hash)) {
     c->CloseBoth();
     co_return;
   }
-  SetKeepAlive(c->upstream);
+  net::SetKeepAlive(c->upstream);
   if (!rest.empty()) {
     error_code ec;
-    co_await net::async_write(c->upstream, net::buffer(rest),
-                              net::redirect_error(net::use_awaitable, ec));
+    co_await asio::async_write(c->upstream, asio::buffer(rest),
+                               asio::redirect_error(asio::use_awaitable, ec));
     if (ec) {
       c->CloseBoth();
       co_return;
@@ -293,8 +244,8 @@ net::awaitable<void> TcpProxy::State::Serve(tcp::socket client) {
   }
   c->last_activity = MonoClock::now();
   auto executor = c->client.get_executor();
-  net::co_spawn(executor, Pump(c, true), net::detached);
-  net::co_spawn(executor, Pump(c, false), net::detached);
+  asio::co_spawn(executor, Pump(c, true), asio::detached);
+  asio::co_spawn(executor, Pump(c, false), asio::detached);
   co_await Watchdog(c);
 }
 
@@ -303,60 +254,36 @@ Result<std::unique_ptr<TcpProxy>> TcpProxy::Start(const Workers& workers,
                                                   Clock& clock) {
   if (workers.empty()) return InvalidArgumentError("gateway " + config.name + ": no io threads");
   auto state = std::make_shared<State>(workers, config, upstream, clock);
-  const auto endpoint = ParseEndpoint(config.address, /*listening=*/true);
-  if (!endpoint) {
-    return InvalidArgumentError("gateway " + config.name + ": bad address " + config.address);
-  }
-  if (const error_code ec =
-          Listen(state->acceptor, *endpoint, net::socket_base::max_listen_connections)) {
-    return UnavailableError("gateway " + config.name + ": cannot listen on " + config.address +
-                            ": " + ec.message());
-  }
-  state->port = state->acceptor.local_endpoint().port();
-  net::co_spawn(state->acceptor.get_executor(), state->Accept(), net::detached);
-  return std::unique_ptr<TcpProxy>(new TcpProxy(std::move(state)));
+  net::ListenerOptions options;
+  options.name = "gateway " + config.name;
+  options.address = config.address;
+  options.max_connections = config.max_connections;
+  // Over the limit the client sees its connection closed at once and may try another gateway.
+  DROVER_ASSIGN_OR_RETURN(std::unique_ptr<net::TcpListener> listener,
+                          net::TcpListener::Start(
+                              *workers[0], std::move(options),
+                              [raw = state.get()] {
+                                return asio::any_io_executor(asio::make_strand(
+                                    *raw->workers[raw->next_worker++ % raw->workers.size()]));
+                              },
+                              [state](tcp::socket socket, net::Connection connection) {
+                                return state->Serve(std::move(socket), std::move(connection));
+                              }));
+  return std::unique_ptr<TcpProxy>(new TcpProxy(std::move(state), std::move(listener)));
 }
 
-TcpProxy::TcpProxy(std::shared_ptr<State> state) : state_(std::move(state)) {}
+TcpProxy::TcpProxy(std::shared_ptr<State> state, std::unique_ptr<net::TcpListener> listener)
+    : state_(std::move(state)), listener_(std::move(listener)) {}
 
 TcpProxy::~TcpProxy() {
   StopAccepting();
   CloseAll();
 }
 
-std::uint16_t TcpProxy::port() const { return state_->port; }
+std::uint16_t TcpProxy::port() const { return listener_->port(); }
+const net::ConnectionCounters& TcpProxy::connections() const { return listener_->counters(); }
 const ListenerCounters& TcpProxy::counters() const { return state_->counters; }
-
-void TcpProxy::StopAccepting() {
-  std::call_once(state_->stop_once, [this] {
-    if (state_->workers[0]->stopped()) {  // no io thread can touch the acceptor any more
-      error_code ec;
-      state_->acceptor.close(ec);
-      return;
-    }
-    auto closed = std::make_shared<std::promise<void>>();
-    auto done = closed->get_future();
-    net::post(state_->acceptor.get_executor(), [state = state_, closed] {
-      error_code ec;
-      state->acceptor.close(ec);
-      closed->set_value();
-    });
-    done.wait();
-  });
-}
-
-void TcpProxy::CloseAll() {
-  std::vector<std::shared_ptr<Conn>> open;
-  {
-    std::lock_guard lock(state_->conns_mu);
-    for (auto& [id, weak] : state_->conns) {
-      if (auto c = weak.lock()) open.push_back(std::move(c));
-    }
-  }
-  for (auto& c : open) {
-    auto executor = c->client.get_executor();
-    net::post(executor, [c] { c->CloseBoth(); });
-  }
-}
+void TcpProxy::StopAccepting() { listener_->StopAccepting(); }
+void TcpProxy::CloseAll() { listener_->CloseAll(); }
 
 }  // namespace drover::gateway

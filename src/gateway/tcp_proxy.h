@@ -10,8 +10,9 @@
 //      TCP keepalive on both sockets finds peers that vanished without a FIN.
 // The chosen instance's counters (active, connections, connect failures) feed the next picks.
 //
-// Threads: the connection's coroutines share one strand of one of the gateway's io_contexts
-// (round robin); the acceptor has its own strand on the first. StopAccepting(), CloseAll() and the
+// Threads: net::TcpListener accepts on a strand of the first io_context (the connection limit,
+// refusals and close-all are its); each connection's coroutines share one strand of one of the
+// gateway's io_contexts (round robin). StopAccepting(), CloseAll() and the
 // getters are thread-safe and must not be called from an io thread (StopAccepting waits for the
 // close to happen).
 #pragma once
@@ -25,6 +26,10 @@
 #include "drover/status.h"
 #include "gateway/config.h"
 #include "gateway/listener.h"
+
+namespace drover::net {
+class TcpListener;
+}  // namespace drover::net
 
 namespace drover::gateway {
 
@@ -43,6 +48,7 @@ class TcpProxy final : public Listener {
   TcpProxy& operator=(const TcpProxy&) = delete;
 
   std::uint16_t port() const override;
+  const net::ConnectionCounters& connections() const override;
   const ListenerCounters& counters() const override;
   void StopAccepting() override;
   void CloseAll() override;
@@ -50,8 +56,9 @@ class TcpProxy final : public Listener {
   struct State;
 
  private:
-  explicit TcpProxy(std::shared_ptr<State> state);
+  TcpProxy(std::shared_ptr<State> state, std::unique_ptr<net::TcpListener> listener);
   std::shared_ptr<State> state_;
+  std::unique_ptr<net::TcpListener> listener_;  // accepts; its connections share state_
 };
 
 }  // namespace drover::gateway

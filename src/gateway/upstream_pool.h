@@ -16,7 +16,7 @@
 #pragma once
 
 // clang-format off
-#include "gateway/asio_net.h"  // first: it includes <utility> before Asio
+#include "net/sockets.h"  // first: it includes <utility> before Asio
 // clang-format on
 
 #include <cstdint>

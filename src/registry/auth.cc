@@ -140,12 +140,11 @@ Result<std::shared_ptr<const Authorizer>> Authorizer::FromYaml(std::string_view 
 Result<const Authorizer::Token*> Authorizer::Find(std::string_view authorization,
                                                   SystemTime now) const {
   if (authorization.empty()) {
-    return Status(StatusCode::kUnauthenticated, "missing 'Authorization: Bearer <token>'");
+    return UnauthenticatedError("missing 'Authorization: Bearer <token>'");
   }
   constexpr std::string_view kBearer = "Bearer ";
   if (authorization.substr(0, kBearer.size()) != kBearer) {
-    return Status(StatusCode::kUnauthenticated,
-                  "the Authorization header must be 'Bearer <token>'");
+    return UnauthenticatedError("the Authorization header must be 'Bearer <token>'");
   }
   const std::string_view presented = authorization.substr(kBearer.size());
   const Token* found = nullptr;
@@ -153,10 +152,10 @@ Result<const Authorizer::Token*> Authorizer::Find(std::string_view authorization
   for (const Token& t : tokens_) {
     if (ConstantTimeEquals(t.secret, presented)) found = &t;
   }
-  if (found == nullptr) return Status(StatusCode::kUnauthenticated, "unknown bearer token");
+  if (found == nullptr) return UnauthenticatedError("unknown bearer token");
   if (found->expires && now >= *found->expires) {
-    return Status(StatusCode::kUnauthenticated,
-                  "token '" + found->name + "' expired at " + FormatUtc(*found->expires));
+    return UnauthenticatedError("token '" + found->name + "' expired at " +
+                                FormatUtc(*found->expires));
   }
   return found;
 }
@@ -172,8 +171,8 @@ Status Authorizer::AuthorizeWrite(std::string_view authorization, std::string_vi
   for (const std::string& allowed : t->write) {
     if (allowed == "*" || allowed == service) return Status::Ok();
   }
-  return Status(StatusCode::kPermissionDenied,
-                "token '" + t->name + "' may not write service '" + std::string(service) + "'");
+  return PermissionDeniedError("token '" + t->name + "' may not write service '" +
+                               std::string(service) + "'");
 }
 
 }  // namespace drover::registry

@@ -4,6 +4,8 @@
 #include <chrono>
 #include <cstdio>
 
+#include "common/host_port.h"
+
 namespace drover::registry {
 namespace {
 
@@ -76,13 +78,10 @@ std::uint64_t ClientLimits::refused_watches() const {
 }
 
 std::string ClientAddressOfPeer(std::string_view peer) {
-  if (peer.starts_with("ipv4:")) {
-    peer.remove_prefix(5);
-    return std::string(peer.substr(0, peer.rfind(':')));
-  }
-  if (peer.starts_with("ipv6:[")) {
-    peer.remove_prefix(6);
-    return std::string(peer.substr(0, peer.find(']')));
+  for (const std::string_view scheme : {"ipv4:", "ipv6:"}) {
+    if (!peer.starts_with(scheme)) continue;
+    auto address = ParseHostPort(peer.substr(scheme.size()), "peer");
+    if (address.ok()) return address->host;
   }
   return std::string(peer);
 }

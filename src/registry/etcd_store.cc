@@ -17,6 +17,7 @@
 #include <thread>
 #include <tuple>
 
+#include "common/host_port.h"
 #include "etcd/etcdserverpb/rpc.grpc.pb.h"
 
 namespace drover::registry {
@@ -47,17 +48,12 @@ Status FromGrpc(const grpc::Status& s, const std::string& what) {
 
 // Resolves "host:port" to "ip:port" (IPv4 or [IPv6]) for the channel's static address list.
 Result<std::string> Resolve(const std::string& endpoint) {
-  const std::size_t colon = endpoint.rfind(':');
-  if (colon == std::string::npos || colon == 0 || colon + 1 == endpoint.size()) {
-    return InvalidArgumentError("etcd endpoint '" + endpoint + "' is not host:port");
-  }
-  std::string host = endpoint.substr(0, colon);
-  const std::string port = endpoint.substr(colon + 1);
-  if (host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  DROVER_ASSIGN_OR_RETURN(const HostPort hp, ParseHostPort(endpoint, "etcd endpoint"));
   addrinfo hints{};
   hints.ai_socktype = SOCK_STREAM;
   addrinfo* found = nullptr;
-  const int rc = ::getaddrinfo(host.c_str(), port.c_str(), &hints, &found);
+  const std::string port = std::to_string(hp.port);
+  const int rc = ::getaddrinfo(hp.host.c_str(), port.c_str(), &hints, &found);
   if (rc != 0 || found == nullptr) {
     return InvalidArgumentError("etcd endpoint '" + endpoint + "': " + ::gai_strerror(rc));
   }
@@ -67,7 +63,7 @@ Result<std::string> Resolve(const std::string& endpoint) {
   const bool v6 = found->ai_family == AF_INET6;
   ::freeaddrinfo(found);
   if (ni != 0) return InvalidArgumentError("etcd endpoint '" + endpoint + "' does not resolve");
-  return v6 ? "[" + std::string(ip) + "]:" + port : std::string(ip) + ":" + port;
+  return HostPort{ip, hp.port, v6 ? HostKind::kIpv6 : HostKind::kIpv4}.ToString();
 }
 
 std::string DefaultProcessName() {
@@ -270,7 +266,7 @@ Result<std::uint64_t> EtcdStore::Impl::Txn(const std::vector<Write>& writes, boo
   pb::TxnRequest req;
   if (as_expirer) {
     const std::int64_t role = expirer_create_revision.load();
-    if (role == 0) return Status(StatusCode::kAborted, "this process is not the expirer");
+    if (role == 0) return AbortedError("this process is not the expirer");
     pb::Compare* c = req.add_compare();
     c->set_key(expirer_key);
     c->set_target(pb::Compare::CREATE);
@@ -316,10 +312,10 @@ Result<std::uint64_t> EtcdStore::Impl::Txn(const std::vector<Write>& writes, boo
   const grpc::Status s = Retry([&](grpc::ClientContext& ctx) { return kv->Txn(&ctx, req, &resp); });
   if (!s.ok()) return FromGrpc(s, "txn");
   if (!resp.succeeded()) {
-    return Status(StatusCode::kAborted,
-                  as_expirer ? "precondition failed: a row changed, or this process is no longer "
-                               "the expirer"
-                             : "precondition failed: another registry process changed the row");
+    return AbortedError(as_expirer
+                            ? "precondition failed: a row changed, or this process is no longer "
+                              "the expirer"
+                            : "precondition failed: another registry process changed the row");
   }
   return static_cast<std::uint64_t>(resp.header().revision());
 }
@@ -807,9 +803,9 @@ Status EtcdStore::WaitDelivered(std::uint64_t revision, Duration timeout) {
   if (impl_->feed_cv.wait_for(lock, timeout, [&] { return impl_->delivered >= revision; })) {
     return Status::Ok();
   }
-  return Status(StatusCode::kDeadlineExceeded, "etcd watch has delivered revision " +
-                                                   std::to_string(impl_->delivered) +
-                                                   ", waiting for " + std::to_string(revision));
+  return DeadlineExceededError("etcd watch has delivered revision " +
+                               std::to_string(impl_->delivered) + ", waiting for " +
+                               std::to_string(revision));
 }
 
 Result<std::uint64_t> EtcdStore::Head() {

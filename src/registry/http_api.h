@@ -20,11 +20,14 @@
 // `max_body` get 413 before they are read in full. With a certificate and key the server speaks
 // HTTPS only (TLS 1.2+).
 //
-// Threading: `threads` threads run one io_context; each connection is one coroutine. Handlers
-// call the Registry synchronously (its calls are short; a registration waits for one fsync).
-// A watch stream waits on a timer that the Watcher's listener cancels, so a thousand watches
-// cost a thousand coroutines, not threads. Stop() (or the destructor) closes the listener,
-// cancels every watch and joins the threads.
+// Served by net::HttpServer (net/http_server.h), which reads requests, answers malformed and
+// oversized ones and refuses connections over the limit the same way for every Drover API.
+//
+// Threading: `threads` threads run the server's io_context; each connection is one coroutine.
+// Handlers call the Registry synchronously (its calls are short; a registration waits for one
+// fsync). A watch stream waits on a timer that the Watcher's listener cancels, so a thousand
+// watches cost a thousand coroutines, not threads. Stop() (or the destructor) closes the
+// listener, cancels every watch, lets the streams end (2 s at most) and joins the threads.
 #pragma once
 
 #include <cstdint>
@@ -43,8 +46,7 @@ class ClientLimits;
 class Registry;
 
 struct HttpOptions {
-  std::string address = "127.0.0.1";
-  std::uint16_t port = 0;  // 0: any free port; read it back with port()
+  std::string address = "127.0.0.1:0";  // "ip:port"; port 0: any free port (see port())
   int threads = 2;
   std::size_t max_body = 64 * 1024;
   // Protection (REG-8): connections open at once (more are answered 503 and closed), and the

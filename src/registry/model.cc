@@ -2,6 +2,8 @@
 
 #include <charconv>
 
+#include "common/host_port.h"
+
 namespace drover::registry {
 namespace {
 
@@ -86,20 +88,13 @@ Status ValidateName(std::string_view what, std::string_view name, const Limits& 
 }
 
 Status ValidateSpec(const InstanceSpec& spec, const Limits& limits) {
-  const std::string_view address = spec.address;
-  const std::size_t colon = address.rfind(':');
-  if (address.empty() || address.size() > limits.max_address || colon == std::string_view::npos ||
-      colon == 0 || !IsPlainText(address)) {
+  if (spec.address.empty() || spec.address.size() > limits.max_address ||
+      !IsPlainText(spec.address)) {
     return Invalid("address must be host:port (at most " + std::to_string(limits.max_address) +
                    " characters)");
   }
-  const std::string_view port_text = address.substr(colon + 1);
-  unsigned port = 0;
-  const auto [end, ec] =
-      std::from_chars(port_text.data(), port_text.data() + port_text.size(), port);
-  if (ec != std::errc() || end != port_text.data() + port_text.size() || port == 0 ||
-      port > 65535) {
-    return Invalid("address port must be 1..65535");
+  if (auto address = ParseHostPort(spec.address, "address"); !address.ok()) {
+    return address.status();
   }
   if (spec.generation == 0) return Invalid("generation must be positive");
   if (spec.ttl_ms < limits.min_ttl_ms || spec.ttl_ms > limits.max_ttl_ms) {

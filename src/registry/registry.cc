@@ -84,7 +84,7 @@ Result<std::vector<EventPtr>> Watcher::NextShared(std::chrono::milliseconds time
                                                   std::stop_token stop) {
   std::unique_lock lock(mu_);
   cv_.wait_for(lock, stop, timeout, [&] { return cancelled_ || !queue_.empty(); });
-  if (cancelled_ || stop.stop_requested()) return Status(StatusCode::kCancelled, "watch cancelled");
+  if (cancelled_ || stop.stop_requested()) return CancelledError("watch cancelled");
   std::vector<EventPtr> events(std::make_move_iterator(queue_.begin()),
                                std::make_move_iterator(queue_.end()));
   queue_.clear();
@@ -631,9 +631,8 @@ Result<std::shared_ptr<Watcher>> Registry::Watch(std::uint64_t from_revision,
   }
   std::lock_guard lock(mu_);
   if (from_revision > revision_) {
-    return Status(StatusCode::kOutOfRange, "watch from revision " + std::to_string(from_revision) +
-                                               " but the registry is at " +
-                                               std::to_string(revision_));
+    return OutOfRangeError("watch from revision " + std::to_string(from_revision) +
+                           " but the registry is at " + std::to_string(revision_));
   }
   std::shared_ptr<Watcher> watcher(new Watcher(service));
   const MonoTime now = clock_.Now();

@@ -101,12 +101,12 @@ std::string LabelsToJson(const std::map<std::string, std::string>& labels) {
 Result<std::map<std::string, std::string>> LabelsFromJson(const std::string& text) {
   auto parsed = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (parsed.is_discarded() || !parsed.is_object()) {
-    return Status(StatusCode::kDataLoss, "registry.db: malformed labels column: " + text);
+    return DataLossError("registry.db: malformed labels column: " + text);
   }
   std::map<std::string, std::string> labels;
   for (const auto& [key, value] : parsed.items()) {
     if (!value.is_string()) {
-      return Status(StatusCode::kDataLoss, "registry.db: non-string label value for " + key);
+      return DataLossError("registry.db: non-string label value for " + key);
     }
     labels[key] = value.get<std::string>();
   }
@@ -152,10 +152,9 @@ Status CheckExpectedRevision(sqlite3* db, const Write& w) {
   const std::uint64_t actual =
       get.Step() == SQLITE_ROW ? static_cast<std::uint64_t>(get.Int(0)) : 0;
   if (actual != *w.expect_mod_revision) {
-    return Status(StatusCode::kAborted, "store: " + w.service + "/" + w.id +
-                                            " changed concurrently (mod_revision " +
-                                            std::to_string(actual) + ", expected " +
-                                            std::to_string(*w.expect_mod_revision) + ")");
+    return AbortedError("store: " + w.service + "/" + w.id +
+                        " changed concurrently (mod_revision " + std::to_string(actual) +
+                        ", expected " + std::to_string(*w.expect_mod_revision) + ")");
   }
   return Status::Ok();
 }
@@ -289,7 +288,7 @@ Status SqliteStore::Exec(const char* sql) {
 Result<std::uint64_t> SqliteStore::CurrentRevision() {
   Statement get(db_, "SELECT value FROM meta WHERE key = 'revision'");
   DROVER_RETURN_IF_ERROR(get.status());
-  if (get.Step() != SQLITE_ROW) return Status(StatusCode::kDataLoss, "registry.db: no revision");
+  if (get.Step() != SQLITE_ROW) return DataLossError("registry.db: no revision");
   return static_cast<std::uint64_t>(get.Int(0));
 }
 
@@ -310,7 +309,7 @@ Result<StoreState> SqliteStore::Load() {
     in.spec.generation = static_cast<std::uint64_t>(rows.Int(3));
     const std::int64_t st = rows.Int(4);
     if (st < 0 || st > 2) {
-      return Status(StatusCode::kDataLoss, "registry.db: bad state " + std::to_string(st));
+      return DataLossError("registry.db: bad state " + std::to_string(st));
     }
     in.spec.state = static_cast<InstanceState>(st);
     in.spec.ttl_ms = rows.Int(5);

@@ -14,10 +14,11 @@
 // GET /live and GET /v1/deploys answer with "Access-Control-Allow-Origin: *": the registry's
 // dashboard reads the deploy history from the browser. Nothing else does -- not writes, and not
 // /v1/instances, whose launch specs (argv, environment) no other origin should read.
-// Errors are {"error":{"code","message"}} as in the registry. Deploy records are kept in
-// <data_dir>/deploys.json (the newest 200, rewritten atomically and fsynced on every change).
-// One thread accepts; each connection gets its own thread (a stop can take its grace), at most
-// 64 at once. Bodies are limited to 64 KiB.
+// Errors are {"error":{"code","message"}} with the HTTP status of common/http_error.h, as in the
+// registry. Deploy records are kept in <data_dir>/deploys.json (the newest 200, rewritten
+// atomically and fsynced on every change).
+// Served by net::HttpServer: 16 io threads answer requests (a stop holds its thread for up to its
+// grace), at most 64 connections at once (more get 503), bodies up to 64 KiB (more: 413).
 #pragma once
 
 #include <cstdint>
@@ -33,11 +34,13 @@ class AgentServer {
   // `address` host:port (port 0: any free port). `platform` must outlive the server.
   static Result<std::unique_ptr<AgentServer>> Start(Platform& platform, const std::string& data_dir,
                                                     const std::string& address);
-  ~AgentServer();  // stops accepting, cuts open connections, joins every thread
+  ~AgentServer();  // stops accepting and the io threads, and joins them
   AgentServer(const AgentServer&) = delete;
   AgentServer& operator=(const AgentServer&) = delete;
 
   std::uint16_t port() const;
+  // The bound address, "ip:port".
+  std::string address() const;
 
   struct Impl;
 

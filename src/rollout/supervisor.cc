@@ -19,6 +19,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "common/child_process.h"
 #include "common/files.h"
 #include "common/text.h"
 #include "rollout/json_codec.h"
@@ -32,14 +33,6 @@ using namespace std::chrono_literals;
 std::string Substitute(const std::string& text, const LaunchSpec& spec) {
   return ReplaceAll(ReplaceAll(ReplaceAll(text, "{id}", spec.id), "{service}", spec.service),
                     "{version}", spec.version);
-}
-
-std::string DescribeExit(int status) {
-  if (WIFEXITED(status)) return "exited with code " + std::to_string(WEXITSTATUS(status));
-  if (WIFSIGNALED(status)) {
-    return std::string("killed by signal ") + ::strsignal(WTERMSIG(status));
-  }
-  return "ended (status " + std::to_string(status) + ")";
 }
 
 // The value of DROVER_INSTANCE_ID in a live process's environment ("" if unreadable).
@@ -119,16 +112,14 @@ struct Supervisor::Impl {
     return s;
   }
 
-  // Forks and execs `m`. Runs on the supervisor thread only (PDEATHSIG follows this thread).
-  void Spawn(Managed& m) {
-    const LaunchSpec& spec = m.spec;
-    std::vector<std::string> argv;
-    for (const std::string& a : spec.argv) argv.push_back(Substitute(a, spec));
+  // The instance's environment: the agent's, less what names another instance, plus who it is
+  // and its spec's own variables.
+  std::vector<std::string> EnvironmentOf(const LaunchSpec& spec) {
     std::vector<std::string> env;
     for (char** e = environ; *e != nullptr; ++e) {
       const std::string_view entry(*e);
-      if (entry.rfind("DROVER_INSTANCE_ID=", 0) == 0 || entry.rfind("DROVER_SERVICE=", 0) == 0 ||
-          entry.rfind("DROVER_VERSION=", 0) == 0) {
+      if (entry.starts_with("DROVER_INSTANCE_ID=") || entry.starts_with("DROVER_SERVICE=") ||
+          entry.starts_with("DROVER_VERSION=")) {
         continue;
       }
       env.emplace_back(entry);
@@ -137,47 +128,27 @@ struct Supervisor::Impl {
     env.push_back("DROVER_SERVICE=" + spec.service);
     env.push_back("DROVER_VERSION=" + spec.version);
     for (const auto& [k, v] : spec.env) env.push_back(k + "=" + Substitute(v, spec));
-    std::vector<char*> cargv, cenv;
-    for (auto& a : argv) cargv.push_back(a.data());
-    cargv.push_back(nullptr);
-    for (auto& e : env) cenv.push_back(e.data());
-    cenv.push_back(nullptr);
-    const int log =
-        ::open(LogPath(spec.id).c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-    const pid_t parent = ::getpid();
-    const pid_t pid = ::fork();
-    if (pid == 0) {
-      ::setpgid(0, 0);
-      ::prctl(PR_SET_PDEATHSIG, SIGTERM);
-      if (::getppid() != parent) ::_exit(1);  // the supervisor died before the prctl
-      if (log >= 0) {
-        ::dup2(log, STDOUT_FILENO);
-        ::dup2(log, STDERR_FILENO);
-      }
-      const int null = ::open("/dev/null", O_RDONLY);
-      if (null >= 0) ::dup2(null, STDIN_FILENO);
-      // Nothing of the agent's leaks into the instance: an inherited API connection would keep
-      // a client waiting for EOF as long as the instance lives.
-      ::close_range(3, ~0U, 0);
-      sigset_t none;
-      sigemptyset(&none);
-      ::sigprocmask(SIG_SETMASK, &none, nullptr);  // the agent blocks signals for sigwait
-      ::execvpe(cargv[0], cargv.data(), cenv.data());
-      const std::string why =
-          std::string("drover agent: cannot run ") + cargv[0] + ": " + std::strerror(errno) + "\n";
-      (void)!::write(STDERR_FILENO, why.data(), why.size());
-      ::_exit(127);
-    }
-    if (log >= 0) ::close(log);
-    if (pid < 0) {
-      Crashed(m, std::string("fork failed: ") + std::strerror(errno));
+    return env;
+  }
+
+  // Starts `m` (common/child_process.h: its own process group, SIGTERM if the agent dies, its
+  // log). Runs on the supervisor thread only (the death signal follows this thread).
+  void Spawn(Managed& m) {
+    const LaunchSpec& spec = m.spec;
+    SpawnOptions child;
+    for (const std::string& a : spec.argv) child.argv.push_back(Substitute(a, spec));
+    child.env = EnvironmentOf(spec);
+    child.output = LogPath(spec.id);
+    child.what = "instance " + spec.id;
+    const Result<pid_t> pid = drover::Spawn(child);
+    if (!pid.ok()) {
+      Crashed(m, pid.status().message());
       return;
     }
-    ::setpgid(pid, pid);  // also from here: no race with a signal to the group
-    m.pid = pid;
+    m.pid = *pid;
     m.status = InstanceStatus::kRunning;
-    Record(m, EventKind::kStarted, "pid " + std::to_string(pid));
-    spdlog::info("agent: started {} ({} {}) as pid {}", spec.id, spec.service, spec.version, pid);
+    Record(m, EventKind::kStarted, "pid " + std::to_string(*pid));
+    spdlog::info("agent: started {} ({} {}) as pid {}", spec.id, spec.service, spec.version, *pid);
     (void)Persist();  // the new pid; logged if not
   }
 
@@ -227,10 +198,10 @@ struct Supervisor::Impl {
             m.pid = 0;
             changed = true;
             if (m.stop_requested || stopping) {
-              Record(m, EventKind::kStopped, DescribeExit(status));
-              spdlog::info("agent: {} stopped ({})", id, DescribeExit(status));
+              Record(m, EventKind::kStopped, DescribeWaitStatus(status));
+              spdlog::info("agent: {} stopped ({})", id, DescribeWaitStatus(status));
             } else {
-              Crashed(m, DescribeExit(status));
+              Crashed(m, DescribeWaitStatus(status));
             }
           }
         }
@@ -318,9 +289,9 @@ Result<std::unique_ptr<Supervisor>> Supervisor::Open(SupervisorOptions options, 
     return UnavailableError("cannot open " + lock_path + ": " + std::strerror(errno));
   }
   if (::flock(impl->lock_fd, LOCK_EX | LOCK_NB) != 0) {
-    return Status(StatusCode::kFailedPrecondition,
-                  "another drover agent is using " + impl->options.data_dir + " (" + lock_path +
-                      " is locked); stop it or use another --data-dir");
+    return FailedPreconditionError("another drover agent is using " + impl->options.data_dir +
+                                   " (" + lock_path +
+                                   " is locked); stop it or use another --data-dir");
   }
 
   std::vector<std::pair<std::string, int>> leftovers;
@@ -336,8 +307,8 @@ Result<std::unique_ptr<Supervisor>> Supervisor::Open(SupervisorOptions options, 
         impl->instances.emplace(m.spec.id, std::move(m));
       }
     } catch (const std::exception& e) {
-      return Status(StatusCode::kDataLoss, "cannot read " + impl->StatePath() + ": " + e.what() +
-                                               " (move it away to start empty)");
+      return DataLossError("cannot read " + impl->StatePath() + ": " + e.what() +
+                           " (move it away to start empty)");
     }
   }
   impl->SettleLeftovers(leftovers);
@@ -375,7 +346,7 @@ Status Supervisor::Start(const LaunchSpec& spec) {
   if (auto it = impl_->instances.find(spec.id); it != impl_->instances.end()) {
     // Stopped and reaped, but the Stop that asked for it gave up waiting: the id is free.
     if (!it->second.gone) {
-      return Status(StatusCode::kAlreadyExists, "instance " + spec.id + " already exists");
+      return AlreadyExistsError("instance " + spec.id + " already exists");
     }
     impl_->instances.erase(it);
   }
@@ -411,7 +382,7 @@ Status Supervisor::Stop(const std::string& id, Duration grace) {
   });
   it = impl_->instances.find(id);
   if (it == impl_->instances.end()) return Status::Ok();  // a concurrent Stop finished it
-  if (!it->second.gone) return Status(StatusCode::kDeadlineExceeded, id + " did not stop");
+  if (!it->second.gone) return DeadlineExceededError(id + " did not stop");
   impl_->instances.erase(it);
   return Status::Ok();
 }

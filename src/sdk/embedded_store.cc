@@ -128,7 +128,7 @@ Result<std::int64_t> EmbeddedStore::IncrementWithTtl(const std::string& key, Dur
   if (const State::Entry* e = state_->Find(key)) {
     const auto [end, ec] = std::from_chars(e->value.data(), e->value.data() + e->value.size(), n);
     if (ec != std::errc() || end != e->value.data() + e->value.size()) {
-      return Status(StatusCode::kFailedPrecondition, key + " does not hold an integer");
+      return FailedPreconditionError(key + " does not hold an integer");
     }
   }
   State::Entry& e = state_->data[key];

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
+#include "common/host_port.h"
 #include "drover/grpc.h"
 #include "drover/router.h"
 
@@ -83,24 +84,12 @@ Result<std::string> MultiAddressTarget(const router::RoutingTable& table) {
   std::string v4, v6;
   for (const router::Endpoint& e : table.endpoints()) {
     if (!e.Routable()) continue;
-    const std::size_t colon = e.address.rfind(':');
-    if (colon == std::string::npos || colon == 0 || colon + 1 == e.address.size()) {
-      return InvalidArgumentError("instance " + e.id + ": address '" + e.address +
-                                  "' is not host:port");
-    }
-    std::string host = e.address.substr(0, colon);
-    const std::string port = e.address.substr(colon + 1);
-    if (host.size() > 2 && host.front() == '[' && host.back() == ']') {
-      host = host.substr(1, host.size() - 2);
-    }
-    unsigned char buf[16];
-    if (::inet_pton(AF_INET, host.c_str(), buf) == 1) {
-      v4 += (v4.empty() ? "" : ",") + host + ":" + port;
-    } else if (::inet_pton(AF_INET6, host.c_str(), buf) == 1) {
-      v6 += (v6.empty() ? "" : ",") + ("[" + host + "]:" + port);
+    auto address = ParseHostPort(e.address, "instance " + e.id + " address", {.require_ip = true});
+    if (!address.ok()) return address.status();
+    if (address->kind == HostKind::kIpv4) {
+      v4 += (v4.empty() ? "" : ",") + address->ToString();
     } else {
-      return InvalidArgumentError("instance " + e.id + ": '" + host +
-                                  "' is not an IP address (a multi-address target needs literals)");
+      v6 += (v6.empty() ? "" : ",") + address->ToString();
     }
   }
   if (!v4.empty() && !v6.empty()) {

@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "common/fencing.h"
+#include "common/host_port.h"
 #include "drover/discovery.h"
 #include "sdk/socket_util.h"
 
@@ -158,7 +159,7 @@ HostStats HostCore::stats() const {
 Status HostCore::Start() {
   std::lock_guard lifecycle(lifecycle_mu_);
   if (phase_.load() != Phase::kCreated) return FailedPreconditionError("host: already started");
-  if (stop_.stop_requested()) return Status(StatusCode::kCancelled, "host: shut down before start");
+  if (stop_.stop_requested()) return CancelledError("host: shut down before start");
   Status s = StartLocked();
   if (!s.ok()) {
     phase_.store(Phase::kFailed);
@@ -207,7 +208,7 @@ Status HostCore::WarmUp(const std::string& name, std::stop_token stop) {
     const MonoTime t = clock_.Now();
     const Status s = Guarded([&] { return hook.run(stop); }, "warm-up '" + hook.name + "'");
     spdlog::info("host {}: warm-up '{}' took {:.1f} ms", name, hook.name, Ms(clock_.Now() - t));
-    if (stop.stop_requested()) return Status(StatusCode::kCancelled, "shut down during warm-up");
+    if (stop.stop_requested()) return CancelledError("shut down during warm-up");
     if (!s.ok()) return s.WithContext("warm-up '" + hook.name + "'");
   }
   return Status::Ok();
@@ -232,10 +233,9 @@ Result<std::string> HostCore::OpenListener() {
 Status HostCore::WaitUntilReady(MonoTime deadline, std::stop_token stop) {
   for (Readiness r = CheckReadiness(); !r.ready; r = CheckReadiness()) {
     if (clock_.Now() >= deadline) {
-      return Status(StatusCode::kDeadlineExceeded,
-                    "not ready after the start timeout: " + r.reason);
+      return DeadlineExceededError("not ready after the start timeout: " + r.reason);
     }
-    if (!clock_.SleepFor(kReadyPoll, stop)) return Status(StatusCode::kCancelled, "shut down");
+    if (!clock_.SleepFor(kReadyPoll, stop)) return CancelledError("shut down");
   }
   return Status::Ok();
 }
@@ -254,7 +254,7 @@ Status HostCore::RegisterAtStart(const std::string& name, const std::string& add
     Status s;
     {
       std::lock_guard lock(registry_mu_);
-      if (deregistering_) return Status(StatusCode::kCancelled, "shut down");
+      if (deregistering_) return CancelledError("shut down");
       s = RegisterLocked("start");
     }
     if (s.ok()) return Status::Ok();
@@ -276,7 +276,7 @@ Status HostCore::RegisterAtStart(const std::string& name, const std::string& add
     if (!Retryable(s) || clock_.Now() + backoff >= deadline) return s.WithContext("register");
     spdlog::warn("host {}: cannot register yet ({}); retrying in {:.0f} ms", name, s.message(),
                  Ms(backoff));
-    if (!clock_.SleepFor(backoff, stop)) return Status(StatusCode::kCancelled, "shut down");
+    if (!clock_.SleepFor(backoff, stop)) return CancelledError("shut down");
     backoff = std::min(backoff * 2, kMaxRegisterBackoff);
   }
 }
@@ -292,10 +292,15 @@ Status HostCore::RegisterLocked(const char* why) {
   r.labels = options_.labels;
   if (health_) {
     // Gateways probe /ready here; the probe listens where the options said, on the bound port.
-    const std::string host = options_.health.substr(0, options_.health.rfind(':'));
-    const std::string advertised_host =
-        host == "0.0.0.0" ? address_.substr(0, address_.rfind(':')) : host;
-    r.labels[std::string(kHealthLabel)] = advertised_host + ":" + std::to_string(health_->port());
+    // A probe listening on every interface is reached where the instance is advertised.
+    HostPort probe =
+        ParseHostPort(options_.health, "health", {.allow_port_zero = true}).value_or(HostPort{});
+    if (auto advertised = ParseHostPort(address_, "address");
+        probe.IsWildcard() && advertised.ok()) {
+      probe.host = advertised->host;
+      probe.kind = advertised->kind;
+    }
+    r.labels[std::string(kHealthLabel)] = probe.WithPort(health_->port()).ToString();
   }
   r.accepting = CheckReadiness().ready;
   const Status s = writer_.Register(r, options_.call_timeout);

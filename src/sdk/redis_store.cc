@@ -15,6 +15,7 @@
 #include <set>
 #include <thread>
 
+#include "common/host_port.h"
 #include "drover/jobs.h"
 #include "sdk/subscriber.h"
 
@@ -49,14 +50,14 @@ Status FromErrorReply(const std::string& where, const redisReply* r) {
   const std::string text = ReplyText(r);
   const auto starts = [&](std::string_view p) { return text.rfind(p, 0) == 0; };
   if (starts("LOADING") || starts("BUSY") || starts("MASTERDOWN") || starts("TRYAGAIN")) {
-    return Status(StatusCode::kAborted, where + ": " + text);
+    return AbortedError(where + ": " + text);
   }
-  if (starts("WRONGTYPE")) return Status(StatusCode::kFailedPrecondition, where + ": " + text);
-  if (starts("NOSCRIPT")) return Status(StatusCode::kNotFound, where + ": " + text);
+  if (starts("WRONGTYPE")) return FailedPreconditionError(where + ": " + text);
+  if (starts("NOSCRIPT")) return NotFoundError(where + ": " + text);
   if (starts("NOAUTH") || starts("WRONGPASS")) {
-    return Status(StatusCode::kPermissionDenied, where + ": " + text);
+    return PermissionDeniedError(where + ": " + text);
   }
-  return Status(StatusCode::kInternal, where + ": " + text);
+  return InternalError(where + ": " + text);
 }
 
 // Connects (and authenticates): a ready context, or why not.
@@ -179,7 +180,7 @@ struct RedisStore::Impl {
     DROVER_ASSIGN_OR_RETURN(Reply r, Command(args));
     if (r->type == REDIS_REPLY_NIL) return std::optional<std::string>();
     if (r->type != REDIS_REPLY_STRING) {
-      return Status(StatusCode::kFailedPrecondition, where + ": unexpected reply type");
+      return FailedPreconditionError(where + ": unexpected reply type");
     }
     return std::optional<std::string>(ReplyText(r.get()));
   }
@@ -357,22 +358,10 @@ class RedisSubscription final : public Subscription {
 }  // namespace
 
 Result<std::unique_ptr<RedisStore>> RedisStore::Open(RedisOptions options) {
-  const std::size_t colon = options.address.rfind(':');
-  int port = 0;
-  if (colon == std::string::npos || colon == 0) {
-    return InvalidArgumentError("redis address must be host:port (got '" + options.address + "')");
-  }
-  try {
-    port = std::stoi(options.address.substr(colon + 1));
-  } catch (...) {
-    port = 0;
-  }
-  if (port <= 0 || port > 65535) {
-    return InvalidArgumentError("redis address has no valid port: '" + options.address + "'");
-  }
+  DROVER_ASSIGN_OR_RETURN(const HostPort address, ParseHostPort(options.address, "redis address"));
   auto impl = std::make_unique<Impl>();
-  impl->host = options.address.substr(0, colon);
-  impl->port = port;
+  impl->host = address.host;
+  impl->port = address.port;
   impl->where = "redis at " + options.address;
   impl->options = std::move(options);
   impl->wake_fd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
@@ -439,7 +428,7 @@ Result<std::int64_t> RedisStore::IncrementWithTtl(const std::string& key, Durati
   std::lock_guard lock(impl_->mu);
   DROVER_ASSIGN_OR_RETURN(Reply r, impl_->Script(kIncrementScript, key, {Millis(ttl)}));
   if (r->type != REDIS_REPLY_INTEGER) {
-    return Status(StatusCode::kInternal, impl_->where + ": the counter script returned no integer");
+    return InternalError(impl_->where + ": the counter script returned no integer");
   }
   return static_cast<std::int64_t>(r->integer);
 }
@@ -451,7 +440,7 @@ Result<bool> RedisStore::CompareAndSet(const std::string& key, const std::string
                           impl_->Script(kCompareAndSetScript, key,
                                         {from, to, ttl > Duration::zero() ? Millis(ttl) : "0"}));
   if (r->type != REDIS_REPLY_INTEGER) {
-    return Status(StatusCode::kInternal, impl_->where + ": the CAS script returned no integer");
+    return InternalError(impl_->where + ": the CAS script returned no integer");
   }
   return r->integer == 1;
 }

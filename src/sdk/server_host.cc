@@ -116,7 +116,7 @@ class GrpcRegistryWriter final : public sdk::RegistryWriter {
     if (!token_.empty()) ctx.AddMetadata("authorization", "Bearer " + token_);
     {
       std::lock_guard lock(mu_);
-      if (cancelled_) return Status(StatusCode::kCancelled, "host is shutting down");
+      if (cancelled_) return CancelledError("host is shutting down");
       active_.insert(&ctx);
     }
     const grpc::Status status = rpc(&ctx);

@@ -6,30 +6,23 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <charconv>
 #include <cstring>
+
+#include "common/host_port.h"
 
 namespace drover::sdk {
 
 namespace {
 
 Result<sockaddr_in> ParseIpv4(const std::string& address, std::string_view what) {
-  const std::size_t colon = address.rfind(':');
+  const std::string label = std::string(what) + " address";
+  DROVER_ASSIGN_OR_RETURN(
+      const HostPort hp,
+      ParseHostPort(address, label, {.allow_port_zero = true, .ipv4_only = true}));
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
-  int port = -1;
-  if (colon != std::string::npos) {
-    const char* begin = address.data() + colon + 1;
-    const char* end = address.data() + address.size();
-    const auto [ptr, ec] = std::from_chars(begin, end, port);
-    if (ec != std::errc() || ptr != end || begin == end) port = -1;
-  }
-  if (port < 0 || port > 65535 ||
-      ::inet_pton(AF_INET, address.substr(0, colon).c_str(), &addr.sin_addr) != 1) {
-    return InvalidArgumentError(std::string(what) + " address must be IPv4 host:port, got '" +
-                                address + "'");
-  }
-  addr.sin_port = htons(static_cast<std::uint16_t>(port));
+  ::inet_pton(AF_INET, hp.host.c_str(), &addr.sin_addr);
+  addr.sin_port = htons(hp.port);
   return addr;
 }
 

@@ -7,8 +7,9 @@
 #include <cstdlib>
 #include <string>
 
-#include "config_files.h"
 #include "registry/auth.h"
+#include "registry/daemon_config.h"
+#include "rollout/deploy_request.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   if (size == 0) return 0;
@@ -16,8 +17,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const auto none_given = [](std::string_view) { return false; };
   switch (data[0] % 3) {
     case 0: {
-      drover::cli::RegistryArgs args;
-      const drover::Status s = drover::cli::ApplyRegistryConfig(yaml, "fuzz", none_given, args);
+      drover::registry::DaemonOptions args;
+      const drover::Status s = drover::registry::ApplyDaemonConfig(yaml, "fuzz", none_given, args);
       if (s.ok() &&
           (args.tick_ms < 10 || args.tick_ms > 60'000 || args.max_body < 1024 ||
            !(args.self_preservation_fraction >= 0 && args.self_preservation_fraction <= 1) ||
@@ -28,8 +29,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       break;
     }
     case 1: {
-      drover::cli::DeployArgs args;
-      const drover::Status s = drover::cli::ApplyDeploySpec(yaml, "fuzz", none_given, args);
+      drover::rollout::DeployRequest args;
+      const drover::Status s = drover::rollout::ApplyDeploySpec(yaml, "fuzz", none_given, args);
       if (!s.ok() && s.code() != drover::StatusCode::kInvalidArgument) std::abort();
       break;
     }

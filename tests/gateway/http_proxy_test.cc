@@ -132,7 +132,7 @@ class HttpProxyTest : public ::testing::Test {
   void TearDown() override {
     proxy_->StopAccepting();
     proxy_->CloseAll();
-    EXPECT_TRUE(Eventually([&] { return proxy_->counters().active.load() == 0; }));
+    EXPECT_TRUE(Eventually([&] { return proxy_->connections().active.load() == 0; }));
     work0_.reset();
     work1_.reset();
     for (net::io_context* io : ios_) io->stop();
@@ -483,7 +483,7 @@ TEST_F(HttpProxyTest, StopAcceptingClosesIdleKeepAliveConnections) {
   ASSERT_EQ(client.Send(http::verb::get, "/").status, 200);
   proxy_->StopAccepting();
   EXPECT_TRUE(client.Closed());
-  EXPECT_TRUE(Eventually([&] { return counters().active.load() == 0; }));
+  EXPECT_TRUE(Eventually([&] { return proxy_->connections().active.load() == 0; }));
 }
 
 TEST_F(HttpProxyTest, ConnectionsOverMaxConnectionsGet503AndTheOthersAreServed) {
@@ -499,7 +499,7 @@ TEST_F(HttpProxyTest, ConnectionsOverMaxConnectionsGet503AndTheOthersAreServed) 
   EXPECT_EQ(refused.status, 503);
   EXPECT_NE(refused.body.find("too many connections"), std::string::npos) << refused.body;
   EXPECT_TRUE(over.Closed());
-  EXPECT_EQ(counters().refused.load(), 1u);
+  EXPECT_EQ(proxy_->connections().refused.load(), 1u);
   EXPECT_EQ(kept.Send(http::verb::get, "/").status, 200);  // the one inside is still served
 }
 

@@ -13,9 +13,9 @@
 #include <map>
 #include <thread>
 
+#include "demo/zone_load.h"
 #include "drover/host.h"
 #include "gateway/gateway.h"
-#include "gateway/zone_load.h"
 #include "registry/grpc_api.h"
 #include "registry/registry.h"
 #include "registry/sqlite_store.h"
@@ -29,6 +29,10 @@ namespace drover::gateway {
 namespace {
 
 using namespace std::chrono_literals;
+using demo::SessionOutcome;
+using demo::SessionRecord;
+using demo::ZoneLoad;
+using demo::ZoneLoadOptions;
 using testing::Eventually;
 
 constexpr Duration kWarmup = 5s;

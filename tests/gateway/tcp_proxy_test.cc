@@ -62,7 +62,7 @@ class TcpProxyTest : public ::testing::Test {
   void TearDown() override {
     proxy_->StopAccepting();
     proxy_->CloseAll();
-    EXPECT_TRUE(Eventually([&] { return proxy_->counters().active.load() == 0; }));
+    EXPECT_TRUE(Eventually([&] { return proxy_->connections().active.load() == 0; }));
     work_.reset();
     io_.stop();
     for (auto& t : threads_) t.join();
@@ -206,7 +206,7 @@ TEST_F(TcpProxyTest, KeyLinesRouteConsistentlyAndAreNotForwarded) {
         served["player" + std::to_string(k)].insert(welcome->substr(8));
       }
       // One at a time: bounded load would (rightly) spill a key whose owner is still busy.
-      ASSERT_TRUE(Eventually([&] { return proxy_->counters().active.load() == 0; }));
+      ASSERT_TRUE(Eventually([&] { return proxy_->connections().active.load() == 0; }));
     }
   }
   std::set<std::string> used;
@@ -277,12 +277,12 @@ TEST_F(TcpProxyTest, ConnectionsOverMaxConnectionsAreClosedAndTheOthersKeepPlayi
   ASSERT_EQ(second.Ask("HELLO p2"), "WELCOME a");
   LineClient third(port());
   EXPECT_EQ(third.Ask("HELLO p3"), std::nullopt);  // closed at once
-  EXPECT_EQ(proxy_->counters().refused.load(), 1u);
+  EXPECT_EQ(proxy_->connections().refused.load(), 1u);
   EXPECT_EQ(first->Ask("PING"), "PONG");
   EXPECT_EQ(second.Ask("PING"), "PONG");
   ASSERT_EQ(first->Ask("QUIT"), "BYE");
   first.reset();
-  EXPECT_TRUE(Eventually([&] { return proxy_->counters().active.load() == 1; }));
+  EXPECT_TRUE(Eventually([&] { return proxy_->connections().active.load() == 1; }));
   LineClient fourth(port());
   EXPECT_EQ(fourth.Ask("HELLO p4"), "WELCOME a");
 }

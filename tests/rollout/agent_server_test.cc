@@ -117,8 +117,13 @@ TEST_F(AgentServerTest, BadRequestsGetClearErrors) {
 
   const auto huge = Call("POST", "/v1/instances", std::string(70 * 1024, 'x'));
   EXPECT_EQ(huge.status, 413);
-  EXPECT_THAT(huge.body, HasSubstr("body over 64 KiB"));
+  EXPECT_EQ(ErrorCode(huge), "RESOURCE_EXHAUSTED");
+  EXPECT_THAT(huge.body, HasSubstr("body larger than 65536 bytes"));
   EXPECT_EQ(Call("GET", "/v1/nothing").status, 404);
+  // A request that is not HTTP is answered, not just dropped.
+  const auto garbage = testing::SendRaw(server_->port(), "HELLO AGENT\r\n\r\n");
+  EXPECT_EQ(garbage.status, 400);
+  EXPECT_EQ(ErrorCode(garbage), "INVALID_ARGUMENT");
   EXPECT_EQ(Call("PUT", "/v1/instances").status, 400);
 
   // Bytes that are not UTF-8 in a path end up in the error message: a clean 404, no crash.

@@ -87,8 +87,11 @@ TEST(GrpcConfigTest, TheTargetListsEveryRoutableInstance) {
   ASSERT_TRUE(table.ok());
   EXPECT_EQ(*MultiAddressTarget(**table), "ipv4:127.0.0.1:7001,127.0.0.1:7003");
   auto v6 =
-      router::RoutingTable::Create(1, {Instance("a", "[::1]:7001"), Instance("b", "::1:7002")});
+      router::RoutingTable::Create(1, {Instance("a", "[::1]:7001"), Instance("b", "[::1]:7002")});
   EXPECT_EQ(*MultiAddressTarget(**v6), "ipv6:[::1]:7001,[::1]:7002");
+  // "::1:7002" could be [::1]:7002 or [::1:7002] without a port: host:port's one rule refuses it.
+  auto bare = router::RoutingTable::Create(1, {Instance("b", "::1:7002")});
+  EXPECT_THAT(MultiAddressTarget(**bare).status().message(), HasSubstr("goes in brackets"));
   auto mixed =
       router::RoutingTable::Create(1, {Instance("a", "127.0.0.1:1"), Instance("b", "[::1]:2")});
   EXPECT_THAT(MultiAddressTarget(**mixed).status().message(), HasSubstr("mixes IPv4 and IPv6"));

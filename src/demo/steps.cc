@@ -1,4 +1,4 @@
-#include "demo_steps.h"
+#include "demo/steps.h"
 
 #include <grpcpp/grpcpp.h>
 #include <spdlog/spdlog.h>
@@ -6,13 +6,13 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "demo/evaluation.h"
 #include "drover/examples/whoami/v1/whoami.grpc.pb.h"
 #include "drover/grpc.h"
 #include "drover/jobs.h"
-#include "router/evaluation.h"
 #include "sdk/socket_util.h"
 
-namespace drover::cli::demo {
+namespace drover::demo {
 namespace {
 
 using json = nlohmann::json;
@@ -41,77 +41,6 @@ std::string Counts(const std::map<std::string, int>& per, const std::vector<std:
 }
 
 }  // namespace
-
-std::string Fixed(double value, int digits) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.*f", digits, value);
-  return buf;
-}
-
-double Seconds(Duration d) { return std::chrono::duration<double>(d).count(); }
-
-bool StepReport::ok() const {
-  return std::all_of(figures.begin(), figures.end(), [](const Figure& f) { return f.ok; });
-}
-
-// --- ReadyWatch --------------------------------------------------------------------------------
-
-ReadyWatch::ReadyWatch(HttpClient registry, std::vector<std::string> services)
-    : registry_(std::move(registry)), services_(std::move(services)) {
-  poller_ = std::jthread([this](std::stop_token stop) { Poll(stop); });
-}
-
-ReadyWatch::~ReadyWatch() {
-  poller_.request_stop();
-  poller_.join();
-}
-
-void ReadyWatch::Poll(std::stop_token stop) {
-  RealClock clock;
-  while (!stop.stop_requested()) {
-    for (const std::string& service : services_) {
-      auto ready = RegistryReadiness(registry_, service);
-      if (!ready.ok()) continue;  // the next poll tries again; a demo step waits with a deadline
-      const MonoTime now = clock.Now();
-      std::lock_guard lock(mu_);
-      std::set<std::string>& now_ready = ready_now_[service];
-      now_ready.clear();
-      for (const auto& [id, is_ready] : *ready) {
-        if (!is_ready) continue;
-        now_ready.insert(id);
-        first_ready_.emplace(id, now);
-      }
-    }
-    clock.SleepFor(milliseconds(100), stop);
-  }
-}
-
-std::optional<MonoTime> ReadyWatch::ReadySince(const std::string& id) const {
-  std::lock_guard lock(mu_);
-  const auto it = first_ready_.find(id);
-  if (it == first_ready_.end()) return std::nullopt;
-  return it->second;
-}
-
-std::set<std::string> ReadyWatch::ReadyNow(const std::string& service) const {
-  std::lock_guard lock(mu_);
-  const auto it = ready_now_.find(service);
-  return it == ready_now_.end() ? std::set<std::string>{} : it->second;
-}
-
-bool ReadyWatch::WaitReady(const std::vector<std::string>& ids, Duration limit,
-                           std::stop_token stop) const {
-  RealClock clock;
-  const MonoTime until = clock.Now() + limit;
-  while (!stop.stop_requested() && clock.Now() < until) {
-    if (std::all_of(ids.begin(), ids.end(),
-                    [this](const std::string& id) { return ReadySince(id).has_value(); })) {
-      return true;
-    }
-    clock.SleepFor(milliseconds(50), stop);
-  }
-  return false;
-}
 
 // --- Zone deploys ------------------------------------------------------------------------------
 
@@ -154,16 +83,8 @@ rollout::DeployOutcome DeployZone(Context& c, const std::string& version, double
   spec.gate.progress_deadline = std::chrono::seconds(30);
   spec.stop_grace = std::chrono::seconds(8);
   spec.poll = milliseconds(100);
-  // The deployer's registry client is its own: the ReadyWatch thread has one too.
-  HttpClient registry = c.registry;
-  rollout::Deployer deployer(
-      c.agent, [&](const std::string& service) { return RegistryReadiness(registry, service); },
-      [&](const std::string& id, const json& record) { return c.agent.Record(id, record); },
-      c.clock,
-      [&](const std::string& service, const std::string& id) {
-        return RegistryForget(registry, service, id);
-      });
-  return deployer.Run(spec, c.stop);
+  // The deployer's registry client is its own (a copy): the ReadyWatch thread has one too.
+  return rollout::DeployThroughAgent(c.agent, c.registry, c.clock, spec, c.stop);
 }
 
 // --- Step 2: job results -----------------------------------------------------------------------
@@ -238,11 +159,11 @@ StepReport JobResultsStep(Clock& clock, std::stop_token stop) {
 
 StepReport ShardStep() {
   StepReport r{3, "shard scale-out 4 -> 5", {}, json::object()};
-  router::EvaluationOptions options;
+  EvaluationOptions options;
   options.endpoints = 4;
   options.keys = 200'000;
   options.timing_picks = 20'000;
-  const router::Evaluation ev = router::EvaluateRouting(options);
+  const Evaluation ev = EvaluateRouting(options);
   constexpr double kMoveBound = 1.1;
   const double ideal = 1.0 / 5;
   auto moved = [&](double ratio) { return Fixed(100 * ratio * ideal, 1) + "% of keys"; };
@@ -275,104 +196,101 @@ StepReport ShardStep() {
 
 // --- Step 4: gRPC ------------------------------------------------------------------------------
 
-StepReport GrpcStep(Context& c) {
-  StepReport r{4, "gRPC balancing, 3 -> 5 servers", {}, json::object()};
-  auto start = [&](int n) {
-    const std::string id = "whoami-" + std::to_string(n);
-    rollout::LaunchSpec spec;
-    spec.service = "whoami";
-    spec.id = id;
-    spec.version = "v1";
-    spec.argv = {c.fleet.options().exe,
-                 "sample",
-                 "whoami",
-                 "--registry",
-                 c.fleet.registry_grpc(),
-                 "--service",
-                 "whoami",
-                 "--id",
-                 id,
-                 "--listen",
-                 "127.0.0.1:" + Port(),
-                 "--health",
-                 "127.0.0.1:" + Port(),
-                 "--ttl-ms",
-                 "3000",
-                 "--propagation-ms",
-                 "300",
-                 "--drain-ms",
-                 "2000"};
-    if (Status s = c.agent.Start(spec); !s.ok() && s.code() != StatusCode::kAlreadyExists) {
-      spdlog::warn("demo: starting {}: {}", id, s.message());
-    }
-    return id;
-  };
-  std::vector<std::string> first = {start(1), start(2), start(3)};
-  if (!c.ready.WaitReady(first, std::chrono::seconds(20), c.stop)) {
-    r.figures.push_back({"3 gRPC servers READY", "not within 20 s", "READY", false});
-    return r;
-  }
+namespace {
 
+constexpr int kCalls = 60;
+constexpr auto kCallDeadline = std::chrono::seconds(2);
+
+// Starts WhoAmI server n through the agent; returns its instance id.
+std::string StartWhoami(Context& c, int n) {
+  const std::string id = "whoami-" + std::to_string(n);
+  rollout::LaunchSpec spec;
+  spec.service = "whoami";
+  spec.id = id;
+  spec.version = "v1";
+  spec.argv = {c.fleet.options().exe,
+               "sample",
+               "whoami",
+               "--registry",
+               c.fleet.registry_grpc(),
+               "--service",
+               "whoami",
+               "--id",
+               id,
+               "--listen",
+               "127.0.0.1:" + Port(),
+               "--health",
+               "127.0.0.1:" + Port(),
+               "--ttl-ms",
+               "3000",
+               "--propagation-ms",
+               "300",
+               "--drain-ms",
+               "2000"};
+  if (Status s = c.agent.Start(spec); !s.ok() && s.code() != StatusCode::kAlreadyExists) {
+    spdlog::warn("demo: starting {}: {}", id, s.message());
+  }
+  return id;
+}
+
+// The two ways a client reaches the WhoAmI servers.
+struct Channels {
   // The incident: one channel to one address (an L4 balancer) pins one connection.
-  auto pinned = grpc::CreateChannel(c.fleet.whoami_address(), grpc::InsecureChannelCredentials());
+  std::shared_ptr<grpc::Channel> pinned;
   // Drover's channel: round robin over every routable instance, from the registry.
-  DiscoveryOptions discovery;
-  discovery.registry = c.fleet.registry_grpc();
-  discovery.service = "whoami";
-  auto drover = grpc_defaults::ServiceChannel::Start(discovery, {}, c.clock);
-  if (!drover.ok()) {
-    r.figures.push_back({"Drover channel", drover.status().message(), "starts", false});
-    return r;
-  }
-  auto balanced = [&]() -> std::shared_ptr<grpc::Channel> {
-    auto got = (*drover)->Get();
-    return got.ok() ? *got : nullptr;
-  };
-  const auto addresses = [&] {
-    const std::string t = (*drover)->target();
-    return t.empty() ? 0 : 1 + static_cast<int>(std::count(t.begin(), t.end(), ','));
-  };
-  for (int i = 0; i < 100 && addresses() < 3 && !c.stop.stop_requested(); ++i) {
-    c.clock.SleepFor(milliseconds(50), c.stop);
-  }
+  std::unique_ptr<grpc_defaults::ServiceChannel> drover;
 
-  constexpr int kCalls = 60;
-  constexpr auto kDeadline = std::chrono::seconds(2);
+  std::shared_ptr<grpc::Channel> balanced() const {
+    auto got = drover->Get();
+    return got.ok() ? *got : nullptr;
+  }
+  int addresses() const {
+    const std::string t = drover->target();
+    return t.empty() ? 0 : 1 + static_cast<int>(std::count(t.begin(), t.end(), ','));
+  }
+};
+
+// 60 calls through each channel with three servers: how they spread.
+void MeasureSpread(Context& c, const Channels& ch, const std::vector<std::string>& servers,
+                   StepReport& r) {
   std::map<std::string, int> pinned_per, balanced_per;
   for (int i = 0; i < kCalls && !c.stop.stop_requested(); ++i) {
-    ++pinned_per[Who(*pinned, kDeadline)];
-    if (auto ch = balanced()) ++balanced_per[Who(*ch, kDeadline)];
+    ++pinned_per[Who(*ch.pinned, kCallDeadline)];
+    if (auto balanced = ch.balanced()) ++balanced_per[Who(*balanced, kCallDeadline)];
   }
   int pinned_max = 0;
   for (const auto& [who, n] : pinned_per) pinned_max = std::max(pinned_max, n);
-  const bool even = std::all_of(first.begin(), first.end(), [&](const std::string& id) {
+  const bool even = std::all_of(servers.begin(), servers.end(), [&](const std::string& id) {
     const int n = balanced_per.count(id) ? balanced_per.at(id) : 0;
     return n >= 15 && n <= 25;
   });
   r.figures.push_back({"60 calls through one address (the incident)",
                        std::to_string(pinned_max) + " of 60 on one server", "", true});
   r.figures.push_back({"60 calls through the Drover channel, per server",
-                       Counts(balanced_per, first), "each 15..25", even});
+                       Counts(balanced_per, servers), "each 15..25", even});
+  r.data.update({{"calls", kCalls},
+                 {"pinned_max_on_one_server", pinned_max},
+                 {"pinned_per_server", pinned_per},
+                 {"balanced_per_server", balanced_per},
+                 {"balanced_even", even}});
+}
 
-  // Scale out 3 -> 5. Nothing breaks the pinned connection, so it never sees the newcomers;
-  // the Drover channel is rebuilt when the registry says they are READY.
-  std::vector<std::string> added = {start(4), start(5)};
-  if (!c.ready.WaitReady(added, std::chrono::seconds(20), c.stop)) {
-    r.figures.push_back({"2 more gRPC servers READY", "not within 20 s", "READY", false});
-    return r;
-  }
-  MonoTime ready_at{};
-  for (const std::string& id : added) ready_at = std::max(ready_at, *c.ready.ReadySince(id));
+// Calls for 3 s after two more servers are READY: when each newcomer gets its first call through
+// the Drover channel, and how many calls through the pinned one reach a newcomer at all.
+void MeasureScaleOut(Context& c, const Channels& ch, const std::vector<std::string>& added,
+                     StepReport& r) {
   std::map<std::string, double> first_call_s;
   int pinned_calls = 0, pinned_new = 0;
+  const auto is_new = [&](const std::string& who) {
+    return std::find(added.begin(), added.end(), who) != added.end();
+  };
   const MonoTime until = c.clock.Now() + std::chrono::seconds(3);
   while (c.clock.Now() < until && !c.stop.stop_requested()) {
-    const std::string p = Who(*pinned, kDeadline);
     ++pinned_calls;
-    if (std::find(added.begin(), added.end(), p) != added.end()) ++pinned_new;
-    if (auto ch = balanced()) {
-      const std::string who = Who(*ch, kDeadline);
-      if (std::find(added.begin(), added.end(), who) != added.end() && !first_call_s.count(who)) {
+    if (is_new(Who(*ch.pinned, kCallDeadline))) ++pinned_new;
+    if (auto balanced = ch.balanced()) {
+      const std::string who = Who(*balanced, kCallDeadline);
+      if (is_new(who) && !first_call_s.count(who)) {
         first_call_s[who] = std::max(0.0, Seconds(c.clock.Now() - *c.ready.ReadySince(who)));
       }
     }
@@ -392,17 +310,47 @@ StepReport GrpcStep(Context& c) {
                        std::to_string(pinned_new) + " of " + std::to_string(pinned_calls), "",
                        true});
   json first_calls = json::object();
-  for (const auto& [id, s] : first_call_s) first_calls[id] = s;
-  r.data = {{"calls", kCalls},
-            {"pinned_max_on_one_server", pinned_max},
-            {"pinned_per_server", pinned_per},
-            {"balanced_per_server", balanced_per},
-            {"balanced_even", even},
-            {"new_servers_first_call_s", first_calls},
-            {"pickup_bound_s", kPickupBound},
-            {"pinned_calls_after_scale_out", pinned_calls},
-            {"pinned_calls_to_new_servers", pinned_new}};
+  for (const auto& [id, seconds] : first_call_s) first_calls[id] = seconds;
+  r.data.update({{"new_servers_first_call_s", first_calls},
+                 {"pickup_bound_s", kPickupBound},
+                 {"pinned_calls_after_scale_out", pinned_calls},
+                 {"pinned_calls_to_new_servers", pinned_new}});
+}
+
+}  // namespace
+
+StepReport GrpcStep(Context& c) {
+  StepReport r{4, "gRPC balancing, 3 -> 5 servers", {}, json::object()};
+  const std::vector<std::string> first = {StartWhoami(c, 1), StartWhoami(c, 2), StartWhoami(c, 3)};
+  if (!c.ready.WaitReady(first, std::chrono::seconds(20), c.stop)) {
+    r.figures.push_back({"3 gRPC servers READY", "not within 20 s", "READY", false});
+    return r;
+  }
+  Channels ch;
+  ch.pinned = grpc::CreateChannel(c.fleet.whoami_address(), grpc::InsecureChannelCredentials());
+  DiscoveryOptions discovery;
+  discovery.registry = c.fleet.registry_grpc();
+  discovery.service = "whoami";
+  auto drover = grpc_defaults::ServiceChannel::Start(discovery, {}, c.clock);
+  if (!drover.ok()) {
+    r.figures.push_back({"Drover channel", drover.status().message(), "starts", false});
+    return r;
+  }
+  ch.drover = std::move(*drover);
+  for (int i = 0; i < 100 && ch.addresses() < 3 && !c.stop.stop_requested(); ++i) {
+    c.clock.SleepFor(milliseconds(50), c.stop);
+  }
+  MeasureSpread(c, ch, first, r);
+
+  // Scale out 3 -> 5. Nothing breaks the pinned connection, so it never sees the newcomers;
+  // the Drover channel is rebuilt when the registry says they are READY.
+  const std::vector<std::string> added = {StartWhoami(c, 4), StartWhoami(c, 5)};
+  if (!c.ready.WaitReady(added, std::chrono::seconds(20), c.stop)) {
+    r.figures.push_back({"2 more gRPC servers READY", "not within 20 s", "READY", false});
+    return r;
+  }
+  MeasureScaleOut(c, ch, added, r);
   return r;
 }
 
-}  // namespace drover::cli::demo
+}  // namespace drover::demo

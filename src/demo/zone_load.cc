@@ -1,7 +1,7 @@
-#include "gateway/zone_load.h"
+#include "demo/zone_load.h"
 
 // clang-format off
-#include "gateway/asio_net.h"  // first: it includes <utility> before Asio
+#include "net/sockets.h"  // first: it includes <utility> before Asio
 // clang-format on
 
 #include <boost/asio.hpp>
@@ -9,10 +9,10 @@
 #include <optional>
 #include <thread>
 
-namespace drover::gateway {
+namespace drover::demo {
 
-namespace net = boost::asio;
-using tcp = net::ip::tcp;
+namespace asio = boost::asio;
+using tcp = asio::ip::tcp;
 using boost::system::error_code;
 
 std::string_view SessionOutcomeName(SessionOutcome outcome) {
@@ -32,16 +32,16 @@ std::string_view SessionOutcomeName(SessionOutcome outcome) {
 struct ZoneLoad::Impl : std::enable_shared_from_this<Impl> {
   explicit Impl(ZoneLoadOptions o)
       : options(std::move(o)),
-        to(ParseEndpoint(options.target).value_or(tcp::endpoint())),
-        work(net::make_work_guard(io)) {}
+        to(net::ParseEndpoint(options.target, "zone load target").value_or(tcp::endpoint())),
+        work(asio::make_work_guard(io)) {}
 
-  net::awaitable<void> Spawner();
-  net::awaitable<void> Session(std::uint64_t n);
+  asio::awaitable<void> Spawner();
+  asio::awaitable<void> Session(std::uint64_t n);
 
   ZoneLoadOptions options;
   tcp::endpoint to;  // parsed once; an unparseable target fails every connect
-  net::io_context io;
-  net::executor_work_guard<net::io_context::executor_type> work;
+  asio::io_context io;
+  asio::executor_work_guard<asio::io_context::executor_type> work;
   std::thread thread;
   std::atomic<bool> stopping{false};
   std::atomic<int> open{0};
@@ -52,9 +52,9 @@ struct ZoneLoad::Impl : std::enable_shared_from_this<Impl> {
 namespace {
 
 // One line with a deadline: nullopt on timeout, error or EOF.
-net::awaitable<std::optional<std::string>> ReadLine(tcp::socket& s, std::string& buffer,
-                                                    Duration timeout) {
-  net::steady_timer timer(s.get_executor());
+asio::awaitable<std::optional<std::string>> ReadLine(tcp::socket& s, std::string& buffer,
+                                                     Duration timeout) {
+  asio::steady_timer timer(s.get_executor());
   timer.expires_after(timeout);
   bool expired = false;
   timer.async_wait([&s, &expired](error_code ec) {
@@ -74,8 +74,8 @@ net::awaitable<std::optional<std::string>> ReadLine(tcp::socket& s, std::string&
     }
     char chunk[512];
     error_code ec;
-    const std::size_t n =
-        co_await s.async_read_some(net::buffer(chunk), net::redirect_error(net::use_awaitable, ec));
+    const std::size_t n = co_await s.async_read_some(asio::buffer(chunk),
+                                                     asio::redirect_error(asio::use_awaitable, ec));
     if (ec || expired) break;
     buffer.append(chunk, n);
   }
@@ -84,21 +84,21 @@ net::awaitable<std::optional<std::string>> ReadLine(tcp::socket& s, std::string&
   if (!expired) {
     error_code ec;
     timer.expires_after(Duration::zero());
-    co_await timer.async_wait(net::redirect_error(net::use_awaitable, ec));
+    co_await timer.async_wait(asio::redirect_error(asio::use_awaitable, ec));
   }
   co_return line;
 }
 
-net::awaitable<bool> WriteLine(tcp::socket& s, std::string line) {
+asio::awaitable<bool> WriteLine(tcp::socket& s, std::string line) {
   line += "\n";
   error_code ec;
-  co_await net::async_write(s, net::buffer(line), net::redirect_error(net::use_awaitable, ec));
+  co_await asio::async_write(s, asio::buffer(line), asio::redirect_error(asio::use_awaitable, ec));
   co_return !ec;
 }
 
 }  // namespace
 
-net::awaitable<void> ZoneLoad::Impl::Session(std::uint64_t n) {
+asio::awaitable<void> ZoneLoad::Impl::Session(std::uint64_t n) {
   auto self = shared_from_this();
   struct Closed {
     std::atomic<int>& open;
@@ -111,9 +111,9 @@ net::awaitable<void> ZoneLoad::Impl::Session(std::uint64_t n) {
     std::lock_guard lock(mu);
     records.push_back(record);
   };
-  tcp::socket socket(co_await net::this_coro::executor);
+  tcp::socket socket(co_await asio::this_coro::executor);
   {
-    net::steady_timer timer(socket.get_executor());
+    asio::steady_timer timer(socket.get_executor());
     timer.expires_after(options.timeout);
     timer.async_wait([&socket](error_code ec) {
       if (!ec) {
@@ -122,11 +122,11 @@ net::awaitable<void> ZoneLoad::Impl::Session(std::uint64_t n) {
       }
     });
     error_code ec;
-    co_await socket.async_connect(to, net::redirect_error(net::use_awaitable, ec));
+    co_await socket.async_connect(to, asio::redirect_error(asio::use_awaitable, ec));
     timer.cancel();
     error_code wait_ec;
     timer.expires_after(Duration::zero());
-    co_await timer.async_wait(net::redirect_error(net::use_awaitable, wait_ec));
+    co_await timer.async_wait(asio::redirect_error(asio::use_awaitable, wait_ec));
     if (ec || !socket.is_open()) {
       finish(SessionOutcome::kConnectFailed);
       co_return;
@@ -147,11 +147,11 @@ net::awaitable<void> ZoneLoad::Impl::Session(std::uint64_t n) {
   record.instance = welcome->substr(8);
   const auto until = MonoClock::now() + options.hold;
   bool ok = true;
-  net::steady_timer pause(socket.get_executor());
+  asio::steady_timer pause(socket.get_executor());
   while (ok && MonoClock::now() < until) {
     pause.expires_after(std::min<Duration>(options.ping_every, until - MonoClock::now()));
     error_code ec;
-    co_await pause.async_wait(net::redirect_error(net::use_awaitable, ec));
+    co_await pause.async_wait(asio::redirect_error(asio::use_awaitable, ec));
     std::optional<std::string> pong;
     if (co_await WriteLine(socket, "PING"))
       pong = co_await ReadLine(socket, buffer, options.timeout);
@@ -166,19 +166,19 @@ net::awaitable<void> ZoneLoad::Impl::Session(std::uint64_t n) {
   finish(ok ? SessionOutcome::kOk : SessionOutcome::kBroken);
 }
 
-net::awaitable<void> ZoneLoad::Impl::Spawner() {
+asio::awaitable<void> ZoneLoad::Impl::Spawner() {
   auto self = shared_from_this();
   const auto interval = std::chrono::duration_cast<MonoClock::duration>(
       std::chrono::duration<double>(1.0 / options.sessions_per_second));
-  net::steady_timer timer(io);
+  asio::steady_timer timer(io);
   auto next = MonoClock::now();
   for (std::uint64_t n = 0; !stopping.load(); ++n) {
     open.fetch_add(1);  // Session's guard takes it back
-    net::co_spawn(io, Session(n), net::detached);
+    asio::co_spawn(io, Session(n), asio::detached);
     next += interval;
     timer.expires_at(next);
     error_code ec;
-    co_await timer.async_wait(net::redirect_error(net::use_awaitable, ec));
+    co_await timer.async_wait(asio::redirect_error(asio::use_awaitable, ec));
   }
 }
 
@@ -187,7 +187,7 @@ ZoneLoad::ZoneLoad(ZoneLoadOptions options) : impl_(std::make_shared<Impl>(std::
 ZoneLoad::~ZoneLoad() { Stop(); }
 
 void ZoneLoad::Start() {
-  net::co_spawn(impl_->io, impl_->Spawner(), net::detached);
+  asio::co_spawn(impl_->io, impl_->Spawner(), asio::detached);
   impl_->thread = std::thread([impl = impl_] { impl->io.run(); });
 }
 
@@ -209,4 +209,4 @@ std::vector<SessionRecord> ZoneLoad::records() const {
   return impl_->records;
 }
 
-}  // namespace drover::gateway
+}  // namespace drover::demo

@@ -1,6 +1,6 @@
 // Measures the router's algorithms against each other and against the hash % n baseline, in one
 // run on generated data: key movement on membership change, load balance, and pick cost.
-// Used by `drover bench router`; deterministic apart from the timings.
+// Used by `drover bench router` and the demo's shard step; deterministic apart from the timings.
 #pragma once
 
 #include <cstddef>
@@ -8,7 +8,7 @@
 #include <functional>
 #include <string_view>
 
-namespace drover::router {
+namespace drover::demo {
 
 struct EvaluationOptions {
   std::size_t endpoints = 100;   // N
@@ -59,4 +59,4 @@ struct Evaluation {
 Evaluation EvaluateRouting(const EvaluationOptions& options,
                            const std::function<void(std::string_view)>& progress = {});
 
-}  // namespace drover::router
+}  // namespace drover::demo

@@ -1,5 +1,5 @@
 // ZoneLoad: a load generator that speaks the zone protocol (examples/zone_server) -- the
-// "players" of the gateway's end-to-end test, its benchmark and the demo.
+// "players" of the demo and of the gateway's end-to-end test.
 //
 // Opens sessions at a fixed rate; each connects, sends HELLO, expects "WELCOME <instance>",
 // holds the session for `hold` sending PING every `ping_every` (expects PONG), then QUIT/BYE.
@@ -18,7 +18,7 @@
 
 #include "drover/clock.h"
 
-namespace drover::gateway {
+namespace drover::demo {
 
 struct ZoneLoadOptions {
   std::string target = "127.0.0.1:7000";  // IPv4 host:port
@@ -61,4 +61,4 @@ class ZoneLoad {
   std::shared_ptr<Impl> impl_;
 };
 
-}  // namespace drover::gateway
+}  // namespace drover::demo

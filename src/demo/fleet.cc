@@ -1,35 +1,25 @@
-#include "demo_fleet.h"
+#include "demo/fleet.h"
 
-#include <fcntl.h>
 #include <signal.h>
 #include <spdlog/spdlog.h>
-#include <sys/prctl.h>
 #include <sys/wait.h>
-#include <unistd.h>
 
-#include <cerrno>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <thread>
 
-#include "http_client.h"
+#include "common/child_process.h"
+#include "net/http_client.h"
 #include "sdk/socket_util.h"
 
-namespace drover::cli::demo {
+namespace drover::demo {
 namespace {
-
-std::string DescribeWait(int status) {
-  if (WIFEXITED(status)) return "exited with " + std::to_string(WEXITSTATUS(status));
-  if (WIFSIGNALED(status)) return std::string("killed by ") + sigabbrev_np(WTERMSIG(status));
-  return "ended";
-}
 
 std::string Url(std::uint16_t port) { return "http://127.0.0.1:" + std::to_string(port); }
 
 // Polls GET /live until it answers 200, the child ends, or `limit` passes.
 Status WaitLive(Child& child, std::uint16_t port, Duration limit) {
-  auto client = HttpClient::Create(Url(port), "", std::chrono::seconds(2), {}, child.name());
+  auto client = net::HttpClient::Create(Url(port), "", std::chrono::seconds(2), {}, child.name());
   if (!client.ok()) return client.status();
   const MonoTime until = MonoClock::now() + limit;
   Status last = UnavailableError("no answer yet");
@@ -71,33 +61,11 @@ std::string GatewayConfig(const std::string& registry_grpc, std::uint16_t admin,
 
 Result<Child> Child::Spawn(std::string name, const std::vector<std::string>& argv,
                            const std::string& log) {
-  const int out = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-  if (out < 0) return UnavailableError("cannot open " + log + ": " + std::strerror(errno));
-  std::vector<char*> args;
-  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-  const pid_t parent = ::getpid();
-  const pid_t pid = ::fork();
-  if (pid < 0) {
-    ::close(out);
-    return UnavailableError(std::string("fork: ") + std::strerror(errno));
-  }
-  if (pid == 0) {
-    // Only async-signal-safe calls from here to exec.
-    ::setpgid(0, 0);
-    ::prctl(PR_SET_PDEATHSIG, SIGTERM);
-    if (::getppid() != parent) ::_exit(127);  // the demo died before the prctl
-    ::dup2(out, STDOUT_FILENO);
-    ::dup2(out, STDERR_FILENO);
-    const int devnull = ::open("/dev/null", O_RDONLY);
-    if (devnull >= 0) ::dup2(devnull, STDIN_FILENO);
-    sigset_t none;
-    sigemptyset(&none);
-    ::sigprocmask(SIG_SETMASK, &none, nullptr);  // the demo blocks SIGINT/SIGTERM
-    ::execv(args[0], args.data());
-    ::_exit(127);
-  }
-  ::close(out);
+  SpawnOptions options;
+  options.argv = argv;
+  options.output = log;
+  options.what = name;
+  DROVER_ASSIGN_OR_RETURN(const pid_t pid, drover::Spawn(options));
   return Child(std::move(name), log, pid);
 }
 
@@ -119,7 +87,7 @@ std::string Child::Ended() {
   if (pid_ <= 0 || !ended_.empty()) return ended_;
   int status = 0;
   const pid_t r = ::waitpid(pid_, &status, WNOHANG);
-  if (r == pid_) ended_ = DescribeWait(status);
+  if (r == pid_) ended_ = DescribeWaitStatus(status);
   if (r < 0) ended_ = "gone";
   return ended_;
 }
@@ -135,7 +103,7 @@ std::string Child::Stop(Duration grace) {
   ::kill(pid_, SIGKILL);
   int status = 0;
   ::waitpid(pid_, &status, 0);
-  ended_ = DescribeWait(status) + " (after " +
+  ended_ = DescribeWaitStatus(status) + " (after " +
            std::to_string(std::chrono::duration_cast<std::chrono::seconds>(grace).count()) +
            " s of SIGTERM)";
   return ended_;
@@ -232,4 +200,4 @@ std::string Fleet::gateway_admin_url() const { return Url(gateway_admin_); }
 std::string Fleet::zone_address() const { return "127.0.0.1:" + std::to_string(zone_); }
 std::string Fleet::whoami_address() const { return "127.0.0.1:" + std::to_string(whoami_); }
 
-}  // namespace drover::cli::demo
+}  // namespace drover::demo

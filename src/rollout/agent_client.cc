@@ -1,13 +1,13 @@
-#include "agent_client.h"
+#include "rollout/agent_client.h"
 
 #include "rollout/json_codec.h"
 
-namespace drover::cli {
+namespace drover::rollout {
 
 using json = nlohmann::json;
 
-Status AgentClient::Start(const rollout::LaunchSpec& spec) {
-  return Call("POST", "/v1/instances", rollout::LaunchSpecToJson(spec).dump()).status();
+Status AgentClient::Start(const LaunchSpec& spec) {
+  return Call("POST", "/v1/instances", LaunchSpecToJson(spec).dump()).status();
 }
 
 Status AgentClient::Stop(const std::string& id, Duration grace) {
@@ -15,11 +15,11 @@ Status AgentClient::Stop(const std::string& id, Duration grace) {
   return Call("DELETE", "/v1/instances/" + id + "?grace_ms=" + std::to_string(ms)).status();
 }
 
-Result<std::vector<rollout::InstanceInfo>> AgentClient::List(const std::string& service) {
+Result<std::vector<InstanceInfo>> AgentClient::List(const std::string& service) {
   DROVER_ASSIGN_OR_RETURN(json body, Call("GET", "/v1/instances?service=" + service));
-  std::vector<rollout::InstanceInfo> out;
+  std::vector<InstanceInfo> out;
   for (const json& i : body.at("instances")) {
-    DROVER_ASSIGN_OR_RETURN(rollout::InstanceInfo info, rollout::InstanceInfoFromJson(i));
+    DROVER_ASSIGN_OR_RETURN(InstanceInfo info, InstanceInfoFromJson(i));
     out.push_back(std::move(info));
   }
   return out;
@@ -31,7 +31,7 @@ Status AgentClient::Record(const std::string& id, const json& record) {
 
 Result<json> AgentClient::Call(std::string_view method, const std::string& target,
                                const std::string& body) {
-  DROVER_ASSIGN_OR_RETURN(HttpResult reply, client_.Send(method, target, body));
+  DROVER_ASSIGN_OR_RETURN(net::HttpResult reply, client_.Send(method, target, body));
   json parsed = json::parse(reply.body, nullptr, false);
   if (reply.status != 200) {
     std::string message = reply.body;
@@ -49,8 +49,8 @@ Result<json> AgentClient::Call(std::string_view method, const std::string& targe
   return parsed;
 }
 
-Result<json> RegistryInstances(const HttpClient& registry, const std::string& service) {
-  DROVER_ASSIGN_OR_RETURN(HttpResult reply,
+Result<json> RegistryInstances(const net::HttpClient& registry, const std::string& service) {
+  DROVER_ASSIGN_OR_RETURN(net::HttpResult reply,
                           registry.Send("GET", "/v1/services/" + service + "/instances"));
   if (reply.status != 200) {
     return UnavailableError("registry answered " + std::to_string(reply.status));
@@ -62,7 +62,7 @@ Result<json> RegistryInstances(const HttpClient& registry, const std::string& se
   return std::move(body["instances"]);
 }
 
-Result<std::map<std::string, bool>> RegistryReadiness(const HttpClient& registry,
+Result<std::map<std::string, bool>> RegistryReadiness(const net::HttpClient& registry,
                                                       const std::string& service) {
   DROVER_ASSIGN_OR_RETURN(const json instances, RegistryInstances(registry, service));
   std::map<std::string, bool> out;
@@ -72,15 +72,16 @@ Result<std::map<std::string, bool>> RegistryReadiness(const HttpClient& registry
   return out;
 }
 
-Result<bool> RegistryForget(const HttpClient& registry, const std::string& service,
+Result<bool> RegistryForget(const net::HttpClient& registry, const std::string& service,
                             const std::string& id) {
   DROVER_ASSIGN_OR_RETURN(const json instances, RegistryInstances(registry, service));
   for (const json& in : instances) {
     if (in.value("id", "") != id) continue;
     const std::uint64_t generation = in.value("generation", std::uint64_t{0});
     DROVER_ASSIGN_OR_RETURN(
-        HttpResult reply, registry.Send("DELETE", "/v1/services/" + service + "/instances/" + id +
-                                                      "?generation=" + std::to_string(generation)));
+        net::HttpResult reply,
+        registry.Send("DELETE", "/v1/services/" + service + "/instances/" + id +
+                                    "?generation=" + std::to_string(generation)));
     if (reply.status == 404) return false;  // it deregistered itself meanwhile
     if (reply.status != 200) {
       return UnavailableError("registry answered " + std::to_string(reply.status) + ": " +
@@ -91,4 +92,15 @@ Result<bool> RegistryForget(const HttpClient& registry, const std::string& servi
   return false;
 }
 
-}  // namespace drover::cli
+DeployOutcome DeployThroughAgent(AgentClient& agent, net::HttpClient registry, Clock& clock,
+                                 const DeploySpec& spec, std::stop_token stop) {
+  Deployer deployer(
+      agent, [&](const std::string& service) { return RegistryReadiness(registry, service); },
+      [&](const std::string& id, const json& record) { return agent.Record(id, record); }, clock,
+      [&](const std::string& service, const std::string& id) {
+        return RegistryForget(registry, service, id);
+      });
+  return deployer.Run(spec, std::move(stop));
+}
+
+}  // namespace drover::rollout

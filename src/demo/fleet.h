@@ -2,11 +2,11 @@
 // same binary, on loopback ports picked at start, with their logs in the demo's data directory.
 // The agent runs the sample servers (`drover sample zone|whoami`) the demo deploys.
 //
-// Every child gets its own process group, so Ctrl-C in the terminal reaches the demo alone and
-// the demo stops its children in order (Stop): the gateway, then the agent -- which stops its
-// instances, each leaving discovery before it closes -- and the registry last. Each child also
-// gets SIGTERM from the kernel if the demo itself dies (PR_SET_PDEATHSIG, tied to the thread that
-// started it: Start and Stop run on the demo's main thread).
+// Every child is started by common/child_process.h: its own process group, so Ctrl-C in the
+// terminal reaches the demo alone and the demo stops its children in order (Stop): the gateway,
+// then the agent -- which stops its instances, each leaving discovery before it closes -- and the
+// registry last. Each child also gets SIGTERM from the kernel if the demo itself dies (tied to
+// the thread that started it: Start and Stop run on the demo's main thread).
 #pragma once
 
 #include <sys/types.h>
@@ -19,7 +19,7 @@
 #include "drover/clock.h"
 #include "drover/status.h"
 
-namespace drover::cli::demo {
+namespace drover::demo {
 
 class Child {
  public:
@@ -33,7 +33,7 @@ class Child {
 
   const std::string& name() const { return name_; }
   const std::string& log() const { return log_; }
-  // Empty while it runs; otherwise how it ended ("exited with 1", "killed by SIGSEGV").
+  // Empty while it runs; otherwise how it ended (DescribeWaitStatus).
   std::string Ended();
   // SIGTERM, up to `grace` for it to exit, then SIGKILL. Returns how it ended.
   std::string Stop(Duration grace);
@@ -84,4 +84,4 @@ class Fleet {
   std::vector<Child> children_;  // in start order
 };
 
-}  // namespace drover::cli::demo
+}  // namespace drover::demo

@@ -1,5 +1,6 @@
-// A small blocking HTTP/1.1 client for `drover ctl`: one connection per request, JSON bodies,
-// bearer token, and a streaming GET that hands each line of a chunked body to a callback.
+// A small blocking HTTP/1.1 client for the CLI, the deploy controller and the demo: one
+// connection per request, JSON bodies, bearer token, and a streaming GET that hands each line of
+// a chunked body to a callback.
 // https:// verifies the server's certificate and host name against the system's trust store,
 // or against `ca_file` when given.
 // Not thread-safe; one per thread.
@@ -12,7 +13,7 @@
 
 #include "drover/status.h"
 
-namespace drover::cli {
+namespace drover::net {
 
 struct HttpResult {
   int status = 0;
@@ -60,4 +61,4 @@ class HttpClient {
   std::string peer_;
 };
 
-}  // namespace drover::cli
+}  // namespace drover::net

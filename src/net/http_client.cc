@@ -1,4 +1,4 @@
-#include "http_client.h"
+#include "net/http_client.h"
 
 // Boost 1.74's asio headers use std::exchange without including <utility>.
 #include <openssl/ssl.h>
@@ -12,7 +12,9 @@
 #include <limits>
 #include <utility>
 
-namespace drover::cli {
+#include "common/host_port.h"
+
+namespace drover::net {
 
 namespace net = boost::asio;
 namespace beast = boost::beast;
@@ -52,19 +54,14 @@ Result<HttpClient> HttpClient::Create(const std::string& base, std::string token
   }
   std::string rest = base.substr(tls ? 8 : 7);
   if (!rest.empty() && rest.back() == '/') rest.pop_back();
-  const std::size_t colon = rest.rfind(':');
-  if (colon == std::string::npos || colon == 0 || colon + 1 == rest.size() ||
-      rest.find('/') != std::string::npos) {
+  if (rest.find('/') != std::string::npos) {
     return InvalidArgumentError(peer + " URL must be http(s)://host:port (got '" + base + "')");
   }
-  std::string host = rest.substr(0, colon);
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
-    host = host.substr(1, host.size() - 2);
-  }
+  DROVER_ASSIGN_OR_RETURN(const HostPort authority, ParseHostPort(rest, peer + " URL"));
   if (!ca_file.empty() && !tls) {
     return InvalidArgumentError("a CA file only applies to an https:// " + peer + " URL");
   }
-  return HttpClient(std::move(host), rest.substr(colon + 1), std::move(token), timeout, tls,
+  return HttpClient(authority.host, std::to_string(authority.port), std::move(token), timeout, tls,
                     std::move(ca_file), std::move(peer));
 }
 
@@ -149,9 +146,8 @@ Status HttpClient::Stream(const std::string& target,
     if (ec) return Unreachable(peer_, host_, port_, ec.message());
     if (parser.get().result() != http::status::ok) {
       http::read(stream, buffer, parser, ec);
-      return Status(StatusCode::kUnavailable, peer_ + " answered " +
-                                                  std::to_string(parser.get().result_int()) + ": " +
-                                                  parser.get().body());
+      return UnavailableError(peer_ + " answered " + std::to_string(parser.get().result_int()) +
+                              ": " + parser.get().body());
     }
     beast::get_lowest_layer(stream).expires_never();
     std::string pending;
@@ -177,4 +173,4 @@ Status HttpClient::Stream(const std::string& target,
   });
 }
 
-}  // namespace drover::cli
+}  // namespace drover::net

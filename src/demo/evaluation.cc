@@ -1,4 +1,4 @@
-#include "router/evaluation.h"
+#include "demo/evaluation.h"
 
 #include <algorithm>
 #include <chrono>
@@ -11,8 +11,26 @@
 #include "drover/hot_keys.h"
 #include "drover/router.h"
 
-namespace drover::router {
+namespace drover::demo {
 namespace {
+
+using router::BoundedLoadOptions;
+using router::Endpoint;
+using router::EndpointState;
+using router::HashKey;
+using router::HotKeyDetector;
+using router::HotKeySpreader;
+using router::LoadView;
+using router::Maglev;
+using router::MaglevOptions;
+using router::ModN;
+using router::P2cPicker;
+using router::RandomSource;
+using router::RingHash;
+using router::RingHashOptions;
+using router::RoutingTable;
+using router::Uint128;
+using router::Xoshiro256;
 
 using Table = std::shared_ptr<const RoutingTable>;
 
@@ -336,4 +354,4 @@ Evaluation EvaluateRouting(const EvaluationOptions& options,
   return ev;
 }
 
-}  // namespace drover::router
+}  // namespace drover::demo

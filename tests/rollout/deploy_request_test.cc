@@ -1,17 +1,17 @@
-// The YAML files of `drover registry --config` and `drover deploy --spec`, parsed apart from the
-// command line: values, flags that win, and errors that name the file and the key.
-#include "config_files.h"
+// `drover deploy --spec`: the deploy spec file read apart from the command line -- values, flags
+// that win, errors that name the file and the key -- and the deploy a request describes.
+#include "rollout/deploy_request.h"
 
 #include <gtest/gtest.h>
 
 #include <set>
 #include <string>
 
-namespace drover::cli {
+namespace drover::rollout {
 namespace {
 
-TEST(ConfigFilesTest, ADeploySpecFillsWhatTheFlagsDidNotGive) {
-  DeployArgs args;
+TEST(DeployRequestTest, ADeploySpecFillsWhatTheFlagsDidNotGive) {
+  DeployRequest args;
   args.instances = 5;  // as if --instances 5 was given
   const std::set<std::string> given = {"--instances"};
   const Status s = ApplyDeploySpec(
@@ -36,7 +36,7 @@ min_healthy_ms: 3000
   EXPECT_EQ(args.min_healthy_ms, 3000);
 }
 
-TEST(ConfigFilesTest, BadDeploySpecsAndRegistryConfigsNameTheFileAndKey) {
+TEST(DeployRequestTest, BadDeploySpecsNameTheFileAndKey) {
   const auto none = [](std::string_view) { return false; };
   struct Case {
     std::string yaml;
@@ -50,33 +50,35 @@ TEST(ConfigFilesTest, BadDeploySpecsAndRegistryConfigsNameTheFileAndKey) {
            {"env: [a, b]", "spec.yaml: env must be a mapping"},
            {"? [a, b]\n: 1\n", "spec.yaml: a key is not a string"},
        }) {
-    DeployArgs args;
+    DeployRequest args;
     const Status s = ApplyDeploySpec(c.yaml, "spec.yaml", none, args);
     EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << c.yaml;
     EXPECT_NE(s.message().find(c.expect), std::string::npos) << c.yaml << ": " << s.message();
   }
-  for (const Case& c : std::vector<Case>{
-           {"tick_ms: 1", "config r.yaml: tick_ms must be 10..60000"},
-           {"store: mysql", "config r.yaml: store must be sqlite or etcd"},
-           {"listen_everywhere: true", "config r.yaml: unknown key 'listen_everywhere'"},
-           {"config: other.yaml", "config r.yaml: unknown key 'config'"},
-           {"? [a, b]\n: 1\n", "config r.yaml: a key is not a string"},
-           {"self_preservation: .nan", "self_preservation must be 0..1"},
-           {"ui_agents: [ftp://x]", "must start with http:// or https://"},
-       }) {
-    RegistryArgs args;
-    const Status s = ApplyRegistryConfig(c.yaml, "r.yaml", none, args);
-    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << c.yaml;
-    EXPECT_NE(s.message().find(c.expect), std::string::npos) << c.yaml << ": " << s.message();
-  }
-  RegistryArgs args;
-  ASSERT_TRUE(ApplyRegistryConfig(
-                  "tick_ms: 250\nhttp: 0.0.0.0:7070\n", "r.yaml",
-                  [](std::string_view f) { return f == "--http"; }, args)
-                  .ok());
-  EXPECT_EQ(args.tick_ms, 250);
-  EXPECT_EQ(args.http, "127.0.0.1:7070");  // the flag (here its default) won
+}
+
+TEST(DeployRequestTest, TheSpecOfARequestSaysWhatIsMissing) {
+  DeployRequest r;
+  EXPECT_EQ(DeploySpecOf(r).status().message(), "which service? (SERVICE or `service:` in --spec)");
+  r.service = "zone";
+  EXPECT_EQ(DeploySpecOf(r).status().message(), "--version is required");
+  r.version = "v2";
+  EXPECT_EQ(DeploySpecOf(r).status().message(),
+            "no command: give it after -- or as `command:` in --spec");
+  r.command = {"zone_server", "--id", "{id}"};
+  r.env = {"COLOUR"};
+  EXPECT_EQ(DeploySpecOf(r).status().message(), "--env wants KEY=VALUE, got 'COLOUR'");
+  r.env = {"COLOUR=blue", "EMPTY="};
+  r.instances = 3;
+  r.min_healthy_ms = 2000;
+  r.check_delay_ms = 1000;
+  auto spec = DeploySpecOf(r);
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  EXPECT_EQ(spec->service, "zone");
+  EXPECT_EQ(spec->instances, 3);
+  EXPECT_EQ(spec->env, (std::map<std::string, std::string>{{"COLOUR", "blue"}, {"EMPTY", ""}}));
+  EXPECT_EQ(spec->gate.min_healthy, std::chrono::milliseconds(2000));
 }
 
 }  // namespace
-}  // namespace drover::cli
+}  // namespace drover::rollout

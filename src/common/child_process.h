@@ -1,0 +1,44 @@
+// Starting child processes: the one fork/exec of every Drover part that runs other programs (the
+// agent's instances, the demo's daemons).
+//
+// A child started here
+//   - is the leader of its own process group, so a terminal's Ctrl-C reaches the parent alone and
+//     the parent stops its children in its own order (kill(-pid) reaches a child's children too);
+//   - gets `death_signal` from the kernel when the thread that spawned it ends (PR_SET_PDEATHSIG:
+//     a parent killed with SIGKILL leaves no orphan behind), and exits at once if the parent died
+//     before that was armed;
+//   - reads stdin from /dev/null and appends stdout and stderr to `output` (a log file);
+//   - inherits no other descriptor of the parent (an inherited socket would keep the parent's
+//     peers waiting for an EOF as long as the child lives) and no blocked signal mask;
+//   - says on its stderr why, when the program cannot be run, and exits with 127.
+#pragma once
+
+#include <sys/types.h>
+
+#include <csignal>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "drover/status.h"
+
+namespace drover {
+
+struct SpawnOptions {
+  std::vector<std::string> argv;  // argv[0]: a path, or a name looked up in PATH
+  // The whole environment ("KEY=VALUE"); nullopt: the parent's.
+  std::optional<std::vector<std::string>> env;
+  std::string output;  // file that stdout and stderr are appended to (created 0644)
+  int death_signal = SIGTERM;
+  std::string what = "child";  // names the child in errors and in the exec failure line
+};
+
+// Forks and execs as described above. Returns the child's pid (also its process group id), or
+// UNAVAILABLE when the log cannot be opened or fork fails. PDEATHSIG follows the calling thread:
+// spawn from a thread that lives as long as the children should.
+Result<pid_t> Spawn(const SpawnOptions& options);
+
+// How a wait status ended: "exited with code 1", "killed by signal Segmentation fault".
+std::string DescribeWaitStatus(int status);
+
+}  // namespace drover

@@ -1,0 +1,127 @@
+// HttpServer: the HTTP/1.1 server under every Drover HTTP API -- the registry's, the agent's and
+// the gateway's admin port -- on Boost.Beast over Asio, with C++20 coroutines.
+//
+// It owns an io_context run by `threads` threads and a TcpListener (the shared accept loop, with
+// the connection limit: a client over it gets a 503 and is closed). Each connection is one
+// coroutine on its own strand: read a request (head and body within `max_header` and
+// `max_body`), ask the Handler for the reply, write it, and again while the connection is kept
+// alive. What the server answers itself, the same for every API (common/http_error.h):
+//   - a malformed request: 400 INVALID_ARGUMENT, then close (the stream is out of sync);
+//   - a body over max_body: 413 RESOURCE_EXHAUSTED, then close (the body is not read);
+//   - a handler that throws (a bug): 500 INTERNAL, and the error is logged;
+//   - a response without a Server header gets "drover-<name>"; a 401 without WWW-Authenticate
+//     gets `Bearer realm="drover-<name>"`.
+// A Handler may instead return a stream (the registry's watch): the server runs it with a
+// ChunkedWriter on the connection, and closes the connection when it ends.
+//
+// With a certificate and key the server speaks HTTPS only (TLS 1.2 and later); a refused client
+// is then closed without a 503 (a handshake per refused connection would cost what the limit
+// protects).
+//
+// Threads: the Handler runs on the io threads, several requests at once (one per connection);
+// a handler that blocks holds one of the `threads`. Start(), the getters, StopAccepting() and
+// Stop() are thread-safe; StopAccepting() and Stop() must not be called from an io thread.
+#pragma once
+
+// clang-format off
+#include <utility>  // Boost 1.74's asio/awaitable.hpp uses std::exchange without including it
+// clang-format on
+
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/awaitable.hpp>
+#include <boost/beast/http/empty_body.hpp>
+#include <boost/beast/http/message.hpp>
+#include <boost/beast/http/string_body.hpp>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "drover/clock.h"
+#include "drover/status.h"
+#include "net/tcp_listener.h"
+
+namespace drover::net {
+
+using HttpRequest = boost::beast::http::request<boost::beast::http::string_body>;
+using HttpResponse = boost::beast::http::response<boost::beast::http::string_body>;
+using HttpHead = boost::beast::http::response<boost::beast::http::empty_body>;
+
+// A response written in pieces (chunked transfer encoding), for as long as its producer likes.
+class ChunkedWriter {
+ public:
+  virtual ~ChunkedWriter() = default;
+  // The connection's strand: where wake-ups for the stream are posted.
+  virtual boost::asio::any_io_executor executor() = 0;
+  // Writes `head` as a chunked response; false once the client is gone.
+  virtual boost::asio::awaitable<bool> Begin(HttpHead& head) = 0;
+  // Writes one chunk within `timeout` (a client that stops reading is cut off); false once the
+  // client is gone. Between writes no timeout runs: a stream may be quiet for long.
+  virtual boost::asio::awaitable<bool> Write(std::string_view data, Duration timeout) = 0;
+  // The last chunk: a clean end the client can tell from a cut connection.
+  virtual boost::asio::awaitable<void> End() = 0;
+};
+
+// A handler's answer: `response`, or, when `stream` is set, a stream the server runs instead.
+struct HttpReply {
+  HttpReply() = default;
+  HttpReply(HttpResponse r) : response(std::move(r)) {}  // NOLINT(google-explicit-constructor)
+  HttpResponse response;
+  std::function<boost::asio::awaitable<void>(ChunkedWriter&)> stream;
+};
+
+struct HttpServerOptions {
+  std::string name;  // "registry", "agent": log lines and the Server header (drover-<name>)
+  std::string address = "127.0.0.1:0";  // "ip:port"; port 0: any free port
+  int threads = 2;
+  std::size_t max_connections = 4096;
+  std::size_t max_body = 64 * 1024;
+  std::size_t max_header = 16 * 1024;
+  Duration idle_timeout = std::chrono::seconds(60);  // a keep-alive connection without a request
+  // Both set: HTTPS only, with this PEM certificate chain and private key.
+  std::string tls_cert_file;
+  std::string tls_key_file;
+};
+
+class HttpServer {
+ public:
+  // Answers one request. `client` is the peer's IP address.
+  using Handler = std::function<HttpReply(const HttpRequest& request, const std::string& client)>;
+
+  // Binds and starts serving. INVALID_ARGUMENT for a bad address or TLS file, UNAVAILABLE when
+  // the address cannot be bound.
+  static Result<std::unique_ptr<HttpServer>> Start(HttpServerOptions options, Handler handler);
+  ~HttpServer();  // Stop()
+  HttpServer(const HttpServer&) = delete;
+  HttpServer& operator=(const HttpServer&) = delete;
+
+  std::uint16_t port() const;
+  bool tls() const;
+  const ConnectionCounters& connections() const;
+  // Responses written so far, by HTTP status (streams count their head's).
+  std::map<unsigned, std::uint64_t> responses() const;
+
+  // Closes the listening socket; open connections go on. Idempotent.
+  void StopAccepting();
+  // StopAccepting(), then stops the io threads (open connections end with them) and joins them.
+  // Idempotent.
+  void Stop();
+
+  struct Impl;
+
+ private:
+  explicit HttpServer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// A response with `body` (JSON, newline-terminated by the caller or not), its Content-Type
+// application/json, keep-alive as the request asked.
+HttpResponse JsonResponse(const HttpRequest& request, unsigned status, std::string body);
+// The error reply for `status` (common/http_error.h), with its HTTP status; `http_status`
+// overrides the mapping where a server must say more (405, 413).
+HttpResponse ErrorResponse(const HttpRequest& request, const Status& status,
+                           unsigned http_status = 0);
+
+}  // namespace drover::net

@@ -1,0 +1,207 @@
+#include "net/tcp_listener.h"
+
+#include <spdlog/spdlog.h>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/redirect_error.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/strand.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/write.hpp>
+#include <future>
+#include <map>
+#include <mutex>
+#include <vector>
+
+#include "net/sockets.h"
+
+namespace drover::net {
+
+namespace asio = boost::asio;
+using tcp = asio::ip::tcp;
+using boost::system::error_code;
+
+namespace {
+// After a failed accept (out of descriptors or memory): retrying at once would spin.
+constexpr auto kAcceptPause = std::chrono::milliseconds(100);
+// A refused client that does not read its refusal gets a closed socket after this long.
+constexpr auto kRefusalLimit = std::chrono::seconds(1);
+}  // namespace
+
+struct Connection::Entry {
+  explicit Entry(asio::any_io_executor e) : executor(std::move(e)) {}
+  const asio::any_io_executor executor;
+  std::mutex mu;
+  Closer closer;  // guarded by mu
+};
+
+void Connection::OnClose(Closer closer) {
+  std::lock_guard lock(entry_->mu);
+  entry_->closer = std::move(closer);
+}
+
+struct TcpListener::State : std::enable_shared_from_this<State> {
+  State(asio::io_context& context, ListenerOptions o, Place p, Serve s)
+      : io(context),
+        strand(asio::make_strand(context)),
+        acceptor(strand),
+        options(std::move(o)),
+        place(std::move(p)),
+        serve(std::move(s)) {}
+
+  asio::awaitable<void> Accept();
+  asio::awaitable<void> Refuse(tcp::socket socket);
+  asio::awaitable<void> Run(tcp::socket socket);
+  // Runs every open connection's closer with `reason`, each on its executor.
+  void Notify(CloseReason reason);
+
+  asio::io_context& io;
+  const asio::strand<asio::io_context::executor_type> strand;
+  tcp::acceptor acceptor;  // used on `strand` only, once accepting started
+  const ListenerOptions options;
+  const Place place;
+  const Serve serve;
+  std::uint16_t port = 0;
+  ConnectionCounters counters;
+  std::once_flag stop_once;
+
+  std::mutex mu;
+  std::map<std::uint64_t, std::weak_ptr<Connection::Entry>> open;  // guarded by mu
+  std::uint64_t next_id = 0;                                       // guarded by mu
+};
+
+asio::awaitable<void> TcpListener::State::Accept() {
+  auto self = shared_from_this();
+  while (true) {
+    error_code ec;
+    tcp::socket socket =
+        co_await acceptor.async_accept(asio::redirect_error(asio::use_awaitable, ec));
+    if (ec) {
+      if (ec == asio::error::operation_aborted || !acceptor.is_open()) co_return;
+      spdlog::warn("{}: accept failed ({}); retrying in {} ms", options.name, ec.message(),
+                   kAcceptPause.count());
+      asio::steady_timer pause(strand, kAcceptPause);
+      co_await pause.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+      continue;
+    }
+    counters.accepted.fetch_add(1, std::memory_order_relaxed);
+    if (counters.active.load(std::memory_order_relaxed) >= options.max_connections) {
+      // The client learns at once and may try another server; the ones already here keep
+      // their share of the process.
+      counters.refused.fetch_add(1, std::memory_order_relaxed);
+      asio::co_spawn(strand, Refuse(std::move(socket)), asio::detached);
+      continue;
+    }
+    counters.active.fetch_add(1, std::memory_order_relaxed);
+    const asio::any_io_executor executor = place();
+    asio::co_spawn(executor, Run(MoveTo(std::move(socket), executor)), asio::detached);
+  }
+}
+
+asio::awaitable<void> TcpListener::State::Refuse(tcp::socket socket) {
+  error_code ec;
+  if (!options.refusal.empty()) {
+    // Best effort and bounded: a client that never reads gets a closed socket.
+    asio::steady_timer limit(strand, kRefusalLimit);
+    limit.async_wait([&socket](error_code timer_ec) {
+      if (!timer_ec) socket.close(timer_ec);
+    });
+    co_await asio::async_write(socket, asio::buffer(options.refusal),
+                               asio::redirect_error(asio::use_awaitable, ec));
+    limit.cancel();
+    socket.shutdown(tcp::socket::shutdown_send, ec);
+  }
+  socket.close(ec);
+}
+
+asio::awaitable<void> TcpListener::State::Run(tcp::socket socket) {
+  auto self = shared_from_this();
+  auto entry = std::make_shared<Connection::Entry>(socket.get_executor());
+  std::uint64_t id = 0;
+  {
+    std::lock_guard lock(mu);
+    id = next_id++;
+    open.emplace(id, entry);
+  }
+  // Also when the frame is destroyed with its io_context, mid-connection.
+  struct Done {
+    State& state;
+    std::uint64_t id;
+    ~Done() {
+      {
+        std::lock_guard lock(state.mu);
+        state.open.erase(id);
+      }
+      state.counters.active.fetch_sub(1, std::memory_order_relaxed);
+    }
+  } done{*this, id};
+  co_await serve(std::move(socket), Connection(std::move(entry)));
+}
+
+void TcpListener::State::Notify(CloseReason reason) {
+  std::vector<std::shared_ptr<Connection::Entry>> entries;
+  {
+    std::lock_guard lock(mu);
+    for (const auto& [id, weak] : open) {
+      if (auto entry = weak.lock()) entries.push_back(std::move(entry));
+    }
+  }
+  for (const auto& entry : entries) {
+    asio::post(entry->executor, [entry, reason] {
+      Connection::Closer closer;
+      {
+        std::lock_guard lock(entry->mu);
+        closer = entry->closer;
+      }
+      if (closer) closer(reason);
+    });
+  }
+}
+
+Result<std::unique_ptr<TcpListener>> TcpListener::Start(asio::io_context& accept_on,
+                                                        ListenerOptions options, Place place,
+                                                        Serve serve) {
+  DROVER_ASSIGN_OR_RETURN(const tcp::endpoint endpoint,
+                          ParseEndpoint(options.address, options.name + " address", true));
+  auto state =
+      std::make_shared<State>(accept_on, std::move(options), std::move(place), std::move(serve));
+  if (const error_code ec = Listen(state->acceptor, endpoint, state->options.backlog)) {
+    return UnavailableError(state->options.name + ": cannot listen on " + state->options.address +
+                            ": " + ec.message());
+  }
+  state->port = state->acceptor.local_endpoint().port();
+  asio::co_spawn(state->strand, state->Accept(), asio::detached);
+  return std::unique_ptr<TcpListener>(new TcpListener(std::move(state)));
+}
+
+TcpListener::~TcpListener() { StopAccepting(); }
+
+std::uint16_t TcpListener::port() const { return state_->port; }
+
+const ConnectionCounters& TcpListener::counters() const { return state_->counters; }
+
+void TcpListener::StopAccepting() {
+  std::call_once(state_->stop_once, [this] {
+    State& s = *state_;
+    if (s.io.stopped() || s.strand.running_in_this_thread()) {
+      // No io thread can touch the acceptor any more (or this is the one that would).
+      error_code ec;
+      s.acceptor.close(ec);
+    } else {
+      std::promise<void> closed;
+      asio::post(s.strand, [&s, &closed] {
+        error_code ec;
+        s.acceptor.close(ec);
+        closed.set_value();
+      });
+      closed.get_future().wait();
+    }
+    s.Notify(CloseReason::kDraining);
+  });
+}
+
+void TcpListener::CloseAll() { state_->Notify(CloseReason::kCloseNow); }
+
+}  // namespace drover::net

@@ -1,0 +1,102 @@
+// TcpListener: the accept loop of every Drover server -- the registry's and the agent's HTTP
+// APIs, the gateway's TCP and HTTP listeners and its admin port.
+//
+// It binds "ip:port", accepts on a strand of one io_context, and hands each connection to the
+// owner's Serve coroutine on the executor the owner's Place picks (one of its io threads, a
+// strand). Around that it does what each server needs the same way:
+//   - a connection limit: a client over max_connections gets `refusal` (bytes written within a
+//     second, e.g. an HTTP 503; nothing: closed at once) and is closed, counted as refused;
+//   - accept errors (out of descriptors) pause the loop briefly instead of spinning;
+//   - counters (accepted, active, refused) for the owner's metrics;
+//   - StopAccepting() closes the listening socket (new clients are refused by the kernel) and
+//     tells every open connection, through the closer it registered, that the server is
+//     draining; CloseAll() tells them to close now. Each connection decides what that means for
+//     it (a TCP session goes on while draining; an idle HTTP keep-alive connection closes).
+//
+// Threads: Start() and the getters from any thread; StopAccepting() and CloseAll() from any
+// thread but the io threads (StopAccepting waits until the socket is closed, unless nothing runs
+// the accept context any more). The listener's state lives as long as the last connection it
+// accepted.
+#pragma once
+
+// clang-format off
+#include <utility>  // Boost 1.74's asio/awaitable.hpp uses std::exchange without including it
+// clang-format on
+
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "drover/status.h"
+#include "net/connection_counters.h"
+
+namespace drover::net {
+
+enum class CloseReason : std::uint8_t {
+  kDraining,  // the listener stopped accepting: finish what is under way
+  kCloseNow,  // the end of a drain: close
+};
+
+// One open connection, as its listener sees it; handed to the owner's Serve.
+class Connection {
+ public:
+  using Closer = std::function<void(CloseReason)>;
+  // What StopAccepting() and CloseAll() do to this connection; always run on the executor the
+  // connection was placed on. Set it again whenever the connection's objects change.
+  void OnClose(Closer closer);
+
+  struct Entry;  // the listener's record of it
+
+ private:
+  friend class TcpListener;
+  explicit Connection(std::shared_ptr<Entry> entry) : entry_(std::move(entry)) {}
+  std::shared_ptr<Entry> entry_;
+};
+
+struct ListenerOptions {
+  std::string name;     // in log lines: "registry http", "gateway zone"
+  std::string address;  // "ip:port" (IPv4 or [IPv6]); port 0: any free port
+  std::size_t max_connections = 4096;
+  // Written to a client over max_connections before it is closed (empty: closed at once).
+  std::string refusal;
+  int backlog = boost::asio::socket_base::max_listen_connections;
+};
+
+class TcpListener {
+ public:
+  // The executor a new connection is served on; called on the accept strand.
+  using Place = std::function<boost::asio::any_io_executor()>;
+  // Serves one connection; its socket already lives on the executor Place returned.
+  using Serve =
+      std::function<boost::asio::awaitable<void>(boost::asio::ip::tcp::socket, Connection)>;
+
+  // Binds options.address and starts accepting on a strand of `accept_on`, which the owner runs
+  // (before or after Start) and stops.
+  static Result<std::unique_ptr<TcpListener>> Start(boost::asio::io_context& accept_on,
+                                                    ListenerOptions options, Place place,
+                                                    Serve serve);
+  ~TcpListener();  // StopAccepting()
+  TcpListener(const TcpListener&) = delete;
+  TcpListener& operator=(const TcpListener&) = delete;
+
+  std::uint16_t port() const;
+  const ConnectionCounters& counters() const;
+  // Closes the listening socket, then runs every open connection's closer with kDraining.
+  // Idempotent.
+  void StopAccepting();
+  // Runs every open connection's closer with kCloseNow; returns without waiting for them.
+  void CloseAll();
+
+  struct State;
+
+ private:
+  explicit TcpListener(std::shared_ptr<State> state) : state_(std::move(state)) {}
+  std::shared_ptr<State> state_;
+};
+
+}  // namespace drover::net

@@ -1,0 +1,207 @@
+#include "registry/daemon.h"
+
+#include <spdlog/spdlog.h>
+
+#include <filesystem>
+#include <mutex>
+#include <sstream>
+#include <thread>
+
+#include "common/host_port.h"
+#include "registry/auth.h"
+#include "registry/client_limits.h"
+#include "registry/etcd_store.h"
+#include "registry/grpc_api.h"
+#include "registry/http_api.h"
+#include "registry/registry.h"
+#include "registry/sqlite_store.h"
+
+namespace drover::registry {
+
+struct Daemon::Impl {
+  DaemonOptions options;
+  std::string where;  // "data dir ..." or "etcd ... prefix ..."
+  HostPort http_address;
+  std::unique_ptr<Registry> registry;
+  std::unique_ptr<HttpServer> http;
+  std::unique_ptr<GrpcServer> grpc;
+  std::jthread ticker;
+  std::once_flag stop_once;
+};
+
+namespace {
+
+// What can be told wrong before anything is opened.
+Status CheckOptions(const DaemonOptions& o) {
+  if (o.tls_cert.empty() != o.tls_key.empty()) {
+    return InvalidArgumentError("--tls-cert and --tls-key go together");
+  }
+  if (o.store == "etcd" && o.etcd_endpoints.empty()) {
+    return InvalidArgumentError("--store etcd needs --etcd-endpoints host:port[,host:port...]");
+  }
+  if (o.store != "etcd" && o.store != "sqlite") {
+    return InvalidArgumentError("--store must be sqlite or etcd, got '" + o.store + "'");
+  }
+  return Status::Ok();
+}
+
+Result<std::shared_ptr<const Authorizer>> LoadAuth(const DaemonOptions& o) {
+  if (o.auth_tokens.empty()) return std::shared_ptr<const Authorizer>();
+  DROVER_ASSIGN_OR_RETURN(std::shared_ptr<const Authorizer> auth,
+                          Authorizer::LoadFile(o.auth_tokens));
+  spdlog::info("registry: bearer-token auth on, {} tokens from {}", auth->size(), o.auth_tokens);
+  return auth;
+}
+
+// The store, and where it keeps its data (for the listening line).
+Result<std::unique_ptr<Store>> OpenStore(const DaemonOptions& o, std::string& where) {
+  if (o.store == "etcd") {
+    EtcdOptions eo;
+    std::stringstream list(o.etcd_endpoints);
+    for (std::string endpoint; std::getline(list, endpoint, ',');) {
+      if (!endpoint.empty()) eo.endpoints.push_back(endpoint);
+    }
+    eo.prefix = o.etcd_prefix;
+    eo.session_ttl = std::chrono::seconds(o.etcd_session_ttl_s);
+    DROVER_ASSIGN_OR_RETURN(std::unique_ptr<EtcdStore> store, EtcdStore::Open(eo));
+    where = "etcd " + o.etcd_endpoints + " prefix " + o.etcd_prefix;
+    return std::unique_ptr<Store>(std::move(store));
+  }
+  std::error_code ec;
+  std::filesystem::create_directories(o.data_dir, ec);
+  if (ec) {
+    return UnavailableError("cannot create data directory " + o.data_dir + ": " + ec.message());
+  }
+  DROVER_ASSIGN_OR_RETURN(std::unique_ptr<SqliteStore> store, SqliteStore::Open(o.data_dir));
+  where = "data dir " + o.data_dir;
+  return std::unique_ptr<Store>(std::move(store));
+}
+
+HttpOptions HttpOptionsOf(const DaemonOptions& o, const HostPort& address,
+                          std::shared_ptr<const Authorizer> auth,
+                          std::shared_ptr<ClientLimits> limits) {
+  HttpOptions http;
+  http.address = address.ToString();
+  http.tls_cert_file = o.tls_cert;
+  http.tls_key_file = o.tls_key;
+  http.ui_gateways = o.ui_gateways;
+  http.ui_agents = o.ui_agents;
+  http.max_connections = o.max_connections;
+  http.max_body = o.max_body;
+  http.limits = std::move(limits);
+  http.auth = std::move(auth);
+  return http;
+}
+
+// Logs what an operator should know about who can reach the APIs.
+void WarnAboutExposure(const DaemonOptions& o, const HostPort& http, bool auth) {
+  const bool tls = !o.tls_cert.empty();
+  bool grpc_loopback = true;
+  if (o.grpc != "off") {
+    auto grpc = ParseHostPort(o.grpc, "--grpc", {.allow_port_zero = true});
+    grpc_loopback = grpc.ok() && grpc->IsLoopback();
+    if (!grpc_loopback && !auth) {
+      spdlog::warn("registry: gRPC API on non-loopback address {} WITHOUT authentication",
+                   grpc.ok() ? grpc->host : o.grpc);
+    }
+  }
+  if (!http.IsLoopback() && !auth) {
+    spdlog::warn(
+        "registry: HTTP API on non-loopback address {} WITHOUT authentication: anyone who can "
+        "reach it can register and deregister instances",
+        http.host);
+  }
+  if (auth && !tls && (!http.IsLoopback() || !grpc_loopback)) {
+    spdlog::warn(
+        "registry: tokens travel in clear text on a non-loopback address; give "
+        "--tls-cert and --tls-key");
+  }
+}
+
+Status StartApis(Daemon::Impl& d) {
+  const DaemonOptions& o = d.options;
+  DROVER_ASSIGN_OR_RETURN(std::shared_ptr<const Authorizer> auth, LoadAuth(o));
+  // One set of per-client limits for both APIs: a client's HTTP and gRPC calls count together.
+  auto limits = std::make_shared<ClientLimits>(
+      ClientLimitOptions{.max_watches_per_client = o.max_watches_per_client,
+                         .write_rate = o.write_rate,
+                         .write_burst = o.write_burst});
+  DROVER_ASSIGN_OR_RETURN(
+      d.http, HttpServer::Start(*d.registry, HttpOptionsOf(o, d.http_address, auth, limits)));
+  if (o.grpc != "off") {
+    GrpcOptions grpc;
+    grpc.address = o.grpc;
+    grpc.auth = auth;
+    grpc.limits = limits;
+    grpc.tls_cert_file = o.tls_cert;
+    grpc.tls_key_file = o.tls_key;
+    DROVER_ASSIGN_OR_RETURN(d.grpc, GrpcServer::Start(*d.registry, grpc));
+  }
+  WarnAboutExposure(o, d.http_address, auth != nullptr);
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& options, Clock& clock) {
+  DROVER_RETURN_IF_ERROR(CheckOptions(options));
+  auto impl = std::make_unique<Impl>();
+  impl->options = options;
+  DROVER_ASSIGN_OR_RETURN(impl->http_address,
+                          ParseHostPort(options.http, "--http", {.allow_port_zero = true}));
+  DROVER_ASSIGN_OR_RETURN(std::unique_ptr<Store> store, OpenStore(options, impl->where));
+  RegistryOptions ro;
+  ro.self_preservation_fraction = options.self_preservation_fraction;
+  DROVER_ASSIGN_OR_RETURN(impl->registry, Registry::Open(std::move(store), clock, ro));
+  DROVER_RETURN_IF_ERROR(StartApis(*impl));
+  const bool tls = !options.tls_cert.empty();
+  spdlog::info("registry: serving {} on {}; dashboard at {}://{}/ui/ ({} gateway(s), {} agent(s))",
+               tls ? "HTTPS" : "HTTP", impl->http_address.WithPort(impl->http->port()).ToString(),
+               tls ? "https" : "http", impl->http_address.WithPort(impl->http->port()).ToString(),
+               options.ui_gateways.size(), options.ui_agents.size());
+  impl->ticker =
+      std::jthread([&clock, registry = impl->registry.get(),
+                    tick = std::chrono::milliseconds(options.tick_ms)](std::stop_token stop) {
+        while (clock.SleepFor(tick, stop)) {
+          if (Status s = registry->Tick(); !s.ok())
+            spdlog::error("registry tick: {}", s.ToString());
+        }
+      });
+  return std::unique_ptr<Daemon>(new Daemon(std::move(impl)));
+}
+
+Daemon::Daemon(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+Daemon::~Daemon() { Stop(); }
+
+std::uint16_t Daemon::http_port() const { return impl_->http->port(); }
+
+int Daemon::grpc_port() const { return impl_->grpc ? impl_->grpc->port() : 0; }
+
+std::string Daemon::ListeningLine() const {
+  const DaemonOptions& o = impl_->options;
+  const bool tls = !o.tls_cert.empty();
+  std::string grpc_note;
+  if (impl_->grpc) {
+    auto grpc = ParseHostPort(o.grpc, "--grpc", {.allow_port_zero = true});
+    const std::string bound =
+        grpc.ok() ? grpc->WithPort(static_cast<std::uint16_t>(grpc_port())).ToString() : o.grpc;
+    grpc_note = std::string(" and ") + (tls ? "grpcs://" : "grpc://") + bound;
+  }
+  return std::string("drover registry listening on ") + (tls ? "https" : "http") + "://" +
+         impl_->http_address.WithPort(http_port()).ToString() + grpc_note + " (" + impl_->where +
+         ")";
+}
+
+void Daemon::Stop() {
+  std::call_once(impl_->stop_once, [this] {
+    if (impl_->ticker.joinable()) {
+      impl_->ticker.request_stop();
+      impl_->ticker.join();
+    }
+    if (impl_->grpc) impl_->grpc->Stop();
+    if (impl_->http) impl_->http->Stop();
+  });
+}
+
+}  // namespace drover::registry

@@ -1,0 +1,74 @@
+// Daemon: the `drover registry` process in one object -- the store (SQLite under a data dir, or
+// an etcd cluster shared with other registry processes), the Registry over it, its HTTP and gRPC
+// APIs sharing one set of per-client limits and one token file, and the tick that expires leases
+// and sends watch progress. The CLI parses flags and YAML into DaemonOptions, starts a Daemon,
+// prints its listening line and waits for a signal; tests can run one in process the same way.
+//
+// Thread-safety: Start() and the getters from any thread; Stop() is idempotent and must not be
+// called from a thread of the daemon's own (an API handler). The Clock must outlive the Daemon.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "drover/clock.h"
+#include "drover/status.h"
+
+namespace drover::registry {
+
+// Every setting of `drover registry`; the YAML keys (daemon_config.h) and the long flags have
+// these names, with '-' for '_'.
+struct DaemonOptions {
+  std::string store = "sqlite";  // sqlite | etcd
+  std::string data_dir = "drover-data";
+  std::string etcd_endpoints;  // etcd: host:port,host:port,...
+  std::string etcd_prefix = "/drover/registry";
+  int etcd_session_ttl_s = 5;
+  std::string http = "127.0.0.1:7070";
+  std::string grpc = "127.0.0.1:7071";  // "off": no gRPC API
+  std::string auth_tokens;              // token file; empty: no authentication
+  int tick_ms = 500;
+  double self_preservation_fraction = 0.5;
+  std::string tls_cert;  // both set: HTTPS and gRPC over TLS
+  std::string tls_key;
+  // Protection: 0 connections or watches would refuse everything, so >= 1.
+  std::size_t max_connections = 4096;
+  std::size_t max_watches_per_client = 64;
+  double write_rate = 0;  // writes/s per client address; 0: no limit
+  double write_burst = 0;
+  std::size_t max_body = 64 * 1024;
+  std::vector<std::string> ui_gateways;  // the dashboard's gateway and agent panels
+  std::vector<std::string> ui_agents;
+};
+
+class Daemon {
+ public:
+  // Checks the options, opens the store and the registry, starts both APIs and the tick, and
+  // warns in the log about an API open to the network without tokens or with tokens in clear
+  // text. INVALID_ARGUMENT for options that cannot work (a usage error); any other code when
+  // the daemon could not start.
+  static Result<std::unique_ptr<Daemon>> Start(const DaemonOptions& options, Clock& clock);
+  ~Daemon();  // Stop()
+  Daemon(const Daemon&) = delete;
+  Daemon& operator=(const Daemon&) = delete;
+
+  std::uint16_t http_port() const;
+  int grpc_port() const;  // 0 with --grpc off
+  // "drover registry listening on http://127.0.0.1:7070 and grpc://127.0.0.1:7071 (data dir
+  // ...)": the bound ports, for scripts and tests that pass port 0.
+  std::string ListeningLine() const;
+
+  // Stops the tick, then the gRPC and HTTP APIs, then closes the store. Idempotent.
+  void Stop();
+
+  struct Impl;
+
+ private:
+  explicit Daemon(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace drover::registry

@@ -1,0 +1,60 @@
+// The one Status -> HTTP mapping every Drover HTTP API answers with.
+#include "common/http_error.h"
+
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "common/fencing.h"
+
+namespace drover {
+namespace {
+
+TEST(HttpErrorTest, EveryCodeHasItsStatus) {
+  const std::vector<std::pair<StatusCode, unsigned>> expected = {
+      {StatusCode::kOk, 200},
+      {StatusCode::kCancelled, 500},
+      {StatusCode::kUnknown, 500},
+      {StatusCode::kInvalidArgument, 400},
+      {StatusCode::kDeadlineExceeded, 504},
+      {StatusCode::kNotFound, 404},
+      {StatusCode::kAlreadyExists, 409},
+      {StatusCode::kPermissionDenied, 403},
+      {StatusCode::kResourceExhausted, 429},
+      {StatusCode::kFailedPrecondition, 409},
+      {StatusCode::kAborted, 409},
+      {StatusCode::kOutOfRange, 400},
+      {StatusCode::kUnimplemented, 501},
+      {StatusCode::kInternal, 500},
+      {StatusCode::kUnavailable, 503},
+      {StatusCode::kDataLoss, 500},
+      {StatusCode::kUnauthenticated, 401},
+  };
+  ASSERT_EQ(expected.size(), 17u);  // every code
+  for (const auto& [code, http] : expected) {
+    EXPECT_EQ(HttpStatusOf(code), http) << StatusCodeName(code);
+  }
+}
+
+TEST(HttpErrorTest, TheBodyNamesTheCodeAndAFencedWriterLearnsTheGenerationToBeat) {
+  const auto body = nlohmann::json::parse(ErrorBody(DataLossError("cannot read deploys.json")));
+  EXPECT_EQ(body["error"]["code"], "DATA_LOSS");
+  EXPECT_EQ(body["error"]["message"], "cannot read deploys.json");
+  EXPECT_FALSE(body["error"].contains("newest_generation"));
+
+  const Status fenced = FencedError("zone", "z1", 3, 7, "a newer process registered");
+  EXPECT_EQ(ErrorCodeName(fenced), "FENCED");
+  const auto fenced_body = nlohmann::json::parse(ErrorBody(fenced));
+  EXPECT_EQ(fenced_body["error"]["code"], "FENCED");
+  EXPECT_EQ(fenced_body["error"]["newest_generation"], 7);
+  EXPECT_EQ(HttpStatusOf(fenced.code()), 409u);
+}
+
+TEST(HttpErrorTest, BytesThatAreNotUtf8AreReplacedNotThrown) {
+  const std::string body = ErrorBody(NotFoundError("no such endpoint: /\xff\xfe"));
+  EXPECT_TRUE(nlohmann::json::accept(body));
+  EXPECT_EQ(body.back(), '\n');
+}
+
+}  // namespace
+}  // namespace drover

@@ -1,0 +1,224 @@
+// The HTTP server under every Drover API and the accept loop under every server, over real
+// loopback sockets: what the server answers itself (400, 413, 500, 503 over the limit), the
+// headers it adds, keep-alive, streams, and a listener's drain and close-all.
+#include "net/http_server.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/redirect_error.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/write.hpp>
+#include <boost/beast/http.hpp>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "common/http_error.h"
+#include "net/tcp_listener.h"
+#include "testing/eventually.h"
+#include "testing/http_client.h"
+
+namespace drover::net {
+namespace {
+
+namespace asio = boost::asio;
+namespace http = boost::beast::http;
+using testing::Eventually;
+using ::testing::HasSubstr;
+using testing::Http;
+using testing::SendRaw;
+
+std::string ErrorCodeOf(const testing::HttpReply& reply) {
+  const auto body = nlohmann::json::parse(reply.body, nullptr, false);
+  return body.is_object() ? body["error"].value("code", "") : "";
+}
+
+class HttpServerTest : public ::testing::Test {
+ protected:
+  void Start(HttpServerOptions options) {
+    options.name = "test";
+    auto server = HttpServer::Start(
+        std::move(options),
+        [this](const HttpRequest& req, const std::string& client) { return Handle(req, client); });
+    ASSERT_TRUE(server.ok()) << server.status().ToString();
+    server_ = std::move(*server);
+  }
+
+  HttpReply Handle(const HttpRequest& req, const std::string& client) {
+    const std::string target(req.target());
+    if (target == "/throw") throw std::runtime_error("a bug");
+    if (target == "/missing") return ErrorResponse(req, NotFoundError("no such thing"));
+    if (target == "/slow") {
+      std::unique_lock lock(mu_);
+      cv_.wait(lock, [this] { return released_; });
+    }
+    if (target == "/stream") {
+      HttpReply reply;
+      reply.stream = [](ChunkedWriter& out) -> asio::awaitable<void> {
+        HttpHead head{http::status::ok, 11};
+        if (!co_await out.Begin(head)) co_return;
+        for (const char* line : {"one\n", "two\n"}) {
+          if (!co_await out.Write(line, std::chrono::seconds(5))) co_return;
+        }
+        co_await out.End();
+      };
+      return reply;
+    }
+    return JsonResponse(
+        req, 200,
+        "{\"client\":\"" + client + "\",\"body\":" + std::to_string(req.body().size()) + "}\n");
+  }
+
+  void Release() {
+    std::lock_guard lock(mu_);
+    released_ = true;
+    cv_.notify_all();
+  }
+
+  std::uint16_t port() const { return server_->port(); }
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool released_ = false;
+  std::unique_ptr<HttpServer> server_;
+};
+
+TEST_F(HttpServerTest, AnswersAndAddsItsServerHeader) {
+  Start({});
+  const auto reply = Http(port(), "POST", "/echo", "hello");
+  EXPECT_EQ(reply.status, 200);
+  EXPECT_THAT(reply.headers, HasSubstr("Server: drover-test"));
+  EXPECT_EQ(reply.body, "{\"client\":\"127.0.0.1\",\"body\":5}\n");
+  const auto missing = Http(port(), "GET", "/missing");
+  EXPECT_EQ(missing.status, 404);
+  EXPECT_EQ(ErrorCodeOf(missing), "NOT_FOUND");
+  EXPECT_EQ(server_->responses().at(200), 1u);
+  EXPECT_EQ(server_->responses().at(404), 1u);
+}
+
+TEST_F(HttpServerTest, BadRequestsOversizedBodiesAndBugsGetClearErrors) {
+  HttpServerOptions o;
+  o.max_body = 1024;
+  Start(o);
+  const auto malformed = SendRaw(port(), "NOT HTTP AT ALL\r\n\r\n");
+  EXPECT_EQ(malformed.status, 400);
+  EXPECT_EQ(ErrorCodeOf(malformed), "INVALID_ARGUMENT");
+  EXPECT_THAT(malformed.body, HasSubstr("malformed HTTP request"));
+
+  const auto huge = Http(port(), "POST", "/echo", std::string(2048, 'x'));
+  EXPECT_EQ(huge.status, 413);
+  EXPECT_EQ(ErrorCodeOf(huge), "RESOURCE_EXHAUSTED");
+  EXPECT_THAT(huge.body, HasSubstr("body larger than 1024 bytes"));
+
+  const auto bug = Http(port(), "GET", "/throw");
+  EXPECT_EQ(bug.status, 500);
+  EXPECT_EQ(ErrorCodeOf(bug), "INTERNAL");
+  // The server goes on serving.
+  EXPECT_EQ(Http(port(), "GET", "/echo").status, 200);
+}
+
+TEST_F(HttpServerTest, KeepsAConnectionAliveAcrossRequests) {
+  Start({});
+  const auto replies = SendRaw(
+      port(),
+      "GET /a HTTP/1.1\r\nHost: x\r\n\r\nGET /b HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+  EXPECT_EQ(replies.status, 200);
+  // Both replies came on the one connection, the second after the first's body.
+  EXPECT_THAT(replies.body, HasSubstr("HTTP/1.1 200 OK"));
+}
+
+TEST_F(HttpServerTest, AStreamIsChunkedAndEndsCleanly) {
+  Start({});
+  testing::StreamReader stream(port(), "/stream");
+  const auto lines = stream.Lines(2, std::chrono::seconds(5));
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_EQ(lines[0], "one");
+  EXPECT_EQ(lines[1], "two");
+  EXPECT_TRUE(stream.Ended(std::chrono::seconds(5)));
+  EXPECT_EQ(stream.status(), 200);
+}
+
+TEST_F(HttpServerTest, OverTheConnectionLimitAClientGets503AndTheOthersAreServed) {
+  HttpServerOptions o;
+  o.max_connections = 1;
+  o.threads = 2;
+  Start(o);
+  std::thread slow([this] { EXPECT_EQ(Http(port(), "GET", "/slow").status, 200); });
+  ASSERT_TRUE(Eventually([this] { return server_->connections().active.load() == 1; }));
+  const auto refused = Http(port(), "GET", "/echo");
+  EXPECT_EQ(refused.status, 503);
+  EXPECT_EQ(ErrorCodeOf(refused), "RESOURCE_EXHAUSTED");
+  EXPECT_THAT(refused.body, HasSubstr("too many connections to this test"));
+  EXPECT_THAT(refused.headers, HasSubstr("Retry-After: 1"));
+  EXPECT_EQ(server_->connections().refused.load(), 1u);
+  Release();
+  slow.join();
+  ASSERT_TRUE(Eventually([this] { return server_->connections().active.load() == 0; }));
+  EXPECT_EQ(Http(port(), "GET", "/echo").status, 200);
+}
+
+TEST_F(HttpServerTest, StopAcceptingRefusesNewClientsAtTheKernel) {
+  Start({});
+  server_->StopAccepting();
+  EXPECT_EQ(Http(port(), "GET", "/echo").status, 0);  // connection refused
+}
+
+// A listener's drain and close-all reach each connection through the closer it registered.
+TEST(TcpListenerTest, DrainingAndClosingReachEveryConnection) {
+  asio::io_context io;
+  std::atomic<int> drained{0}, closed{0};
+  ListenerOptions o;
+  o.name = "test";
+  o.address = "127.0.0.1:0";
+  auto listener = TcpListener::Start(
+      io, o, [&io] { return asio::any_io_executor(io.get_executor()); },
+      [&](asio::ip::tcp::socket socket, Connection connection) -> asio::awaitable<void> {
+        auto timer =
+            std::make_shared<asio::steady_timer>(socket.get_executor(), std::chrono::hours(1));
+        connection.OnClose([&, timer](CloseReason reason) {
+          (reason == CloseReason::kDraining ? drained : closed).fetch_add(1);
+          if (reason == CloseReason::kCloseNow) timer->cancel();
+        });
+        boost::system::error_code ec;
+        co_await timer->async_wait(asio::redirect_error(asio::use_awaitable, ec));
+      });
+  ASSERT_TRUE(listener.ok()) << listener.status().ToString();
+  std::thread runner([&io] {
+    auto work = asio::make_work_guard(io);
+    io.run();
+  });
+  const int a = testing::ConnectLoopback((*listener)->port());
+  const int b = testing::ConnectLoopback((*listener)->port());
+  ASSERT_TRUE(Eventually([&] { return (*listener)->counters().active.load() == 2; }));
+  (*listener)->StopAccepting();
+  EXPECT_TRUE(Eventually([&] { return drained.load() == 2; }));
+  EXPECT_EQ(testing::ConnectLoopback((*listener)->port()), -1);
+  (*listener)->CloseAll();
+  EXPECT_TRUE(Eventually([&] { return closed.load() == 2; }));
+  EXPECT_TRUE(Eventually([&] { return (*listener)->counters().active.load() == 0; }));
+  EXPECT_EQ((*listener)->counters().accepted.load(), 2u);
+  ::close(a);
+  ::close(b);
+  io.stop();
+  runner.join();
+}
+
+TEST(TcpListenerTest, ABadAddressIsRefusedBeforeAnythingStarts) {
+  asio::io_context io;
+  ListenerOptions o;
+  o.name = "test";
+  o.address = "localhost:80";
+  auto listener = TcpListener::Start(
+      io, o, [&io] { return asio::any_io_executor(io.get_executor()); },
+      [](asio::ip::tcp::socket, Connection) -> asio::awaitable<void> { co_return; });
+  EXPECT_EQ(listener.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(listener.status().message(), HasSubstr("not an IP address"));
+}
+
+}  // namespace
+}  // namespace drover::net
