@@ -6,12 +6,17 @@
 
 namespace drover {
 
-sigset_t BlockShutdownSignals(std::initializer_list<int> extra) {
+sigset_t ShutdownSignals(std::initializer_list<int> extra) {
   sigset_t signals;
   sigemptyset(&signals);
   sigaddset(&signals, SIGINT);
   sigaddset(&signals, SIGTERM);
   for (const int s : extra) sigaddset(&signals, s);
+  return signals;
+}
+
+sigset_t BlockShutdownSignals(std::initializer_list<int> extra) {
+  const sigset_t signals = ShutdownSignals(extra);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   return signals;
 }

@@ -16,7 +16,10 @@
 
 namespace drover {
 
-// Blocks SIGINT, SIGTERM and `extra` in the calling thread and returns that set. Call before any
+// SIGINT, SIGTERM and `extra`.
+sigset_t ShutdownSignals(std::initializer_list<int> extra = {});
+
+// Blocks ShutdownSignals(extra) in the calling thread and returns that set. Call before any
 // thread starts.
 sigset_t BlockShutdownSignals(std::initializer_list<int> extra = {});
 

@@ -2,9 +2,7 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
-#include <poll.h>
 #include <spdlog/spdlog.h>
-#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -37,53 +35,28 @@ Result<std::unique_ptr<HealthServer>> HealthServer::Start(const std::string& add
                                                           std::function<Readiness()> ready) {
   auto listening = ListenTcp(address, 64, "health probes");
   if (!listening.ok()) return listening.status();
-  const int fd = listening->fd;
-  const int wake = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-  if (wake < 0) {
+  std::unique_ptr<HealthServer> server(
+      new HealthServer(listening->fd, listening->port, std::move(ready)));
+  HealthServer* raw = server.get();
+  auto acceptor = AcceptThread::Start(listening->fd, "health server", [raw](int fd) {
+    raw->Serve(fd);
     ::close(fd);
-    return InternalError("eventfd failed");
-  }
-  return std::unique_ptr<HealthServer>(
-      new HealthServer(fd, wake, listening->port, std::move(ready)));
+  });
+  if (!acceptor.ok()) return acceptor.status();  // the destructor closes the socket
+  server->acceptor_ = std::move(*acceptor);
+  return server;
 }
 
-HealthServer::HealthServer(int listen_fd, int wake_fd, std::uint16_t port,
-                           std::function<Readiness()> ready)
-    : listen_fd_(listen_fd), wake_fd_(wake_fd), port_(port), ready_(std::move(ready)) {
-  thread_ = std::thread([this] { Run(); });
-}
+HealthServer::HealthServer(int listen_fd, std::uint16_t port, std::function<Readiness()> ready)
+    : listen_fd_(listen_fd), port_(port), ready_(std::move(ready)) {}
 
-HealthServer::~HealthServer() {
-  Stop();
-  ::close(wake_fd_);
-}
+HealthServer::~HealthServer() { Stop(); }
 
 void HealthServer::Stop() {
-  if (thread_.joinable()) {
-    const std::uint64_t one = 1;
-    [[maybe_unused]] const ssize_t n = ::write(wake_fd_, &one, sizeof one);
-    thread_.join();
-  }
+  if (acceptor_) acceptor_->Stop();
   if (listen_fd_ >= 0) {
     ::close(listen_fd_);
     listen_fd_ = -1;
-  }
-}
-
-void HealthServer::Run() {
-  while (true) {
-    pollfd fds[2] = {{listen_fd_, POLLIN, 0}, {wake_fd_, POLLIN, 0}};
-    if (::poll(fds, 2, -1) < 0) {
-      if (errno == EINTR) continue;
-      spdlog::error("health server: poll failed: {}", std::strerror(errno));
-      return;
-    }
-    if (fds[1].revents != 0) return;
-    if ((fds[0].revents & POLLIN) == 0) continue;
-    const int conn = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
-    if (conn < 0) continue;  // the client left, or out of descriptors: the next probe retries
-    Serve(conn);
-    ::close(conn);
   }
 }
 

@@ -16,9 +16,9 @@
 #include <functional>
 #include <memory>
 #include <string>
-#include <thread>
 
 #include "drover/status.h"
+#include "sdk/accept_thread.h"
 
 namespace drover::sdk {
 
@@ -41,15 +41,13 @@ class HealthServer {
   void Stop();  // idempotent
 
  private:
-  HealthServer(int listen_fd, int wake_fd, std::uint16_t port, std::function<Readiness()> ready);
-  void Run();
+  HealthServer(int listen_fd, std::uint16_t port, std::function<Readiness()> ready);
   void Serve(int fd);
 
-  int listen_fd_;      // closed by Stop(): probes are refused from then on
-  const int wake_fd_;  // eventfd: Stop() makes it readable
+  int listen_fd_;  // closed by Stop(): probes are refused from then on
   const std::uint16_t port_;
   const std::function<Readiness()> ready_;
-  std::thread thread_;
+  std::unique_ptr<AcceptThread> acceptor_;  // serves each probe on its thread
 };
 
 }  // namespace drover::sdk

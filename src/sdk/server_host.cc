@@ -6,6 +6,7 @@
 #include <csignal>
 #include <set>
 
+#include "common/signals.h"
 #include "drover/host.h"
 #include "drover/registry/v1/registry.grpc.pb.h"
 #include "sdk/host_core.h"
@@ -185,27 +186,8 @@ std::vector<ShutdownStep> ServerHost::shutdown_steps() const {
 }
 HostStats ServerHost::stats() const { return impl_->core->stats(); }
 
-namespace {
-sigset_t TerminationSignals() {
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGTERM);
-  sigaddset(&set, SIGINT);
-  return set;
-}
-}  // namespace
+void BlockTerminationSignals() { (void)BlockShutdownSignals(); }
 
-void BlockTerminationSignals() {
-  const sigset_t set = TerminationSignals();
-  pthread_sigmask(SIG_BLOCK, &set, nullptr);
-}
-
-int WaitForTerminationSignal() {
-  const sigset_t set = TerminationSignals();
-  int signal = 0;
-  while (sigwait(&set, &signal) != 0) {
-  }
-  return signal;
-}
+int WaitForTerminationSignal() { return WaitForSignal(ShutdownSignals()); }
 
 }  // namespace drover

@@ -3,9 +3,7 @@
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
-#include <poll.h>
 #include <spdlog/spdlog.h>
-#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -29,7 +27,6 @@ std::string PeerAddress(const sockaddr_in& addr) {
 SessionServer::~SessionServer() {
   StopAccepting();
   Drain(Duration::zero());
-  if (wake_fd_ >= 0) ::close(wake_fd_);
 }
 
 Status SessionServer::Open(const std::string& address) {
@@ -46,8 +43,6 @@ Status SessionServer::Adopt(int listen_fd) {
     return InvalidArgumentError("sessions: descriptor " + std::to_string(listen_fd) +
                                 " is not a listening socket");
   }
-  wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-  if (wake_fd_ < 0) return InternalError("eventfd failed");
   listen_fd_ = listen_fd;
   address_ = LocalAddress(listen_fd);
   return Status::Ok();
@@ -55,31 +50,12 @@ Status SessionServer::Adopt(int listen_fd) {
 
 void SessionServer::Serve(std::function<void(Session&)> handler) {
   handler_ = std::move(handler);
-  accept_thread_ = std::thread([this] { AcceptLoop(); });
-}
-
-void SessionServer::AcceptLoop() {
-  while (true) {
-    pollfd fds[2] = {{listen_fd_, POLLIN, 0}, {wake_fd_, POLLIN, 0}};
-    if (::poll(fds, 2, -1) < 0) {
-      if (errno == EINTR) continue;
-      spdlog::error("sessions: poll failed: {}", std::strerror(errno));
-      return;
-    }
-    if (fds[1].revents != 0) return;
-    if ((fds[0].revents & POLLIN) == 0) continue;
-    sockaddr_in peer{};
-    socklen_t len = sizeof peer;
-    const int fd = ::accept4(listen_fd_, reinterpret_cast<sockaddr*>(&peer), &len, SOCK_CLOEXEC);
-    if (fd < 0) {
-      if (errno == EMFILE || errno == ENFILE) {
-        spdlog::warn("sessions: out of file descriptors; connections wait in the backlog");
-        ::poll(nullptr, 0, 100);
-      }
-      continue;
-    }
-    Launch(fd);
+  auto acceptor = AcceptThread::Start(listen_fd_, "sessions", [this](int fd) { Launch(fd); });
+  if (!acceptor.ok()) {
+    spdlog::error("sessions: cannot accept: {}", acceptor.status().message());
+    return;
   }
+  acceptor_ = std::move(*acceptor);
 }
 
 void SessionServer::Launch(int fd) {
@@ -120,10 +96,8 @@ void SessionServer::ReapLocked(std::unique_lock<std::mutex>& lock) {
 void SessionServer::StopAccepting() {
   std::call_once(stop_accepting_once_, [this] {
     if (listen_fd_ < 0) return;
-    if (accept_thread_.joinable()) {
-      const std::uint64_t one = 1;
-      [[maybe_unused]] const ssize_t n = ::write(wake_fd_, &one, sizeof one);
-      accept_thread_.join();
+    if (acceptor_) {
+      acceptor_->Stop();
       // Connections the kernel completed but nobody accepted yet would be reset by close():
       // serve them instead. After this sweep, new connects are refused.
       const int flags = ::fcntl(listen_fd_, F_GETFL);

@@ -24,6 +24,7 @@
 #include "drover/clock.h"
 #include "drover/host.h"
 #include "drover/status.h"
+#include "sdk/accept_thread.h"
 
 namespace drover::sdk {
 
@@ -60,17 +61,15 @@ class SessionServer {
     bool done = false;  // guarded by mu_
   };
 
-  void AcceptLoop();
   void Launch(int fd);                                  // serves one accepted connection
   void ReapLocked(std::unique_lock<std::mutex>& lock);  // joins finished sessions
 
   int listen_fd_ = -1;
-  int wake_fd_ = -1;
   std::string address_;
   std::function<void(Session&)> handler_;
   std::atomic<bool> draining_{false};
   std::atomic<std::uint64_t> served_{0};
-  std::thread accept_thread_;
+  std::unique_ptr<AcceptThread> acceptor_;  // calls Launch for each connection
   std::once_flag stop_accepting_once_;
 
   mutable std::mutex mu_;
