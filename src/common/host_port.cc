@@ -79,7 +79,11 @@ bool HostPort::IsWildcard() const {
          IN6_IS_ADDR_UNSPECIFIED(&ip);
 }
 
-Result<HostPort> ParseHostPort(std::string_view text, std::string_view what, HostPortRules rules) {
+Result<HostPort> ParseHostPort(std::string_view text, std::string_view what, HostPortRules rules,
+                               HostPortFault* fault) {
+  HostPortFault ignored = HostPortFault::kNone;
+  HostPortFault& at = fault != nullptr ? *fault : ignored;
+  at = HostPortFault::kHost;
   const auto fail = [&](std::string_view why) {
     return InvalidArgumentError(std::string(what) + " '" + std::string(text) +
                                 "' is not host:port: " + std::string(why));
@@ -107,6 +111,7 @@ Result<HostPort> ParseHostPort(std::string_view text, std::string_view what, Hos
   if (rules.ipv4_only && out.kind != HostKind::kIpv4)
     return fail("the host is not an IPv4 address");
 
+  at = HostPortFault::kPort;
   unsigned port = 0;
   const char* end = port_text.data() + port_text.size();
   const auto [ptr, ec] = std::from_chars(port_text.data(), end, port);
@@ -116,6 +121,7 @@ Result<HostPort> ParseHostPort(std::string_view text, std::string_view what, Hos
   if (port == 0 && !rules.allow_port_zero) return fail("the port must be 1..65535");
   out.host = std::string(host);
   out.port = static_cast<std::uint16_t>(port);
+  at = HostPortFault::kNone;
   return out;
 }
 

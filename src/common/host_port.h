@@ -39,6 +39,9 @@ struct HostPort {
   bool IsWildcard() const;
 };
 
+// Which part of the text was wrong, for callers whose replies have always named it.
+enum class HostPortFault : std::uint8_t { kNone, kHost, kPort };
+
 struct HostPortRules {
   bool allow_port_zero = false;  // a listener's "any free port"
   bool require_ip = false;       // an IP literal: no name lookup happens where it is used
@@ -46,8 +49,8 @@ struct HostPortRules {
 };
 
 // Parses `text` by the rules above; `what` ("--http", "etcd endpoint", "address") starts the
-// error message.
+// error message. `fault`, when given, says which part was wrong (kNone on success).
 Result<HostPort> ParseHostPort(std::string_view text, std::string_view what,
-                               HostPortRules rules = {});
+                               HostPortRules rules = {}, HostPortFault* fault = nullptr);
 
 }  // namespace drover

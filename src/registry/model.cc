@@ -93,8 +93,13 @@ Status ValidateSpec(const InstanceSpec& spec, const Limits& limits) {
     return Invalid("address must be host:port (at most " + std::to_string(limits.max_address) +
                    " characters)");
   }
-  if (auto address = ParseHostPort(spec.address, "address"); !address.ok()) {
-    return address.status();
+  // The replies say which part of the address is wrong in the words they always used.
+  HostPortFault fault = HostPortFault::kNone;
+  if (!ParseHostPort(spec.address, "address", {}, &fault).ok()) {
+    return Invalid(fault == HostPortFault::kPort
+                       ? std::string("address port must be 1..65535")
+                       : "address must be host:port (at most " +
+                             std::to_string(limits.max_address) + " characters)");
   }
   if (spec.generation == 0) return Invalid("generation must be positive");
   if (spec.ttl_ms < limits.min_ttl_ms || spec.ttl_ms > limits.max_ttl_ms) {

@@ -73,6 +73,18 @@ TEST(HostPortTest, RulesForListenersAndLiterals) {
               HasSubstr("not an IPv4 address"));
 }
 
+TEST(HostPortTest, SaysWhichPartWasWrong) {
+  HostPortFault fault = HostPortFault::kNone;
+  EXPECT_FALSE(ParseHostPort("10.0.0.5:0", "x", {}, &fault).ok());
+  EXPECT_EQ(fault, HostPortFault::kPort);
+  EXPECT_FALSE(ParseHostPort("bad host:80", "x", {}, &fault).ok());
+  EXPECT_EQ(fault, HostPortFault::kHost);
+  EXPECT_FALSE(ParseHostPort("10.0.0.5", "x", {}, &fault).ok());
+  EXPECT_EQ(fault, HostPortFault::kHost);
+  EXPECT_TRUE(ParseHostPort("10.0.0.5:80", "x", {}, &fault).ok());
+  EXPECT_EQ(fault, HostPortFault::kNone);
+}
+
 TEST(HostPortTest, LoopbackAndWildcard) {
   for (const char* loopback : {"127.0.0.1:1", "127.8.9.10:1", "[::1]:1", "localhost:1"}) {
     EXPECT_TRUE(ParseHostPort(loopback, "x")->IsLoopback()) << loopback;
