@@ -16,11 +16,11 @@
 
 namespace drover::net {
 
-namespace net = boost::asio;
+namespace asio = boost::asio;
 namespace beast = boost::beast;
 namespace http = beast::http;
-namespace ssl = net::ssl;
-using tcp = net::ip::tcp;
+namespace ssl = asio::ssl;
+using tcp = asio::ip::tcp;
 
 namespace {
 
@@ -67,7 +67,7 @@ Result<HttpClient> HttpClient::Create(const std::string& base, std::string token
 
 template <typename Use>
 Status HttpClient::WithConnection(Use&& use) const {
-  net::io_context io;
+  asio::io_context io;
   if (!tls_) {
     beast::tcp_stream stream(io);
     DROVER_RETURN_IF_ERROR(Connect(stream, peer_, host_, port_, timeout_));
@@ -89,7 +89,7 @@ Status HttpClient::WithConnection(Use&& use) const {
   // SNI, and the certificate must name the host we asked for.
   // (SNI carries names only, not IP addresses.)
   beast::error_code not_ip;
-  net::ip::make_address(host_, not_ip);
+  asio::ip::make_address(host_, not_ip);
   if (not_ip && SSL_ctrl(stream.native_handle(), SSL_CTRL_SET_TLSEXT_HOSTNAME,
                          TLSEXT_NAMETYPE_host_name, const_cast<char*>(host_.c_str())) != 1) {
     return Unreachable(peer_, host_, port_, "cannot set TLS server name");
@@ -160,7 +160,7 @@ Status HttpClient::Stream(const std::string& target,
         stop = !on_line(std::string_view(pending).substr(0, nl));
         pending.erase(0, nl + 1);
       }
-      if (stop) error = net::error::operation_aborted;
+      if (stop) error = asio::error::operation_aborted;
       return data.size();
     };
     parser.on_chunk_body(on_chunk);
