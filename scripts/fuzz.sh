@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Fuzzes every parser with libFuzzer for a bounded time each (default 30 s; CI gives 20):
 #   scripts/fuzz.sh [SECONDS] [TARGET...]
-# Builds the targets of tests/fuzz with clang (-fsanitize=fuzzer,address,undefined) in
-# build-fuzz/, starts each from its corpus (tests/fuzz/corpus/<target>; new inputs go to
-# build-fuzz/corpus/<target>), two at a time. A crash, leak or timeout fails the run and leaves
-# the input in build-fuzz/artifacts/: add it to the target's corpus, where the regular test suite
-# replays it (ctest -L fuzz), and fix the parser.
+# Builds the targets of tests/fuzz in the clang tree (build-clang/, scripts/clang_tree.sh:
+# -fsanitize=fuzzer,address,undefined), starts each from its corpus (tests/fuzz/corpus/<target>;
+# new inputs go to build-clang/fuzz/corpus/<target>), two at a time. A crash, leak or timeout
+# fails the run and leaves the input in build-clang/fuzz/artifacts/: add it to the target's
+# corpus, where the regular test suite replays it (ctest -L fuzz), and fix the parser.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -18,24 +18,23 @@ if [ ${#targets[@]} -eq 0 ]; then
 fi
 
 scripts/setup.sh
-echo "== fuzz build (build-fuzz/, clang)"
-CC=clang CXX=clang++ scripts/build.sh build-fuzz -DDROVER_FUZZ=ON -DDROVER_BUILD_TESTS=OFF \
-  -DDROVER_BUILD_BENCH=OFF -DDROVER_WERROR=ON -DDROVER_SANITIZE=fuzzer-no-link,address,undefined \
-  -- "${targets[@]}"
+echo "== fuzz build (build-clang/)"
+scripts/clang_tree.sh "${targets[@]}"
 
-mkdir -p build-fuzz/artifacts
+out=build-clang/fuzz
+mkdir -p "$out/artifacts"
 run() {
   local t=$1
-  mkdir -p "build-fuzz/corpus/$t"
+  mkdir -p "$out/corpus/$t"
   # -timeout: one input may take at most 10 s; -rss_limit_mb: no input may blow up memory.
-  if "build-fuzz/tests/fuzz/$t" "build-fuzz/corpus/$t" "tests/fuzz/corpus/$t" \
+  if "build-clang/tests/fuzz/$t" "$out/corpus/$t" "tests/fuzz/corpus/$t" \
       -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
-      -artifact_prefix="build-fuzz/artifacts/$t-" >"build-fuzz/$t.log" 2>&1; then
-    echo "fuzz $t: ok, $(grep -o 'stat::number_of_executed_units: *[0-9]*' "build-fuzz/$t.log" |
-      grep -o '[0-9]*$') runs in ${seconds} s, $(ls "build-fuzz/corpus/$t" | wc -l) new inputs"
+      -artifact_prefix="$out/artifacts/$t-" >"$out/$t.log" 2>&1; then
+    echo "fuzz $t: ok, $(grep -o 'stat::number_of_executed_units: *[0-9]*' "$out/$t.log" |
+      grep -o '[0-9]*$') runs in ${seconds} s, $(ls "$out/corpus/$t" | wc -l) new inputs"
   else
-    echo "fuzz $t: FAILED; input in build-fuzz/artifacts/, log build-fuzz/$t.log:" >&2
-    grep -E "^==[0-9]+==ERROR|runtime error|SUMMARY|Test unit written" "build-fuzz/$t.log" |
+    echo "fuzz $t: FAILED; input in $out/artifacts/, log $out/$t.log:" >&2
+    grep -E "^==[0-9]+==ERROR|runtime error|SUMMARY|Test unit written" "$out/$t.log" |
       head -5 >&2
     return 1
   fi

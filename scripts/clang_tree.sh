@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Configures and builds build-clang/, Drover's clang tree:
+#   - every part compiled with clang's thread safety analysis as an error (-Wthread-safety
+#     -Werror checks the DROVER_GUARDED_BY / DROVER_REQUIRES annotations); the drover binary
+#     links every part, so building it checks them all;
+#   - AddressSanitizer + UndefinedBehaviorSanitizer, and libFuzzer's coverage instrumentation;
+#   - the unit tests (ctest --test-dir build-clang -L unit) and the fuzz targets (scripts/fuzz.sh),
+#     which in this tree also replay their corpora as tests.
+#   scripts/clang_tree.sh [ninja targets...]      (default: all of the above)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+targets=("$@")
+if [ ${#targets[@]} -eq 0 ]; then
+  targets=(drover common_test net_test router_test cli_test registry_test sdk_core_test sdk_test
+           jobs_test grpc_test gateway_test rollout_test
+           registry_request_fuzz gateway_http_fuzz key_line_fuzz config_fuzz jobs_payload_fuzz
+           watch_decoder_fuzz cli_config_fuzz)
+fi
+# -O1: sanitized code that runs a test suite in reasonable time, at little more compile time
+# than -O0 with clang.
+CC=clang CXX=clang++ scripts/build.sh build-clang -DDROVER_WERROR=ON -DDROVER_FUZZ=ON \
+  -DDROVER_SANITIZE=fuzzer-no-link,address,undefined -DDROVER_BUILD_BENCH=OFF \
+  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" -- "${targets[@]}"
