@@ -26,8 +26,8 @@ constexpr std::uint64_t kExcludedLoad = std::uint64_t{1} << 40;
 
 }  // namespace
 
-Upstream::Upstream(const ListenerConfig& listener, Clock& clock)
-    : listener_(listener), clock_(clock), router_(RouterOptionsFor(listener)) {
+Upstream::Upstream(const ListenerConfig& listener)
+    : listener_(listener), router_(RouterOptionsFor(listener)) {
   auto empty = std::make_shared<UpstreamSnapshot>();
   empty->router = router_.Snapshot();
   current_.Store(std::move(empty));
@@ -35,7 +35,7 @@ Upstream::Upstream(const ListenerConfig& listener, Clock& clock)
 
 Result<std::unique_ptr<Upstream>> Upstream::Start(const GatewayConfig& gateway,
                                                   const ListenerConfig& listener, Clock& clock) {
-  std::unique_ptr<Upstream> up(new Upstream(listener, clock));
+  std::unique_ptr<Upstream> up(new Upstream(listener));
   DiscoveryOptions d;
   d.registry = gateway.registry;
   d.registry_ca = gateway.registry_ca;
@@ -49,8 +49,8 @@ Result<std::unique_ptr<Upstream>> Upstream::Start(const GatewayConfig& gateway,
   return up;
 }
 
-std::unique_ptr<Upstream> Upstream::ForTables(const ListenerConfig& listener, Clock& clock) {
-  return std::unique_ptr<Upstream>(new Upstream(listener, clock));
+std::unique_ptr<Upstream> Upstream::ForTables(const ListenerConfig& listener, Clock& /*clock*/) {
+  return std::unique_ptr<Upstream>(new Upstream(listener));
 }
 
 Upstream::~Upstream() { Stop(); }

@@ -89,12 +89,11 @@ class Upstream {
   void Stop();
 
  private:
-  Upstream(const ListenerConfig& listener, Clock& clock);
+  explicit Upstream(const ListenerConfig& listener);
   void Run(std::stop_token stop);
   void MarkDiscovered();
 
   const ListenerConfig listener_;
-  Clock& clock_;
   router::Router router_;
   std::unique_ptr<DiscoveryClient> discovery_;
   std::mutex apply_mu_;                                                // serialises Apply()

@@ -162,7 +162,7 @@ TEST(BackendFreezeTest, AFrozenBackendIsEjectedNoSessionFailsAfterwardsAndItCome
 
   // Sessions by phase, by when they began (the pick happens after the connect).
   int before_freeze = 0, failed_before_freeze = 0;
-  int before_ejection = 0, failed_before_ejection = 0, to_frozen_before_ejection = 0;
+  int before_ejection = 0, failed_before_ejection = 0;
   int while_ejected = 0, failed_while_ejected = 0, to_frozen_while_ejected = 0;
   int after_thaw = 0, failed_after_thaw = 0, to_thawed = 0;
   double longest_failure_ms = 0;
@@ -182,7 +182,6 @@ TEST(BackendFreezeTest, AFrozenBackendIsEjectedNoSessionFailsAfterwardsAndItCome
     } else if (s.began < ejected_at) {
       ++before_ejection;
       failed_before_ejection += failed;
-      to_frozen_before_ejection += on_z1;
     } else if (s.began < thawed_at) {
       ++while_ejected;
       failed_while_ejected += failed;
