@@ -6,11 +6,11 @@
 #pragma once
 
 #include <chrono>
-#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
-#include <mutex>
 #include <stop_token>
+
+#include "drover/mutex.h"
 
 namespace drover {
 
@@ -51,8 +51,8 @@ class RealClock final : public Clock {
   bool SleepUntil(MonoTime deadline, std::stop_token stop) override;
 
  private:
-  std::mutex mu_;
-  std::condition_variable_any cv_;  // only woken by stop requests
+  Mutex mu_;
+  CondVar cv_;  // only woken by stop requests
 };
 
 // A clock that moves only when told to. Threads blocked in SleepUntil wake when Advance() moves
@@ -78,11 +78,11 @@ class FakeClock final : public Clock {
   bool AwaitSleepers(std::size_t n, std::chrono::milliseconds real_timeout);
 
  private:
-  mutable std::mutex mu_;
-  std::condition_variable_any cv_;  // guarded by mu_: time moved, sleeper count changed
-  MonoTime now_;                    // guarded by mu_
-  SystemTime system_now_;           // guarded by mu_
-  std::size_t sleepers_ = 0;        // guarded by mu_
+  mutable Mutex mu_;
+  CondVar cv_;  // waited on with mu_: time moved, sleeper count changed
+  MonoTime now_ DROVER_GUARDED_BY(mu_);
+  SystemTime system_now_ DROVER_GUARDED_BY(mu_);
+  std::size_t sleepers_ DROVER_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace drover

@@ -11,13 +11,13 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
-#include <mutex>
 #include <string>
 #include <string_view>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
+#include "drover/mutex.h"
 #include "drover/router.h"
 
 namespace drover::router {
@@ -143,9 +143,10 @@ class HotKeyDetector {
 
  private:
   const HotKeyDetectorOptions options_;
-  mutable std::mutex mu_;
-  SpaceSaving sketch_;               // guarded by mu_
-  std::uint64_t since_halving_ = 0;  // guarded by mu_; weight recorded since the last Halve()
+  mutable Mutex mu_;
+  SpaceSaving sketch_ DROVER_GUARDED_BY(mu_);
+  // Weight recorded since the last Halve().
+  std::uint64_t since_halving_ DROVER_GUARDED_BY(mu_) = 0;
 };
 
 // The spreading policy: a fixed set of hot keys, each spread over `replicas` sub-keys

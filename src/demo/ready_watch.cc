@@ -25,7 +25,7 @@ void ReadyWatch::Poll(std::stop_token stop) {
       auto ready = rollout::RegistryReadiness(registry_, service);
       if (!ready.ok()) continue;  // the next poll tries again; a demo step waits with a deadline
       const MonoTime now = clock.Now();
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       std::set<std::string>& now_ready = ready_now_[service];
       now_ready.clear();
       for (const auto& [id, is_ready] : *ready) {
@@ -39,14 +39,14 @@ void ReadyWatch::Poll(std::stop_token stop) {
 }
 
 std::optional<MonoTime> ReadyWatch::ReadySince(const std::string& id) const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   const auto it = first_ready_.find(id);
   if (it == first_ready_.end()) return std::nullopt;
   return it->second;
 }
 
 std::set<std::string> ReadyWatch::ReadyNow(const std::string& service) const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   const auto it = ready_now_.find(service);
   return it == ready_now_.end() ? std::set<std::string>{} : it->second;
 }

@@ -2,7 +2,6 @@
 #pragma once
 
 #include <map>
-#include <mutex>
 #include <optional>
 #include <set>
 #include <stop_token>
@@ -11,6 +10,7 @@
 #include <vector>
 
 #include "drover/clock.h"
+#include "drover/mutex.h"
 #include "net/http_client.h"
 
 namespace drover::demo {
@@ -33,9 +33,9 @@ class ReadyWatch {
 
   net::HttpClient registry_;
   std::vector<std::string> services_;
-  mutable std::mutex mu_;
-  std::map<std::string, MonoTime> first_ready_;             // guarded by mu_
-  std::map<std::string, std::set<std::string>> ready_now_;  // guarded by mu_
+  mutable Mutex mu_;
+  std::map<std::string, MonoTime> first_ready_ DROVER_GUARDED_BY(mu_);
+  std::map<std::string, std::set<std::string>> ready_now_ DROVER_GUARDED_BY(mu_);
   std::jthread poller_;
 };
 

@@ -5,9 +5,10 @@
 // clang-format on
 
 #include <boost/asio.hpp>
-#include <mutex>
 #include <optional>
 #include <thread>
+
+#include "drover/mutex.h"
 
 namespace drover::demo {
 
@@ -45,8 +46,8 @@ struct ZoneLoad::Impl : std::enable_shared_from_this<Impl> {
   std::thread thread;
   std::atomic<bool> stopping{false};
   std::atomic<int> open{0};
-  mutable std::mutex mu;
-  std::vector<SessionRecord> records;  // guarded by mu
+  mutable Mutex mu;
+  std::vector<SessionRecord> records DROVER_GUARDED_BY(mu);
 };
 
 namespace {
@@ -108,7 +109,7 @@ asio::awaitable<void> ZoneLoad::Impl::Session(std::uint64_t n) {
   record.started = MonoClock::now();
   auto finish = [&](SessionOutcome outcome) {
     record.outcome = outcome;
-    std::lock_guard lock(mu);
+    MutexLock lock(mu);
     records.push_back(record);
   };
   tcp::socket socket(co_await asio::this_coro::executor);
@@ -205,7 +206,7 @@ void ZoneLoad::Stop() {
 }
 
 std::vector<SessionRecord> ZoneLoad::records() const {
-  std::lock_guard lock(impl_->mu);
+  MutexLock lock(impl_->mu);
   return impl_->records;
 }
 

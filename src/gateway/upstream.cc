@@ -80,7 +80,7 @@ void Upstream::Run(std::stop_token stop) {
 }
 
 void Upstream::Apply(std::shared_ptr<const router::RoutingTable> table) {
-  std::lock_guard lock(apply_mu_);
+  MutexLock lock(apply_mu_);
   const Status s = router_.Publish(table);
   if (!s.ok()) return;  // an older table: nothing to do
   auto next = std::make_shared<UpstreamSnapshot>();
@@ -100,7 +100,7 @@ void Upstream::Apply(std::shared_ptr<const router::RoutingTable> table) {
 }
 
 void Upstream::MarkDiscovered() {
-  std::lock_guard lock(apply_mu_);
+  MutexLock lock(apply_mu_);
   auto next = std::make_shared<UpstreamSnapshot>(*current_.Load());
   next->discovered = true;
   current_.Store(std::move(next));

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "drover/discovery.h"
+#include "drover/mutex.h"
 #include "drover/router.h"
 #include "gateway/config.h"
 
@@ -96,8 +97,8 @@ class Upstream {
   const ListenerConfig listener_;
   router::Router router_;
   std::unique_ptr<DiscoveryClient> discovery_;
-  std::mutex apply_mu_;                                                // serialises Apply()
-  std::map<std::string, std::shared_ptr<InstanceCounters>> counters_;  // guarded by apply_mu_
+  Mutex apply_mu_;  // serialises Apply()
+  std::map<std::string, std::shared_ptr<InstanceCounters>> counters_ DROVER_GUARDED_BY(apply_mu_);
   router::Published<UpstreamSnapshot> current_;
   std::jthread thread_;
 };

@@ -30,7 +30,7 @@ MonoTime UpstreamPool::RetireAt(MonoTime now) {
 
 std::optional<tcp::socket> UpstreamPool::Take(const std::string& key, MonoTime now,
                                               MonoTime* retire_at) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   auto it = idle_.find(key);
   if (it == idle_.end()) return std::nullopt;
   std::deque<Idle>& list = it->second;
@@ -57,7 +57,7 @@ std::optional<tcp::socket> UpstreamPool::Take(const std::string& key, MonoTime n
 
 void UpstreamPool::Put(const std::string& key, tcp::socket socket, MonoTime retire_at,
                        MonoTime now) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   if (now >= retire_at) {
     ++stats_.retired_age;
     return;
@@ -74,7 +74,7 @@ void UpstreamPool::Put(const std::string& key, tcp::socket socket, MonoTime reti
 }
 
 std::size_t UpstreamPool::Sweep(MonoTime now) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   std::size_t closed = 0;
   for (auto it = idle_.begin(); it != idle_.end();) {
     std::deque<Idle>& list = it->second;
@@ -96,7 +96,7 @@ std::size_t UpstreamPool::Sweep(MonoTime now) {
 }
 
 UpstreamPool::Stats UpstreamPool::stats() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return stats_;
 }
 

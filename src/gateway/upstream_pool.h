@@ -22,11 +22,11 @@
 #include <cstdint>
 #include <deque>
 #include <map>
-#include <mutex>
 #include <optional>
 #include <string>
 
 #include "drover/clock.h"
+#include "drover/mutex.h"
 
 namespace drover::gateway {
 
@@ -73,9 +73,10 @@ class UpstreamPool {
     MonoTime idle_since;
   };
   const Options options_;
-  mutable std::mutex mu_;
-  std::map<std::string, std::deque<Idle>> idle_;  // back: most recently returned
-  Stats stats_;
+  mutable Mutex mu_;
+  // The back of each list was returned most recently.
+  std::map<std::string, std::deque<Idle>> idle_ DROVER_GUARDED_BY(mu_);
+  Stats stats_ DROVER_GUARDED_BY(mu_);
 };
 
 }  // namespace drover::gateway

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "common/http_error.h"
+#include "drover/mutex.h"
 
 namespace drover::net {
 
@@ -118,7 +119,7 @@ struct HttpServer::Impl {
   template <typename Stream>
   asio::awaitable<bool> Write(Stream& stream, HttpResponse& res);
   void Count(unsigned status) {
-    std::lock_guard lock(mu);
+    MutexLock lock(mu);
     ++responses[status];
   }
 
@@ -131,8 +132,8 @@ struct HttpServer::Impl {
   std::vector<std::thread> threads;
   std::once_flag stop_once;
 
-  mutable std::mutex mu;
-  std::map<unsigned, std::uint64_t> responses;  // guarded by mu
+  mutable Mutex mu;
+  std::map<unsigned, std::uint64_t> responses DROVER_GUARDED_BY(mu);
 };
 
 Status HttpServer::Impl::LoadTls() {
@@ -283,7 +284,7 @@ bool HttpServer::tls() const { return impl_->tls.has_value(); }
 const ConnectionCounters& HttpServer::connections() const { return impl_->listener->counters(); }
 
 std::map<unsigned, std::uint64_t> HttpServer::responses() const {
-  std::lock_guard lock(impl_->mu);
+  MutexLock lock(impl_->mu);
   return impl_->responses;
 }
 

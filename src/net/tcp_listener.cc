@@ -15,6 +15,7 @@
 #include <mutex>
 #include <vector>
 
+#include "drover/mutex.h"
 #include "net/sockets.h"
 
 namespace drover::net {
@@ -33,12 +34,12 @@ constexpr auto kRefusalLimit = std::chrono::seconds(1);
 struct Connection::Entry {
   explicit Entry(asio::any_io_executor e) : executor(std::move(e)) {}
   const asio::any_io_executor executor;
-  std::mutex mu;
-  Closer closer;  // guarded by mu
+  Mutex mu;
+  Closer closer DROVER_GUARDED_BY(mu);
 };
 
 void Connection::OnClose(Closer closer) {
-  std::lock_guard lock(entry_->mu);
+  MutexLock lock(entry_->mu);
   entry_->closer = std::move(closer);
 }
 
@@ -67,9 +68,9 @@ struct TcpListener::State : std::enable_shared_from_this<State> {
   ConnectionCounters counters;
   std::once_flag stop_once;
 
-  std::mutex mu;
-  std::map<std::uint64_t, std::weak_ptr<Connection::Entry>> open;  // guarded by mu
-  std::uint64_t next_id = 0;                                       // guarded by mu
+  Mutex mu;
+  std::map<std::uint64_t, std::weak_ptr<Connection::Entry>> open DROVER_GUARDED_BY(mu);
+  std::uint64_t next_id DROVER_GUARDED_BY(mu) = 0;
 };
 
 asio::awaitable<void> TcpListener::State::Accept() {
@@ -121,7 +122,7 @@ asio::awaitable<void> TcpListener::State::Run(tcp::socket socket) {
   auto entry = std::make_shared<Connection::Entry>(socket.get_executor());
   std::uint64_t id = 0;
   {
-    std::lock_guard lock(mu);
+    MutexLock lock(mu);
     id = next_id++;
     open.emplace(id, entry);
   }
@@ -131,7 +132,7 @@ asio::awaitable<void> TcpListener::State::Run(tcp::socket socket) {
     std::uint64_t id;
     ~Done() {
       {
-        std::lock_guard lock(state.mu);
+        MutexLock lock(state.mu);
         state.open.erase(id);
       }
       state.counters.active.fetch_sub(1, std::memory_order_relaxed);
@@ -143,7 +144,7 @@ asio::awaitable<void> TcpListener::State::Run(tcp::socket socket) {
 void TcpListener::State::Notify(CloseReason reason) {
   std::vector<std::shared_ptr<Connection::Entry>> entries;
   {
-    std::lock_guard lock(mu);
+    MutexLock lock(mu);
     for (const auto& [id, weak] : open) {
       if (auto entry = weak.lock()) entries.push_back(std::move(entry));
     }
@@ -152,7 +153,7 @@ void TcpListener::State::Notify(CloseReason reason) {
     asio::post(entry->executor, [entry, reason] {
       Connection::Closer closer;
       {
-        std::lock_guard lock(entry->mu);
+        MutexLock lock(entry->mu);
         closer = entry->closer;
       }
       if (closer) closer(reason);

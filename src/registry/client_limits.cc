@@ -24,7 +24,7 @@ Status ClientLimits::TakeWriteToken(const std::string& client) {
   const double rate = options_.write_rate;
   const double burst = options_.write_burst > 0 ? options_.write_burst : 2 * rate;
   const MonoTime now = MonoClock::now();
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   if (buckets_.size() > kMaxBuckets) {
     // Forget clients idle long enough to have a full bucket again.
     std::erase_if(buckets_, [&](const auto& b) {
@@ -48,7 +48,7 @@ Status ClientLimits::TakeWriteToken(const std::string& client) {
 }
 
 Status ClientLimits::AcquireWatch(const std::string& client) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   std::size_t& open = open_watches_[client];
   if (open < options_.max_watches_per_client) {
     ++open;
@@ -61,19 +61,19 @@ Status ClientLimits::AcquireWatch(const std::string& client) {
 }
 
 void ClientLimits::ReleaseWatch(const std::string& client) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   if (auto it = open_watches_.find(client); it != open_watches_.end()) {
     if (--it->second == 0) open_watches_.erase(it);
   }
 }
 
 std::uint64_t ClientLimits::rate_limited_writes() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return rate_limited_writes_;
 }
 
 std::uint64_t ClientLimits::refused_watches() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return refused_watches_;
 }
 

@@ -9,11 +9,11 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
-#include <mutex>
 #include <string>
 #include <string_view>
 
 #include "drover/clock.h"
+#include "drover/mutex.h"
 #include "drover/status.h"
 
 namespace drover::registry {
@@ -46,11 +46,11 @@ class ClientLimits {
   };
 
   const ClientLimitOptions options_;
-  mutable std::mutex mu_;
-  std::map<std::string, Bucket, std::less<>> buckets_;            // guarded by mu_
-  std::map<std::string, std::size_t, std::less<>> open_watches_;  // guarded by mu_
-  std::uint64_t rate_limited_writes_ = 0;                         // guarded by mu_
-  std::uint64_t refused_watches_ = 0;                             // guarded by mu_
+  mutable Mutex mu_;
+  std::map<std::string, Bucket, std::less<>> buckets_ DROVER_GUARDED_BY(mu_);
+  std::map<std::string, std::size_t, std::less<>> open_watches_ DROVER_GUARDED_BY(mu_);
+  std::uint64_t rate_limited_writes_ DROVER_GUARDED_BY(mu_) = 0;
+  std::uint64_t refused_watches_ DROVER_GUARDED_BY(mu_) = 0;
 };
 
 // The client's address in a gRPC peer string: "ipv4:127.0.0.1:5000" -> "127.0.0.1",

@@ -8,9 +8,7 @@
 
 #include <algorithm>
 #include <atomic>
-#include <condition_variable>
 #include <map>
-#include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <random>
@@ -18,6 +16,7 @@
 #include <tuple>
 
 #include "common/host_port.h"
+#include "drover/mutex.h"
 #include "etcd/etcdserverpb/rpc.grpc.pb.h"
 
 namespace drover::registry {
@@ -170,21 +169,23 @@ struct EtcdStore::Impl {
   // Feed.
   StoreListener* listener = nullptr;
   std::thread feed_thread;
-  std::mutex feed_mu;
-  std::condition_variable feed_cv;
-  std::uint64_t delivered = 0;  // guarded by feed_mu: every change <= this was delivered
-  bool paused = false;          // guarded by feed_mu
-  std::mutex stream_mu;         // guards feed_context
-  grpc::ClientContext* feed_context = nullptr;
+  Mutex feed_mu;
+  CondVar feed_cv;
+  // Every change <= this was delivered.
+  std::uint64_t delivered DROVER_GUARDED_BY(feed_mu) = 0;
+  bool paused DROVER_GUARDED_BY(feed_mu) = false;
+  Mutex stream_mu;
+  grpc::ClientContext* feed_context DROVER_GUARDED_BY(stream_mu) = nullptr;
 
   // Session and role.
   std::thread keeper_thread;
-  std::mutex keeper_mu;
-  std::condition_variable keeper_cv;
+  Mutex keeper_mu;
+  CondVar keeper_cv;
   std::int64_t session = 0;                              // keeper thread only (after Open)
   std::atomic<std::int64_t> expirer_create_revision{0};  // 0: not the expirer
   std::atomic<std::int64_t> session_ok_ms{0};            // steady ms of the last good keepalive
-  std::map<std::pair<std::string, std::string>, std::uint64_t> pending_renewals;  // keeper_mu
+  std::map<std::pair<std::string, std::string>, std::uint64_t> pending_renewals
+      DROVER_GUARDED_BY(keeper_mu);
 
   std::unique_ptr<grpc::ClientContext> Context(
       std::chrono::system_clock::time_point deadline = {}) const {
@@ -249,10 +250,10 @@ struct EtcdStore::Impl {
   void Deliver(const pb::WatchResponse& response);
   void SetDelivered(std::uint64_t revision) {
     {
-      std::lock_guard lock(feed_mu);
+      MutexLock lock(feed_mu);
       delivered = std::max(delivered, revision);
     }
-    feed_cv.notify_all();
+    feed_cv.NotifyAll();
   }
   void KeeperLoop();
   bool GrantSession();
@@ -450,15 +451,15 @@ void EtcdStore::Impl::FeedLoop(std::uint64_t from) {
   bool broken = false;  // a stream broke since the last one was created
   while (!stopping) {
     {
-      std::unique_lock lock(feed_mu);
-      feed_cv.wait(lock, [&] { return stopping || !paused; });
+      MutexLock lock(feed_mu);
+      feed_cv.Wait(feed_mu, [&]() DROVER_REQUIRES(feed_mu) { return stopping || !paused; });
       if (stopping) return;
     }
     grpc::ClientContext ctx;
     ctx.AddMetadata("hasleader", "true");
     auto stream = watch->Watch(&ctx);
     {
-      std::lock_guard lock(stream_mu);
+      MutexLock lock(stream_mu);
       feed_context = &ctx;
       pb::WatchRequest req;
       pb::WatchCreateRequest* create = req.mutable_create_request();
@@ -469,7 +470,7 @@ void EtcdStore::Impl::FeedLoop(std::uint64_t from) {
     }
     {
       // A pause or stop that came before the context was published.
-      std::lock_guard lock(feed_mu);
+      MutexLock lock(feed_mu);
       if (paused || stopping) ctx.TryCancel();
     }
     bool reload = false;
@@ -498,7 +499,7 @@ void EtcdStore::Impl::FeedLoop(std::uint64_t from) {
       }
     }
     {
-      std::lock_guard lock(stream_mu);
+      MutexLock lock(stream_mu);
       feed_context = nullptr;
     }
     ctx.TryCancel();
@@ -519,8 +520,8 @@ void EtcdStore::Impl::FeedLoop(std::uint64_t from) {
       spdlog::warn("registry: etcd watch broke ({}); resuming from revision {}",
                    status.error_message(), next);
     }
-    std::unique_lock lock(feed_mu);
-    feed_cv.wait_for(lock, backoff, [&] { return stopping.load(); });
+    MutexLock lock(feed_mu);
+    feed_cv.WaitFor(feed_mu, backoff, [&] { return stopping.load(); });
     backoff = std::min<Duration>(backoff * 2, 2s);
   }
 }
@@ -605,7 +606,7 @@ void EtcdStore::Impl::FlushRenewals() {
   if (session == 0) return;  // kept until there is a session to attach them to
   std::map<std::pair<std::string, std::string>, std::uint64_t> batch;
   {
-    std::lock_guard lock(keeper_mu);
+    MutexLock lock(keeper_mu);
     batch.swap(pending_renewals);
   }
   if (batch.empty()) return;
@@ -621,7 +622,7 @@ void EtcdStore::Impl::FlushRenewals() {
   if (!s.ok()) {
     // Kept for the next try (newer renewals of the same instance win).
     spdlog::debug("registry: sharing lease renewals failed: {}", s.error_message());
-    std::lock_guard lock(keeper_mu);
+    MutexLock lock(keeper_mu);
     pending_renewals.merge(batch);
   }
 }
@@ -644,8 +645,8 @@ void EtcdStore::Impl::KeeperLoop() {
   auto next_campaign = std::chrono::steady_clock::now() + ttl / 5;
   while (!stopping) {
     {
-      std::unique_lock lock(keeper_mu);
-      keeper_cv.wait_for(lock, options.renewal_flush, [&] { return stopping.load(); });
+      MutexLock lock(keeper_mu);
+      keeper_cv.WaitFor(keeper_mu, options.renewal_flush, [&] { return stopping.load(); });
       if (stopping) break;
     }
     FlushRenewals();
@@ -741,11 +742,11 @@ Result<std::unique_ptr<EtcdStore>> EtcdStore::Open(EtcdOptions options) {
 EtcdStore::~EtcdStore() {
   impl_->stopping = true;
   {
-    std::lock_guard lock(impl_->stream_mu);
+    MutexLock lock(impl_->stream_mu);
     if (impl_->feed_context != nullptr) impl_->feed_context->TryCancel();
   }
-  impl_->feed_cv.notify_all();
-  impl_->keeper_cv.notify_all();
+  impl_->feed_cv.NotifyAll();
+  impl_->keeper_cv.NotifyAll();
   if (impl_->feed_thread.joinable()) impl_->feed_thread.join();
   if (impl_->keeper_thread.joinable()) impl_->keeper_thread.join();
 }
@@ -788,7 +789,7 @@ Status EtcdStore::Follow(std::uint64_t revision, StoreListener* listener) {
   if (impl_->feed_thread.joinable()) return FailedPreconditionError("already following");
   impl_->listener = listener;
   {
-    std::lock_guard lock(impl_->feed_mu);
+    MutexLock lock(impl_->feed_mu);
     impl_->delivered = revision;
   }
   Impl* raw = impl_.get();
@@ -799,8 +800,11 @@ Status EtcdStore::Follow(std::uint64_t revision, StoreListener* listener) {
 Status EtcdStore::WaitDelivered(std::uint64_t revision, Duration timeout) {
   // Only events move `delivered` (etcd 3.4's progress notifications can run ahead of the events
   // they are meant to follow); <prefix>/last makes sure a registry commit is always one.
-  std::unique_lock lock(impl_->feed_mu);
-  if (impl_->feed_cv.wait_for(lock, timeout, [&] { return impl_->delivered >= revision; })) {
+  MutexLock lock(impl_->feed_mu);
+  const auto caught_up = [&]() DROVER_REQUIRES(impl_->feed_mu) {
+    return impl_->delivered >= revision;
+  };
+  if (impl_->feed_cv.WaitFor(impl_->feed_mu, timeout, caught_up)) {
     return Status::Ok();
   }
   return DeadlineExceededError("etcd watch has delivered revision " +
@@ -822,7 +826,7 @@ Result<std::uint64_t> EtcdStore::Head() {
 bool EtcdStore::Expirer() const { return impl_->expirer_create_revision.load() != 0; }
 
 void EtcdStore::ShareRenewals(const std::vector<LeaseRenewal>& renewals) {
-  std::lock_guard lock(impl_->keeper_mu);
+  MutexLock lock(impl_->keeper_mu);
   for (const LeaseRenewal& r : renewals) {
     impl_->pending_renewals[{r.service, r.id}] = r.generation;
   }
@@ -834,14 +838,14 @@ const std::string& EtcdStore::process_name() const { return impl_->options.proce
 
 void EtcdStore::PauseFeedForTesting(bool paused) {
   {
-    std::lock_guard lock(impl_->feed_mu);
+    MutexLock lock(impl_->feed_mu);
     impl_->paused = paused;
   }
   if (paused) {
-    std::lock_guard lock(impl_->stream_mu);
+    MutexLock lock(impl_->stream_mu);
     if (impl_->feed_context != nullptr) impl_->feed_context->TryCancel();
   }
-  impl_->feed_cv.notify_all();
+  impl_->feed_cv.NotifyAll();
 }
 
 }  // namespace drover::registry

@@ -4,7 +4,6 @@
 #include <spdlog/spdlog.h>
 
 #include <chrono>
-#include <condition_variable>
 #include <deque>
 #include <fstream>
 #include <functional>
@@ -14,6 +13,7 @@
 #include <stop_token>
 #include <thread>
 
+#include "drover/mutex.h"
 #include "drover/registry/v1/registry.grpc.pb.h"
 #include "registry/auth.h"
 #include "registry/client_limits.h"
@@ -140,30 +140,30 @@ class WritePool {
   }
   ~WritePool() {
     for (auto& t : threads_) t.request_stop();
-    cv_.notify_all();
+    cv_.NotifyAll();
   }
   void Post(std::function<void()> work) {
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       queue_.push_back(std::move(work));
     }
-    cv_.notify_one();
+    cv_.NotifyOne();
   }
 
  private:
   void Run(std::stop_token stop) {
-    std::unique_lock lock(mu_);
-    while (cv_.wait(lock, stop, [&] { return !queue_.empty(); })) {
+    MutexLock lock(mu_);
+    while (cv_.Wait(mu_, stop, [&]() DROVER_REQUIRES(mu_) { return !queue_.empty(); })) {
       auto work = std::move(queue_.front());
       queue_.pop_front();
-      lock.unlock();
+      lock.Unlock();
       work();
-      lock.lock();
+      lock.Lock();
     }
   }
-  std::mutex mu_;
-  std::condition_variable_any cv_;
-  std::deque<std::function<void()>> queue_;  // guarded by mu_
+  Mutex mu_;
+  CondVar cv_;
+  std::deque<std::function<void()>> queue_ DROVER_GUARDED_BY(mu_);
   std::vector<std::jthread> threads_;
 };
 
@@ -260,7 +260,7 @@ class RegistryService final
     if (!watcher.ok()) return ToGrpc(watcher.status());
     std::shared_ptr<Watcher> w = *watcher;
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       if (stopping_) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "registry is stopping");
       watches_.insert(w);
     }
@@ -279,7 +279,7 @@ class RegistryService final
       }
     }
     w->Cancel();
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     watches_.erase(w);
     if (stopping_) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "registry is stopping");
     return grpc::Status::OK;
@@ -294,11 +294,11 @@ class RegistryService final
   class KeepAliveStream;
 
   void Unregister(const std::shared_ptr<Watcher>& w) {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     watches_.erase(w);
   }
   void Unregister(KeepAliveStream* s) {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     keepalives_.erase(s);
   }
 
@@ -343,10 +343,10 @@ class RegistryService final
   const std::shared_ptr<const Authorizer> auth_;
   const std::shared_ptr<ClientLimits> limits_;
   WritePool writes_{2};
-  std::mutex mu_;
-  std::set<std::shared_ptr<Watcher>> watches_;  // guarded by mu_
-  std::set<KeepAliveStream*> keepalives_;       // guarded by mu_
-  bool stopping_ = false;                       // guarded by mu_
+  Mutex mu_;
+  std::set<std::shared_ptr<Watcher>> watches_ DROVER_GUARDED_BY(mu_);
+  std::set<KeepAliveStream*> keepalives_ DROVER_GUARDED_BY(mu_);
+  bool stopping_ DROVER_GUARDED_BY(mu_) = false;
 };
 
 // The one thread that starts writes on idle watch streams. A Watcher's listener runs under the
@@ -381,7 +381,7 @@ class RegistryService::KeepAliveStream final
     const pb::KeepAliveReply* write = nullptr;
     bool read = true;
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       if (!broken_) {
         replies_.push_back(std::move(reply));
         if (!writing_) write = &replies_.front();
@@ -399,7 +399,7 @@ class RegistryService::KeepAliveStream final
     bool read = false;
     std::optional<grpc::Status> finish;
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       replies_.pop_front();
       if (!ok) {
         // The client is gone: nothing more is sent, and the pending read fails too.
@@ -460,7 +460,7 @@ class RegistryService::KeepAliveStream final
   void EndReads(grpc::Status status) {
     std::optional<grpc::Status> finish;
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       reading_ = false;
       if (!end_) {
         end_ = true;
@@ -479,14 +479,14 @@ class RegistryService::KeepAliveStream final
   pb::KeepAliveRequest request_;        // owned by the read in flight
   std::vector<LeaseRenewal> renewals_;  // used by OnReadDone only
   std::vector<Status> results_;         // used by OnReadDone only
-  std::mutex mu_;
-  std::deque<pb::KeepAliveReply> replies_;  // guarded by mu_; the front is being written
-  bool writing_ = false;                    // guarded by mu_
-  bool reading_ = false;                    // guarded by mu_
-  bool end_ = false;                        // guarded by mu_: no more reads
-  bool broken_ = false;                     // guarded by mu_: a write failed
-  bool finished_ = false;                   // guarded by mu_
-  grpc::Status end_status_;                 // guarded by mu_
+  Mutex mu_;
+  std::deque<pb::KeepAliveReply> replies_ DROVER_GUARDED_BY(mu_);  // the front is being written
+  bool writing_ DROVER_GUARDED_BY(mu_) = false;
+  bool reading_ DROVER_GUARDED_BY(mu_) = false;
+  bool end_ DROVER_GUARDED_BY(mu_) = false;     // no more reads
+  bool broken_ DROVER_GUARDED_BY(mu_) = false;  // a write failed
+  bool finished_ DROVER_GUARDED_BY(mu_) = false;
+  grpc::Status end_status_ DROVER_GUARDED_BY(mu_);
 };
 
 RegistryService::RegistryService(Registry& registry, std::shared_ptr<const Authorizer> auth,
@@ -508,7 +508,7 @@ grpc::ServerBidiReactor<pb::KeepAliveRequest, pb::KeepAliveReply>* RegistryServi
     return new Refused(s);
   }
   auto* stream = new KeepAliveStream(*this, ctx);
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   keepalives_.insert(stream);
   // Stop() may have run between the check above and here: the stream ends as it starts.
   if (stopping_) stream->Cancel();
@@ -516,7 +516,7 @@ grpc::ServerBidiReactor<pb::KeepAliveRequest, pb::KeepAliveReply>* RegistryServi
 }
 
 void RegistryService::EndStreams() {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   stopping_ = true;
   for (const auto& w : watches_) w->Cancel();
   // TryCancel completes the stream's pending operations; its OnDone (which takes mu_ to

@@ -11,7 +11,6 @@
 #include <boost/beast/http.hpp>
 #include <cctype>
 #include <charconv>
-#include <condition_variable>
 #include <cstdio>
 #include <deque>
 #include <map>
@@ -26,6 +25,7 @@
 #include "common/http_error.h"
 #include "common/metrics_text.h"
 #include "common/text.h"
+#include "drover/mutex.h"
 #include "net/http_server.h"
 #include "registry/auth.h"
 #include "registry/client_limits.h"
@@ -175,11 +175,11 @@ struct HttpServer::Impl {
       return std::make_shared<const std::string>(DumpJson(EventToJson(*e)) + "\n");
     }
     {
-      std::lock_guard lock(encoded_mu);
+      MutexLock lock(encoded_mu);
       if (auto it = encoded.find(e.get()); it != encoded.end()) return it->second.second;
     }
     auto line = std::make_shared<const std::string>(DumpJson(EventToJson(*e)) + "\n");
-    std::lock_guard lock(encoded_mu);
+    MutexLock lock(encoded_mu);
     if (encoded.emplace(e.get(), std::make_pair(e, line)).second) {
       encoded_order.push_back(e.get());
       if (encoded_order.size() > kEncodedEvents) {
@@ -194,14 +194,14 @@ struct HttpServer::Impl {
   const HttpOptions options;
   std::once_flag stop_once;
 
-  std::mutex mu;
-  std::condition_variable watches_done;        // a watch stream ended
-  std::set<std::shared_ptr<Watcher>> watches;  // guarded by mu: live watch streams
+  Mutex mu;
+  CondVar watches_done;                                              // a watch stream ended
+  std::set<std::shared_ptr<Watcher>> watches DROVER_GUARDED_BY(mu);  // live watch streams
 
-  std::mutex encoded_mu;
-  std::unordered_map<const Event*, std::pair<EventPtr, std::shared_ptr<const std::string>>>
-      encoded;                             // guarded by encoded_mu
-  std::deque<const Event*> encoded_order;  // guarded by encoded_mu: oldest first
+  Mutex encoded_mu;
+  std::unordered_map<const Event*, std::pair<EventPtr, std::shared_ptr<const std::string>>> encoded
+      DROVER_GUARDED_BY(encoded_mu);
+  std::deque<const Event*> encoded_order DROVER_GUARDED_BY(encoded_mu);  // oldest first
 
   std::unique_ptr<net::HttpServer> server;  // last: stopped before the rest goes
 };
@@ -271,7 +271,7 @@ net::HttpReply HttpServer::Impl::Watch(const Request& req, std::string_view quer
 asio::awaitable<void> HttpServer::Impl::Stream(std::shared_ptr<Watcher> w,
                                                net::ChunkedWriter& out) {
   {
-    std::lock_guard lock(mu);
+    MutexLock lock(mu);
     watches.insert(w);
   }
   // The listener runs under the registry's lock: it only posts a wake-up to this strand.
@@ -303,9 +303,9 @@ asio::awaitable<void> HttpServer::Impl::Stream(std::shared_ptr<Watcher> w,
     open = co_await out.Write(lines, kWatchWriteTimeout);
   }
   w->Cancel();
-  std::lock_guard lock(mu);
+  MutexLock lock(mu);
   watches.erase(w);
-  watches_done.notify_all();
+  watches_done.NotifyAll();
 }
 
 Response HttpServer::Impl::Handle(const Request& req) {
@@ -544,7 +544,7 @@ std::string HttpServer::Impl::Metrics() {
   out.Counter("drover_registry_http_refused_connections_total",
               "Connections answered 503 for being over max_connections",
               static_cast<double>(connections.refused.load()));
-  std::lock_guard lock(mu);
+  MutexLock lock(mu);
   out.Gauge("drover_registry_watch_streams", "Open HTTP watch streams",
             static_cast<double>(watches.size()));
   out.Counter("drover_registry_refused_watches_total",
@@ -599,9 +599,11 @@ void HttpServer::Stop() {
     {
       // Cancelling wakes each stream, which ends its chunked response and closes; give them a
       // moment to do so before the event loop stops.
-      std::unique_lock lock(impl_->mu);
+      MutexLock lock(impl_->mu);
       for (const auto& w : impl_->watches) w->Cancel();
-      impl_->watches_done.wait_for(lock, kStopGrace, [this] { return impl_->watches.empty(); });
+      impl_->watches_done.WaitFor(impl_->mu, kStopGrace, [this]() DROVER_REQUIRES(impl_->mu) {
+        return impl_->watches.empty();
+      });
     }
     impl_->server->Stop();
   });

@@ -82,8 +82,9 @@ SystemTime ReadySince(const Instance* before, InstanceState after, SystemTime no
 
 Result<std::vector<EventPtr>> Watcher::NextShared(std::chrono::milliseconds timeout,
                                                   std::stop_token stop) {
-  std::unique_lock lock(mu_);
-  cv_.wait_for(lock, stop, timeout, [&] { return cancelled_ || !queue_.empty(); });
+  MutexLock lock(mu_);
+  cv_.WaitUntil(mu_, stop, std::chrono::steady_clock::now() + timeout,
+                [&]() DROVER_REQUIRES(mu_) { return cancelled_ || !queue_.empty(); });
   if (cancelled_ || stop.stop_requested()) return CancelledError("watch cancelled");
   std::vector<EventPtr> events(std::make_move_iterator(queue_.begin()),
                                std::make_move_iterator(queue_.end()));
@@ -101,20 +102,20 @@ Result<std::vector<Event>> Watcher::Next(std::chrono::milliseconds timeout, std:
 
 void Watcher::Cancel() {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     cancelled_ = true;
     queue_.clear();
     // Wake an asynchronous consumer so that it notices the cancellation.
     if (listener_) listener_();
     listener_ = nullptr;
   }
-  cv_.notify_all();
+  cv_.NotifyAll();
 }
 
 void Watcher::SetListener(std::function<void()> listener) {
   std::function<void()> call_now;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     if (cancelled_) return;
     listener_ = std::move(listener);
     // Events queued before the listener was set would otherwise wait for the next one.
@@ -141,23 +142,26 @@ Result<std::unique_ptr<Registry>> Registry::Open(std::unique_ptr<Store> store, C
   std::unique_ptr<Registry> registry(new Registry(std::move(store), clock, std::move(options)));
   const MonoTime now = clock.Now();
   const std::uint64_t revision = state.revision;
-  registry->revision_ = revision;
-  // Events from before this process are not retained: a watcher resuming from an older
-  // revision gets a RESYNC.
-  registry->history_floor_ = revision;
-  for (Instance& in : state.instances) {
-    const Duration ttl = Ttl(in.spec);
-    auto& entry = registry->services_[in.service].instances[in.id];
-    entry.instance = std::move(in);
-    // A fresh lease for everyone: while the registry was down nobody could heartbeat.
-    entry.lease_deadline = now + ttl;
+  {
+    MutexLock lock(registry->mu_);
+    registry->revision_ = revision;
+    // Events from before this process are not retained: a watcher resuming from an older
+    // revision gets a RESYNC.
+    registry->history_floor_ = revision;
+    for (Instance& in : state.instances) {
+      const Duration ttl = Ttl(in.spec);
+      auto& entry = registry->services_[in.service].instances[in.id];
+      entry.instance = std::move(in);
+      // A fresh lease for everyone: while the registry was down nobody could heartbeat.
+      entry.lease_deadline = now + ttl;
+    }
+    for (Tombstone& t : state.tombstones) {
+      Key key{t.service, t.id};
+      registry->tombstones_[std::move(key)] = std::move(t);
+    }
+    spdlog::info("registry: opened at revision {} with {} services, {} tombstones", revision,
+                 registry->services_.size(), registry->tombstones_.size());
   }
-  for (Tombstone& t : state.tombstones) {
-    Key key{t.service, t.id};
-    registry->tombstones_[std::move(key)] = std::move(t);
-  }
-  spdlog::info("registry: opened at revision {} with {} services, {} tombstones", revision,
-               registry->services_.size(), registry->tombstones_.size());
   if (registry->shared_) {
     DROVER_RETURN_IF_ERROR(registry->store_->Follow(revision, registry.get()));
   }
@@ -201,11 +205,11 @@ Result<Registry::Entry*> Registry::FindForWrite(const std::string& service, cons
 }
 
 Result<std::uint64_t> Registry::Mutate(const Planner& plan) {
-  std::lock_guard write_lock(write_mu_);
+  MutexLock write_lock(write_mu_);
   for (int attempt = 1;; ++attempt) {
     Plan p;
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       DROVER_ASSIGN_OR_RETURN(p, plan(clock_.Now(), clock_.SystemNow()));
       if (p.writes.empty()) return revision_;
     }
@@ -213,7 +217,7 @@ Result<std::uint64_t> Registry::Mutate(const Planner& plan) {
         p.as_expirer ? store_->CommitAsExpirer(p.writes) : store_->Commit(p.writes);
     if (rev.ok()) {
       if (!shared_) {
-        std::lock_guard lock(mu_);
+        MutexLock lock(mu_);
         ApplyLocked(Change{*rev, std::move(p.writes)}, clock_.Now());
         return *rev;
       }
@@ -289,13 +293,13 @@ void Registry::ApplyLocked(const Change& change, MonoTime now) {
 }
 
 void Registry::OnChange(const Change& change) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   if (change.revision <= revision_) return;  // already in the view (a resync covered it)
   ApplyLocked(change, clock_.Now());
 }
 
 void Registry::OnRenewals(const std::vector<LeaseRenewal>& renewals) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   const MonoTime now = clock_.Now();
   for (const LeaseRenewal& r : renewals) {
     auto svc = services_.find(r.service);
@@ -310,7 +314,7 @@ void Registry::OnRenewals(const std::vector<LeaseRenewal>& renewals) {
 void Registry::OnFeedRestored() {
   // What a restart does, for the same reason: while the feed was down, heartbeats accepted by
   // other processes could not reach this one. Every lease gets at least a fresh TTL.
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   const MonoTime now = clock_.Now();
   for (auto& [name, svc] : services_) {
     for (auto& [id, entry] : svc.instances) {
@@ -320,7 +324,7 @@ void Registry::OnFeedRestored() {
 }
 
 void Registry::OnReset(StoreState state) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   const MonoTime now = clock_.Now();
   spdlog::warn(
       "registry: the store's feed lost its place (compacted past revision {}); reloaded at "
@@ -366,7 +370,7 @@ Result<std::uint64_t> Registry::Register(const std::string& service, const std::
                                          const InstanceSpec& spec) {
   DROVER_RETURN_IF_ERROR(ValidateKey(service, id));
   DROVER_RETURN_IF_ERROR(ValidateSpec(spec, options_.limits).WithContext(Path(service, id)));
-  return Mutate([&](MonoTime now, SystemTime system_now) -> Result<Plan> {
+  return Mutate([&](MonoTime now, SystemTime system_now) DROVER_REQUIRES(mu_) -> Result<Plan> {
     auto tomb = tombstones_.find(Key{service, id});
     if (tomb != tombstones_.end() && spec.generation <= tomb->second.generation) {
       return FencedError(service, id, spec.generation, tomb->second.generation,
@@ -414,7 +418,7 @@ Result<std::uint64_t> Registry::Register(const std::string& service, const std::
 
 Result<std::uint64_t> Registry::Heartbeat(const std::string& service, const std::string& id,
                                           std::uint64_t generation) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   DROVER_RETURN_IF_ERROR(RenewLocked(service, id, generation, clock_.Now()));
   if (shared_) store_->ShareRenewals({LeaseRenewal{service, id, generation}});
   return revision_;
@@ -425,7 +429,7 @@ std::uint64_t Registry::HeartbeatAll(const std::vector<LeaseRenewal>& renewals,
   results.clear();
   results.reserve(renewals.size());
   std::vector<LeaseRenewal> accepted;
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   const MonoTime now = clock_.Now();
   for (const LeaseRenewal& r : renewals) {
     results.push_back(RenewLocked(r.service, r.id, r.generation, now));
@@ -448,7 +452,7 @@ Result<std::uint64_t> Registry::SetState(const std::string& service, const std::
                                          std::optional<InstanceState> state,
                                          std::optional<bool> accepting) {
   DROVER_RETURN_IF_ERROR(ValidateKey(service, id));
-  return Mutate([&](MonoTime now, SystemTime system_now) -> Result<Plan> {
+  return Mutate([&](MonoTime now, SystemTime system_now) DROVER_REQUIRES(mu_) -> Result<Plan> {
     DROVER_ASSIGN_OR_RETURN(Entry * entry, FindForWrite(service, id, generation));
     const Instance& cur = entry->instance;
     if (state && cur.spec.state == InstanceState::kDraining && *state != InstanceState::kDraining) {
@@ -479,7 +483,7 @@ Result<std::uint64_t> Registry::SetState(const std::string& service, const std::
 Result<std::uint64_t> Registry::Deregister(const std::string& service, const std::string& id,
                                            std::uint64_t generation) {
   DROVER_RETURN_IF_ERROR(ValidateKey(service, id));
-  return Mutate([&](MonoTime, SystemTime system_now) -> Result<Plan> {
+  return Mutate([&](MonoTime, SystemTime system_now) DROVER_REQUIRES(mu_) -> Result<Plan> {
     Entry* entry = nullptr;
     if (auto svc = services_.find(service); svc != services_.end()) {
       if (auto it = svc->second.instances.find(id); it != svc->second.instances.end()) {
@@ -515,7 +519,7 @@ Result<std::uint64_t> Registry::Deregister(const std::string& service, const std
 
 Result<ListResult> Registry::List(const std::string& service) const {
   DROVER_RETURN_IF_ERROR(ValidateName("service", service, options_.limits));
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   ListResult result;
   result.revision = revision_;
   if (auto svc = services_.find(service); svc != services_.end()) {
@@ -530,7 +534,7 @@ Result<ListResult> Registry::List(const std::string& service) const {
 }
 
 std::vector<ServiceSummary> Registry::Services() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   std::vector<ServiceSummary> out;
   for (const auto& [name, svc] : services_) {
     if (svc.instances.empty() && !svc.degraded) continue;
@@ -547,7 +551,7 @@ std::vector<ServiceSummary> Registry::Services() const {
 }
 
 std::uint64_t Registry::revision() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return revision_;
 }
 
@@ -577,7 +581,7 @@ Event Registry::ResyncEvent(const std::string& service) const {
 
 void Registry::Enqueue(Watcher& watcher, EventPtr event, MonoTime now) {
   {
-    std::lock_guard lock(watcher.mu_);
+    MutexLock lock(watcher.mu_);
     if (watcher.cancelled_) return;
     // A change already contained in a RESYNC queued for this watcher (the rest of a revision
     // whose first events overflowed the queue) is not sent again, nor anything older.
@@ -595,9 +599,9 @@ void Registry::Enqueue(Watcher& watcher, EventPtr event, MonoTime now) {
     }
     // Called under the watcher's lock, so that once Cancel() returns it is never called again.
     if (watcher.listener_) watcher.listener_();
+    watcher.last_sent_ = now;
   }
-  watcher.last_sent_ = now;
-  watcher.cv_.notify_all();
+  watcher.cv_.NotifyAll();
 }
 
 void Registry::Publish(std::vector<Event> events) {
@@ -629,13 +633,13 @@ Result<std::shared_ptr<Watcher>> Registry::Watch(std::uint64_t from_revision,
   if (!service.empty()) {
     DROVER_RETURN_IF_ERROR(ValidateName("service", service, options_.limits));
   }
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   if (from_revision > revision_) {
     return OutOfRangeError("watch from revision " + std::to_string(from_revision) +
                            " but the registry is at " + std::to_string(revision_));
   }
-  std::shared_ptr<Watcher> watcher(new Watcher(service));
   const MonoTime now = clock_.Now();
+  std::shared_ptr<Watcher> watcher(new Watcher(service, now));
   std::size_t replay = 0;
   for (const EventPtr& e : history_) {
     replay += e->revision > from_revision && (service.empty() || e->instance.service == service);
@@ -650,7 +654,6 @@ Result<std::shared_ptr<Watcher>> Registry::Watch(std::uint64_t from_revision,
         Enqueue(*watcher, e, now);
       }
     }
-    watcher->last_sent_ = now;
   }
   watchers_.push_back(watcher);
   return watcher;
@@ -666,7 +669,7 @@ Status Registry::Tick() {
     Status pruned = PruneTombstones();
     if (first.ok()) first = pruned;
   }
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   SendProgress(clock_.Now());
   return first;
 }
@@ -735,10 +738,10 @@ std::vector<Registry::Plan> Registry::PlanExpiry(MonoTime now, SystemTime system
 }
 
 Status Registry::ExpireLeases() {
-  std::lock_guard write_lock(write_mu_);
+  MutexLock write_lock(write_mu_);
   std::vector<Plan> plans;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     // On a shared store a renewal accepted by another process reaches this one a little later:
     // expiry waits that much longer rather than expire an instance that did heartbeat.
     plans = PlanExpiry(clock_.Now() - store_->RenewalDelay(), clock_.SystemNow());
@@ -758,7 +761,7 @@ Status Registry::ExpireLeases() {
     spdlog::warn("registry: {} instance(s) of {} expired (no heartbeat within their TTL)", count,
                  service);
     if (shared_) (void)store_->WaitDelivered(*rev, kFeedWait);
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     const MonoTime now = clock_.Now();
     if (!shared_) ApplyLocked(Change{*rev, std::move(plan.writes)}, now);
     auto svc = services_.find(service);
@@ -782,17 +785,17 @@ void Registry::AnnounceDegraded(const std::string& service, MonoTime now) {
 Status Registry::PruneTombstones() {
   std::vector<Tombstone> expired;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     const SystemTime now = clock_.SystemNow();
     for (const auto& [key, t] : tombstones_) {
       if (t.expires_at <= now) expired.push_back(t);
     }
   }
   if (expired.empty()) return Status::Ok();
-  std::lock_guard write_lock(write_mu_);
+  MutexLock write_lock(write_mu_);
   DROVER_RETURN_IF_ERROR(store_->PruneTombstones(expired));
   if (shared_) return Status::Ok();  // the feed reports the deletions
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   for (const Tombstone& t : expired) tombstones_.erase(Key{t.service, t.id});
   return Status::Ok();
 }
@@ -801,7 +804,11 @@ void Registry::SendProgress(MonoTime now) {
   std::erase_if(watchers_, [](const std::weak_ptr<Watcher>& w) { return w.expired(); });
   for (const auto& weak : watchers_) {
     std::shared_ptr<Watcher> watcher = weak.lock();
-    if (!watcher || now - watcher->last_sent_ < options_.progress_interval) continue;
+    if (!watcher) continue;
+    {
+      MutexLock lock(watcher->mu_);
+      if (now - watcher->last_sent_ < options_.progress_interval) continue;
+    }
     Event e;
     e.type = EventType::kProgress;
     e.revision = revision_;

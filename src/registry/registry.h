@@ -33,19 +33,18 @@
 // the Clock, which must outlive it.
 #pragma once
 
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <set>
 #include <stop_token>
 #include <string>
 #include <vector>
 
 #include "drover/clock.h"
+#include "drover/mutex.h"
 #include "drover/status.h"
 #include "registry/model.h"
 #include "registry/store.h"
@@ -106,16 +105,19 @@ class Watcher {
 
  private:
   friend class Registry;
-  explicit Watcher(std::string service) : service_(std::move(service)) {}
+  Watcher(std::string service, MonoTime created)
+      : service_(std::move(service)), last_sent_(created) {}
 
   const std::string service_;  // empty: every service
-  std::mutex mu_;
-  std::condition_variable_any cv_;
-  std::deque<EventPtr> queue_;      // guarded by mu_
-  bool cancelled_ = false;          // guarded by mu_
-  std::function<void()> listener_;  // guarded by mu_
-  MonoTime last_sent_{};            // guarded by Registry::mu_: last event or progress queued
-  std::uint64_t resynced_at_ = 0;   // guarded by mu_: revision of the last RESYNC queued
+  Mutex mu_;
+  CondVar cv_;
+  std::deque<EventPtr> queue_ DROVER_GUARDED_BY(mu_);
+  bool cancelled_ DROVER_GUARDED_BY(mu_) = false;
+  std::function<void()> listener_ DROVER_GUARDED_BY(mu_);
+  // Last event or progress queued.
+  MonoTime last_sent_ DROVER_GUARDED_BY(mu_);
+  // Revision of the last RESYNC queued.
+  std::uint64_t resynced_at_ DROVER_GUARDED_BY(mu_) = 0;
 };
 
 class Registry final : private StoreListener {
@@ -190,9 +192,9 @@ class Registry final : private StoreListener {
 
   // Plans (under mu_), commits and applies one write; see the class comment. Returns the commit's
   // revision, or the registry's when the plan had nothing to write.
-  Result<std::uint64_t> Mutate(const Planner& plan);
-  // Applies a committed change to the view and publishes its events. mu_ held.
-  void ApplyLocked(const Change& change, MonoTime now);
+  Result<std::uint64_t> Mutate(const Planner& plan) DROVER_EXCLUDES(write_mu_, mu_);
+  // Applies a committed change to the view and publishes its events.
+  void ApplyLocked(const Change& change, MonoTime now) DROVER_REQUIRES(mu_);
 
   // StoreListener (shared stores; the store's feed thread).
   void OnChange(const Change& change) override;
@@ -203,34 +205,34 @@ class Registry final : private StoreListener {
   Status ValidateKey(const std::string& service, const std::string& id) const;
   // The live entry, or the error a write of `generation` to a missing/newer entry deserves.
   Result<Entry*> FindForWrite(const std::string& service, const std::string& id,
-                              std::uint64_t generation);
-  // Heartbeat() with mu_ held.
+                              std::uint64_t generation) DROVER_REQUIRES(mu_);
+  // Heartbeat()'s renewal of the lease in the view.
   Status RenewLocked(const std::string& service, const std::string& id, std::uint64_t generation,
-                     MonoTime now);
-  void Publish(std::vector<Event> events);
-  Event ResyncEvent(const std::string& service) const;
-  bool Degraded(const std::string& service) const;
+                     MonoTime now) DROVER_REQUIRES(mu_);
+  void Publish(std::vector<Event> events) DROVER_REQUIRES(mu_);
+  Event ResyncEvent(const std::string& service) const DROVER_REQUIRES(mu_);
+  bool Degraded(const std::string& service) const DROVER_REQUIRES(mu_);
   // Expiry: decides under mu_ which leases go (or freezes a service), then commits per service.
-  std::vector<Plan> PlanExpiry(MonoTime now, SystemTime system_now);
-  Status ExpireLeases();
-  Status PruneTombstones();
-  void SendProgress(MonoTime now);
-  void AnnounceDegraded(const std::string& service, MonoTime now);
-  void Enqueue(Watcher& watcher, EventPtr event, MonoTime now);
+  std::vector<Plan> PlanExpiry(MonoTime now, SystemTime system_now) DROVER_REQUIRES(mu_);
+  Status ExpireLeases() DROVER_EXCLUDES(write_mu_, mu_);
+  Status PruneTombstones() DROVER_EXCLUDES(write_mu_, mu_);
+  void SendProgress(MonoTime now) DROVER_REQUIRES(mu_);
+  void AnnounceDegraded(const std::string& service, MonoTime now) DROVER_REQUIRES(mu_);
+  void Enqueue(Watcher& watcher, EventPtr event, MonoTime now) DROVER_REQUIRES(mu_);
 
   std::unique_ptr<Store> store_;
   const bool shared_;
   Clock& clock_;
   const RegistryOptions options_;
 
-  std::mutex write_mu_;  // held by a write from planning to applying (never while holding mu_)
-  mutable std::mutex mu_;
-  std::uint64_t revision_ = 0;                    // guarded by mu_
-  std::map<std::string, ServiceState> services_;  // guarded by mu_
-  std::map<Key, Tombstone> tombstones_;           // guarded by mu_
-  std::deque<EventPtr> history_;                  // guarded by mu_: PUT/DELETE only
-  std::uint64_t history_floor_ = 0;               // guarded by mu_: events <= this are gone
-  std::vector<std::weak_ptr<Watcher>> watchers_;  // guarded by mu_
+  Mutex write_mu_;  // held by a write from planning to applying (never while holding mu_)
+  mutable Mutex mu_;
+  std::uint64_t revision_ DROVER_GUARDED_BY(mu_) = 0;
+  std::map<std::string, ServiceState> services_ DROVER_GUARDED_BY(mu_);
+  std::map<Key, Tombstone> tombstones_ DROVER_GUARDED_BY(mu_);
+  std::deque<EventPtr> history_ DROVER_GUARDED_BY(mu_);     // PUT/DELETE only
+  std::uint64_t history_floor_ DROVER_GUARDED_BY(mu_) = 0;  // events <= this are gone
+  std::vector<std::weak_ptr<Watcher>> watchers_ DROVER_GUARDED_BY(mu_);
 };
 
 }  // namespace drover::registry

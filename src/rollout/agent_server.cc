@@ -5,12 +5,12 @@
 #include <algorithm>
 #include <boost/beast/http.hpp>
 #include <fstream>
-#include <mutex>
 #include <nlohmann/json.hpp>
 
 #include "common/files.h"
 #include "common/host_port.h"
 #include "common/text.h"
+#include "drover/mutex.h"
 #include "net/http_server.h"
 #include "rollout/json_codec.h"
 
@@ -52,12 +52,13 @@ struct AgentServer::Impl {
   HostPort address;  // as given; the port is the server's
   std::unique_ptr<net::HttpServer> server;
 
-  std::mutex deploys_mu;
-  json deploys = json::array();  // guarded by deploys_mu; newest first
+  Mutex deploys_mu;
+  json deploys DROVER_GUARDED_BY(deploys_mu) = json::array();  // newest first
 
   Status LoadDeploys() {
     std::ifstream in(deploys_path);
     if (!in) return Status::Ok();
+    MutexLock lock(deploys_mu);
     try {
       deploys = json::parse(in);
       if (!deploys.is_array()) throw std::runtime_error("not an array");
@@ -68,7 +69,7 @@ struct AgentServer::Impl {
     return Status::Ok();
   }
 
-  Status SaveDeploys() {  // deploys_mu held
+  Status SaveDeploys() DROVER_REQUIRES(deploys_mu) {
     return WriteFileAtomically(deploys_path,
                                deploys.dump(-1, ' ', false, json::error_handler_t::replace) + "\n");
   }
@@ -154,7 +155,7 @@ struct AgentServer::Impl {
 
   Response ListDeploys(const Request& req, const Query& query) {
     auto service = query.find("service");
-    std::lock_guard lock(deploys_mu);
+    MutexLock lock(deploys_mu);
     json out = json::array();
     for (const json& d : deploys) {
       if (service == query.end() || d.value("service", "") == service->second) out.push_back(d);
@@ -172,7 +173,7 @@ struct AgentServer::Impl {
           req, InvalidArgumentError("a deploy record is a JSON object with a service"));
     }
     record["id"] = id;
-    std::lock_guard lock(deploys_mu);
+    MutexLock lock(deploys_mu);
     auto same = std::find_if(deploys.begin(), deploys.end(),
                              [&](const json& d) { return d.value("id", "") == id; });
     if (same != deploys.end()) {

@@ -9,19 +9,18 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <condition_variable>
 #include <cstring>
 #include <deque>
 #include <filesystem>
 #include <fstream>
 #include <map>
-#include <mutex>
 #include <nlohmann/json.hpp>
 #include <thread>
 
 #include "common/child_process.h"
 #include "common/files.h"
 #include "common/text.h"
+#include "drover/mutex.h"
 #include "rollout/json_codec.h"
 
 namespace drover::rollout {
@@ -76,10 +75,10 @@ struct Managed {
 struct Supervisor::Impl {
   SupervisorOptions options;
   Clock* clock = nullptr;
-  std::mutex mu;
-  std::condition_variable cv;                // wakes the thread; tells Stop() an instance is gone
-  std::map<std::string, Managed> instances;  // guarded by mu
-  bool stopping = false;                     // guarded by mu
+  Mutex mu;
+  CondVar cv;  // wakes the thread; tells Stop() an instance is gone
+  std::map<std::string, Managed> instances DROVER_GUARDED_BY(mu);
+  bool stopping DROVER_GUARDED_BY(mu) = false;
   std::thread thread;
   int lock_fd = -1;  // flock on <data_dir>/lock: one agent per data directory
 
@@ -98,8 +97,8 @@ struct Supervisor::Impl {
   }
 
   // The desired set and pids, atomically; instances being stopped too, marked, so that a
-  // successor finishes stopping them if this agent dies first. mu held.
-  Status Persist() {
+  // successor finishes stopping them if this agent dies first.
+  Status Persist() DROVER_REQUIRES(mu) {
     json list = json::array();
     for (const auto& [id, m] : instances) {
       if (m.gone) continue;
@@ -133,7 +132,7 @@ struct Supervisor::Impl {
 
   // Starts `m` (common/child_process.h: its own process group, SIGTERM if the agent dies, its
   // log). Runs on the supervisor thread only (the death signal follows this thread).
-  void Spawn(Managed& m) {
+  void Spawn(Managed& m) DROVER_REQUIRES(mu) {
     const LaunchSpec& spec = m.spec;
     SpawnOptions child;
     for (const std::string& a : spec.argv) child.argv.push_back(Substitute(a, spec));
@@ -152,8 +151,8 @@ struct Supervisor::Impl {
     (void)Persist();  // the new pid; logged if not
   }
 
-  // An exit nobody asked for (or a failed start): back off, or give up. mu held.
-  void Crashed(Managed& m, const std::string& how) {
+  // An exit nobody asked for (or a failed start): back off, or give up.
+  void Crashed(Managed& m, const std::string& how) DROVER_REQUIRES(mu) {
     const MonoTime now = clock->Now();
     m.crashes.push_back(now);
     while (!m.crashes.empty() && m.crashes.front() + options.restart_window <= now) {
@@ -183,7 +182,7 @@ struct Supervisor::Impl {
   }
 
   void Loop() {
-    std::unique_lock lock(mu);
+    MutexLock lock(mu);
     while (true) {
       const MonoTime now = clock->Now();
       bool changed = false;
@@ -223,7 +222,7 @@ struct Supervisor::Impl {
       }
       if (changed) {
         (void)Persist();  // logged; the next change tries again
-        cv.notify_all();
+        cv.NotifyAll();
       }
       if (stopping) {
         bool all_gone = true;
@@ -238,7 +237,7 @@ struct Supervisor::Impl {
         }
         if (all_gone) return;
       }
-      cv.wait_for(lock, options.tick);
+      cv.WaitUntil(mu, std::chrono::steady_clock::now() + options.tick);
     }
   }
 
@@ -295,6 +294,7 @@ Result<std::unique_ptr<Supervisor>> Supervisor::Open(SupervisorOptions options, 
   }
 
   std::vector<std::pair<std::string, int>> leftovers;
+  std::map<std::string, Managed> restored;
   if (std::ifstream in(impl->StatePath()); in) {
     try {
       const json list = json::parse(in);
@@ -304,7 +304,7 @@ Result<std::unique_ptr<Supervisor>> Supervisor::Open(SupervisorOptions options, 
         if (entry.value("stopping", false)) continue;  // settled below, not restarted
         Managed m;
         m.spec = std::move(spec);
-        impl->instances.emplace(m.spec.id, std::move(m));
+        restored.emplace(m.spec.id, std::move(m));
       }
     } catch (const std::exception& e) {
       return DataLossError("cannot read " + impl->StatePath() + ": " + e.what() +
@@ -312,9 +312,12 @@ Result<std::unique_ptr<Supervisor>> Supervisor::Open(SupervisorOptions options, 
     }
   }
   impl->SettleLeftovers(leftovers);
-  if (!impl->instances.empty()) {
-    spdlog::info("agent: restarting {} instance(s) from {}", impl->instances.size(),
-                 impl->StatePath());
+  if (!restored.empty()) {
+    spdlog::info("agent: restarting {} instance(s) from {}", restored.size(), impl->StatePath());
+  }
+  {
+    MutexLock lock(impl->mu);
+    impl->instances = std::move(restored);
   }
   Impl* raw = impl.get();
   impl->thread = std::thread([raw] { raw->Loop(); });
@@ -323,7 +326,7 @@ Result<std::unique_ptr<Supervisor>> Supervisor::Open(SupervisorOptions options, 
 
 Supervisor::~Supervisor() {
   {
-    std::lock_guard lock(impl_->mu);
+    MutexLock lock(impl_->mu);
     impl_->stopping = true;
     const MonoTime kill_at = impl_->clock->Now() + impl_->options.shutdown_grace;
     for (auto& [id, m] : impl_->instances) {
@@ -335,13 +338,13 @@ Supervisor::~Supervisor() {
     }
   }
   // The loop reaps them, kills what is left past the grace, and returns.
-  impl_->cv.notify_all();
+  impl_->cv.NotifyAll();
   impl_->thread.join();
 }
 
 Status Supervisor::Start(const LaunchSpec& spec) {
   DROVER_RETURN_IF_ERROR(ValidateLaunchSpec(spec));
-  std::lock_guard lock(impl_->mu);
+  MutexLock lock(impl_->mu);
   if (impl_->stopping) return UnavailableError("the agent is shutting down");
   if (auto it = impl_->instances.find(spec.id); it != impl_->instances.end()) {
     // Stopped and reaped, but the Stop that asked for it gave up waiting: the id is free.
@@ -359,12 +362,12 @@ Status Supervisor::Start(const LaunchSpec& spec) {
     impl_->instances.erase(spec.id);
     return UnavailableError("cannot record instance " + spec.id + ": " + s.message());
   }
-  impl_->cv.notify_all();
+  impl_->cv.NotifyAll();
   return Status::Ok();
 }
 
 Status Supervisor::Stop(const std::string& id, Duration grace) {
-  std::unique_lock lock(impl_->mu);
+  MutexLock lock(impl_->mu);
   auto it = impl_->instances.find(id);
   if (it == impl_->instances.end()) return NotFoundError("no instance " + id);
   Managed& m = it->second;
@@ -373,10 +376,10 @@ Status Supervisor::Stop(const std::string& id, Duration grace) {
     m.status = InstanceStatus::kStopping;
     m.kill_at = impl_->clock->Now() + grace;
     (void)impl_->Persist();  // stopping, even if this process dies now (logged if not)
-    impl_->cv.notify_all();
+    impl_->cv.NotifyAll();
   }
   // Bounded: the grace, then SIGKILL, then the reaper's next tick.
-  impl_->cv.wait_for(lock, grace + 5s, [&] {
+  impl_->cv.WaitFor(impl_->mu, grace + 5s, [&]() DROVER_REQUIRES(impl_->mu) {
     auto found = impl_->instances.find(id);
     return found == impl_->instances.end() || found->second.gone;
   });
@@ -388,7 +391,7 @@ Status Supervisor::Stop(const std::string& id, Duration grace) {
 }
 
 Result<std::vector<InstanceInfo>> Supervisor::List(const std::string& service) {
-  std::lock_guard lock(impl_->mu);
+  MutexLock lock(impl_->mu);
   std::vector<InstanceInfo> out;
   for (const auto& [id, m] : impl_->instances) {
     if (!service.empty() && m.spec.service != service) continue;

@@ -147,7 +147,7 @@ HotKeyDetector::HotKeyDetector(HotKeyDetectorOptions options)
     : options_(options), sketch_(options.capacity) {}
 
 void HotKeyDetector::Record(std::string_view key, std::uint64_t weight) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   sketch_.Add(key, weight);
   if (options_.halve_every == 0) return;
   since_halving_ += weight;
@@ -159,18 +159,18 @@ void HotKeyDetector::Record(std::string_view key, std::uint64_t weight) {
 }
 
 std::vector<HeavyHitter> HotKeyDetector::HotKeys(double fraction) const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return sketch_.Above(fraction);
 }
 
 void HotKeyDetector::Reset() {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   sketch_.Clear();
   since_halving_ = 0;
 }
 
 std::uint64_t HotKeyDetector::total() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return sketch_.total();
 }
 

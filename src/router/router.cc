@@ -20,7 +20,7 @@ Router::Router(RouterOptions options) : options_(std::move(options)) {
 }
 
 Result<std::uint64_t> Router::Update(std::vector<Endpoint> endpoints) {
-  std::lock_guard lock(update_mu_);
+  MutexLock lock(update_mu_);
   DROVER_ASSIGN_OR_RETURN(auto table,
                           RoutingTable::Create(last_version_ + 1, std::move(endpoints)));
   // Built before publishing, outside any reader's path: readers only ever see finished tables.
@@ -30,7 +30,7 @@ Result<std::uint64_t> Router::Update(std::vector<Endpoint> endpoints) {
 
 Status Router::Publish(std::shared_ptr<const RoutingTable> table) {
   if (!table) return InvalidArgumentError("router: no table");
-  std::lock_guard lock(update_mu_);
+  MutexLock lock(update_mu_);
   if (table->version() <= last_version_) {
     return FailedPreconditionError("router: table version " + std::to_string(table->version()) +
                                    " is not newer than " + std::to_string(last_version_));

@@ -41,7 +41,7 @@ void CircuitBreaker::Tick() {
 }
 
 std::optional<CircuitBreaker::Permit> CircuitBreaker::TryAcquire() {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   Tick();
   switch (state_) {
     case State::kClosed:
@@ -57,7 +57,7 @@ std::optional<CircuitBreaker::Permit> CircuitBreaker::TryAcquire() {
 }
 
 void CircuitBreaker::Report(const Permit& permit, CallOutcome outcome) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   Tick();
   if (permit.epoch != epoch_) return;  // started in another state: it decides nothing now
   const bool failure =
@@ -80,13 +80,13 @@ void CircuitBreaker::Report(const Permit& permit, CallOutcome outcome) {
 }
 
 CircuitBreaker::State CircuitBreaker::state() {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   Tick();
   return state_;
 }
 
 int CircuitBreaker::probes_in_flight() {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   Tick();
   return static_cast<int>(probes_.size());
 }

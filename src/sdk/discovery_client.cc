@@ -2,11 +2,11 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
-#include <condition_variable>
 #include <mutex>
 #include <thread>
 
 #include "drover/discovery.h"
+#include "drover/mutex.h"
 #include "drover/registry/v1/registry.grpc.pb.h"
 #include "sdk/registry_channel.h"
 #include "sdk/service_view.h"
@@ -51,17 +51,17 @@ struct DiscoveryClient::Impl {
   bool outage_logged = false;  // one warning per outage, not one per retry
 
   router::Published<DiscoverySnapshot> published;
-  mutable std::mutex published_mu;  // with published_cv: WaitForRevision
-  mutable std::condition_variable published_cv;
+  mutable Mutex published_mu;  // with published_cv: WaitForRevision
+  mutable CondVar published_cv;
 
   // Why the registry has not answered, for Snapshot() before the first answer.
   void NoteFailure(const grpc::Status& status);
-  mutable std::mutex failure_mu;
-  Status last_failure;  // guarded by failure_mu
+  mutable Mutex failure_mu;
+  Status last_failure DROVER_GUARDED_BY(failure_mu);
 
-  std::mutex active_mu;
-  grpc::ClientContext* active = nullptr;  // guarded by active_mu
-  bool stopping = false;                  // guarded by active_mu
+  Mutex active_mu;
+  grpc::ClientContext* active DROVER_GUARDED_BY(active_mu) = nullptr;
+  bool stopping DROVER_GUARDED_BY(active_mu) = false;
 
   std::jthread thread;
   std::once_flag stop_once;
@@ -74,7 +74,7 @@ std::unique_ptr<grpc::ClientContext> DiscoveryClient::Impl::NewContext() const {
 }
 
 bool DiscoveryClient::Impl::SetActive(grpc::ClientContext* ctx) {
-  std::lock_guard lock(active_mu);
+  MutexLock lock(active_mu);
   if (stopping && ctx != nullptr) return false;
   active = ctx;
   return true;
@@ -93,10 +93,10 @@ void DiscoveryClient::Impl::Publish(bool connected) {
   snapshot->connected = connected;
   snapshot->degraded = degraded;
   {
-    std::lock_guard lock(published_mu);
+    MutexLock lock(published_mu);
     published.Store(std::move(snapshot));
   }
-  published_cv.notify_all();
+  published_cv.NotifyAll();
 }
 
 bool DiscoveryClient::Impl::ListOnce(bool confirming) {
@@ -140,7 +140,7 @@ void DiscoveryClient::Impl::NoteFailure(const grpc::Status& status) {
   Status failure(static_cast<StatusCode>(status.error_code()),
                  "discovery " + options.service + ": the registry at " + options.registry +
                      " answered: " + status.error_message());
-  std::lock_guard lock(failure_mu);
+  MutexLock lock(failure_mu);
   // A refusal (token, TLS) will not fix itself: say so once, loudly. Outages are logged by the
   // watch loop.
   const bool refused = failure.code() == StatusCode::kUnauthenticated ||
@@ -227,7 +227,7 @@ DiscoveryClient::~DiscoveryClient() { Stop(); }
 void DiscoveryClient::Stop() {
   std::call_once(impl_->stop_once, [this] {
     {
-      std::lock_guard lock(impl_->active_mu);
+      MutexLock lock(impl_->active_mu);
       impl_->stopping = true;
       if (impl_->active != nullptr) impl_->active->TryCancel();
     }
@@ -239,7 +239,7 @@ void DiscoveryClient::Stop() {
 Result<DiscoverySnapshot> DiscoveryClient::Snapshot() const {
   auto snapshot = impl_->published.Load();
   if (!snapshot) {
-    std::lock_guard lock(impl_->failure_mu);
+    MutexLock lock(impl_->failure_mu);
     if (!impl_->last_failure.ok()) return impl_->last_failure;
     return UnavailableError("discovery " + impl_->options.service +
                             ": no answer from the registry yet");
@@ -255,8 +255,8 @@ Duration DiscoveryClient::Age() const {
 
 bool DiscoveryClient::WaitForRevision(std::uint64_t revision,
                                       std::chrono::milliseconds timeout) const {
-  std::unique_lock lock(impl_->published_mu);
-  return impl_->published_cv.wait_for(lock, timeout, [&] {
+  MutexLock lock(impl_->published_mu);
+  return impl_->published_cv.WaitFor(impl_->published_mu, timeout, [&] {
     auto snapshot = impl_->published.Load();
     return snapshot && snapshot->table->version() >= revision;
   });

@@ -4,6 +4,7 @@
 #include <set>
 
 #include "drover/jobs.h"
+#include "drover/mutex.h"
 #include "drover/router.h"
 
 namespace drover::jobs {
@@ -28,12 +29,12 @@ struct Dispatcher::Impl {
   Clock& clock;
   const DispatchOptions options;
 
-  std::mutex mu;
-  std::map<std::string, std::unique_ptr<CircuitBreaker>> breakers;  // guarded by mu
-  std::map<std::string, std::uint64_t> in_flight;                   // guarded by mu
-  router::Xoshiro256 random{0x6a6f6273};                            // guarded by mu
+  Mutex mu;
+  std::map<std::string, std::unique_ptr<CircuitBreaker>> breakers DROVER_GUARDED_BY(mu);
+  std::map<std::string, std::uint64_t> in_flight DROVER_GUARDED_BY(mu);
+  router::Xoshiro256 random DROVER_GUARDED_BY(mu) = router::Xoshiro256(0x6a6f6273);
 
-  CircuitBreaker& BreakerFor(const std::string& id) {  // mu held
+  CircuitBreaker& BreakerFor(const std::string& id) DROVER_REQUIRES(mu) {
     auto& b = breakers[id];
     if (!b) b = std::make_unique<CircuitBreaker>(options.breaker, clock);
     return *b;
@@ -48,7 +49,7 @@ struct Dispatcher::Impl {
   // in-flight counts; or why there is none.
   Result<Pick> Choose(const std::set<std::string>& tried) {
     DROVER_ASSIGN_OR_RETURN(std::shared_ptr<const router::RoutingTable> table, nodes());
-    std::lock_guard lock(mu);
+    MutexLock lock(mu);
     std::vector<router::Endpoint> candidates;
     for (const router::Endpoint& e : table->endpoints()) {
       if (!e.Routable() || tried.count(e.id) > 0) continue;
@@ -77,7 +78,7 @@ struct Dispatcher::Impl {
   }
 
   void Done(const Pick& pick, CallOutcome outcome) {
-    std::lock_guard lock(mu);
+    MutexLock lock(mu);
     --in_flight[pick.node.id];
     BreakerFor(pick.node.id).Report(pick.permit, outcome);
   }
@@ -167,7 +168,7 @@ std::string Dispatcher::StateKey(const std::string& job_id, const std::string& s
 }
 
 CircuitBreaker::State Dispatcher::BreakerState(const std::string& node_id) {
-  std::lock_guard lock(impl_->mu);
+  MutexLock lock(impl_->mu);
   return impl_->BreakerFor(node_id).state();
 }
 

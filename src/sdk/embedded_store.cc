@@ -2,6 +2,7 @@
 #include <charconv>
 
 #include "drover/jobs.h"
+#include "drover/mutex.h"
 #include "sdk/subscriber.h"
 
 namespace drover::jobs {
@@ -9,17 +10,17 @@ namespace drover::jobs {
 struct EmbeddedStore::State {
   explicit State(Clock& c) : clock(c) {}
   Clock& clock;
-  std::mutex mu;
-  bool available = true;
+  Mutex mu;
+  bool available DROVER_GUARDED_BY(mu) = true;
   struct Entry {
     std::string value;
     std::optional<MonoTime> expires;
   };
-  std::map<std::string, Entry> data;
-  std::multimap<std::string, std::shared_ptr<Subscriber>> subscribers;
+  std::map<std::string, Entry> data DROVER_GUARDED_BY(mu);
+  std::multimap<std::string, std::shared_ptr<Subscriber>> subscribers DROVER_GUARDED_BY(mu);
 
-  // The live entry at `key`, dropping it if it expired. mu held.
-  Entry* Find(const std::string& key) {
+  // The live entry at `key`, dropping it if it expired.
+  Entry* Find(const std::string& key) DROVER_REQUIRES(mu) {
     auto it = data.find(key);
     if (it == data.end()) return nullptr;
     if (it->second.expires && clock.Now() >= *it->second.expires) {
@@ -28,7 +29,7 @@ struct EmbeddedStore::State {
     }
     return &it->second;
   }
-  Status Check() const {
+  Status Check() const DROVER_REQUIRES(mu) {
     return available ? Status::Ok() : UnavailableError("embedded store: unavailable (test)");
   }
 };
@@ -43,7 +44,7 @@ class EmbeddedSubscription final : public Subscription {
   ~EmbeddedSubscription() override {
     sub_->Silence();
     if (auto state = state_.lock()) {
-      std::lock_guard lock(state->mu);
+      MutexLock lock(state->mu);
       auto [from, to] = state->subscribers.equal_range(channel_);
       for (auto it = from; it != to; ++it) {
         if (it->second == sub_) {
@@ -66,14 +67,14 @@ EmbeddedStore::EmbeddedStore(Clock& clock) : state_(std::make_shared<State>(cloc
 EmbeddedStore::~EmbeddedStore() = default;
 
 Result<std::optional<std::string>> EmbeddedStore::Get(const std::string& key) {
-  std::lock_guard lock(state_->mu);
+  MutexLock lock(state_->mu);
   DROVER_RETURN_IF_ERROR(state_->Check());
   const State::Entry* e = state_->Find(key);
   return e ? std::optional<std::string>(e->value) : std::nullopt;
 }
 
 Result<std::optional<std::string>> EmbeddedStore::GetDel(const std::string& key) {
-  std::lock_guard lock(state_->mu);
+  MutexLock lock(state_->mu);
   DROVER_RETURN_IF_ERROR(state_->Check());
   const State::Entry* e = state_->Find(key);
   if (e == nullptr) return std::optional<std::string>();
@@ -83,14 +84,14 @@ Result<std::optional<std::string>> EmbeddedStore::GetDel(const std::string& key)
 }
 
 Status EmbeddedStore::Del(const std::string& key) {
-  std::lock_guard lock(state_->mu);
+  MutexLock lock(state_->mu);
   DROVER_RETURN_IF_ERROR(state_->Check());
   state_->data.erase(key);
   return Status::Ok();
 }
 
 Status EmbeddedStore::Set(const std::string& key, const std::string& value, Duration ttl) {
-  std::lock_guard lock(state_->mu);
+  MutexLock lock(state_->mu);
   DROVER_RETURN_IF_ERROR(state_->Check());
   State::Entry& e = state_->data[key];
   e.value = value;
@@ -102,7 +103,7 @@ Status EmbeddedStore::Set(const std::string& key, const std::string& value, Dura
 Status EmbeddedStore::Publish(const std::string& channel, const std::string& message) {
   std::vector<std::shared_ptr<Subscriber>> to_call;
   {
-    std::lock_guard lock(state_->mu);
+    MutexLock lock(state_->mu);
     DROVER_RETURN_IF_ERROR(state_->Check());
     auto [from, to] = state_->subscribers.equal_range(channel);
     for (auto it = from; it != to; ++it) to_call.push_back(it->second);
@@ -114,7 +115,7 @@ Status EmbeddedStore::Publish(const std::string& channel, const std::string& mes
 Result<std::unique_ptr<Subscription>> EmbeddedStore::Subscribe(
     const std::string& channel, std::function<void(const std::string&)> on_message) {
   auto sub = std::make_shared<Subscriber>(std::move(on_message));
-  std::lock_guard lock(state_->mu);
+  MutexLock lock(state_->mu);
   DROVER_RETURN_IF_ERROR(state_->Check());
   state_->subscribers.emplace(channel, sub);
   return std::unique_ptr<Subscription>(
@@ -122,7 +123,7 @@ Result<std::unique_ptr<Subscription>> EmbeddedStore::Subscribe(
 }
 
 Result<std::int64_t> EmbeddedStore::IncrementWithTtl(const std::string& key, Duration ttl) {
-  std::lock_guard lock(state_->mu);
+  MutexLock lock(state_->mu);
   DROVER_RETURN_IF_ERROR(state_->Check());
   std::int64_t n = 0;
   if (const State::Entry* e = state_->Find(key)) {
@@ -139,7 +140,7 @@ Result<std::int64_t> EmbeddedStore::IncrementWithTtl(const std::string& key, Dur
 
 Result<bool> EmbeddedStore::CompareAndSet(const std::string& key, const std::string& from,
                                           const std::string& to, Duration ttl) {
-  std::lock_guard lock(state_->mu);
+  MutexLock lock(state_->mu);
   DROVER_RETURN_IF_ERROR(state_->Check());
   const State::Entry* e = state_->Find(key);
   if ((e == nullptr ? std::string() : e->value) != from) return false;
@@ -151,12 +152,12 @@ Result<bool> EmbeddedStore::CompareAndSet(const std::string& key, const std::str
 }
 
 void EmbeddedStore::SetAvailable(bool available) {
-  std::lock_guard lock(state_->mu);
+  MutexLock lock(state_->mu);
   state_->available = available;
 }
 
 std::optional<Duration> EmbeddedStore::TtlOf(const std::string& key) {
-  std::lock_guard lock(state_->mu);
+  MutexLock lock(state_->mu);
   const State::Entry* e = state_->Find(key);
   if (e == nullptr || !e->expires) return std::nullopt;
   return *e->expires - state_->clock.Now();

@@ -3,11 +3,11 @@
 #include <grpcpp/grpcpp.h>
 #include <spdlog/spdlog.h>
 
-#include <condition_variable>
 #include <thread>
 
 #include "drover/grpc.h"
 #include "drover/host.h"
+#include "drover/mutex.h"
 #include "drover/router.h"
 
 namespace drover::grpc_defaults {
@@ -55,28 +55,28 @@ void ServeWithHost(HostOptions& host, grpc::Server& server, const std::string& a
 struct ServiceChannel::Impl {
   ChannelOptions options;
   std::unique_ptr<DiscoveryClient> discovery;
-  mutable std::mutex mu;
-  std::condition_variable cv;
-  bool stopping = false;                   // guarded by mu
-  std::shared_ptr<grpc::Channel> channel;  // guarded by mu
-  std::string target;                      // guarded by mu
-  std::uint64_t builds = 0;                // guarded by mu
+  mutable Mutex mu;
+  CondVar cv;
+  bool stopping DROVER_GUARDED_BY(mu) = false;
+  std::shared_ptr<grpc::Channel> channel DROVER_GUARDED_BY(mu);
+  std::string target DROVER_GUARDED_BY(mu);
+  std::uint64_t builds DROVER_GUARDED_BY(mu) = 0;
   std::thread follower;
 
-  // Builds a channel when the routable set differs from the current one. mu not held.
-  Status Refresh() {
+  // Builds a channel when the routable set differs from the current one.
+  Status Refresh() DROVER_EXCLUDES(mu) {
     auto snap = discovery->Snapshot();
     if (!snap.ok()) return snap.status();
     auto next = MultiAddressTarget(*snap->table);
     if (!next.ok()) return next.status();
     {
-      std::lock_guard lock(mu);
+      MutexLock lock(mu);
       if (*next == target) return Status::Ok();
     }
     grpc::ChannelArguments args;
     ApplyChannelOptions(args, options);
     auto built = grpc::CreateCustomChannel(*next, grpc::InsecureChannelCredentials(), args);
-    std::lock_guard lock(mu);
+    MutexLock lock(mu);
     spdlog::debug("grpc channel: {} -> {}", target.empty() ? "(none)" : target, *next);
     channel = std::move(built);  // the old one lives on in the calls that hold it
     target = *next;
@@ -85,12 +85,12 @@ struct ServiceChannel::Impl {
   }
 
   void Follow() {
-    std::unique_lock lock(mu);
+    MutexLock lock(mu);
     while (!stopping) {
-      lock.unlock();
+      lock.Unlock();
       (void)Refresh();  // no instance, or the registry not heard yet: keep the last channel
-      lock.lock();
-      cv.wait_for(lock, std::chrono::milliseconds(50), [&] { return stopping; });
+      lock.Lock();
+      cv.WaitFor(mu, std::chrono::milliseconds(50), [&]() DROVER_REQUIRES(mu) { return stopping; });
     }
   }
 };
@@ -111,30 +111,30 @@ ServiceChannel::ServiceChannel(std::unique_ptr<Impl> impl) : impl_(std::move(imp
 
 ServiceChannel::~ServiceChannel() {
   {
-    std::lock_guard lock(impl_->mu);
+    MutexLock lock(impl_->mu);
     impl_->stopping = true;
   }
-  impl_->cv.notify_all();
+  impl_->cv.NotifyAll();
   impl_->follower.join();
 }
 
 Result<std::shared_ptr<grpc::Channel>> ServiceChannel::Get() {
   {
-    std::lock_guard lock(impl_->mu);
+    MutexLock lock(impl_->mu);
     if (impl_->channel) return impl_->channel;
   }
   DROVER_RETURN_IF_ERROR(impl_->Refresh());  // the first call need not wait for the follower
-  std::lock_guard lock(impl_->mu);
+  MutexLock lock(impl_->mu);
   return impl_->channel;
 }
 
 std::string ServiceChannel::target() const {
-  std::lock_guard lock(impl_->mu);
+  MutexLock lock(impl_->mu);
   return impl_->target;
 }
 
 std::uint64_t ServiceChannel::builds() const {
-  std::lock_guard lock(impl_->mu);
+  MutexLock lock(impl_->mu);
   return impl_->builds;
 }
 

@@ -16,7 +16,7 @@ void Heartbeats::Wake() { sleep_.request_stop(); }
 
 std::uint64_t Heartbeats::Add(std::string name, Duration interval, std::function<void()> beat,
                               std::function<bool()> enabled) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   const std::uint64_t id = next_id_++;
   tasks_.emplace(id, Task{std::move(name), interval, std::move(beat), std::move(enabled),
                           clock_.Now() + interval});
@@ -25,8 +25,8 @@ std::uint64_t Heartbeats::Add(std::string name, Duration interval, std::function
 }
 
 void Heartbeats::Remove(std::uint64_t id) {
-  std::unique_lock lock(mu_);
-  idle_.wait(lock, [&] { return running_ != id; });
+  MutexLock lock(mu_);
+  idle_.Wait(mu_, [&]() DROVER_REQUIRES(mu_) { return running_ != id; });
   tasks_.erase(id);
   Wake();
 }
@@ -35,7 +35,7 @@ void Heartbeats::Stop() {
   if (!thread_.joinable()) return;
   thread_.request_stop();
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     Wake();
   }
   if (thread_.joinable() && thread_.get_id() != std::this_thread::get_id()) thread_.join();
@@ -47,7 +47,7 @@ void Heartbeats::Run(std::stop_token stop) {
     MonoTime wake_at = MonoTime::max();
     std::uint64_t due_id = 0;
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       sleep_ = std::stop_source();
       sleep_token = sleep_.get_token();
       for (const auto& [id, task] : tasks_) {
@@ -59,7 +59,7 @@ void Heartbeats::Run(std::stop_token stop) {
     }
     // Stop() ends this sleep through the forwarded callback; Add()/Remove() through sleep_.
     std::stop_callback forward(stop, [this] {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       Wake();
     });
     if (due_id == 0 || clock_.Now() < wake_at) {
@@ -71,7 +71,7 @@ void Heartbeats::Run(std::stop_token stop) {
     std::function<bool()> enabled;
     std::string name;
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       auto it = tasks_.find(due_id);
       if (it == tasks_.end()) continue;
       it->second.due = clock_.Now() + it->second.interval;
@@ -93,10 +93,10 @@ void Heartbeats::Run(std::stop_token stop) {
       spdlog::error("heartbeat {}: unknown exception (the next one runs on schedule)", name);
     }
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       running_ = 0;
     }
-    idle_.notify_all();
+    idle_.NotifyAll();
   }
 }
 

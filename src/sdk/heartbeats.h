@@ -13,12 +13,12 @@
 #include <cstdint>
 #include <functional>
 #include <map>
-#include <mutex>
 #include <stop_token>
 #include <string>
 #include <thread>
 
 #include "drover/clock.h"
+#include "drover/mutex.h"
 
 namespace drover::sdk {
 
@@ -51,15 +51,15 @@ class Heartbeats {
   };
 
   void Run(std::stop_token stop);
-  void Wake();  // guarded call: mu_ held
+  void Wake() DROVER_REQUIRES(mu_);
 
   Clock& clock_;
-  std::mutex mu_;
-  std::condition_variable idle_;         // a beat finished
-  std::map<std::uint64_t, Task> tasks_;  // guarded by mu_
-  std::uint64_t next_id_ = 1;            // guarded by mu_
-  std::uint64_t running_ = 0;            // guarded by mu_: id of the beat in progress, 0: none
-  std::stop_source sleep_;               // guarded by mu_: stops the current sleep
+  Mutex mu_;
+  CondVar idle_;  // a beat finished
+  std::map<std::uint64_t, Task> tasks_ DROVER_GUARDED_BY(mu_);
+  std::uint64_t next_id_ DROVER_GUARDED_BY(mu_) = 1;
+  std::uint64_t running_ DROVER_GUARDED_BY(mu_) = 0;  // id of the beat in progress, 0: none
+  std::stop_source sleep_ DROVER_GUARDED_BY(mu_);     // stops the current sleep
   std::atomic<std::uint64_t> beats_{0};
   std::atomic<std::uint64_t> failures_{0};
   std::jthread thread_;

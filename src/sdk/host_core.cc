@@ -137,17 +137,17 @@ Readiness HostCore::CheckReadiness() const {
 }
 
 std::string HostCore::address() const {
-  std::lock_guard lock(registry_mu_);
+  MutexLock lock(registry_mu_);
   return address_;
 }
 
 std::uint64_t HostCore::generation() const {
-  std::lock_guard lock(registry_mu_);
+  MutexLock lock(registry_mu_);
   return registered_ ? key_.generation : 0;
 }
 
 std::vector<ShutdownStep> HostCore::shutdown_steps() const {
-  std::lock_guard lock(registry_mu_);
+  MutexLock lock(registry_mu_);
   return steps_;
 }
 
@@ -157,7 +157,7 @@ HostStats HostCore::stats() const {
 }
 
 Status HostCore::Start() {
-  std::lock_guard lifecycle(lifecycle_mu_);
+  MutexLock lifecycle(lifecycle_mu_);
   if (phase_.load() != Phase::kCreated) return FailedPreconditionError("host: already started");
   if (stop_.stop_requested()) return CancelledError("host: shut down before start");
   Status s = StartLocked();
@@ -243,7 +243,7 @@ Status HostCore::WaitUntilReady(MonoTime deadline, std::stop_token stop) {
 Status HostCore::RegisterAtStart(const std::string& name, const std::string& address,
                                  MonoTime deadline, std::stop_token stop) {
   {
-    std::lock_guard lock(registry_mu_);
+    MutexLock lock(registry_mu_);
     key_ = InstanceKey{options_.service, options_.instance_id, options_.generation};
     if (key_.generation == 0) key_.generation = WallMs(clock_);
     address_ = address;
@@ -253,7 +253,7 @@ Status HostCore::RegisterAtStart(const std::string& name, const std::string& add
   while (true) {
     Status s;
     {
-      std::lock_guard lock(registry_mu_);
+      MutexLock lock(registry_mu_);
       if (deregistering_) return CancelledError("shut down");
       s = RegisterLocked("start");
     }
@@ -264,7 +264,7 @@ Status HostCore::RegisterAtStart(const std::string& name, const std::string& add
     // in the options is the caller's to choose and is never changed.
     if (const auto newest = FencedNewestGeneration(s);
         newest && options_.generation == 0 && fenced_retries++ < kMaxFencedRetries) {
-      std::lock_guard lock(registry_mu_);
+      MutexLock lock(registry_mu_);
       const std::uint64_t was = key_.generation;
       key_.generation = std::max(WallMs(clock_), *newest + 1);
       spdlog::warn(
@@ -331,7 +331,7 @@ void HostCore::Beat() {
 void HostCore::BeatOnce() {
   InstanceKey key;
   {
-    std::lock_guard lock(registry_mu_);
+    MutexLock lock(registry_mu_);
     if (!registered_ || deregistering_) return;
     key = key_;
   }
@@ -340,7 +340,7 @@ void HostCore::BeatOnce() {
   if (s.ok()) {
     heartbeats_ok_.fetch_add(1);
     const Readiness r = CheckReadiness();  // application code: outside the lock
-    std::lock_guard lock(registry_mu_);
+    MutexLock lock(registry_mu_);
     if (heartbeat_failing_) {
       spdlog::info("host {}: heartbeats renewed again", name);
       heartbeat_failing_ = false;
@@ -359,7 +359,7 @@ void HostCore::BeatOnce() {
     }
     return;
   }
-  std::lock_guard lock(registry_mu_);
+  MutexLock lock(registry_mu_);
   if (deregistering_ || key.generation != key_.generation) return;  // shutdown, or already redone
   if (s.code() == StatusCode::kNotFound || s.code() == StatusCode::kAborted) {
     // The registry no longer holds this lease: it expired (the registry was unreachable for a
@@ -431,7 +431,7 @@ void HostCore::RunShutdown() {
   // /ready turns 503 now, and Start() (if running) stops at its next step.
   draining_.store(true);
   stop_.request_stop();
-  std::lock_guard lifecycle(lifecycle_mu_);
+  MutexLock lifecycle(lifecycle_mu_);
   std::vector<ShutdownStep> steps;
 
   const bool was_registered = LeaveDiscovery(steps, grace_end);
@@ -448,7 +448,7 @@ void HostCore::RunShutdown() {
     spdlog::info("host {}/{}: shutdown complete in {:.1f} ms", options_.service,
                  options_.instance_id, Ms(total));
   }
-  std::lock_guard lock(registry_mu_);
+  MutexLock lock(registry_mu_);
   steps_ = std::move(steps);
 }
 
@@ -459,7 +459,7 @@ bool HostCore::LeaveDiscovery(std::vector<ShutdownStep>& steps, MonoTime grace_e
   bool was_registered = false;
   std::string detail;
   {
-    std::lock_guard lock(registry_mu_);
+    MutexLock lock(registry_mu_);
     deregistering_ = true;
     was_registered = registered_;
     if (registered_) {

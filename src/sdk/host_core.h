@@ -19,6 +19,7 @@
 
 #include "drover/clock.h"
 #include "drover/host.h"
+#include "drover/mutex.h"
 #include "sdk/health_server.h"
 #include "sdk/heartbeats.h"
 #include "sdk/registry_writer.h"
@@ -56,21 +57,26 @@ class HostCore {
 
   void Beat();      // one heartbeat: renew, follow readiness, re-register a lost lease
   void BeatOnce();  // Beat() without the exception guard
-  Status RegisterLocked(const char* why);  // registry_mu_ held
-  Status StartLocked();
-  // The steps of StartLocked(), in order (lifecycle_mu_ held).
-  Status WarmUp(const std::string& name, std::stop_token stop);
-  Result<std::string> OpenListener();  // the address to advertise
-  Status WaitUntilReady(MonoTime deadline, std::stop_token stop);
+  Status RegisterLocked(const char* why) DROVER_REQUIRES(registry_mu_);
+  Status StartLocked() DROVER_REQUIRES(lifecycle_mu_);
+  // The steps of StartLocked(), in order.
+  Status WarmUp(const std::string& name, std::stop_token stop) DROVER_REQUIRES(lifecycle_mu_);
+  // Returns the address to advertise.
+  Result<std::string> OpenListener() DROVER_REQUIRES(lifecycle_mu_);
+  Status WaitUntilReady(MonoTime deadline, std::stop_token stop) DROVER_REQUIRES(lifecycle_mu_);
   Status RegisterAtStart(const std::string& name, const std::string& address, MonoTime deadline,
-                         std::stop_token stop);
+                         std::stop_token stop) DROVER_REQUIRES(lifecycle_mu_);
   void RunShutdown();
-  // The steps of RunShutdown(), in order (lifecycle_mu_ held), each recorded into `steps`.
-  bool LeaveDiscovery(std::vector<ShutdownStep>& steps, MonoTime grace_end);  // was registered
-  void AwaitPropagation(std::vector<ShutdownStep>& steps, MonoTime grace_end, bool was_registered);
-  void StopAccepting(std::vector<ShutdownStep>& steps);
-  void DrainSessions(std::vector<ShutdownStep>& steps, MonoTime grace_end);
-  void StopTimers(std::vector<ShutdownStep>& steps);
+  // The steps of RunShutdown(), in order, each recorded into `steps`. LeaveDiscovery() returns
+  // whether the instance was registered.
+  bool LeaveDiscovery(std::vector<ShutdownStep>& steps, MonoTime grace_end)
+      DROVER_REQUIRES(lifecycle_mu_);
+  void AwaitPropagation(std::vector<ShutdownStep>& steps, MonoTime grace_end, bool was_registered)
+      DROVER_REQUIRES(lifecycle_mu_);
+  void StopAccepting(std::vector<ShutdownStep>& steps) DROVER_REQUIRES(lifecycle_mu_);
+  void DrainSessions(std::vector<ShutdownStep>& steps, MonoTime grace_end)
+      DROVER_REQUIRES(lifecycle_mu_);
+  void StopTimers(std::vector<ShutdownStep>& steps) DROVER_REQUIRES(lifecycle_mu_);
   Duration GraceLeft(MonoTime grace_end) const;
   void Record(std::vector<ShutdownStep>& steps, std::string name, MonoTime since,
               std::string detail);
@@ -88,18 +94,19 @@ class HostCore {
   std::atomic<std::size_t> warming_hook_{0};     // index of the running warm-up hook
   std::atomic<std::uint64_t> superseded_by_{0};  // a newer generation holds our id
 
-  std::mutex lifecycle_mu_;  // held by Start() and by Shutdown() past its first step
+  Mutex lifecycle_mu_;  // held by Start() and by Shutdown() past its first step
   std::once_flag shutdown_once_;
-  std::uint64_t heartbeat_task_ = 0;  // guarded by lifecycle_mu_
+  std::uint64_t heartbeat_task_ DROVER_GUARDED_BY(lifecycle_mu_) = 0;
 
-  mutable std::mutex registry_mu_;
-  InstanceKey key_;                  // guarded by registry_mu_
-  std::string address_;              // guarded by registry_mu_
-  bool registered_ = false;          // guarded by registry_mu_
-  bool accepting_ = false;           // guarded by registry_mu_: what the registry was told
-  bool deregistering_ = false;       // guarded by registry_mu_: no (re-)registration from now
-  bool heartbeat_failing_ = false;   // guarded by registry_mu_: for one log line per outage
-  std::vector<ShutdownStep> steps_;  // guarded by registry_mu_
+  mutable Mutex registry_mu_;
+  InstanceKey key_ DROVER_GUARDED_BY(registry_mu_);
+  std::string address_ DROVER_GUARDED_BY(registry_mu_);
+  bool registered_ DROVER_GUARDED_BY(registry_mu_) = false;
+  bool accepting_ DROVER_GUARDED_BY(registry_mu_) = false;      // what the registry was told
+  bool deregistering_ DROVER_GUARDED_BY(registry_mu_) = false;  // no (re-)registration from now
+  // For one log line per outage.
+  bool heartbeat_failing_ DROVER_GUARDED_BY(registry_mu_) = false;
+  std::vector<ShutdownStep> steps_ DROVER_GUARDED_BY(registry_mu_);
 
   std::atomic<std::uint64_t> heartbeats_ok_{0};
   std::atomic<std::uint64_t> heartbeat_failures_{0};

@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "drover/jobs.h"
+#include "drover/mutex.h"
 
 namespace drover::jobs {
 namespace {
@@ -46,9 +47,9 @@ std::string DebugExcerpt(std::string_view value, std::size_t limit = 200) {
 
 // Nudges wake the waiter's sleep: each sleep gets a fresh stop_source the callback can trip.
 struct Wake {
-  std::mutex mu;
-  std::stop_source current;
-  bool pending = false;
+  Mutex mu;
+  std::stop_source current DROVER_GUARDED_BY(mu);
+  bool pending DROVER_GUARDED_BY(mu) = false;
 };
 
 // Sleeps until `until`, a nudge or `stop`, and says whether a nudge came. A nudge that came
@@ -56,7 +57,7 @@ struct Wake {
 bool SleepUntilNudged(Wake& wake, Clock& clock, MonoTime until, std::stop_token stop) {
   std::stop_source sleep;
   {
-    std::lock_guard lock(wake.mu);
+    MutexLock lock(wake.mu);
     if (wake.pending) {  // a nudge came while we read: read again now
       wake.pending = false;
       return true;
@@ -65,7 +66,7 @@ bool SleepUntilNudged(Wake& wake, Clock& clock, MonoTime until, std::stop_token 
   }
   std::stop_callback forward(stop, [&sleep] { sleep.request_stop(); });
   clock.SleepUntil(until, sleep.get_token());
-  std::lock_guard lock(wake.mu);
+  MutexLock lock(wake.mu);
   const bool nudged = wake.pending;
   wake.pending = false;
   return nudged;
@@ -159,7 +160,7 @@ WaitOutcome Wait(ResultStore& store, Clock& clock, const std::string& job_id,
   auto wake = std::make_shared<Wake>();
   auto subscribe = [&] {
     return store.Subscribe(NudgeChannel(job_id, step), [wake](const std::string&) {
-      std::lock_guard lock(wake->mu);
+      MutexLock lock(wake->mu);
       wake->pending = true;
       wake->current.request_stop();
     });

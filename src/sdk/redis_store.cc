@@ -11,12 +11,12 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <condition_variable>
 #include <set>
 #include <thread>
 
 #include "common/host_port.h"
 #include "drover/jobs.h"
+#include "drover/mutex.h"
 #include "sdk/subscriber.h"
 
 namespace drover::jobs {
@@ -106,14 +106,14 @@ struct RedisStore::Impl {
   std::string where;  // "redis at host:port", for messages
 
   // --- commands ---
-  std::mutex mu;
-  Context ctx;  // guarded by mu; null while disconnected
-  std::chrono::steady_clock::time_point next_try{};
-  Duration backoff{};
-  std::string last_error;
-  std::map<std::string_view, std::string> shas;  // script -> SHA1, guarded by mu
+  Mutex mu;
+  Context ctx DROVER_GUARDED_BY(mu);  // null while disconnected
+  std::chrono::steady_clock::time_point next_try DROVER_GUARDED_BY(mu);
+  Duration backoff DROVER_GUARDED_BY(mu) = Duration::zero();
+  std::string last_error DROVER_GUARDED_BY(mu);
+  std::map<std::string_view, std::string> shas DROVER_GUARDED_BY(mu);  // script -> SHA1
 
-  Status EnsureConnected() {  // mu held
+  Status EnsureConnected() DROVER_REQUIRES(mu) {
     if (ctx) return Status::Ok();
     const auto now = std::chrono::steady_clock::now();
     if (now < next_try) {
@@ -129,7 +129,8 @@ struct RedisStore::Impl {
     return Status::Ok();
   }
 
-  void Failed(const std::string& error) {  // mu held: drop the connection, back off
+  // Drops the connection and backs off.
+  void Failed(const std::string& error) DROVER_REQUIRES(mu) {
     ctx.reset();
     last_error = error;
     backoff = backoff == Duration::zero() ? options.backoff_initial
@@ -137,8 +138,8 @@ struct RedisStore::Impl {
     next_try = std::chrono::steady_clock::now() + backoff;
   }
 
-  // One command. mu held.
-  Result<Reply> Command(const std::vector<std::string_view>& args) {
+  // One command.
+  Result<Reply> Command(const std::vector<std::string_view>& args) DROVER_REQUIRES(mu) {
     DROVER_RETURN_IF_ERROR(EnsureConnected());
     std::vector<const char*> argv;
     std::vector<std::size_t> len;
@@ -159,7 +160,7 @@ struct RedisStore::Impl {
 
   // EVALSHA of `script` on one key, loading it first when this server does not know it.
   Result<Reply> Script(std::string_view script, const std::string& key,
-                       const std::vector<std::string>& args) {  // mu held
+                       const std::vector<std::string>& args) DROVER_REQUIRES(mu) {
     for (int attempt = 0; attempt < 2; ++attempt) {
       std::string& sha = shas[script];
       if (sha.empty()) {
@@ -176,7 +177,7 @@ struct RedisStore::Impl {
   }
 
   Result<std::optional<std::string>> Value(const std::vector<std::string_view>& args) {
-    std::lock_guard lock(mu);
+    MutexLock lock(mu);
     DROVER_ASSIGN_OR_RETURN(Reply r, Command(args));
     if (r->type == REDIS_REPLY_NIL) return std::optional<std::string>();
     if (r->type != REDIS_REPLY_STRING) {
@@ -186,15 +187,16 @@ struct RedisStore::Impl {
   }
 
   // --- pub/sub ---
-  std::mutex sub_mu;
-  std::condition_variable sub_cv;  // a subscription confirmed, or the connection changed
-  std::multimap<std::string, std::shared_ptr<Subscriber>> subscribers;  // guarded by sub_mu
-  std::set<std::string> confirmed;       // on the current connection; guarded by sub_mu
-  std::set<std::string> to_subscribe;    // guarded by sub_mu
-  std::set<std::string> to_unsubscribe;  // guarded by sub_mu
+  Mutex sub_mu;
+  CondVar sub_cv;  // a subscription confirmed, or the connection changed
+  std::multimap<std::string, std::shared_ptr<Subscriber>> subscribers DROVER_GUARDED_BY(sub_mu);
+  std::set<std::string> confirmed DROVER_GUARDED_BY(sub_mu);  // on the current connection
+  std::set<std::string> to_subscribe DROVER_GUARDED_BY(sub_mu);
+  std::set<std::string> to_unsubscribe DROVER_GUARDED_BY(sub_mu);
   enum class Phase { kConnecting, kConnected, kDown };
-  Phase phase = Phase::kConnecting;  // of the pub/sub connection; guarded by sub_mu
-  bool stopping = false;             // guarded by sub_mu
+  // Of the pub/sub connection.
+  Phase phase DROVER_GUARDED_BY(sub_mu) = Phase::kConnecting;
+  bool stopping DROVER_GUARDED_BY(sub_mu) = false;
   int wake_fd = -1;
   std::thread sub_thread;
 
@@ -208,16 +210,16 @@ struct RedisStore::Impl {
     const std::string kind = ReplyText(r->element[0]);
     const std::string channel = ReplyText(r->element[1]);
     if (kind == "subscribe") {
-      std::lock_guard lock(sub_mu);
+      MutexLock lock(sub_mu);
       confirmed.insert(channel);
-      sub_cv.notify_all();
+      sub_cv.NotifyAll();
       return;
     }
     if (kind != "message") return;
     const std::string payload = ReplyText(r->element[2]);
     std::vector<std::shared_ptr<Subscriber>> to_call;
     {
-      std::lock_guard lock(sub_mu);
+      MutexLock lock(sub_mu);
       auto [from, to] = subscribers.equal_range(channel);
       for (auto it = from; it != to; ++it) to_call.push_back(it->second);
     }
@@ -231,7 +233,7 @@ struct RedisStore::Impl {
     Duration wait = Duration::zero();
     while (true) {
       {
-        std::lock_guard lock(sub_mu);
+        MutexLock lock(sub_mu);
         if (stopping) return;
       }
       if (!c && !Connect(c, wait)) continue;
@@ -251,9 +253,9 @@ struct RedisStore::Impl {
     auto dialed = Dial(host, port, options, where);
     if (!dialed.ok()) {
       {
-        std::lock_guard lock(sub_mu);
+        MutexLock lock(sub_mu);
         phase = Phase::kDown;
-        sub_cv.notify_all();
+        sub_cv.NotifyAll();
       }
       wait = NextWait(wait);
       pollfd p{wake_fd, POLLIN, 0};
@@ -265,7 +267,7 @@ struct RedisStore::Impl {
     }
     c = std::move(*dialed);
     wait = Duration::zero();
-    std::lock_guard lock(sub_mu);
+    MutexLock lock(sub_mu);
     phase = Phase::kConnected;
     confirmed.clear();
     to_unsubscribe.clear();
@@ -276,16 +278,16 @@ struct RedisStore::Impl {
   // Drops the pub/sub connection after a failure: nothing is confirmed any more.
   void Drop(Context& c, Duration& wait) {
     c.reset();
-    std::lock_guard lock(sub_mu);
+    MutexLock lock(sub_mu);
     phase = Phase::kDown;
     confirmed.clear();
-    sub_cv.notify_all();
+    sub_cv.NotifyAll();
     wait = NextWait(wait);
   }
 
   // Queues the pending UNSUBSCRIBEs and SUBSCRIBEs on the connection.
   void SendSubscriptions(redisContext* c) {
-    std::lock_guard lock(sub_mu);
+    MutexLock lock(sub_mu);
     for (const std::string& ch : to_unsubscribe) {
       redisAppendCommand(c, "UNSUBSCRIBE %b", ch.data(), ch.size());
     }
@@ -334,7 +336,7 @@ class RedisSubscription final : public Subscription {
       : impl_(impl), channel_(std::move(channel)), sub_(std::move(sub)) {}
   ~RedisSubscription() override {
     sub_->Silence();
-    std::lock_guard lock(impl_->sub_mu);
+    MutexLock lock(impl_->sub_mu);
     auto [from, to] = impl_->subscribers.equal_range(channel_);
     for (auto it = from; it != to; ++it) {
       if (it->second == sub_) {
@@ -375,7 +377,7 @@ RedisStore::RedisStore(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 RedisStore::~RedisStore() {
   {
-    std::lock_guard lock(impl_->sub_mu);
+    MutexLock lock(impl_->sub_mu);
     impl_->stopping = true;
   }
   impl_->Wake();
@@ -392,40 +394,41 @@ Result<std::optional<std::string>> RedisStore::GetDel(const std::string& key) {
 }
 
 Status RedisStore::Del(const std::string& key) {
-  std::lock_guard lock(impl_->mu);
+  MutexLock lock(impl_->mu);
   return impl_->Command({"DEL", key}).status();
 }
 
 Status RedisStore::Set(const std::string& key, const std::string& value, Duration ttl) {
-  std::lock_guard lock(impl_->mu);
+  MutexLock lock(impl_->mu);
   if (ttl <= Duration::zero()) return impl_->Command({"SET", key, value}).status();
   return impl_->Command({"SET", key, value, "PX", Millis(ttl)}).status();
 }
 
 Status RedisStore::Publish(const std::string& channel, const std::string& message) {
-  std::lock_guard lock(impl_->mu);
+  MutexLock lock(impl_->mu);
   return impl_->Command({"PUBLISH", channel, message}).status();
 }
 
 Result<std::unique_ptr<Subscription>> RedisStore::Subscribe(
     const std::string& channel, std::function<void(const std::string&)> on_message) {
   auto sub = std::make_shared<Subscriber>(std::move(on_message));
-  std::unique_lock lock(impl_->sub_mu);
+  MutexLock lock(impl_->sub_mu);
   impl_->subscribers.emplace(channel, sub);
   impl_->to_unsubscribe.erase(channel);
   if (impl_->confirmed.count(channel) == 0) impl_->to_subscribe.insert(channel);
   impl_->Wake();
   // Connected or connecting: wait (bounded) for the server to confirm, so that a message
   // published after this returns is delivered. Down: it starts with the next connection.
-  impl_->sub_cv.wait_for(lock, impl_->options.command_timeout, [&] {
-    return impl_->confirmed.count(channel) > 0 || impl_->phase == Impl::Phase::kDown;
-  });
+  impl_->sub_cv.WaitFor(
+      impl_->sub_mu, impl_->options.command_timeout, [&]() DROVER_REQUIRES(impl_->sub_mu) {
+        return impl_->confirmed.count(channel) > 0 || impl_->phase == Impl::Phase::kDown;
+      });
   return std::unique_ptr<Subscription>(
       std::make_unique<RedisSubscription>(impl_.get(), channel, std::move(sub)));
 }
 
 Result<std::int64_t> RedisStore::IncrementWithTtl(const std::string& key, Duration ttl) {
-  std::lock_guard lock(impl_->mu);
+  MutexLock lock(impl_->mu);
   DROVER_ASSIGN_OR_RETURN(Reply r, impl_->Script(kIncrementScript, key, {Millis(ttl)}));
   if (r->type != REDIS_REPLY_INTEGER) {
     return InternalError(impl_->where + ": the counter script returned no integer");
@@ -435,7 +438,7 @@ Result<std::int64_t> RedisStore::IncrementWithTtl(const std::string& key, Durati
 
 Result<bool> RedisStore::CompareAndSet(const std::string& key, const std::string& from,
                                        const std::string& to, Duration ttl) {
-  std::lock_guard lock(impl_->mu);
+  MutexLock lock(impl_->mu);
   DROVER_ASSIGN_OR_RETURN(Reply r,
                           impl_->Script(kCompareAndSetScript, key,
                                         {from, to, ttl > Duration::zero() ? Millis(ttl) : "0"}));

@@ -8,6 +8,7 @@
 
 #include "common/signals.h"
 #include "drover/host.h"
+#include "drover/mutex.h"
 #include "drover/registry/v1/registry.grpc.pb.h"
 #include "sdk/host_core.h"
 #include "sdk/registry_channel.h"
@@ -103,7 +104,7 @@ class GrpcRegistryWriter final : public sdk::RegistryWriter {
   }
 
   void Cancel() override {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     cancelled_ = true;
     for (grpc::ClientContext* ctx : active_) ctx->TryCancel();
   }
@@ -116,13 +117,13 @@ class GrpcRegistryWriter final : public sdk::RegistryWriter {
                      std::chrono::duration_cast<std::chrono::system_clock::duration>(timeout));
     if (!token_.empty()) ctx.AddMetadata("authorization", "Bearer " + token_);
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       if (cancelled_) return CancelledError("host is shutting down");
       active_.insert(&ctx);
     }
     const grpc::Status status = rpc(&ctx);
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       active_.erase(&ctx);
     }
     if (status.ok()) return Status::Ok();
@@ -131,9 +132,9 @@ class GrpcRegistryWriter final : public sdk::RegistryWriter {
 
   const std::string token_;
   const std::unique_ptr<pb::Registry::Stub> stub_;
-  std::mutex mu_;
-  std::set<grpc::ClientContext*> active_;  // guarded by mu_
-  bool cancelled_ = false;                 // guarded by mu_
+  Mutex mu_;
+  std::set<grpc::ClientContext*> active_ DROVER_GUARDED_BY(mu_);
+  bool cancelled_ DROVER_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace

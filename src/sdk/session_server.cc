@@ -62,8 +62,8 @@ void SessionServer::Launch(int fd) {
   sockaddr_in peer{};
   socklen_t len = sizeof peer;
   ::getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &len);
-  std::unique_lock lock(mu_);
-  ReapLocked(lock);
+  MutexLock lock(mu_);
+  ReapLocked();
   Entry& entry = sessions_.emplace_back(Entry{Session(fd, PeerAddress(peer), draining_), {}});
   served_.fetch_add(1);
   entry.thread = std::thread([this, &entry] {
@@ -75,22 +75,22 @@ void SessionServer::Launch(int fd) {
       spdlog::error("sessions: handler for {} threw", entry.session.peer());
     }
     ::close(entry.session.fd());
-    std::lock_guard done_lock(mu_);
+    MutexLock done_lock(mu_);
     entry.done = true;
-    changed_.notify_all();
+    changed_.NotifyAll();
   });
 }
 
-void SessionServer::ReapLocked(std::unique_lock<std::mutex>& lock) {
+void SessionServer::ReapLocked() {
   std::list<Entry> finished;
   for (auto it = sessions_.begin(); it != sessions_.end();) {
     auto next = std::next(it);
     if (it->done) finished.splice(finished.end(), sessions_, it);
     it = next;
   }
-  lock.unlock();
+  mu_.unlock();
   for (Entry& e : finished) e.thread.join();  // done: the thread is past its last use of mu_
-  lock.lock();
+  mu_.lock();
 }
 
 void SessionServer::StopAccepting() {
@@ -118,9 +118,9 @@ void SessionServer::StopAccepting() {
 DrainResult SessionServer::Drain(Duration budget) {
   draining_.store(true);
   DrainResult result;
-  std::unique_lock lock(mu_);
+  MutexLock lock(mu_);
   const std::size_t before = sessions_.size();
-  changed_.wait_for(lock, budget, [&] {
+  changed_.WaitFor(mu_, budget, [&]() DROVER_REQUIRES(mu_) {
     for (const Entry& e : sessions_) {
       if (!e.done) return false;
     }
@@ -134,14 +134,14 @@ DrainResult SessionServer::Drain(Duration budget) {
   }
   std::list<Entry> all;
   all.splice(all.end(), sessions_);
-  lock.unlock();
+  lock.Unlock();
   for (Entry& e : all) e.thread.join();
   result.finished = before - result.cut;
   return result;
 }
 
 std::size_t SessionServer::active() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   std::size_t n = 0;
   for (const Entry& e : sessions_) n += e.done ? 0 : 1;
   return n;

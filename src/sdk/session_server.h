@@ -13,7 +13,6 @@
 #pragma once
 
 #include <atomic>
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <list>
@@ -23,6 +22,7 @@
 
 #include "drover/clock.h"
 #include "drover/host.h"
+#include "drover/mutex.h"
 #include "drover/status.h"
 #include "sdk/accept_thread.h"
 
@@ -58,11 +58,12 @@ class SessionServer {
   struct Entry {
     Session session;
     std::thread thread;
-    bool done = false;  // guarded by mu_
+    bool done = false;  // guarded by mu_ (the server's, which an annotation here cannot name)
   };
 
-  void Launch(int fd);                                  // serves one accepted connection
-  void ReapLocked(std::unique_lock<std::mutex>& lock);  // joins finished sessions
+  void Launch(int fd);  // serves one accepted connection
+  // Joins finished sessions, letting go of mu_ while it waits for their threads.
+  void ReapLocked() DROVER_REQUIRES(mu_);
 
   int listen_fd_ = -1;
   std::string address_;
@@ -72,9 +73,9 @@ class SessionServer {
   std::unique_ptr<AcceptThread> acceptor_;  // calls Launch for each connection
   std::once_flag stop_accepting_once_;
 
-  mutable std::mutex mu_;
-  std::condition_variable changed_;  // a session ended
-  std::list<Entry> sessions_;        // guarded by mu_; list: entries never move
+  mutable Mutex mu_;
+  CondVar changed_;                                   // a session ended
+  std::list<Entry> sessions_ DROVER_GUARDED_BY(mu_);  // list: entries never move
 };
 
 }  // namespace drover::sdk

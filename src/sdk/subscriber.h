@@ -4,8 +4,9 @@
 #pragma once
 
 #include <functional>
-#include <mutex>
 #include <string>
+
+#include "drover/mutex.h"
 
 namespace drover::jobs {
 
@@ -15,17 +16,18 @@ class Subscriber {
       : on_message_(std::move(on_message)) {}
 
   void Deliver(const std::string& message) {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     if (on_message_) on_message_(message);
   }
   void Silence() {
-    std::lock_guard lock(mu_);  // waits out a call in progress
+    MutexLock lock(mu_);  // waits out a call in progress
     on_message_ = nullptr;
   }
 
  private:
-  std::mutex mu_;
-  std::function<void(const std::string&)> on_message_;  // empty once silenced
+  Mutex mu_;
+  // Empty once silenced.
+  std::function<void(const std::string&)> on_message_ DROVER_GUARDED_BY(mu_);
 };
 
 }  // namespace drover::jobs

@@ -6,12 +6,12 @@
 
 #include <chrono>
 #include <cstdint>
-#include <mutex>
 #include <optional>
 #include <string_view>
 #include <vector>
 
 #include "drover/clock.h"
+#include "drover/mutex.h"
 
 namespace drover::jobs {
 
@@ -61,22 +61,23 @@ class CircuitBreaker {
   int probes_in_flight();
 
  private:
-  void Transition(State to);  // mu_ held
-  void Tick();                // mu_ held: open -> half-open, expired probes reclaimed
+  void Transition(State to) DROVER_REQUIRES(mu_);
+  // Open -> half-open, expired probes reclaimed.
+  void Tick() DROVER_REQUIRES(mu_);
 
   const BreakerOptions options_;
   Clock& clock_;
-  std::mutex mu_;
-  State state_ = State::kClosed;
-  std::uint64_t epoch_ = 1;
-  int failures_ = 0;
-  MonoTime opened_at_{};
-  std::uint64_t next_probe_ = 1;
+  Mutex mu_;
+  State state_ DROVER_GUARDED_BY(mu_) = State::kClosed;
+  std::uint64_t epoch_ DROVER_GUARDED_BY(mu_) = 1;
+  int failures_ DROVER_GUARDED_BY(mu_) = 0;
+  MonoTime opened_at_ DROVER_GUARDED_BY(mu_);
+  std::uint64_t next_probe_ DROVER_GUARDED_BY(mu_) = 1;
   struct Probe {
     std::uint64_t id = 0;
     MonoTime started{};
   };
-  std::vector<Probe> probes_;
+  std::vector<Probe> probes_ DROVER_GUARDED_BY(mu_);
 };
 
 std::string_view BreakerStateName(CircuitBreaker::State s);  // "closed", "open", "half-open"

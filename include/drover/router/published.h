@@ -11,6 +11,8 @@
 #include <thread>
 #include <utility>
 
+#include "drover/mutex.h"
+
 namespace drover::router {
 
 // One writer publishes immutable values; many readers load them. Thread-safe.
@@ -19,9 +21,11 @@ namespace drover::router {
 // swap (Store) -- never while a value is built or destroyed -- so a reader waits at most for one
 // pointer swap, never for a writer's work. This is the design of libstdc++'s
 // std::atomic<std::shared_ptr>, whose GCC 12 load() releases its lock with relaxed ordering (a data
-// race under the C++ memory model, reported by ThreadSanitizer); here both sides release.
+// race under the C++ memory model, reported by ThreadSanitizer); here both sides release. The
+// thread safety analysis cannot take an atomic_flag for a lock, so to it the Published itself is
+// the capability that Lock() and Unlock() take and release, and that guards value_.
 template <typename T>
-class Published {
+class DROVER_CAPABILITY("spin lock") Published {
  public:
   Published() = default;
   explicit Published(std::shared_ptr<const T> initial) : value_(std::move(initial)) {}
@@ -70,15 +74,15 @@ class Published {
   };
 
  private:
-  void Lock() const {
+  void Lock() const DROVER_ACQUIRE() {
     while (locked_.test_and_set(std::memory_order_acquire)) {
       while (locked_.test(std::memory_order_relaxed)) std::this_thread::yield();
     }
   }
-  void Unlock() const { locked_.clear(std::memory_order_release); }
+  void Unlock() const DROVER_RELEASE() { locked_.clear(std::memory_order_release); }
 
   mutable std::atomic_flag locked_;  // guards value_
-  std::shared_ptr<const T> value_;
+  std::shared_ptr<const T> value_ DROVER_GUARDED_BY(this);
   std::atomic<std::uint64_t> version_{0};  // bumped by every Store
 };
 

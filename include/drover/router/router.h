@@ -8,10 +8,10 @@
 
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <vector>
 
+#include "drover/mutex.h"
 #include "drover/router/maglev.h"
 #include "drover/router/p2c.h"
 #include "drover/router/published.h"
@@ -63,8 +63,8 @@ class Router {
 
  private:
   RouterOptions options_;
-  std::mutex update_mu_;            // serialises Update(): versions publish in order
-  std::uint64_t last_version_ = 0;  // guarded by update_mu_
+  Mutex update_mu_;  // serialises Update(): versions publish in order
+  std::uint64_t last_version_ DROVER_GUARDED_BY(update_mu_) = 0;
   Published<RouterSnapshot> current_;
 };
 
