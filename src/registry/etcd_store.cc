@@ -745,6 +745,11 @@ EtcdStore::~EtcdStore() {
     MutexLock lock(impl_->stream_mu);
     if (impl_->feed_context != nullptr) impl_->feed_context->TryCancel();
   }
+  // Taking each waiter's mutex once after `stopping` is set means a thread that checked it
+  // false is already blocked in its wait when the notify comes: the wake-up cannot fall in
+  // between (the feed's untimed wait while paused would otherwise never return).
+  { MutexLock lock(impl_->feed_mu); }
+  { MutexLock lock(impl_->keeper_mu); }
   impl_->feed_cv.NotifyAll();
   impl_->keeper_cv.NotifyAll();
   if (impl_->feed_thread.joinable()) impl_->feed_thread.join();
