@@ -409,9 +409,11 @@ ClosedLoop::Result StreamLoop(const Options& opt, std::vector<std::unique_ptr<St
 
 class DroverServer {
  public:
-  // On SQLite, or on the etcd at `etcd_target` when that is given.
-  DroverServer(const std::string& binary, const std::string& etcd_target)
-      : process_(Args(binary, dir_.path(), etcd_target)) {
+  // On SQLite, or on the etcd at `etcd_target` when that is given. `watchers` gRPC and as many
+  // HTTP watch streams come from this one client address and must all be admitted (the registry
+  // allows 64 per address by default, counting both APIs together).
+  DroverServer(const std::string& binary, const std::string& etcd_target, int watchers)
+      : process_(Args(binary, dir_.path(), etcd_target, watchers)) {
     auto line = process_.ReadLine(30s);
     if (!line) Fail("drover registry did not start");
     target_ = Address(*line, "grpc://");
@@ -427,9 +429,17 @@ class DroverServer {
   std::string http_;
 
   static std::vector<std::string> Args(const std::string& binary, const std::string& dir,
-                                       const std::string& etcd_target) {
-    std::vector<std::string> args = {binary,   "--log-level", "warn",   "registry",
-                                     "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0"};
+                                       const std::string& etcd_target, int watchers) {
+    std::vector<std::string> args = {binary,
+                                     "--log-level",
+                                     "warn",
+                                     "registry",
+                                     "--http",
+                                     "127.0.0.1:0",
+                                     "--grpc",
+                                     "127.0.0.1:0",
+                                     "--max-watches-per-client",
+                                     std::to_string(2 * watchers + 64)};
     if (etcd_target.empty()) {
       args.insert(args.end(), {"--data-dir", dir});
     } else {
@@ -629,7 +639,7 @@ pb::RegisterRequest Registration(std::uint64_t i) {
 }
 
 SystemFigures BenchDrover(const Options& opt, const std::string& etcd_target) {
-  DroverServer server(opt.drover, etcd_target);
+  DroverServer server(opt.drover, etcd_target, opt.watchers);
   auto channels = Connect(server.target(), opt.connections);
   std::vector<std::unique_ptr<pb::Registry::Stub>> stubs;
   for (auto& ch : channels) stubs.push_back(pb::Registry::NewStub(ch));
@@ -1068,15 +1078,16 @@ void PrintReport(const Options& opt, const std::optional<SystemFigures>& d,
   for (const auto* f : {&d, &de}) {
     if (!*f) continue;
     const SystemFigures& x = **f;
-    const double best =
-        std::max({x.unary_heartbeats_per_s, x.keepalive_per_s, x.batched_heartbeats_per_s});
-    const double best_p99 = std::min(x.watch.p99_ms, x.http_watch.p99_ms);
+    // Each figure is judged on its own.
+    const auto rate = [](double per_s) { return per_s >= 50'000 ? "met" : "NOT met"; };
+    const auto latency = [](double ms) { return ms <= 50 ? "met" : "NOT met"; };
     std::printf(
-        "goals (%s): heartbeats/s >= 50000: %s (unary %.0f, stream %.0f, batched %.0f); "
-        "watch p99 <= 50 ms at %d watchers: %s (gRPC %.1f ms, HTTP %.1f ms)\n",
-        f == &d ? "drover/sqlite" : "drover/etcd", best >= 50'000 ? "met" : "NOT met",
-        x.unary_heartbeats_per_s, x.keepalive_per_s, x.batched_heartbeats_per_s, opt.watchers,
-        best_p99 <= 50 ? "met" : "NOT met", x.watch.p99_ms, x.http_watch.p99_ms);
+        "goals (%s): heartbeats/s >= 50000: unary %.0f %s, stream %.0f %s, batched %.0f %s; "
+        "watch p99 <= 50 ms at %d watchers: gRPC %.1f ms %s, HTTP %.1f ms %s\n",
+        f == &d ? "drover/sqlite" : "drover/etcd", x.unary_heartbeats_per_s,
+        rate(x.unary_heartbeats_per_s), x.keepalive_per_s, rate(x.keepalive_per_s),
+        x.batched_heartbeats_per_s, rate(x.batched_heartbeats_per_s), opt.watchers, x.watch.p99_ms,
+        latency(x.watch.p99_ms), x.http_watch.p99_ms, latency(x.http_watch.p99_ms));
   }
 }
 

@@ -1,6 +1,7 @@
 // The registry benchmark, small: it must run end to end against a real registry (on SQLite and on
 // an etcd store) and a real etcd, deliver every watched event and make no failed request. Speed
-// is not checked here.
+// is not checked here. More watchers than the registry admits from one client address by
+// default (64): the benchmark must raise that limit, as its full size (1,000) needs.
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -12,7 +13,7 @@ namespace {
 TEST(RegistryBenchTest, RunsAgainstDroverAndEtcdAndLosesNothing) {
   auto run = drover::testing::RunCommand(
       std::string(REGISTRY_BENCH) +
-      " --json --clients 8 --connections 2 --seconds 0.3 --instances 300 --watchers 20 "
+      " --json --clients 8 --connections 2 --seconds 0.3 --instances 300 --watchers 70 "
       "--watch-connections 2 --writes 20 --warmup-writes 2 --interval-ms 10 --batch 5");
   ASSERT_EQ(run.exit_code, 0) << run.out;
   const auto start = run.out.find('{');
@@ -25,13 +26,13 @@ TEST(RegistryBenchTest, RunsAgainstDroverAndEtcdAndLosesNothing) {
     EXPECT_EQ(f.at("errors"), 0);
     EXPECT_GT(f.at("registrations_per_s").get<double>(), 0);
     EXPECT_GT(f.at("keepalive_per_s").get<double>(), 0);
-    EXPECT_EQ(f.at("watch_samples"), 20 * 20);  // every measured write, at every watcher
+    EXPECT_EQ(f.at("watch_samples"), 70 * 20);  // every measured write, at every watcher
     EXPECT_EQ(f.at("watch_missing"), 0);
   }
   for (const char* system : {"drover", "drover_etcd"}) {
     SCOPED_TRACE(system);
     EXPECT_GT(report[system].at("batched_heartbeats_per_s").get<double>(), 0);
-    EXPECT_EQ(report[system].at("http_watch_samples"), 20 * 20);
+    EXPECT_EQ(report[system].at("http_watch_samples"), 70 * 20);
   }
 }
 
