@@ -8,7 +8,9 @@
 #include <memory>
 
 #include "commands.h"
+#include "common/host_port.h"
 #include "common/signals.h"
+#include "common/tokens.h"
 #include "net/http_client.h"
 #include "rollout/agent_client.h"
 #include "rollout/agent_server.h"
@@ -42,9 +44,51 @@ struct AgentArgs {
   int event_limit = 5;
   int max_restarts = 5;
   int restart_window_s = 60;
+  std::string auth_tokens;
+  std::string tls_cert;
+  std::string tls_key;
+  bool insecure = false;
 };
 
+// The agent starts any argv it is sent: on an address other machines can reach, only token
+// holders may ask. Without tokens there it refuses to start unless told --insecure, and then
+// says so at start and every 10 minutes (`warned` runs the repeat until the agent stops).
+Result<std::shared_ptr<const Authorizer>> AgentAuth(const AgentArgs& args) {
+  DROVER_ASSIGN_OR_RETURN(const HostPort listen,
+                          ParseHostPort(args.listen, "--listen", {.allow_port_zero = true}));
+  if (!args.auth_tokens.empty()) {
+    DROVER_ASSIGN_OR_RETURN(auto auth, Authorizer::LoadFile(args.auth_tokens));
+    if (!listen.IsLoopback() && args.tls_cert.empty()) {
+      spdlog::warn(
+          "agent: tokens travel in clear text on the non-loopback address {}; give --tls-cert "
+          "and --tls-key",
+          args.listen);
+    }
+    return auth;
+  }
+  if (!listen.IsLoopback() && !args.insecure) {
+    return FailedPreconditionError(
+        "--listen " + args.listen +
+        " is reachable from other machines, and the agent starts whatever command it is sent: "
+        "give --auth-tokens FILE (a token with `deploy: [services]` for the deploy controller), "
+        "or --insecure to run it open anyway");
+  }
+  return std::shared_ptr<const Authorizer>();
+}
+
+void WarnInsecure(const std::string& listen) {
+  spdlog::warn(
+      "agent: INSECURE: the API on {} has no authentication; anyone who can reach it can run "
+      "any command on this host as this user (--insecure)",
+      listen);
+}
+
 int RunAgent(const AgentArgs& args) {
+  auto auth = AgentAuth(args);
+  if (!auth.ok()) {
+    spdlog::error("agent: {}", auth.status().message());
+    return 2;
+  }
   const sigset_t signals = BlockShutdownSignals();
   RealClock clock;
   rollout::SupervisorOptions options;
@@ -57,15 +101,28 @@ int RunAgent(const AgentArgs& args) {
     spdlog::error("{}", supervisor.status().ToString());
     return 1;
   }
-  auto server = rollout::AgentServer::Start(**supervisor, args.data_dir, args.listen);
+  auto server = rollout::AgentServer::Start(**supervisor, {.data_dir = args.data_dir,
+                                                           .address = args.listen,
+                                                           .auth = *auth,
+                                                           .tls_cert_file = args.tls_cert,
+                                                           .tls_key_file = args.tls_key});
   if (!server.ok()) {
     spdlog::error("{}", server.status().ToString());
-    return 1;
+    return server.status().code() == StatusCode::kInvalidArgument ? 2 : 1;
   }
-  std::printf("drover agent listening on http://%s (data dir %s)\n", (*server)->address().c_str(),
+  std::printf("drover agent listening on %s://%s (data dir %s)\n",
+              (*server)->tls() ? "https" : "http", (*server)->address().c_str(),
               args.data_dir.c_str());
   std::fflush(stdout);
-  const int signal_number = WaitForSignal(signals);
+  const auto listen = ParseHostPort(args.listen, "--listen", {.allow_port_zero = true});
+  const bool open_to_network = !*auth && listen.ok() && !listen->IsLoopback();
+  if (open_to_network) WarnInsecure(args.listen);
+  int signal_number = 0;
+  while (signal_number == 0) {
+    signal_number =
+        open_to_network ? WaitForSignal(signals, std::chrono::minutes(10)) : WaitForSignal(signals);
+    if (signal_number == 0) WarnInsecure(args.listen);
+  }
   spdlog::info("agent: {} received; stopping the instances (they restart with the agent)",
                strsignal(signal_number));
   server->reset();
@@ -85,6 +142,17 @@ void AddAgentCommand(CLI::App& app) {
       ->capture_default_str();
   a->add_option("--listen", args->listen, "HTTP API address host:port (port 0: any free port)")
       ->capture_default_str();
+  a->add_option("--auth-tokens", args->auth_tokens,
+                "Token file (the registry's format): every /v1 call needs a token, and starting "
+                "or stopping instances of a service one whose `deploy:` list names it")
+      ->check(CLI::ExistingFile);
+  a->add_option("--tls-cert", args->tls_cert, "PEM certificate chain: HTTPS only")
+      ->check(CLI::ExistingFile);
+  a->add_option("--tls-key", args->tls_key, "PEM private key for --tls-cert")
+      ->check(CLI::ExistingFile);
+  a->add_flag("--insecure", args->insecure,
+              "Allow a non-loopback --listen without --auth-tokens (anyone who reaches it can run "
+              "commands on this host; logged loudly)");
   a->add_option("--event-limit", args->event_limit, "Events kept per instance")
       ->check(CLI::Range(1, 1000))
       ->capture_default_str();
@@ -129,7 +197,8 @@ int RunDeploy(const rollout::DeployRequest& request, bool json) {
   const auto stop_wait =
       std::chrono::seconds(15) + std::chrono::duration_cast<std::chrono::seconds>(spec->stop_grace);
   rollout::AgentClient agent(Connect(
-      request.agent, "agent", std::max<std::chrono::seconds>(std::chrono::seconds(30), stop_wait)));
+      request.agent, "agent", std::max<std::chrono::seconds>(std::chrono::seconds(30), stop_wait),
+      request.agent_ca));
   net::HttpClient registry =
       Connect(request.registry, "registry", std::chrono::seconds(30), request.registry_ca);
   RealClock clock;
@@ -186,8 +255,8 @@ void AddDeployCommand(CLI::App& app) {
       "could not be stopped (see the output).");
   d->add_option("service", request->service, "Service to deploy");
   d->add_option("--spec", *spec_file,
-                "YAML: service, version, command (list), env (map), instances, agent, registry, "
-                "registry_ca, min_healthy_ms, check_delay_ms, progress_deadline_ms, "
+                "YAML: service, version, command (list), env (map), instances, agent, agent_ca, "
+                "registry, registry_ca, min_healthy_ms, check_delay_ms, progress_deadline_ms, "
                 "stop_grace_ms; flags win")
       ->check(CLI::ExistingFile);
   d->add_option("--version", request->version, "The new version (names the instances)");
@@ -198,6 +267,9 @@ void AddDeployCommand(CLI::App& app) {
   d->add_option("--agent", request->agent, "The agent's URL")->capture_default_str();
   d->add_option("--registry", request->registry, "The registry's HTTP(S) URL")
       ->capture_default_str();
+  d->add_option("--agent-ca", request->agent_ca,
+                "CA certificate (PEM) for an https:// agent (default: the system's trust store)")
+      ->check(CLI::ExistingFile);
   d->add_option("--registry-ca", request->registry_ca,
                 "CA certificate (PEM) for an https:// registry (default: the system's trust store)")
       ->check(CLI::ExistingFile);

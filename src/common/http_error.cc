@@ -52,4 +52,22 @@ std::string ErrorBody(const Status& status) {
   return body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
 }
 
+Status StatusOfErrorReply(unsigned http_status, std::string_view body, std::string_view peer) {
+  const std::string prefix = std::string(peer) + ": ";
+  const auto parsed = nlohmann::json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (parsed.is_object() && parsed.contains("error") && parsed["error"].is_object()) {
+    const nlohmann::json& error = parsed["error"];
+    const std::string name = error.value("code", "");
+    const std::string message = prefix + error.value("message", "");
+    if (name == "FENCED") return AbortedError(message);
+    for (int c = 1; c <= static_cast<int>(StatusCode::kUnauthenticated); ++c) {
+      const auto code = static_cast<StatusCode>(c);
+      if (StatusCodeName(code) == name) return Status(code, message);
+    }
+  }
+  constexpr std::size_t kQuoted = 200;
+  return UnavailableError(prefix + "HTTP " + std::to_string(http_status) + ": " +
+                          std::string(body.substr(0, kQuoted)));
+}
+
 }  // namespace drover

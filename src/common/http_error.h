@@ -22,6 +22,7 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 
 #include "drover/status.h"
 
@@ -36,5 +37,10 @@ std::string ErrorCodeName(const Status& status);
 // The JSON error body for `status`, newline-terminated. Bytes that are not UTF-8 in the message
 // are replaced, never a reason to fail.
 std::string ErrorBody(const Status& status);
+
+// What a client makes of an error reply: the Status its body names (FENCED reads as ABORTED),
+// with the message prefixed by "<peer>: ". A reply with no such body (a proxy's page, a cut-off
+// body) is UNAVAILABLE, quoting the HTTP status and the start of the body.
+Status StatusOfErrorReply(unsigned http_status, std::string_view body, std::string_view peer);
 
 }  // namespace drover

@@ -28,6 +28,19 @@ int WaitForSignal(const sigset_t& signals) {
   return signal_number;
 }
 
+int WaitForSignal(const sigset_t& signals, std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (true) {
+    const auto left = std::chrono::duration_cast<std::chrono::nanoseconds>(
+        deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) return 0;
+    const timespec wait{static_cast<time_t>(left.count() / 1'000'000'000),
+                        static_cast<long>(left.count() % 1'000'000'000)};
+    const int signal_number = sigtimedwait(&signals, nullptr, &wait);
+    if (signal_number > 0) return signal_number;  // else a timeout, or EINTR: look again
+  }
+}
+
 SignalWatcher::SignalWatcher(const sigset_t& signals, std::function<void(int)> on_first,
                              std::function<void(int)> on_again)
     : signals_(signals),

@@ -9,6 +9,7 @@
 
 #include <signal.h>
 
+#include <chrono>
 #include <functional>
 #include <initializer_list>
 #include <stop_token>
@@ -25,6 +26,8 @@ sigset_t BlockShutdownSignals(std::initializer_list<int> extra = {});
 
 // Waits until one signal of `signals` (blocked in every thread) arrives; returns its number.
 int WaitForSignal(const sigset_t& signals);
+// As above for at most `timeout`; 0 when none arrived by then.
+int WaitForSignal(const sigset_t& signals, std::chrono::milliseconds timeout);
 
 // A thread that reads blocked shutdown signals: the first one requests stop on stop_token() and
 // calls `on_first(signal)`; every later one calls `on_again(signal)` (a forced exit, typically).

@@ -8,7 +8,7 @@
 #include <thread>
 
 #include "common/host_port.h"
-#include "registry/auth.h"
+#include "common/tokens.h"
 #include "registry/client_limits.h"
 #include "registry/etcd_store.h"
 #include "registry/grpc_api.h"

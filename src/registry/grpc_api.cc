@@ -13,9 +13,9 @@
 #include <stop_token>
 #include <thread>
 
+#include "common/tokens.h"
 #include "drover/mutex.h"
 #include "drover/registry/v1/registry.grpc.pb.h"
-#include "registry/auth.h"
 #include "registry/client_limits.h"
 #include "registry/registry.h"
 

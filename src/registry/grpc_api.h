@@ -16,9 +16,12 @@
 
 #include "drover/status.h"
 
+namespace drover {
+class Authorizer;
+}  // namespace drover
+
 namespace drover::registry {
 
-class Authorizer;
 class ClientLimits;
 class Registry;
 

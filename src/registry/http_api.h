@@ -39,9 +39,12 @@
 #include "drover/clock.h"
 #include "drover/status.h"
 
+namespace drover {
+class Authorizer;
+}  // namespace drover
+
 namespace drover::registry {
 
-class Authorizer;
 class ClientLimits;
 class Registry;
 

@@ -1,5 +1,6 @@
 #include "rollout/agent_client.h"
 
+#include "common/http_error.h"
 #include "rollout/json_codec.h"
 
 namespace drover::rollout {
@@ -33,18 +34,7 @@ Result<json> AgentClient::Call(std::string_view method, const std::string& targe
                                const std::string& body) {
   DROVER_ASSIGN_OR_RETURN(net::HttpResult reply, client_.Send(method, target, body));
   json parsed = json::parse(reply.body, nullptr, false);
-  if (reply.status != 200) {
-    std::string message = reply.body;
-    StatusCode code = StatusCode::kUnavailable;
-    if (!parsed.is_discarded() && parsed.contains("error")) {
-      message = parsed["error"].value("message", reply.body);
-      const std::string name = parsed["error"].value("code", "");
-      if (name == "NOT_FOUND") code = StatusCode::kNotFound;
-      if (name == "ALREADY_EXISTS") code = StatusCode::kAlreadyExists;
-      if (name == "INVALID_ARGUMENT") code = StatusCode::kInvalidArgument;
-    }
-    return Status(code, "agent: " + message);
-  }
+  if (reply.status != 200) return StatusOfErrorReply(reply.status, reply.body, "agent");
   if (parsed.is_discarded()) return UnavailableError("agent sent a reply that is not JSON");
   return parsed;
 }

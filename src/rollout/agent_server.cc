@@ -10,6 +10,7 @@
 #include "common/files.h"
 #include "common/host_port.h"
 #include "common/text.h"
+#include "common/tokens.h"
 #include "drover/mutex.h"
 #include "net/http_server.h"
 #include "rollout/json_codec.h"
@@ -48,6 +49,7 @@ Response Reply(const Request& req, const json& body) {
 
 struct AgentServer::Impl {
   Platform* platform = nullptr;
+  std::shared_ptr<const Authorizer> auth;
   std::string deploys_path;
   HostPort address;  // as given; the port is the server's
   std::unique_ptr<net::HttpServer> server;
@@ -86,9 +88,27 @@ struct AgentServer::Impl {
     return res;
   }
 
+  static std::string_view Authorization(const Request& req) {
+    const auto value = req[http::field::authorization];
+    return {value.data(), value.size()};
+  }
+
+  // OK when auth is off or the request carries a known token.
+  Status Authenticate(const Request& req) const {
+    if (!auth) return Status::Ok();
+    return auth->Authenticate(Authorization(req)).status();
+  }
+
+  // OK when auth is off or the request's token may deploy `service`.
+  Status AuthorizeDeploy(const Request& req, std::string_view service) const {
+    if (!auth) return Status::Ok();
+    return auth->AuthorizeDeploy(Authorization(req), service);
+  }
+
   Response Route(const Request& req, std::string_view path, const Query& query) {
     const auto method = req.method();
     if (path == "/live") return Live(req);
+    if (Status s = Authenticate(req); !s.ok()) return net::ErrorResponse(req, s);
     if (path == "/v1/instances") {
       if (method == http::verb::get) return ListInstances(req, query);
       if (method == http::verb::post) return StartInstance(req);
@@ -130,6 +150,7 @@ struct AgentServer::Impl {
       return net::ErrorResponse(req, InvalidArgumentError("body is not JSON"));
     auto spec = LaunchSpecFromJson(body);
     if (!spec.ok()) return net::ErrorResponse(req, spec.status());
+    if (Status s = AuthorizeDeploy(req, spec->service); !s.ok()) return net::ErrorResponse(req, s);
     if (Status s = platform->Start(*spec); !s.ok()) return net::ErrorResponse(req, s);
     return Reply(req, {{"id", spec->id}});
   }
@@ -147,10 +168,24 @@ struct AgentServer::Impl {
         return net::ErrorResponse(req, InvalidArgumentError("grace_ms must be 0..600000"));
       }
     }
+    if (auth) {
+      // The rights are per service: the instance's own, looked up first.
+      auto service = ServiceOf(id);
+      if (!service.ok()) return net::ErrorResponse(req, service.status());
+      if (Status s = AuthorizeDeploy(req, *service); !s.ok()) return net::ErrorResponse(req, s);
+    }
     if (Status s = platform->Stop(id, std::chrono::milliseconds(grace_ms)); !s.ok()) {
       return net::ErrorResponse(req, s);
     }
     return Reply(req, {{"id", id}});
+  }
+
+  Result<std::string> ServiceOf(const std::string& id) {
+    DROVER_ASSIGN_OR_RETURN(std::vector<InstanceInfo> all, platform->List(""));
+    for (const InstanceInfo& i : all) {
+      if (i.spec.id == id) return i.spec.service;
+    }
+    return NotFoundError("no instance " + id);
   }
 
   Response ListDeploys(const Request& req, const Query& query) {
@@ -172,6 +207,9 @@ struct AgentServer::Impl {
       return net::ErrorResponse(
           req, InvalidArgumentError("a deploy record is a JSON object with a service"));
     }
+    if (Status s = AuthorizeDeploy(req, record["service"].get<std::string>()); !s.ok()) {
+      return net::ErrorResponse(req, s);
+    }
     record["id"] = id;
     MutexLock lock(deploys_mu);
     auto same = std::find_if(deploys.begin(), deploys.end(),
@@ -189,22 +227,23 @@ struct AgentServer::Impl {
 
 AgentServer::AgentServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
-Result<std::unique_ptr<AgentServer>> AgentServer::Start(Platform& platform,
-                                                        const std::string& data_dir,
-                                                        const std::string& address) {
+Result<std::unique_ptr<AgentServer>> AgentServer::Start(Platform& platform, AgentServerOptions o) {
   auto impl = std::make_unique<Impl>();
   impl->platform = &platform;
-  impl->deploys_path = data_dir + "/deploys.json";
+  impl->auth = std::move(o.auth);
+  impl->deploys_path = o.data_dir + "/deploys.json";
   DROVER_ASSIGN_OR_RETURN(impl->address,
-                          ParseHostPort(address, "agent address", {.allow_port_zero = true}));
+                          ParseHostPort(o.address, "agent address", {.allow_port_zero = true}));
   DROVER_RETURN_IF_ERROR(impl->LoadDeploys());
   net::HttpServerOptions options;
   options.name = "agent";
-  options.address = address;
+  options.address = o.address;
   options.threads = kThreads;
   options.max_connections = kMaxConnections;
   options.max_body = kMaxBody;
   options.idle_timeout = std::chrono::seconds(30);
+  options.tls_cert_file = std::move(o.tls_cert_file);
+  options.tls_key_file = std::move(o.tls_key_file);
   Impl* raw = impl.get();
   DROVER_ASSIGN_OR_RETURN(
       impl->server,
@@ -217,6 +256,8 @@ Result<std::unique_ptr<AgentServer>> AgentServer::Start(Platform& platform,
 AgentServer::~AgentServer() { impl_->server->Stop(); }
 
 std::uint16_t AgentServer::port() const { return impl_->server->port(); }
+
+bool AgentServer::tls() const { return impl_->server->tls(); }
 
 std::string AgentServer::address() const { return impl_->address.WithPort(port()).ToString(); }
 

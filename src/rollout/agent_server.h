@@ -14,6 +14,12 @@
 // GET /live and GET /v1/deploys answer with "Access-Control-Allow-Origin: *": the registry's
 // dashboard reads the deploy history from the browser. Nothing else does -- not writes, and not
 // /v1/instances, whose launch specs (argv, environment) no other origin should read.
+//
+// With a token file (common/tokens.h), every /v1 request needs a known bearer token (401, with
+// WWW-Authenticate, otherwise), and starting or stopping an instance of service S, or recording
+// a deploy of S, needs a token whose `deploy` list names S (403 otherwise; `write` is not
+// enough). GET /live stays open for probes. With a certificate and key the API is HTTPS only.
+//
 // Errors are {"error":{"code","message"}} with the HTTP status of common/http_error.h, as in the
 // registry. Deploy records are kept in <data_dir>/deploys.json (the newest 200, rewritten
 // atomically and fsynced on every change).
@@ -27,18 +33,31 @@
 
 #include "rollout/platform.h"
 
+namespace drover {
+class Authorizer;
+}  // namespace drover
+
 namespace drover::rollout {
+
+struct AgentServerOptions {
+  std::string data_dir;                    // where deploys.json is kept
+  std::string address = "127.0.0.1:0";     // host:port; port 0: any free port
+  std::shared_ptr<const Authorizer> auth;  // null: no authentication
+  std::string tls_cert_file;               // both set: HTTPS only
+  std::string tls_key_file;
+};
 
 class AgentServer {
  public:
-  // `address` host:port (port 0: any free port). `platform` must outlive the server.
-  static Result<std::unique_ptr<AgentServer>> Start(Platform& platform, const std::string& data_dir,
-                                                    const std::string& address);
+  // `platform` must outlive the server. INVALID_ARGUMENT for a bad address or TLS file,
+  // UNAVAILABLE when the address cannot be bound, DATA_LOSS for an unreadable deploy history.
+  static Result<std::unique_ptr<AgentServer>> Start(Platform& platform, AgentServerOptions options);
   ~AgentServer();  // stops accepting and the io threads, and joins them
   AgentServer(const AgentServer&) = delete;
   AgentServer& operator=(const AgentServer&) = delete;
 
   std::uint16_t port() const;
+  bool tls() const;
   // The bound address, "ip:port".
   std::string address() const;
 

@@ -29,6 +29,8 @@ Status ApplyDeploySpec(const std::string& yaml, const std::string& source, const
         if (!keep) args.instances = v.as<int>();
       } else if (key == "agent") {
         if (!keep) args.agent = v.as<std::string>();
+      } else if (key == "agent_ca") {
+        if (!keep) args.agent_ca = v.as<std::string>();
       } else if (key == "registry") {
         if (!keep) args.registry = v.as<std::string>();
       } else if (key == "registry_ca") {

@@ -20,6 +20,7 @@ struct DeployRequest {
   std::vector<std::string> env;  // KEY=VALUE
   int instances = 1;
   std::string agent = "http://127.0.0.1:7080";
+  std::string agent_ca;  // CA for an https:// agent (default: the system's)
   std::string registry = "http://127.0.0.1:7070";
   std::string registry_ca;
   int min_healthy_ms = 10'000;

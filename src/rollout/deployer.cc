@@ -1,16 +1,10 @@
 #include "rollout/deployer.h"
 
 #include <spdlog/spdlog.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <fstream>
 #include <optional>
-#include <random>
 #include <set>
-
-#include "common/text.h"
-#include "sdk/socket_util.h"
 
 namespace drover::rollout {
 namespace {
@@ -25,58 +19,6 @@ std::string Join(const std::vector<std::string>& ids) {
   return out;
 }
 
-// Ports for "{port}" and "{health_port}". An instance binds them only later -- after its
-// warm-up, and again at every restart (the agent restarts it with the same command line, a
-// restarted agent too) -- so a port from the kernel's ephemeral range (ip_local_port_range),
-// which every bind to port 0 and every outgoing connection on the host draws from, can be taken
-// meanwhile, and the instance then crash-loops on EADDRINUSE until the gate fails the deploy.
-// The ports come from below that range instead, from 20000 (as Nomad's dynamic ports), where
-// only explicit binds land; a port that cannot be bound now, or was handed out already by this
-// picker, is skipped. When there is no such window (a range starting at or below 21000) or no
-// port in it is free, the kernel picks one.
-class PortPicker {
- public:
-  PortPicker() : random_(std::random_device{}()) {
-    int first = 0, last = 0;
-    std::ifstream range("/proc/sys/net/ipv4/ip_local_port_range");
-    if (!(range >> first >> last)) first = 32768;  // Linux's default
-    end_ = static_cast<std::uint16_t>(std::clamp(first, 0, 65535));
-  }
-
-  std::uint16_t Next() {
-    if (end_ > kFirst + 1000) {
-      std::uniform_int_distribution<int> pick(kFirst, end_ - 1);
-      for (int tries = 0; tries < 200; ++tries) {
-        const auto port = static_cast<std::uint16_t>(pick(random_));
-        if (handed_out_.count(port) == 0 && Bindable(port)) return HandOut(port);
-      }
-    }
-    for (int tries = 0; tries < 10; ++tries) {
-      const std::uint16_t port = sdk::FreeLoopbackPort();
-      if (port != 0 && handed_out_.count(port) == 0) return HandOut(port);
-    }
-    return sdk::FreeLoopbackPort();
-  }
-
- private:
-  static constexpr std::uint16_t kFirst = 20000;
-
-  static bool Bindable(std::uint16_t port) {
-    auto listening = sdk::ListenTcp("127.0.0.1:" + std::to_string(port), 1, "a free port");
-    if (!listening.ok()) return false;
-    ::close(listening->fd);
-    return true;
-  }
-  std::uint16_t HandOut(std::uint16_t port) {
-    handed_out_.insert(port);
-    return port;
-  }
-
-  std::uint16_t end_ = 0;  // the ephemeral range's first port: the window ends before it
-  std::mt19937 random_;
-  std::set<std::uint16_t> handed_out_;
-};
-
 // Why the spec cannot be deployed at all, or nullopt.
 std::optional<std::string> SpecError(const DeploySpec& spec) {
   if (Status s = ValidateLaunchSpec(LaunchSpec{spec.service, spec.service + "-" + spec.version,
@@ -88,21 +30,15 @@ std::optional<std::string> SpecError(const DeploySpec& spec) {
   return std::nullopt;
 }
 
-// The launch of the n-th new instance: its id, and its command line and environment with
-// "{port}" and "{health_port}" replaced by fresh ports.
-LaunchSpec LaunchOf(const DeploySpec& spec, int n, PortPicker& ports) {
+// The launch of the n-th new instance: its id, and the command line and environment as given
+// ("{port}", "{health_port}" and "{host}" are filled by the agent that runs it, on its host).
+LaunchSpec LaunchOf(const DeploySpec& spec, int n) {
   LaunchSpec launch;
   launch.service = spec.service;
   launch.version = spec.version;
   launch.id = spec.service + "-" + spec.version + "-" + std::to_string(n);
-  const std::string port = std::to_string(ports.Next());
-  const std::string health_port = std::to_string(ports.Next());
-  for (const std::string& a : spec.argv) {
-    launch.argv.push_back(ReplaceAll(ReplaceAll(a, "{port}", port), "{health_port}", health_port));
-  }
-  for (const auto& [k, v] : spec.env) {
-    launch.env[k] = ReplaceAll(ReplaceAll(v, "{port}", port), "{health_port}", health_port);
-  }
+  launch.argv = spec.argv;
+  launch.env = spec.env;
   return launch;
 }
 
@@ -213,9 +149,8 @@ Result<std::vector<std::string>> Deployer::OldInstances(DeployOutcome& out,
 Result<std::vector<std::string>> Deployer::StartNew(DeployOutcome& out, const DeploySpec& spec,
                                                     std::size_t old_count) {
   std::vector<std::string> new_ids;
-  PortPicker ports;
   for (int n = 1; n <= spec.instances; ++n) {
-    const LaunchSpec launch = LaunchOf(spec, n, ports);
+    const LaunchSpec launch = LaunchOf(spec, n);
     if (Status s = platform_.Start(launch); !s.ok()) {
       Note(out, "could not start " + launch.id + ": " + s.message());
       // Whatever did start goes again -- this one too, unless it certainly did not start (a

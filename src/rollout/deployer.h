@@ -2,9 +2,8 @@
 // new version on a Platform, judged by the HealthGate against the registry's readiness.
 //
 //   1. Start the new version's instances next to the old ones (ids <service>-<version>-<n>;
-//      "{port}" and "{health_port}" in the command become free loopback ports from below the
-//      kernel's ephemeral range, where no port-0 bind or outgoing connection can take them
-//      before the instance binds them; "{id}", "{service}", "{version}" the instance's own).
+//      the platform fills "{port}", "{health_port}" and "{host}" on the host that runs each
+//      (host_ports.h), and "{id}", "{service}", "{version}" with the instance's own).
 //   2. Observe every `poll`: the platform's view of each new instance plus READY/accepting in the
 //      registry, fed to the HealthGate until it passes or fails.
 //   3. Pass: stop the old instances one at a time (each gets SIGTERM and runs the SDK's ordered

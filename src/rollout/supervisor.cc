@@ -15,12 +15,15 @@
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <thread>
 
 #include "common/child_process.h"
 #include "common/files.h"
+#include "common/host_port.h"
 #include "common/text.h"
 #include "drover/mutex.h"
+#include "rollout/host_ports.h"
 #include "rollout/json_codec.h"
 
 namespace drover::rollout {
@@ -79,6 +82,7 @@ struct Supervisor::Impl {
   CondVar cv;  // wakes the thread; tells Stop() an instance is gone
   std::map<std::string, Managed> instances DROVER_GUARDED_BY(mu);
   bool stopping DROVER_GUARDED_BY(mu) = false;
+  std::optional<PortPicker> ports DROVER_GUARDED_BY(mu);
   std::thread thread;
   int lock_fd = -1;  // flock on <data_dir>/lock: one agent per data directory
 
@@ -280,6 +284,11 @@ Result<std::unique_ptr<Supervisor>> Supervisor::Open(SupervisorOptions options, 
   auto impl = std::make_unique<Impl>();
   impl->options = std::move(options);
   impl->clock = &clock;
+  {
+    const auto host = ParseHostPort(impl->options.host + ":1", "host", {.ipv4_only = true});
+    MutexLock lock(impl->mu);
+    impl->ports.emplace(host.ok() && host->is_ip() ? host->host : "0.0.0.0");
+  }
   // Before anything is touched: a second agent on this directory would take the first one's
   // instances for leftovers and stop them.
   const std::string lock_path = impl->options.data_dir + "/lock";
@@ -354,7 +363,7 @@ Status Supervisor::Start(const LaunchSpec& spec) {
     impl_->instances.erase(it);
   }
   Managed m;
-  m.spec = spec;
+  m.spec = FillHostPlaceholders(spec, impl_->options.host, *impl_->ports);
   m.next_start = impl_->clock->Now();
   impl_->instances.emplace(spec.id, std::move(m));
   // Not durable, not started: an agent restarted now would not know it.

@@ -17,6 +17,8 @@
 //   again: never two copies of an instance.
 //
 // Every child gets DROVER_INSTANCE_ID, DROVER_SERVICE and DROVER_VERSION in its environment.
+// Start() fills "{host}", "{port}" and "{health_port}" once (host_ports.h); List() shows the
+// filled spec, which is also what a restart runs again.
 // Thread-safe.
 #pragma once
 
@@ -30,6 +32,9 @@ namespace drover::rollout {
 
 struct SupervisorOptions {
   std::string data_dir;  // required: logs and instances.json live here
+  // The address this host is reached at: what "{host}" becomes, and where "{port}" and
+  // "{health_port}" are checked to be free (every interface when it is not an IPv4 address).
+  std::string host = "127.0.0.1";
   std::size_t event_limit = 5;
   Duration backoff_initial = std::chrono::milliseconds(200);
   Duration backoff_max = std::chrono::seconds(10);

@@ -56,5 +56,24 @@ TEST(HttpErrorTest, BytesThatAreNotUtf8AreReplacedNotThrown) {
   EXPECT_EQ(body.back(), '\n');
 }
 
+TEST(HttpErrorTest, AClientReadsEveryCodeBackFromTheBody) {
+  for (int c = 1; c <= static_cast<int>(StatusCode::kUnauthenticated); ++c) {
+    const Status sent(static_cast<StatusCode>(c), "why");
+    const Status read = StatusOfErrorReply(HttpStatusOf(sent.code()), ErrorBody(sent), "agent");
+    EXPECT_EQ(read.code(), sent.code()) << StatusCodeName(sent.code());
+    EXPECT_EQ(read.message(), "agent: why");
+  }
+  const Status fenced = FencedError("zone", "z1", 3, 7, "a newer process registered");
+  EXPECT_EQ(StatusOfErrorReply(409, ErrorBody(fenced), "registry").code(), StatusCode::kAborted);
+
+  // Not an error body: a proxy's page. Quoted, bounded, UNAVAILABLE.
+  const Status page = StatusOfErrorReply(502, "<html>" + std::string(1000, 'x'), "agent");
+  EXPECT_EQ(page.code(), StatusCode::kUnavailable);
+  EXPECT_EQ(page.message().rfind("agent: HTTP 502: <html>xx", 0), 0u) << page.message();
+  EXPECT_LT(page.message().size(), 300u);
+  EXPECT_EQ(StatusOfErrorReply(500, R"({"error":"flat"})", "agent").code(),
+            StatusCode::kUnavailable);
+}
+
 }  // namespace
 }  // namespace drover

@@ -7,7 +7,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "registry/auth.h"
+#include "common/tokens.h"
 #include "registry/daemon_config.h"
 #include "rollout/deploy_request.h"
 
@@ -35,7 +35,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       break;
     }
     default: {
-      auto auth = drover::registry::Authorizer::FromYaml(yaml);
+      auto auth = drover::Authorizer::FromYaml(yaml);
       if (!auth.ok() && auth.status().code() != drover::StatusCode::kInvalidArgument) std::abort();
       if (auth.ok()) (void)(*auth)->Authenticate("Bearer 0123456789abcdef");
       break;

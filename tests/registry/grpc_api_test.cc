@@ -3,8 +3,8 @@
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
+#include "common/tokens.h"
 #include "drover/registry/v1/registry.grpc.pb.h"
-#include "registry/auth.h"
 #include "registry/client_limits.h"
 #include "registry/registry.h"
 #include "registry/sqlite_store.h"

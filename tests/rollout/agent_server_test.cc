@@ -9,6 +9,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "common/tokens.h"
 #include "rollout/fake_platform.h"
 #include "testing/http_client.h"
 #include "testing/temp_dir.h"
@@ -28,9 +29,16 @@ class AgentServerTest : public ::testing::Test {
 
   void Restart() {
     server_.reset();
-    auto server = AgentServer::Start(platform_, dir_.path(), "127.0.0.1:0");
+    auto server = AgentServer::Start(platform_, Options());
     ASSERT_TRUE(server.ok()) << server.status().ToString();
     server_ = std::move(*server);
+  }
+
+  AgentServerOptions Options(std::shared_ptr<const Authorizer> auth = nullptr) const {
+    AgentServerOptions options;
+    options.data_dir = dir_.path();
+    options.auth = std::move(auth);
+    return options;
   }
 
   testing::HttpReply Call(const std::string& method, const std::string& target,
@@ -193,9 +201,80 @@ TEST_F(AgentServerTest, OnlyTheDeployHistoryAndLiveAreReadableFromOtherOrigins) 
 TEST_F(AgentServerTest, ACorruptHistoryFileIsAClearStartupError) {
   server_.reset();
   std::ofstream(dir_.path() + "/deploys.json") << "[{\"service\":";
-  auto server = AgentServer::Start(platform_, dir_.path(), "127.0.0.1:0");
+  auto server = AgentServer::Start(platform_, Options());
   ASSERT_FALSE(server.ok());
   EXPECT_THAT(server.status().message(), HasSubstr("deploys.json"));
+}
+
+// Tokens: reading needs a known one; starting, stopping and recording a deploy of a service need
+// one whose `deploy` list names it -- a registry `write` token is not enough.
+TEST_F(AgentServerTest, WithTokensEveryCallButLiveNeedsOneAndChangesNeedDeployRights) {
+  auto auth = Authorizer::FromYaml(R"(
+tokens:
+  - name: zone-deployer
+    token: "deployer-token-0123456789"
+    deploy: ["zone"]
+  - name: zone-writer
+    token: "writer-token-0123456789"
+    write: ["zone"]
+  - name: chat-deployer
+    token: "chat-token-0123456789"
+    deploy: ["chat"]
+  - name: viewer
+    token: "viewer-token-0123456789"
+    read_only: true
+)");
+  ASSERT_TRUE(auth.ok()) << auth.status().ToString();
+  server_.reset();
+  auto server = AgentServer::Start(platform_, Options(*auth));
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  server_ = std::move(*server);
+  const auto as = [&](const std::string& token, const std::string& method,
+                      const std::string& target, const std::string& body = {}) {
+    const std::string header = token.empty() ? "" : "Authorization: Bearer " + token + "\r\n";
+    return testing::SendRaw(server_->port(), testing::RequestText(method, target, body, header));
+  };
+  const std::string record = R"({"service":"zone","version":"v1"})";
+
+  EXPECT_EQ(Call("GET", "/live").status, 200);  // probes need no token
+  for (const auto& [method, target, body] :
+       std::vector<std::tuple<std::string, std::string, std::string>>{
+           {"GET", "/v1/instances", ""},
+           {"GET", "/v1/deploys", ""},
+           {"POST", "/v1/instances", kLaunch},
+           {"DELETE", "/v1/instances/zone-v1-1", ""},
+           {"PUT", "/v1/deploys/d1", record}}) {
+    SCOPED_TRACE(method + " " + target);
+    const auto none = as("", method, target, body);
+    EXPECT_EQ(none.status, 401);
+    EXPECT_EQ(ErrorCode(none), "UNAUTHENTICATED");
+    EXPECT_THAT(none.body, HasSubstr("missing 'Authorization: Bearer <token>'"));
+    EXPECT_THAT(none.headers, HasSubstr("WWW-Authenticate: Bearer"));
+    EXPECT_EQ(as("not-a-token-anyone-knows", method, target, body).status, 401);
+  }
+  EXPECT_EQ(as("viewer-token-0123456789", "GET", "/v1/instances").status, 200);
+  EXPECT_EQ(as("viewer-token-0123456789", "GET", "/v1/deploys").status, 200);
+
+  for (const char* token :
+       {"viewer-token-0123456789", "writer-token-0123456789", "chat-token-0123456789"}) {
+    SCOPED_TRACE(token);
+    const auto start = as(token, "POST", "/v1/instances", kLaunch);
+    EXPECT_EQ(start.status, 403);
+    EXPECT_EQ(ErrorCode(start), "PERMISSION_DENIED");
+    EXPECT_THAT(start.body, HasSubstr("may not deploy service 'zone'"));
+    EXPECT_EQ(as(token, "PUT", "/v1/deploys/d1", record).status, 403);
+  }
+  EXPECT_TRUE(platform_.List("zone")->empty());  // nothing was started by a refused call
+
+  ASSERT_EQ(as("deployer-token-0123456789", "POST", "/v1/instances", kLaunch).status, 200);
+  EXPECT_EQ(as("deployer-token-0123456789", "PUT", "/v1/deploys/d1", record).status, 200);
+  // Stopping is judged by the instance's own service.
+  const auto stop = as("chat-token-0123456789", "DELETE", "/v1/instances/zone-v1-1");
+  EXPECT_EQ(stop.status, 403);
+  EXPECT_THAT(stop.body, HasSubstr("may not deploy service 'zone'"));
+  EXPECT_EQ(as("chat-token-0123456789", "DELETE", "/v1/instances/nobody").status, 404);
+  EXPECT_EQ(as("deployer-token-0123456789", "DELETE", "/v1/instances/zone-v1-1").status, 200);
+  EXPECT_TRUE(platform_.List("zone")->empty());
 }
 
 }  // namespace

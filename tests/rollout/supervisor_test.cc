@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <regex>
 #include <sstream>
 #include <thread>
 
@@ -170,6 +171,31 @@ TEST_F(SupervisorTest, StopKillsWhatIgnoresSigterm) {
   ASSERT_TRUE(s->Stop("stubborn", 300ms).ok());
   EXPECT_GE(std::chrono::steady_clock::now() - before, 300ms);
   EXPECT_EQ(CopiesOf("stubborn"), 0);
+}
+
+// "{host}", "{port}" and "{health_port}" are this host's to fill, once: the instance and a
+// restarted agent run the same filled spec, so the instance keeps its ports.
+TEST_F(SupervisorTest, FillsHostPlaceholdersOnceAndKeepsThemAcrossItsRestart) {
+  SupervisorOptions options;
+  options.host = "127.0.0.2";
+  std::string filled;
+  {
+    auto s = Open(options);
+    LaunchSpec spec = Shell("p1", "echo \"$ADDR\"; exec sleep 30");
+    spec.env["ADDR"] = "{host}:{port}/{health_port}";
+    ASSERT_TRUE(s->Start(spec).ok());
+    filled = Find(*s, "p1")->spec.env.at("ADDR");
+    EXPECT_TRUE(std::regex_match(filled, std::regex(R"(127\.0\.0\.2:[1-9]\d*/[1-9]\d*)")))
+        << filled;
+    ASSERT_TRUE(testing::Eventually([&] {
+      std::ifstream log(dir_.path() + "/agent/logs/p1.log");
+      std::string line;
+      return std::getline(log, line) && line == filled;
+    }));
+  }
+  auto again = Open(options);
+  ASSERT_TRUE(Find(*again, "p1"));
+  EXPECT_EQ(Find(*again, "p1")->spec.env.at("ADDR"), filled);
 }
 
 TEST_F(SupervisorTest, ACleanRestartStartsTheSameInstancesOnce) {

@@ -34,6 +34,7 @@ constexpr const char* kChatToken = "chat-token-0123456789abcdef";
 constexpr const char* kReadToken = "read-token-0123456789abcdef";
 constexpr const char* kExpiredToken = "old-token-0123456789abcdef";
 constexpr const char* kWrongToken = "guess-token-0123456789abcdef";
+constexpr const char* kDeployToken = "deploy-token-0123456789abcdef";
 
 class TlsAuthTest : public ::testing::Test {
  protected:
@@ -63,6 +64,8 @@ class TlsAuthTest : public ::testing::Test {
         << "  - name: zone-servers\n    token: " << kZoneToken << "\n    write: [zone]\n"
         << "  - name: chat-servers\n    token: " << kChatToken << "\n    write: [chat]\n"
         << "  - name: readers\n    token: " << kReadToken << "\n    read_only: true\n"
+        << "  - name: zone-deployer\n    token: " << kDeployToken
+        << "\n    write: [zone]\n    deploy: [zone]\n"
         << "  - name: zone-2020\n    token: " << kExpiredToken << "\n    write: [zone]\n"
         << "    expires: \"2020-01-01T00:00:00Z\"\n";
     registry_.emplace(std::vector<std::string>{
@@ -274,6 +277,77 @@ TEST_F(TlsAuthTest, UntrustedCertificatesPlaintextAndBadCaFilesGetNowhere) {
   EXPECT_NE(drover::DiscoveryClient::Start(o, clock_).status().message().find(
                 "is plaintext (grpc://) but a CA file was given"),
             std::string::npos);
+}
+
+// The agent over HTTPS with the same token file: `drover deploy` runs a zone server through it
+// only with a token that may deploy "zone"; a registry write token, or none, is refused with a
+// message that says which right is missing.
+TEST_F(TlsAuthTest, AnAgentOverTlsStartsInstancesOnlyForATokenWithDeployRights) {
+  const std::string d = dir_.path();
+  ChildProcess agent({DROVER_BINARY, "--log-level", "warn", "agent", "--data-dir", d + "/agent",
+                      "--listen", "127.0.0.1:0", "--tls-cert", d + "/cert.pem", "--tls-key",
+                      d + "/key.pem", "--auth-tokens", d + "/tokens.yaml"});
+  const auto line = agent.ReadLine(20s);
+  ASSERT_TRUE(line.has_value());
+  const std::uint16_t port = PortIn(*line, R"(https://127\.0\.0\.1:(\d+))");
+  ASSERT_NE(port, 0) << *line;
+  const std::string agent_url = "https://127.0.0.1:" + std::to_string(port);
+
+  const auto deploy = [&](const std::string& token, const std::string& version) {
+    std::string command =
+        "DROVER_TOKEN=" + token + " timeout 60 " + DROVER_BINARY +
+        " --log-level warn deploy zone --agent " + agent_url + " --agent-ca " + ca_ +
+        " --registry " + https_ + " --registry-ca " + ca_ + " --version " + version +
+        " --min-healthy-ms 1000 --check-delay-ms 500 --stop-grace-ms 5000 -- " + DROVER_BINARY +
+        " sample zone --registry " + grpcs_ + " --registry-ca " + ca_ + " --token " + kZoneToken +
+        " --id {id} --warmup-ms 0 --health 127.0.0.1:{health_port} --listen "
+        "127.0.0.1:{port} --log-level warn";
+    return RunCommand(command);
+  };
+
+  const auto none = deploy("", "v0");
+  EXPECT_EQ(none.exit_code, 1) << none.out;
+  EXPECT_NE(none.out.find("missing 'Authorization: Bearer <token>'"), std::string::npos)
+      << none.out;
+  const auto writer = deploy(kZoneToken, "v0");
+  EXPECT_EQ(writer.exit_code, 1) << writer.out;
+  EXPECT_NE(writer.out.find("token 'zone-servers' may not deploy service 'zone'"),
+            std::string::npos)
+      << writer.out;
+
+  const auto passed = deploy(kDeployToken, "v1");
+  ASSERT_EQ(passed.exit_code, 0) << passed.out;
+  EXPECT_NE(passed.out.find("PASSED"), std::string::npos) << passed.out;
+  const auto list = Ctl(kReadToken, ca_, "list zone");
+  EXPECT_NE(list.out.find("zone-v1-1"), std::string::npos) << list.out;
+
+  // Plain HTTP to the HTTPS agent gets no answer that could be mistaken for one.
+  const auto plain =
+      RunCommand("DROVER_TOKEN=" + std::string(kDeployToken) + " timeout 30 " + DROVER_BINARY +
+                 " deploy zone --agent http://127.0.0.1:" + std::to_string(port) + " --registry " +
+                 https_ + " --registry-ca " + ca_ + " --version v2 -- /bin/true");
+  EXPECT_NE(plain.exit_code, 0) << plain.out;
+  agent.Signal(SIGTERM);
+  EXPECT_EQ(agent.Wait(), 0);
+}
+
+// An agent that other machines can reach starts whatever it is sent: without tokens it refuses
+// to start, unless told --insecure, and then warns.
+TEST(AgentExposureTest, ANonLoopbackAgentNeedsTokensOrInsecure) {
+  drover::testing::TempDir dir;
+  const auto refused = RunCommand(std::string("timeout 20 ") + DROVER_BINARY +
+                                  " agent --data-dir " + dir.path() + " --listen 0.0.0.0:0");
+  EXPECT_EQ(refused.exit_code, 2) << refused.out;
+  EXPECT_NE(refused.out.find("give --auth-tokens FILE"), std::string::npos) << refused.out;
+  EXPECT_NE(refused.out.find("--insecure"), std::string::npos) << refused.out;
+
+  const auto open =
+      RunCommand(std::string("timeout -s INT 3 ") + DROVER_BINARY + " agent --data-dir " +
+                 dir.path() + " --listen 0.0.0.0:0 --insecure");
+  EXPECT_NE(open.out.find("listening on http://0.0.0.0:"), std::string::npos) << open.out;
+  EXPECT_NE(open.out.find("INSECURE: the API on 0.0.0.0:0 has no authentication"),
+            std::string::npos)
+      << open.out;
 }
 
 }  // namespace

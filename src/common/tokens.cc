@@ -1,14 +1,15 @@
-#include "registry/auth.h"
+#include "common/tokens.h"
 
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <ctime>
 #include <fstream>
 #include <set>
 #include <sstream>
 
-namespace drover::registry {
+namespace drover {
 namespace {
 
 constexpr std::size_t kMinTokenLength = 16;
@@ -91,8 +92,8 @@ Result<std::shared_ptr<const Authorizer>> Authorizer::FromYaml(std::string_view 
       }
       for (const auto& kv : entry) {
         const std::string key = kv.first.as<std::string>();
-        if (key != "name" && key != "token" && key != "write" && key != "read_only" &&
-            key != "expires") {
+        if (key != "name" && key != "token" && key != "write" && key != "deploy" &&
+            key != "read_only" && key != "expires") {
           return InvalidArgumentError(where + ": unknown field '" + key + "'");
         }
       }
@@ -110,11 +111,12 @@ Result<std::shared_ptr<const Authorizer>> Authorizer::FromYaml(std::string_view 
         return InvalidArgumentError(where + " (" + t.name + "): the same token appears twice");
       }
       if (entry["read_only"]) t.read_only = entry["read_only"].as<bool>();
-      if (entry["write"]) {
-        if (!entry["write"].IsSequence()) {
-          return InvalidArgumentError(where + " (" + t.name + "): 'write' must be a list");
+      for (const auto& [key, list] : {std::pair{"write", &t.write}, {"deploy", &t.deploy}}) {
+        if (!entry[key]) continue;
+        if (!entry[key].IsSequence()) {
+          return InvalidArgumentError(where + " (" + t.name + "): '" + key + "' must be a list");
         }
-        for (const YAML::Node& s : entry["write"]) t.write.push_back(s.as<std::string>());
+        for (const YAML::Node& s : entry[key]) list->push_back(s.as<std::string>());
       }
       if (entry["expires"]) {
         const std::string text = entry["expires"].as<std::string>();
@@ -125,8 +127,9 @@ Result<std::shared_ptr<const Authorizer>> Authorizer::FromYaml(std::string_view 
               "'; give a UTC time like 2027-03-31T00:00:00Z (years 1970..2200)");
         }
       }
-      if (t.read_only && !t.write.empty()) {
-        return InvalidArgumentError(where + " (" + t.name + "): read_only with a 'write' list");
+      if (t.read_only && (!t.write.empty() || !t.deploy.empty())) {
+        return InvalidArgumentError(where + " (" + t.name + "): read_only with a '" +
+                                    (t.write.empty() ? "deploy" : "write") + "' list");
       }
       tokens.push_back(std::move(t));
     }
@@ -165,14 +168,29 @@ Result<std::string> Authorizer::Authenticate(std::string_view authorization, Sys
   return t->name;
 }
 
+namespace {
+
+bool Lists(const std::vector<std::string>& allowed, std::string_view service) {
+  return std::any_of(allowed.begin(), allowed.end(),
+                     [&](const std::string& s) { return s == "*" || s == service; });
+}
+
+}  // namespace
+
 Status Authorizer::AuthorizeWrite(std::string_view authorization, std::string_view service,
                                   SystemTime now) const {
   DROVER_ASSIGN_OR_RETURN(const Token* t, Find(authorization, now));
-  for (const std::string& allowed : t->write) {
-    if (allowed == "*" || allowed == service) return Status::Ok();
-  }
+  if (Lists(t->write, service)) return Status::Ok();
   return PermissionDeniedError("token '" + t->name + "' may not write service '" +
                                std::string(service) + "'");
 }
 
-}  // namespace drover::registry
+Status Authorizer::AuthorizeDeploy(std::string_view authorization, std::string_view service,
+                                   SystemTime now) const {
+  DROVER_ASSIGN_OR_RETURN(const Token* t, Find(authorization, now));
+  if (Lists(t->deploy, service)) return Status::Ok();
+  return PermissionDeniedError("token '" + t->name + "' may not deploy service '" +
+                               std::string(service) + "' (its 'deploy' list does not name it)");
+}
+
+}  // namespace drover

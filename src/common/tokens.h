@@ -1,17 +1,22 @@
-// Bearer-token authorisation for the registry's APIs (REG-8).
+// Bearer-token authorisation for the registry's and the agent's APIs (REG-8).
 //
-// A token file (YAML) lists the tokens this registry accepts:
+// A token file (YAML) lists the tokens a registry or an agent accepts:
 //
 //   tokens:
 //     - name: zone-servers        # shown in logs, never the token itself
 //       token: "7c1e...f9"        # at least 16 characters
-//       write: ["zone", "chat"]   # services it may write; "*" for all
+//       write: ["zone", "chat"]   # services it may write in the registry; "*" for all
+//     - name: deployer
+//       token: "5d0e...a1"
+//       deploy: ["zone"]          # services whose instances it may start and stop on agents
 //     - name: dashboard
 //       token: "0b3a...22"
 //       read_only: true
 //       expires: "2027-03-31T00:00:00Z"   # optional, UTC; refused from this instant on
 //
-// Every token may read; only the services listed under `write` may be written with it. An
+// Every token may read; only the services listed under `write` may be written with it, and only
+// those under `deploy` deployed (`write` does not imply `deploy`: one writes discovery entries,
+// the other starts processes on a host). An
 // expired token is refused like an unknown one (UNAUTHENTICATED), with its name and expiry in
 // the message so that whoever holds it knows to rotate it. With no Authorizer (auth off)
 // everything is allowed. Tokens are compared in constant time. Immutable after loading;
@@ -28,7 +33,7 @@
 #include "drover/clock.h"
 #include "drover/status.h"
 
-namespace drover::registry {
+namespace drover {
 
 class Authorizer {
  public:
@@ -36,7 +41,8 @@ class Authorizer {
     std::string name;
     std::string secret;
     bool read_only = false;
-    std::vector<std::string> write;  // service names, or "*"
+    std::vector<std::string> write;   // service names, or "*"
+    std::vector<std::string> deploy;  // service names, or "*"
     std::optional<SystemTime> expires;
   };
 
@@ -53,6 +59,10 @@ class Authorizer {
   Status AuthorizeWrite(std::string_view authorization, std::string_view service,
                         SystemTime now = std::chrono::system_clock::now()) const;
 
+  // As Authenticate, then PERMISSION_DENIED unless the token may deploy `service`.
+  Status AuthorizeDeploy(std::string_view authorization, std::string_view service,
+                         SystemTime now = std::chrono::system_clock::now()) const;
+
   std::size_t size() const { return tokens_.size(); }
 
  private:
@@ -63,4 +73,4 @@ class Authorizer {
   std::vector<Token> tokens_;
 };
 
-}  // namespace drover::registry
+}  // namespace drover
