@@ -8,14 +8,11 @@
 #include <memory>
 
 #include "commands.h"
-#include "common/host_port.h"
 #include "common/signals.h"
-#include "common/tokens.h"
 #include "net/http_client.h"
 #include "rollout/agent_client.h"
-#include "rollout/agent_server.h"
+#include "rollout/agent_daemon.h"
 #include "rollout/deploy_request.h"
-#include "rollout/supervisor.h"
 
 namespace drover::cli {
 namespace {
@@ -38,44 +35,6 @@ net::HttpClient Connect(const std::string& url, const std::string& peer,
 
 // --- drover agent ----------------------------------------------------------------------------
 
-struct AgentArgs {
-  std::string data_dir = "drover-agent";
-  std::string listen = "127.0.0.1:7080";
-  int event_limit = 5;
-  int max_restarts = 5;
-  int restart_window_s = 60;
-  std::string auth_tokens;
-  std::string tls_cert;
-  std::string tls_key;
-  bool insecure = false;
-};
-
-// The agent starts any argv it is sent: on an address other machines can reach, only token
-// holders may ask. Without tokens there it refuses to start unless told --insecure, and then
-// says so at start and every 10 minutes (`warned` runs the repeat until the agent stops).
-Result<std::shared_ptr<const Authorizer>> AgentAuth(const AgentArgs& args) {
-  DROVER_ASSIGN_OR_RETURN(const HostPort listen,
-                          ParseHostPort(args.listen, "--listen", {.allow_port_zero = true}));
-  if (!args.auth_tokens.empty()) {
-    DROVER_ASSIGN_OR_RETURN(auto auth, Authorizer::LoadFile(args.auth_tokens));
-    if (!listen.IsLoopback() && args.tls_cert.empty()) {
-      spdlog::warn(
-          "agent: tokens travel in clear text on the non-loopback address {}; give --tls-cert "
-          "and --tls-key",
-          args.listen);
-    }
-    return auth;
-  }
-  if (!listen.IsLoopback() && !args.insecure) {
-    return FailedPreconditionError(
-        "--listen " + args.listen +
-        " is reachable from other machines, and the agent starts whatever command it is sent: "
-        "give --auth-tokens FILE (a token with `deploy: [services]` for the deploy controller), "
-        "or --insecure to run it open anyway");
-  }
-  return std::shared_ptr<const Authorizer>();
-}
-
 void WarnInsecure(const std::string& listen) {
   spdlog::warn(
       "agent: INSECURE: the API on {} has no authentication; anyone who can reach it can run "
@@ -83,55 +42,40 @@ void WarnInsecure(const std::string& listen) {
       listen);
 }
 
-int RunAgent(const AgentArgs& args) {
-  auto auth = AgentAuth(args);
-  if (!auth.ok()) {
-    spdlog::error("agent: {}", auth.status().message());
-    return 2;
+int RunAgent(rollout::AgentDaemonOptions args) {
+  if (args.token.empty()) {
+    if (const char* env = std::getenv("DROVER_TOKEN")) args.token = env;
   }
   const sigset_t signals = BlockShutdownSignals();
   RealClock clock;
-  rollout::SupervisorOptions options;
-  options.data_dir = args.data_dir;
-  options.event_limit = static_cast<std::size_t>(args.event_limit);
-  options.max_restarts = args.max_restarts;
-  options.restart_window = std::chrono::seconds(args.restart_window_s);
-  auto supervisor = rollout::Supervisor::Open(options, clock);
-  if (!supervisor.ok()) {
-    spdlog::error("{}", supervisor.status().ToString());
-    return 1;
+  auto agent = rollout::AgentDaemon::Start(args, clock);
+  if (!agent.ok()) {
+    spdlog::error("agent: {}", agent.status().message());
+    const StatusCode code = agent.status().code();
+    return code == StatusCode::kInvalidArgument || code == StatusCode::kFailedPrecondition ? 2 : 1;
   }
-  auto server = rollout::AgentServer::Start(**supervisor, {.data_dir = args.data_dir,
-                                                           .address = args.listen,
-                                                           .auth = *auth,
-                                                           .tls_cert_file = args.tls_cert,
-                                                           .tls_key_file = args.tls_key});
-  if (!server.ok()) {
-    spdlog::error("{}", server.status().ToString());
-    return server.status().code() == StatusCode::kInvalidArgument ? 2 : 1;
-  }
-  std::printf("drover agent listening on %s://%s (data dir %s)\n",
-              (*server)->tls() ? "https" : "http", (*server)->address().c_str(),
-              args.data_dir.c_str());
+  std::printf("%s\n", (*agent)->ListeningLine().c_str());
   std::fflush(stdout);
-  const auto listen = ParseHostPort(args.listen, "--listen", {.allow_port_zero = true});
-  const bool open_to_network = !*auth && listen.ok() && !listen->IsLoopback();
-  if (open_to_network) WarnInsecure(args.listen);
+  // The agent starts any argv it is sent: open to the network, it says so now and every 10 min.
+  const bool open = (*agent)->open_to_network();
+  if (open) WarnInsecure(args.listen);
   int signal_number = 0;
   while (signal_number == 0) {
     signal_number =
-        open_to_network ? WaitForSignal(signals, std::chrono::minutes(10)) : WaitForSignal(signals);
+        open ? WaitForSignal(signals, std::chrono::minutes(10)) : WaitForSignal(signals);
     if (signal_number == 0) WarnInsecure(args.listen);
   }
-  spdlog::info("agent: {} received; stopping the instances (they restart with the agent)",
-               strsignal(signal_number));
-  server->reset();
-  supervisor->reset();
+  spdlog::info(
+      "agent: {} received; leaving discovery, stopping the instances (they restart with the "
+      "agent)",
+      strsignal(signal_number));
+  agent->reset();
   return 0;
 }
 
 void AddAgentCommand(CLI::App& app) {
-  auto args = std::make_shared<AgentArgs>();
+  auto args = std::make_shared<rollout::AgentDaemonOptions>();
+  auto labels = std::make_shared<std::vector<std::string>>();
   CLI::App* a = app.add_subcommand(
       "agent",
       "Run the local platform: start, supervise and stop service instances as child processes "
@@ -153,6 +97,23 @@ void AddAgentCommand(CLI::App& app) {
   a->add_flag("--insecure", args->insecure,
               "Allow a non-loopback --listen without --auth-tokens (anyone who reaches it can run "
               "commands on this host; logged loudly)");
+  a->add_option("--registry", args->registry,
+                "The registry's gRPC address (host:port, grpc://, grpcs://): the agent registers "
+                "there as service drover-agent, where `drover deploy --agents` finds it");
+  a->add_option("--registry-ca", args->registry_ca, "CA certificate (PEM) for a grpcs:// registry")
+      ->check(CLI::ExistingFile);
+  a->add_option("--token", args->token,
+                "Bearer token for the registry (write on drover-agent; default $DROVER_TOKEN)");
+  a->add_option("--advertise", args->advertise,
+                "host:port other hosts reach this agent at; also what {host} becomes for its "
+                "instances (default: the --listen address)");
+  a->add_option("--name", args->name,
+                "The agent's id in discovery (default agent-<host>-<port> of --advertise)");
+  a->add_option("--zone", args->zone, "Zone of this host (placement spreads over zones)");
+  a->add_option("--capacity", args->capacity, "Instances this host accepts; 0: no limit")
+      ->check(CLI::Range(0, 100'000))
+      ->capture_default_str();
+  a->add_option("--label", *labels, "KEY=VALUE for the agent's discovery entry (repeatable)");
   a->add_option("--event-limit", args->event_limit, "Events kept per instance")
       ->check(CLI::Range(1, 1000))
       ->capture_default_str();
@@ -164,7 +125,12 @@ void AddAgentCommand(CLI::App& app) {
   a->add_option("--restart-window", args->restart_window_s, "Seconds")
       ->check(CLI::Range(1, 86'400))
       ->capture_default_str();
-  a->callback([args] {
+  a->callback([args, labels] {
+    for (const std::string& kv : *labels) {
+      const auto eq = kv.find('=');
+      if (eq == std::string::npos || eq == 0) Fail(2, "--label wants KEY=VALUE, got '" + kv + "'");
+      args->labels[kv.substr(0, eq)] = kv.substr(eq + 1);
+    }
     if (const int code = RunAgent(*args); code != 0) throw CLI::RuntimeError(code);
   });
 }

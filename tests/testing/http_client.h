@@ -22,7 +22,8 @@ struct HttpReply {
   std::string body;
 };
 
-inline int ConnectLoopback(std::uint16_t port) {
+// Connects to `ip` (IPv4, e.g. "127.0.0.3": a "host" of a fleet test), or -1.
+inline int ConnectTo(const std::string& ip, std::uint16_t port) {
   const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   // Bounded: a server that stops answering fails the test instead of hanging it.
   const timeval timeout{10, 0};
@@ -31,13 +32,18 @@ inline int ConnectLoopback(std::uint16_t port) {
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_port = htons(port);
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::inet_pton(AF_INET, ip.c_str(), &addr.sin_addr) != 1) {
+    ::close(fd);
+    return -1;
+  }
   if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
     ::close(fd);
     return -1;
   }
   return fd;
 }
+
+inline int ConnectLoopback(std::uint16_t port) { return ConnectTo("127.0.0.1", port); }
 
 inline bool SendAll(int fd, const std::string& data) {
   std::size_t sent = 0;
@@ -55,10 +61,10 @@ inline std::string RequestText(const std::string& method, const std::string& tar
          extra_headers + "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
 }
 
-// Sends `raw` as is and reads the whole reply (the server closes after it).
-inline HttpReply SendRaw(std::uint16_t port, const std::string& raw) {
+// Sends `raw` as is to `ip`:`port` and reads the whole reply (the server closes after it).
+inline HttpReply SendRawTo(const std::string& ip, std::uint16_t port, const std::string& raw) {
   HttpReply reply;
-  const int fd = ConnectLoopback(port);
+  const int fd = ConnectTo(ip, port);
   if (fd < 0 || !SendAll(fd, raw)) {
     if (fd >= 0) ::close(fd);
     return reply;
@@ -76,9 +82,18 @@ inline HttpReply SendRaw(std::uint16_t port, const std::string& raw) {
   return reply;
 }
 
+inline HttpReply SendRaw(std::uint16_t port, const std::string& raw) {
+  return SendRawTo("127.0.0.1", port, raw);
+}
+
 inline HttpReply Http(std::uint16_t port, const std::string& method, const std::string& target,
                       const std::string& body = {}) {
   return SendRaw(port, RequestText(method, target, body));
+}
+
+inline HttpReply HttpTo(const std::string& ip, std::uint16_t port, const std::string& method,
+                        const std::string& target, const std::string& body = {}) {
+  return SendRawTo(ip, port, RequestText(method, target, body));
 }
 
 // Decodes the complete chunks of a chunked body in `raw` from `pos`, appending their data to
