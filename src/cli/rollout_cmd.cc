@@ -149,9 +149,9 @@ void PrintOutcome(const rollout::DeployOutcome& out, bool json) {
     std::string ids;
     for (const std::string& id : out.left_running) ids += " " + id;
     std::printf("%s incomplete: could not stop%s; stop them by hand\n",
-                passed ? "deploy" : "ROLLBACK", ids.c_str());
+                passed ? "deploy" : "REVERT", ids.c_str());
   } else if (!passed && out.record.contains("new_instances")) {
-    std::printf("rolled back in %.1f s; the previous version kept serving\n",
+    std::printf("reverted in %.1f s; the previous version serves\n",
                 std::chrono::duration<double>(out.rollback_took).count());
   }
 }
@@ -162,11 +162,21 @@ int RunDeploy(const rollout::DeployRequest& request, bool json) {
   // A stop answers after the instance is gone: up to its grace, and the agent's kill after it.
   const auto stop_wait =
       std::chrono::seconds(15) + std::chrono::duration_cast<std::chrono::seconds>(spec->stop_grace);
-  rollout::AgentClient agent(Connect(
-      request.agent, "agent", std::max<std::chrono::seconds>(std::chrono::seconds(30), stop_wait),
-      request.agent_ca));
   net::HttpClient registry =
       Connect(request.registry, "registry", std::chrono::seconds(30), request.registry_ca);
+  auto targets = rollout::AgentTargets(request.agent, request.agents, registry);
+  if (!targets.ok()) Fail(2, targets.status().message());
+  std::vector<rollout::AgentClient> clients;
+  for (const rollout::AgentTarget& t : *targets) {
+    clients.emplace_back(
+        Connect(t.url, "agent", std::max<std::chrono::seconds>(std::chrono::seconds(30), stop_wait),
+                request.agent_ca));
+  }
+  std::vector<rollout::AgentHost> hosts;
+  for (std::size_t i = 0; i < targets->size(); ++i) {
+    const rollout::AgentTarget& t = (*targets)[i];
+    hosts.push_back({t.name, t.zone, t.capacity, &clients[i]});
+  }
   RealClock clock;
   // Ctrl-C, SIGTERM or a closed terminal (SIGHUP): fail the deploy and roll back, rather than
   // leave it half done. A second one gives up on the rollback and says what may still run.
@@ -184,7 +194,7 @@ int RunDeploy(const rollout::DeployRequest& request, bool json) {
         std::_Exit(130);
       });
   const rollout::DeployOutcome out =
-      rollout::DeployThroughAgent(agent, std::move(registry), clock, *spec, signals.stop_token());
+      rollout::DeployThroughAgents(hosts, std::move(registry), clock, *spec, signals.stop_token());
   PrintOutcome(out, json);
   if (!out.left_running.empty()) return 3;
   return out.verdict == rollout::Verdict::kPass ? 0 : 1;
@@ -206,6 +216,34 @@ void AddGateOptions(CLI::App& d, rollout::DeployRequest& r) {
                "How long an instance may take to shut down in order before it is killed")
       ->check(CLI::Range(0, 600'000))
       ->capture_default_str();
+  d.add_option("--drain-delay-ms", r.drain_delay_ms,
+               "After marking instances DRAINING in the registry, before stopping them")
+      ->check(CLI::Range(0, 600'000))
+      ->capture_default_str();
+  d.add_option("--host-timeout-ms", r.host_timeout_ms,
+               "An agent unreachable this long during a batch fails the deploy")
+      ->check(CLI::Range(100, 3'600'000))
+      ->capture_default_str();
+}
+
+void AddStrategyOptions(CLI::App& d, rollout::DeployRequest& r) {
+  d.add_option("--agent", r.agent,
+               "An agent's URL, one per host (repeatable; default http://127.0.0.1:7080)");
+  d.add_option("--agents", r.agents,
+               "The agents registered in the registry: all, or those whose labels match "
+               "key=value[,key=value] (zone=eu-1)");
+  d.add_option("--max-surge", r.max_surge,
+               "New instances above --instances at once: a count or a percent (rounded up)")
+      ->capture_default_str();
+  d.add_option("--max-unavailable", r.max_unavailable,
+               "Instances below --instances at once: a count or a percent (rounded down)")
+      ->capture_default_str();
+  d.add_option("--canary", r.canary,
+               "A first batch of this many (count or percent), then --canary-pause-ms before "
+               "the rest");
+  d.add_option("--canary-pause-ms", r.canary_pause_ms,
+               "How long the passed canary serves alone before the other batches")
+      ->check(CLI::Range(0, 86'400'000));
 }
 
 void AddDeployCommand(CLI::App& app) {
@@ -214,23 +252,25 @@ void AddDeployCommand(CLI::App& app) {
   auto json = std::make_shared<bool>(false);
   CLI::App* d = app.add_subcommand(
       "deploy",
-      "Deploy a new version of a service through a `drover agent`: start it next to the old "
-      "one, pass it only when READY in the registry for --min-healthy-ms and its latest crash "
-      "has not moved between checks, then stop the old one; otherwise stop the new one and keep "
-      "the old. Exit code 0 passed, 1 failed (rolled back), 2 usage, 3 instances it had to stop "
-      "could not be stopped (see the output).");
+      "Deploy a new version of a service over `drover agent`s, one per host, in batches: each "
+      "starts its new instances, passes them only when READY in the registry for "
+      "--min-healthy-ms and their latest crash has not moved between checks, then drains and "
+      "stops the old ones it replaces. A failing batch reverts the deploy: old instances "
+      "stopped so far start again and serve before the new ones stop. Exit code 0 passed, 1 "
+      "failed (reverted), 2 usage, 3 instances it had to stop could not be stopped (see the "
+      "output).");
   d->add_option("service", request->service, "Service to deploy");
   d->add_option("--spec", *spec_file,
-                "YAML: service, version, command (list), env (map), instances, agent, agent_ca, "
-                "registry, registry_ca, min_healthy_ms, check_delay_ms, progress_deadline_ms, "
-                "stop_grace_ms; flags win")
+                "YAML: service, version, command (list), env (map), instances, agent (URL or "
+                "list), agents, agent_ca, registry, registry_ca, max_surge, max_unavailable, "
+                "canary, canary_pause_ms, min_healthy_ms, check_delay_ms, progress_deadline_ms, "
+                "stop_grace_ms, drain_delay_ms, host_timeout_ms; flags win")
       ->check(CLI::ExistingFile);
   d->add_option("--version", request->version, "The new version (names the instances)");
   d->add_option("--instances", request->instances, "Instances of the new version")
       ->check(CLI::Range(1, 1000))
       ->capture_default_str();
   d->add_option("--env", request->env, "KEY=VALUE for the instances' environment (repeatable)");
-  d->add_option("--agent", request->agent, "The agent's URL")->capture_default_str();
   d->add_option("--registry", request->registry, "The registry's HTTP(S) URL")
       ->capture_default_str();
   d->add_option("--agent-ca", request->agent_ca,
@@ -240,10 +280,12 @@ void AddDeployCommand(CLI::App& app) {
                 "CA certificate (PEM) for an https:// registry (default: the system's trust store)")
       ->check(CLI::ExistingFile);
   AddGateOptions(*d, *request);
+  AddStrategyOptions(*d, *request);
   d->add_flag("--json", *json, "Print the deploy record as JSON");
   d->add_option("command", request->command,
                 "After --: the program and its arguments; {id} {service} {version} {port} "
-                "{health_port} are replaced per instance");
+                "{health_port} {host} are replaced per instance ({host}: the agent's advertised "
+                "host)");
   d->callback([request, spec_file, json, d] {
     if (!spec_file->empty()) {
       Result<std::string> text = ReadConfigFile(*spec_file);

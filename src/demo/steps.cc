@@ -49,6 +49,7 @@ rollout::DeployOutcome DeployZone(Context& c, const std::string& version, double
   spec.service = "zone";
   spec.version = version;
   spec.instances = 3;
+  spec.max_surge = {100, true};  // one batch: the demo shows the gate, not the batching
   // Short enough for a demo, in the same proportions as production: warm-up, then READY, then
   // the gate's minimum healthy time and two checks; leaving takes propagation + drain.
   spec.argv = {c.fleet.options().exe,

@@ -1,5 +1,7 @@
 #include "rollout/agent_client.h"
 
+#include <algorithm>
+
 #include "common/http_error.h"
 #include "rollout/json_codec.h"
 
@@ -82,15 +84,139 @@ Result<bool> RegistryForget(const net::HttpClient& registry, const std::string& 
   return false;
 }
 
-DeployOutcome DeployThroughAgent(AgentClient& agent, net::HttpClient registry, Clock& clock,
-                                 const DeploySpec& spec, std::stop_token stop) {
+Result<bool> RegistryDrain(const net::HttpClient& registry, const std::string& service,
+                           const std::string& id) {
+  DROVER_ASSIGN_OR_RETURN(const json instances, RegistryInstances(registry, service));
+  for (const json& in : instances) {
+    if (in.value("id", "") != id) continue;
+    if (in.value("state", "") == "DRAINING") return false;
+    const json body = {{"generation", in.value("generation", std::uint64_t{0})},
+                       {"state", "DRAINING"}};
+    DROVER_ASSIGN_OR_RETURN(
+        net::HttpResult reply,
+        registry.Send("POST", "/v1/services/" + service + "/instances/" + id + "/state",
+                      body.dump()));
+    if (reply.status == 404) return false;  // it left meanwhile
+    if (reply.status != 200) return StatusOfErrorReply(reply.status, reply.body, "registry");
+    return true;
+  }
+  return false;
+}
+
+namespace {
+
+// "zone=eu-1,tier=a" as label pairs; "" and "all" as none (every agent).
+Result<std::map<std::string, std::string>> ParseSelector(const std::string& selector) {
+  std::map<std::string, std::string> wanted;
+  if (selector.empty() || selector == "all") return wanted;
+  std::size_t start = 0;
+  while (start <= selector.size()) {
+    const std::size_t comma = std::min(selector.find(',', start), selector.size());
+    const std::string pair = selector.substr(start, comma - start);
+    const std::size_t eq = pair.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      return InvalidArgumentError("--agents wants all or key=value[,key=value], got '" + selector +
+                                  "'");
+    }
+    wanted[pair.substr(0, eq)] = pair.substr(eq + 1);
+    start = comma + 1;
+  }
+  return wanted;
+}
+
+}  // namespace
+
+Result<std::vector<AgentTarget>> DiscoverAgents(const net::HttpClient& registry,
+                                                const std::string& selector) {
+  DROVER_ASSIGN_OR_RETURN(const auto wanted, ParseSelector(selector));
+  DROVER_ASSIGN_OR_RETURN(const json instances, RegistryInstances(registry, "drover-agent"));
+  std::vector<AgentTarget> out;
+  std::vector<std::string> seen;
+  for (const json& in : instances) {
+    AgentTarget a;
+    a.name = in.value("id", "");
+    a.zone = in.value("zone", "");
+    if (in.contains("labels") && in["labels"].is_object()) {
+      for (const auto& [k, v] : in["labels"].items()) {
+        if (v.is_string()) a.labels[k] = v.get<std::string>();
+      }
+    }
+    seen.push_back(a.name + " (" + in.value("state", "") + ")");
+    if (in.value("state", "") != "READY") continue;
+    const bool match = std::all_of(wanted.begin(), wanted.end(), [&](const auto& kv) {
+      auto l = a.labels.find(kv.first);
+      return l != a.labels.end() && l->second == kv.second;
+    });
+    if (!match) continue;
+    const auto scheme = a.labels.find("scheme");
+    a.url = (scheme != a.labels.end() ? scheme->second : "http") + "://" + in.value("address", "");
+    if (auto c = a.labels.find("capacity"); c != a.labels.end()) {
+      try {
+        a.capacity = std::stoi(c->second);
+      } catch (const std::exception&) {
+        a.capacity = 0;
+      }
+    }
+    out.push_back(std::move(a));
+  }
+  if (out.empty()) {
+    std::string registered;
+    for (const std::string& s : seen) registered += (registered.empty() ? "" : ", ") + s;
+    return NotFoundError("no READY agent matches --agents '" + selector +
+                         "' (registered: " + (registered.empty() ? "none" : registered) + ")");
+  }
+  std::sort(out.begin(), out.end(),
+            [](const AgentTarget& x, const AgentTarget& y) { return x.name < y.name; });
+  return out;
+}
+
+Result<std::vector<AgentTarget>> AgentTargets(const std::vector<std::string>& urls,
+                                              const std::string& selector,
+                                              const net::HttpClient& registry) {
+  if (!selector.empty()) return DiscoverAgents(registry, selector);
+  std::vector<AgentTarget> out;
+  for (const std::string& url :
+       urls.empty() ? std::vector<std::string>{"http://127.0.0.1:7080"} : urls) {
+    AgentTarget a;
+    a.url = url;
+    const std::size_t scheme = url.find("://");
+    a.name = scheme == std::string::npos ? url : url.substr(scheme + 3);
+    out.push_back(std::move(a));
+  }
+  return out;
+}
+
+DeployOutcome DeployThroughAgents(const std::vector<AgentHost>& agents, net::HttpClient registry,
+                                  Clock& clock, const DeploySpec& spec, std::stop_token stop) {
+  std::vector<DeployHost> hosts;
+  for (const AgentHost& a : agents) hosts.push_back({a.name, a.zone, a.capacity, a.client});
   Deployer deployer(
-      agent, [&](const std::string& service) { return RegistryReadiness(registry, service); },
-      [&](const std::string& id, const json& record) { return agent.Record(id, record); }, clock,
+      std::move(hosts),
+      [&](const std::string& service) { return RegistryReadiness(registry, service); },
+      [&](const std::string& id, const json& record) {
+        // Each agent keeps the history of the deploys that touched it.
+        Status all;
+        for (const AgentHost& a : agents) {
+          if (Status s = a.client->Record(id, record); !s.ok() && all.ok()) {
+            all = s.WithContext(a.name);
+          }
+        }
+        return all;
+      },
+      clock,
       [&](const std::string& service, const std::string& id) {
         return RegistryForget(registry, service, id);
+      },
+      [&](const std::string& service, const std::string& id) {
+        return RegistryDrain(registry, service, id);
       });
   return deployer.Run(spec, std::move(stop));
+}
+
+DeployOutcome DeployThroughAgent(AgentClient& agent, net::HttpClient registry, Clock& clock,
+                                 const DeploySpec& spec, std::stop_token stop) {
+  return DeployThroughAgents({AgentHost{"agent", "", 0, &agent}}, std::move(registry), clock, spec,
+                             std::move(stop));
 }
 
 }  // namespace drover::rollout

@@ -47,9 +47,47 @@ Result<std::map<std::string, bool>> RegistryReadiness(const net::HttpClient& reg
 Result<bool> RegistryForget(const net::HttpClient& registry, const std::string& service,
                             const std::string& id);
 
-// Runs one deploy through a `drover agent` (its instances and its deploy history), judged
-// against the registry at `registry` (readiness; and the entries stopped instances left behind
-// are deregistered). What `drover deploy` and the demo run.
+// Marks an instance DRAINING in the registry at the generation it holds now (true), before it
+// is stopped; false when the registry does not hold it, or it drains already.
+Result<bool> RegistryDrain(const net::HttpClient& registry, const std::string& service,
+                           const std::string& id);
+
+// An agent of the fleet as the registry lists it (service drover-agent).
+struct AgentTarget {
+  std::string name;  // its id in discovery
+  std::string url;   // scheme://address
+  std::string zone;
+  int capacity = 0;
+  std::map<std::string, std::string> labels;
+};
+
+// The READY agents whose labels (zone included) match `selector`: "" or "all" for every one,
+// else "key=value[,key=value...]". Sorted by name. INVALID_ARGUMENT for a malformed selector;
+// NOT_FOUND when none matches (naming what is registered).
+Result<std::vector<AgentTarget>> DiscoverAgents(const net::HttpClient& registry,
+                                                const std::string& selector);
+
+// The agents a deploy names: `urls` (each its own host, named by its address; none: the local
+// agent at http://127.0.0.1:7080), or, with a `selector`, the registered agents it matches.
+Result<std::vector<AgentTarget>> AgentTargets(const std::vector<std::string>& urls,
+                                              const std::string& selector,
+                                              const net::HttpClient& registry);
+
+// One host of a deploy: an agent's client and what placement needs to know of it.
+struct AgentHost {
+  std::string name;
+  std::string zone;
+  int capacity = 0;
+  AgentClient* client = nullptr;
+};
+
+// Runs one deploy over `agents` (their instances; the deploy record is kept by each of them),
+// judged against the registry at `registry` (readiness; instances are marked DRAINING there
+// before they stop, and the entries stopped instances left behind are deregistered). What
+// `drover deploy` and the demo run.
+DeployOutcome DeployThroughAgents(const std::vector<AgentHost>& agents, net::HttpClient registry,
+                                  Clock& clock, const DeploySpec& spec, std::stop_token stop);
+// The same on one agent.
 DeployOutcome DeployThroughAgent(AgentClient& agent, net::HttpClient registry, Clock& clock,
                                  const DeploySpec& spec, std::stop_token stop);
 

@@ -28,7 +28,21 @@ Status ApplyDeploySpec(const std::string& yaml, const std::string& source, const
       } else if (key == "instances") {
         if (!keep) args.instances = v.as<int>();
       } else if (key == "agent") {
-        if (!keep) args.agent = v.as<std::string>();
+        if (!keep) args.agent = StringOrList(v);
+      } else if (key == "agents") {
+        if (!keep) args.agents = v.as<std::string>();
+      } else if (key == "max_surge") {
+        if (!keep) args.max_surge = v.as<std::string>();
+      } else if (key == "max_unavailable") {
+        if (!keep) args.max_unavailable = v.as<std::string>();
+      } else if (key == "canary") {
+        if (!keep) args.canary = v.as<std::string>();
+      } else if (key == "canary_pause_ms") {
+        if (!keep) args.canary_pause_ms = v.as<int>();
+      } else if (key == "drain_delay_ms") {
+        if (!keep) args.drain_delay_ms = v.as<int>();
+      } else if (key == "host_timeout_ms") {
+        if (!keep) args.host_timeout_ms = v.as<int>();
       } else if (key == "agent_ca") {
         if (!keep) args.agent_ca = v.as<std::string>();
       } else if (key == "registry") {
@@ -75,6 +89,26 @@ Result<DeploySpec> DeploySpecOf(const DeployRequest& request) {
     spec.env[e.substr(0, eq)] = e.substr(eq + 1);
   }
   spec.instances = request.instances;
+  DROVER_ASSIGN_OR_RETURN(spec.max_surge, ParseAmount(request.max_surge, "--max-surge"));
+  DROVER_ASSIGN_OR_RETURN(spec.max_unavailable,
+                          ParseAmount(request.max_unavailable, "--max-unavailable"));
+  if (!request.canary.empty()) {
+    DROVER_ASSIGN_OR_RETURN(spec.canary, ParseAmount(request.canary, "--canary"));
+    if (request.canary_pause_ms <= 0) {
+      return InvalidArgumentError(
+          "--canary needs --canary-pause-ms: how long the canary serves alone before the other "
+          "batches follow");
+    }
+  }
+  DROVER_RETURN_IF_ERROR(
+      ResolveBudget(Strategy{spec.instances, spec.max_surge, spec.max_unavailable, spec.canary})
+          .status());
+  if (!request.agents.empty() && !request.agent.empty()) {
+    return InvalidArgumentError("give --agent URLs or an --agents selector, not both");
+  }
+  spec.canary_pause = std::chrono::milliseconds(request.canary_pause_ms);
+  spec.drain_delay = std::chrono::milliseconds(request.drain_delay_ms);
+  spec.host_timeout = std::chrono::milliseconds(request.host_timeout_ms);
   spec.gate.min_healthy = std::chrono::milliseconds(request.min_healthy_ms);
   spec.gate.check_delay = std::chrono::milliseconds(request.check_delay_ms);
   spec.gate.progress_deadline = std::chrono::milliseconds(request.progress_deadline_ms);

@@ -19,8 +19,17 @@ struct DeployRequest {
   std::vector<std::string> command;
   std::vector<std::string> env;  // KEY=VALUE
   int instances = 1;
-  std::string agent = "http://127.0.0.1:7080";
+  // The hosts: agents by URL (default http://127.0.0.1:7080), or the agents registered in the
+  // registry whose labels match `agents` ("all", "zone=eu-1,...").
+  std::vector<std::string> agent;
+  std::string agents;
   std::string agent_ca;  // CA for an https:// agent (default: the system's)
+  std::string max_surge = "25%";
+  std::string max_unavailable = "0";
+  std::string canary;  // "" : no canary batch
+  int canary_pause_ms = 0;
+  int drain_delay_ms = 2'000;
+  int host_timeout_ms = 10'000;
   std::string registry = "http://127.0.0.1:7070";
   std::string registry_ca;
   int min_healthy_ms = 10'000;
@@ -29,8 +38,8 @@ struct DeployRequest {
   int stop_grace_ms = 15'000;
 };
 
-// Fills `request` from a deploy spec file's text: `command` is a list, `env` a mapping; `source`
-// (the file name) prefixes every error.
+// Fills `request` from a deploy spec file's text: `command` is a list, `env` a mapping, `agent`
+// one URL or a list; `source` (the file name) prefixes every error.
 Status ApplyDeploySpec(const std::string& yaml, const std::string& source, const FlagGiven& given,
                        DeployRequest& request);
 

@@ -10,6 +10,7 @@ namespace drover::rollout {
 namespace {
 
 using json = nlohmann::json;
+using Instances = std::vector<std::pair<std::string, std::size_t>>;  // id, host
 
 double Seconds(Duration d) { return std::chrono::duration<double>(d).count(); }
 
@@ -32,7 +33,7 @@ std::optional<std::string> SpecError(const DeploySpec& spec) {
 
 // The launch of the n-th new instance: its id, and the command line and environment as given
 // ("{port}", "{health_port}" and "{host}" are filled by the agent that runs it, on its host).
-LaunchSpec LaunchOf(const DeploySpec& spec, int n) {
+LaunchSpec LaunchOf(const DeploySpec& spec, std::size_t n) {
   LaunchSpec launch;
   launch.service = spec.service;
   launch.version = spec.version;
@@ -43,6 +44,22 @@ LaunchSpec LaunchOf(const DeploySpec& spec, int n) {
 }
 
 }  // namespace
+
+struct Deployer::Progress {
+  std::vector<Old> old;
+  std::vector<Fresh> fresh;              // every new instance of the plan
+  std::vector<std::size_t> started;      // indexes into fresh: started (or maybe started)
+  std::vector<std::size_t> stopped_old;  // indexes into old
+};
+
+Deployer::Deployer(std::vector<DeployHost> hosts, ReadinessSource readiness, DeployLog log,
+                   Clock& clock, Deregister deregister, MarkDraining drain)
+    : hosts_(std::move(hosts)),
+      readiness_(std::move(readiness)),
+      log_(std::move(log)),
+      deregister_(std::move(deregister)),
+      drain_(std::move(drain)),
+      clock_(clock) {}
 
 void Deployer::Note(DeployOutcome& out, const std::string& what) {
   const double at = Seconds(clock_.Now() - began_);
@@ -58,46 +75,8 @@ void Deployer::Save(DeployOutcome& out) {
   }
 }
 
-bool Deployer::StopInstance(DeployOutcome& out, const DeploySpec& spec, const std::string& id) {
-  // The platform may be briefly unreachable: an instance left running is worse than a slow
-  // rollback, so a failed stop is tried again, up to three times.
-  Status stopped;
-  for (int attempt = 1; attempt <= 3; ++attempt) {
-    stopped = platform_.Stop(id, spec.stop_grace);
-    if (stopped.ok() || stopped.code() == StatusCode::kNotFound) break;
-    Note(out,
-         "stopping " + id + " (attempt " + std::to_string(attempt) + "): " + stopped.message());
-    if (attempt < 3) clock_.SleepFor(std::chrono::seconds(attempt), {});
-  }
-  if (!stopped.ok() && stopped.code() != StatusCode::kNotFound) {
-    out.left_running.push_back(id);
-    out.record["left_running"] = out.left_running;
-    return false;  // it may still run: its registry entry stays its own
-  }
-  if (!deregister_) return true;
-  auto removed = deregister_(spec.service, id);
-  if (!removed.ok()) {
-    Note(out, "could not remove " + id + "'s registry entry: " + removed.status().message());
-  } else if (*removed) {
-    Note(out, "removed the registry entry " + id + " left behind");
-  }
-  return true;
-}
-
-// Stops the new instances after a failure and notes whether every one of them is gone.
-void Deployer::RollBack(DeployOutcome& out, const DeploySpec& spec,
-                        const std::vector<std::string>& new_ids, std::size_t old_count) {
-  const MonoTime rollback = clock_.Now();
-  bool all = true;
-  for (const std::string& id : new_ids) all = StopInstance(out, spec, id) && all;
-  out.rollback_took = clock_.Now() - rollback;
-  if (all) {
-    Note(out, "rolled back: the new instances are stopped; " + std::to_string(old_count) +
-                  " old instance(s) kept serving throughout");
-  } else {
-    Note(out, "ROLLBACK INCOMPLETE: could not stop " + Join(out.left_running) +
-                  "; stop them by hand (drover agent API: DELETE /v1/instances/<id>)");
-  }
+std::string Deployer::Where(const std::string& id, std::size_t host) const {
+  return hosts_.size() == 1 ? id : id + " on " + hosts_[host].name;
 }
 
 DeployOutcome Deployer::Begin(const DeploySpec& spec) {
@@ -105,10 +84,12 @@ DeployOutcome Deployer::Begin(const DeploySpec& spec) {
   began_ = clock_.Now();
   const SystemTime began_system = clock_.SystemNow();
   out.id = spec.service + "-" + spec.version + "-" + std::to_string(ToUnixMillis(began_system));
+  json hosts = json::array();
+  for (const DeployHost& h : hosts_) hosts.push_back({{"name", h.name}, {"zone", h.zone}});
   out.record = {{"service", spec.service},     {"version", spec.version},
                 {"instances", spec.instances}, {"started_at_ms", ToUnixMillis(began_system)},
                 {"verdict", "running"},        {"reason", ""},
-                {"timeline", json::array()}};
+                {"hosts", std::move(hosts)},   {"timeline", json::array()}};
   return out;
 }
 
@@ -125,88 +106,228 @@ DeployOutcome Deployer::Finish(DeployOutcome out, Verdict verdict, std::string r
   return out;
 }
 
-Result<std::vector<std::string>> Deployer::OldInstances(DeployOutcome& out,
-                                                        const DeploySpec& spec) {
-  auto current = platform_.List(spec.service);
-  if (!current.ok()) {
-    return FailedPreconditionError("cannot list " + spec.service +
-                                   " on the platform: " + current.status().message());
-  }
-  std::vector<std::string> old_ids;
+Result<std::vector<Deployer::Old>> Deployer::Inventory(DeployOutcome& out, const DeploySpec& spec,
+                                                       std::vector<int>& others) {
+  std::vector<Old> old;
   std::set<std::string> old_versions;
-  for (const InstanceInfo& i : *current) {
-    if (i.spec.version == spec.version) {
-      return FailedPreconditionError("version " + spec.version + " of " + spec.service +
-                                     " is already deployed (instance " + i.spec.id + ")");
+  std::vector<std::string> old_ids;
+  others.assign(hosts_.size(), 0);
+  for (std::size_t h = 0; h < hosts_.size(); ++h) {
+    auto listed = hosts_[h].platform->List("");
+    if (!listed.ok()) {
+      return FailedPreconditionError("cannot list " + spec.service + " on the platform" +
+                                     (hosts_.size() == 1 ? "" : " of " + hosts_[h].name) + ": " +
+                                     listed.status().message());
     }
-    old_ids.push_back(i.spec.id);
-    old_versions.insert(i.spec.version);
+    for (InstanceInfo& i : *listed) {
+      if (i.spec.service != spec.service) {
+        ++others[h];
+        continue;
+      }
+      if (i.spec.version == spec.version) {
+        return FailedPreconditionError("version " + spec.version + " of " + spec.service +
+                                       " is already deployed (instance " + Where(i.spec.id, h) +
+                                       ")");
+      }
+      old_ids.push_back(i.spec.id);
+      old_versions.insert(i.spec.version);
+      old.push_back(Old{i.spec.id, h, std::move(i.spec)});
+    }
   }
   out.record["previous"] = {{"versions", old_versions}, {"instances", old_ids}};
-  return old_ids;
+  return old;
 }
 
-Result<std::vector<std::string>> Deployer::StartNew(DeployOutcome& out, const DeploySpec& spec,
-                                                    std::size_t old_count) {
-  std::vector<std::string> new_ids;
-  for (int n = 1; n <= spec.instances; ++n) {
-    const LaunchSpec launch = LaunchOf(spec, n);
-    if (Status s = platform_.Start(launch); !s.ok()) {
-      Note(out, "could not start " + launch.id + ": " + s.message());
+Result<Plan> Deployer::MakePlan(DeployOutcome& out, const DeploySpec& spec, const Budget& budget,
+                                const std::vector<int>& others, Progress& progress) {
+  std::vector<PlacementHost> placement;
+  for (std::size_t h = 0; h < hosts_.size(); ++h) {
+    // Old instances of this service go during the deploy: they do not count against capacity.
+    placement.push_back({hosts_[h].name, hosts_[h].zone, hosts_[h].capacity, others[h]});
+  }
+  DROVER_ASSIGN_OR_RETURN(const std::vector<std::size_t> new_hosts,
+                          Place(placement, spec.instances));
+  std::vector<std::size_t> old_hosts;
+  for (const Old& o : progress.old) old_hosts.push_back(o.host);
+  Plan plan = PlanBatches(new_hosts, old_hosts, budget);
+  for (std::size_t n = 0; n < new_hosts.size(); ++n) {
+    progress.fresh.push_back(Fresh{LaunchOf(spec, n + 1).id, new_hosts[n]});
+  }
+  json batches = json::array();
+  for (std::size_t k = 0; k < plan.batches.size(); ++k) {
+    json items = json::array();
+    for (const BatchItem& i : plan.batches[k].items) {
+      json item = json::object();
+      if (i.fresh) {
+        item["new"] = progress.fresh[*i.fresh].id;
+        item["host"] = hosts_[progress.fresh[*i.fresh].host].name;
+      }
+      if (i.old) {
+        item["old"] = progress.old[*i.old].id;
+        item["old_host"] = hosts_[progress.old[*i.old].host].name;
+      }
+      items.push_back(std::move(item));
+    }
+    batches.push_back({{"index", k + 1},
+                       {"canary", plan.batches[k].canary},
+                       {"stop_first", plan.batches[k].stop_first},
+                       {"items", std::move(items)},
+                       {"verdict", "pending"}});
+  }
+  out.record["strategy"] = {{"max_surge", spec.max_surge.ToString()},
+                            {"max_unavailable", spec.max_unavailable.ToString()},
+                            {"canary", spec.canary ? spec.canary->ToString() : "0"},
+                            {"surge", budget.surge},
+                            {"unavailable", budget.unavailable},
+                            {"batch", budget.batch()}};
+  out.record["batches"] = std::move(batches);
+  return plan;
+}
+
+bool Deployer::StopInstances(DeployOutcome& out, const DeploySpec& spec,
+                             const Instances& instances) {
+  // Drain first: DRAINING in the registry, so gateways and clients send no new sessions, and
+  // one drain_delay for that to reach them all.
+  bool marked_any = false;
+  for (const auto& [id, host] : instances) {
+    if (!drain_) break;
+    auto marked = drain_(spec.service, id);
+    if (!marked.ok()) {
+      Note(out, "could not mark " + Where(id, host) + " DRAINING: " + marked.status().message());
+    } else if (*marked) {
+      Note(out, "draining " + Where(id, host));
+      marked_any = true;
+    }
+  }
+  if (marked_any) clock_.SleepFor(spec.drain_delay, {});
+  bool all = true;
+  for (const auto& [id, host] : instances) {
+    // The platform may be briefly unreachable: an instance left running is worse than a slow
+    // step, so a failed stop is tried again, up to three times.
+    Status stopped;
+    for (int attempt = 1; attempt <= 3; ++attempt) {
+      stopped = hosts_[host].platform->Stop(id, spec.stop_grace);
+      if (stopped.ok() || stopped.code() == StatusCode::kNotFound) break;
+      Note(out, "stopping " + Where(id, host) + " (attempt " + std::to_string(attempt) +
+                    "): " + stopped.message());
+      if (attempt < 3) clock_.SleepFor(std::chrono::seconds(attempt), {});
+    }
+    if (!stopped.ok() && stopped.code() != StatusCode::kNotFound) {
+      out.left_running.push_back(id);
+      out.record["left_running"] = out.left_running;
+      all = false;
+      continue;  // it may still run: its registry entry stays its own
+    }
+    Note(out, "stopped " + Where(id, host));
+    if (!deregister_) continue;
+    auto removed = deregister_(spec.service, id);
+    if (!removed.ok()) {
+      Note(out, "could not remove " + id + "'s registry entry: " + removed.status().message());
+    } else if (*removed) {
+      Note(out, "removed the registry entry " + id + " left behind");
+    }
+  }
+  return all;
+}
+
+std::optional<std::string> Deployer::StartBatch(DeployOutcome& out, const DeploySpec& spec,
+                                                const std::vector<std::size_t>& fresh,
+                                                Progress& progress) {
+  for (const std::size_t f : fresh) {
+    const Fresh& target = progress.fresh[f];
+    LaunchSpec launch = LaunchOf(spec, f + 1);
+    if (Status s = hosts_[target.host].platform->Start(launch); !s.ok()) {
+      const std::string why =
+          "could not start " + Where(target.id, target.host) + ": " + s.message();
+      Note(out, why);
       // Whatever did start goes again -- this one too, unless it certainly did not start (a
       // timeout may hide a start that happened) or is someone else's.
-      if (s.code() != StatusCode::kAlreadyExists && s.code() != StatusCode::kInvalidArgument) {
-        new_ids.push_back(launch.id);
+      if (s.code() != StatusCode::kAlreadyExists && s.code() != StatusCode::kInvalidArgument &&
+          s.code() != StatusCode::kPermissionDenied && s.code() != StatusCode::kUnauthenticated) {
+        progress.started.push_back(f);
       }
-      RollBack(out, spec, new_ids, old_count);
-      return s.WithContext("could not start " + launch.id);
+      return why;
     }
-    new_ids.push_back(launch.id);
+    progress.started.push_back(f);
     // Recorded as it happens: if this controller dies now, the record names what runs.
-    out.record["new_instances"] = new_ids;
+    json started = json::array();
+    for (const std::size_t i : progress.started) started.push_back(progress.fresh[i].id);
+    out.record["new_instances"] = std::move(started);
     Save(out);
   }
-  return new_ids;
+  return std::nullopt;
 }
 
-std::vector<Observation> Deployer::ObserveNew(DeployOutcome& out, const DeploySpec& spec,
-                                              const std::vector<std::string>& new_ids,
-                                              std::string& data_error) {
-  std::vector<Observation> seen;
-  auto listed = platform_.List(spec.service);
-  auto ready = readiness_(spec.service);
-  const std::string error = !listed.ok()  ? "platform: " + listed.status().message()
-                            : !ready.ok() ? "registry: " + ready.status().message()
-                                          : "";
-  if (error != data_error && !error.empty()) Note(out, "no data this time: " + error);
-  if (!error.empty()) data_error = error;
-  if (listed.ok() && ready.ok()) {
-    for (const std::string& id : new_ids) {
-      Observation o;
-      o.id = id;
-      for (InstanceInfo& i : *listed) {
-        if (i.spec.id == id) o.platform = std::move(i);
-      }
-      auto r = ready->find(id);
-      o.ready = r != ready->end() && r->second;
-      seen.push_back(std::move(o));
+std::vector<Observation> Deployer::Observe(const DeploySpec& spec, const std::vector<Fresh>& batch,
+                                           std::string& data_error,
+                                           std::map<std::size_t, MonoTime>& unreachable_since,
+                                           std::optional<std::string>& host_down) {
+  std::set<std::size_t> batch_hosts;
+  for (const Fresh& f : batch) batch_hosts.insert(f.host);
+  std::map<std::size_t, std::vector<InstanceInfo>> listed;
+  data_error.clear();
+  const MonoTime now = clock_.Now();
+  for (const std::size_t h : batch_hosts) {
+    auto list = hosts_[h].platform->List(spec.service);
+    if (list.ok()) {
+      unreachable_since.erase(h);
+      listed[h] = std::move(*list);
+      continue;
     }
+    data_error =
+        (hosts_.size() == 1 ? "platform: " : hosts_[h].name + ": ") + list.status().message();
+    const MonoTime since = unreachable_since.emplace(h, now).first->second;
+    if (now - since >= spec.host_timeout) {
+      host_down = "host " + hosts_[h].name + " unreachable for " +
+                  std::to_string(static_cast<int>(Seconds(now - since))) +
+                  " s: " + list.status().message();
+    }
+  }
+  auto ready = readiness_(spec.service);
+  if (!ready.ok()) {
+    data_error = "registry: " + ready.status().message();
+    return {};
+  }
+  std::vector<Observation> seen;
+  for (const Fresh& f : batch) {
+    auto on_host = listed.find(f.host);
+    if (on_host == listed.end()) continue;  // no data for it this time
+    Observation o;
+    o.id = f.id;
+    for (InstanceInfo& i : on_host->second) {
+      if (i.spec.id == f.id) o.platform = std::move(i);
+    }
+    auto r = ready->find(f.id);
+    o.ready = r != ready->end() && r->second;
+    seen.push_back(std::move(o));
   }
   return seen;
 }
 
 GateResult Deployer::Gate(DeployOutcome& out, const DeploySpec& spec,
-                          const std::vector<std::string>& new_ids, std::stop_token stop) {
-  HealthGate gate(new_ids, began_, spec.gate);
+                          const std::vector<Fresh>& batch, MonoTime began, std::stop_token stop) {
+  std::vector<std::string> ids;
+  for (const Fresh& f : batch) ids.push_back(f.id);
+  HealthGate gate(ids, began, spec.gate);
   GateResult verdict;
-  std::string last_wait;
-  std::string data_error;  // why the last observation had no data, for the log and the reason
+  std::string last_wait, data_error, noted_error;
+  std::map<std::size_t, MonoTime> unreachable_since;
   while (verdict.verdict == Verdict::kPending) {
     if (stop.stop_requested()) {
       verdict = GateResult{Verdict::kFail, "deploy interrupted"};
       break;
     }
-    const std::vector<Observation> seen = ObserveNew(out, spec, new_ids, data_error);
+    std::optional<std::string> host_down;
+    const std::vector<Observation> seen =
+        Observe(spec, batch, data_error, unreachable_since, host_down);
+    if (!data_error.empty() && data_error != noted_error) {
+      Note(out, "no data this time: " + data_error);
+      noted_error = data_error;
+    }
+    if (host_down) {
+      verdict = GateResult{Verdict::kFail, *host_down};
+      break;
+    }
     verdict = gate.Observe(clock_.Now(), seen);
     if (verdict.verdict == Verdict::kPending && gate.waiting_for() != last_wait) {
       last_wait = gate.waiting_for();
@@ -215,24 +336,118 @@ GateResult Deployer::Gate(DeployOutcome& out, const DeploySpec& spec,
     if (verdict.verdict == Verdict::kPending) clock_.SleepFor(spec.poll, stop);
   }
   out.decided_after = clock_.Now() - began_;
-  if (verdict.verdict == Verdict::kFail && !data_error.empty() &&
+  if (verdict.verdict == Verdict::kFail && !noted_error.empty() &&
       verdict.reason.find("data") != std::string::npos) {
-    verdict.reason += " (last error: " + data_error + ")";
+    verdict.reason += " (last error: " + noted_error + ")";
   }
   return verdict;
 }
 
-void Deployer::RetireOld(DeployOutcome& out, const DeploySpec& spec,
-                         const std::vector<std::string>& old_ids) {
-  for (const std::string& id : old_ids) {
-    Note(out, "stopping old instance " + id);
-    StopInstance(out, spec, id);
+std::optional<std::string> Deployer::RunBatch(DeployOutcome& out, const DeploySpec& spec,
+                                              std::size_t index, const Batch& batch,
+                                              Progress& progress, std::stop_token stop) {
+  const MonoTime began = clock_.Now();
+  json& record = out.record["batches"][index];
+  record["started_at_ms"] = ToUnixMillis(clock_.SystemNow());
+  const std::string name = std::string(batch.canary ? "canary " : "") + "batch " +
+                           std::to_string(index + 1) + "/" +
+                           std::to_string(out.record["batches"].size());
+  // 1. The old instances the surge leaves no room for; 2. the new ones.
+  Instances first, after;
+  std::vector<std::size_t> fresh, old_after;
+  for (const BatchItem& item : batch.items) {
+    if (item.fresh) fresh.push_back(*item.fresh);
+    if (!item.old) continue;
+    const Old& o = progress.old[*item.old];
+    if (first.size() < batch.stop_first) {
+      first.emplace_back(o.id, o.host);
+      progress.stopped_old.push_back(*item.old);
+    } else {
+      after.emplace_back(o.id, o.host);
+      old_after.push_back(*item.old);
+    }
   }
-  if (out.left_running.empty()) {
-    Note(out, "done: " + spec.service + " runs " + spec.version);
+  Note(out, name + " began: " + std::to_string(fresh.size()) + " new, " +
+                std::to_string(first.size() + after.size()) + " old to replace");
+  if (!first.empty()) StopInstances(out, spec, first);
+  if (auto why = StartBatch(out, spec, fresh, progress)) {
+    record["verdict"] = "fail";
+    return name + ": " + *why;
+  }
+  // 3. The gate, on this batch's new instances.
+  std::vector<Fresh> members;
+  for (const std::size_t f : fresh) members.push_back(progress.fresh[f]);
+  const GateResult verdict = Gate(out, spec, members, began, stop);
+  record["gate"] = verdict.reason;
+  record["gated_after_s"] = Seconds(clock_.Now() - began);
+  if (verdict.verdict != Verdict::kPass) {
+    record["verdict"] = "fail";
+    return name + ": " + verdict.reason;
+  }
+  Note(out, name + " passed: " + verdict.reason);
+  // 4. The rest of its old instances.
+  progress.stopped_old.insert(progress.stopped_old.end(), old_after.begin(), old_after.end());
+  if (!after.empty()) StopInstances(out, spec, after);
+  record["verdict"] = "pass";
+  record["finished_after_s"] = Seconds(clock_.Now() - began);
+  record["finished_at_ms"] = ToUnixMillis(clock_.SystemNow());
+  Save(out);
+  return std::nullopt;
+}
+
+void Deployer::RestoreOld(DeployOutcome& out, const DeploySpec& spec, const Progress& progress) {
+  if (progress.stopped_old.empty()) {
+    Note(out, std::to_string(progress.old.size()) +
+                  " old instance(s) kept serving throughout: none was stopped");
+    return;
+  }
+  std::vector<std::string> waiting;
+  for (const std::size_t o : progress.stopped_old) {
+    const Old& old = progress.old[o];
+    const Status s = hosts_[old.host].platform->Start(old.launch);
+    if (s.ok() || s.code() == StatusCode::kAlreadyExists) {
+      Note(out, "starting old instance " + Where(old.id, old.host) + " again");
+      waiting.push_back(old.id);
+    } else {
+      Note(out,
+           "could not start old instance " + Where(old.id, old.host) + " again: " + s.message());
+    }
+  }
+  // The new instances stay until the old ones serve again, or until the progress deadline.
+  const MonoTime deadline = clock_.Now() + spec.gate.progress_deadline;
+  while (!waiting.empty()) {
+    if (auto ready = readiness_(spec.service); ready.ok()) {
+      std::erase_if(waiting, [&](const std::string& id) {
+        auto r = ready->find(id);
+        return r != ready->end() && r->second;
+      });
+    }
+    if (waiting.empty()) break;
+    if (clock_.Now() >= deadline) {
+      Note(out, "old instance(s) " + Join(waiting) + " not READY again by the progress " +
+                    "deadline; stopping the new ones anyway");
+      return;
+    }
+    clock_.SleepFor(spec.poll, {});
+  }
+  Note(out, "the stopped old instances are READY again");
+}
+
+void Deployer::Revert(DeployOutcome& out, const DeploySpec& spec, Progress& progress) {
+  const MonoTime revert = clock_.Now();
+  RestoreOld(out, spec, progress);
+  Instances fresh;
+  for (auto f = progress.started.rbegin(); f != progress.started.rend(); ++f) {
+    fresh.emplace_back(progress.fresh[*f].id, progress.fresh[*f].host);
+  }
+  const std::size_t left_before = out.left_running.size();
+  StopInstances(out, spec, fresh);
+  out.rollback_took = clock_.Now() - revert;
+  if (out.left_running.size() == left_before) {
+    Note(out, "reverted: the new instances are stopped; " + spec.service + " runs its old version");
   } else {
-    Note(out, "done, but old instance(s) " + Join(out.left_running) +
-                  " could not be stopped; stop them by hand");
+    Note(out, "REVERT INCOMPLETE: could not stop " + Join(out.left_running) +
+                  "; stop them by hand (drover agent API: DELETE /v1/instances/<id>)");
   }
 }
 
@@ -241,39 +456,63 @@ DeployOutcome Deployer::Run(const DeploySpec& spec, std::stop_token stop) {
   if (std::optional<std::string> invalid = SpecError(spec)) {
     return Finish(std::move(out), Verdict::kFail, *std::move(invalid));
   }
-
-  // The version running now: never touched until the new one passes.
-  auto old_ids = OldInstances(out, spec);
-  if (!old_ids.ok()) return Finish(std::move(out), Verdict::kFail, old_ids.status().message());
-  Note(out, "deploy of " + spec.service + " " + spec.version + " began; " +
-                std::to_string(old_ids->size()) + " old instance(s) keep serving");
+  auto budget =
+      ResolveBudget(Strategy{spec.instances, spec.max_surge, spec.max_unavailable, spec.canary});
+  if (!budget.ok()) return Finish(std::move(out), Verdict::kFail, budget.status().message());
+  Progress progress;
+  std::vector<int> others;
+  auto old = Inventory(out, spec, others);
+  if (!old.ok()) return Finish(std::move(out), Verdict::kFail, old.status().message());
+  progress.old = std::move(*old);
+  auto plan = MakePlan(out, spec, *budget, others, progress);
+  if (!plan.ok()) return Finish(std::move(out), Verdict::kFail, plan.status().message());
+  Note(out, "deploy of " + spec.service + " " + spec.version +
+                " began: " + std::to_string(spec.instances) + " new instance(s) over " +
+                std::to_string(hosts_.size()) + " host(s) in " +
+                std::to_string(plan->batches.size()) + " batch(es) (surge " +
+                std::to_string(budget->surge) + ", unavailable " +
+                std::to_string(budget->unavailable) + "); " + std::to_string(progress.old.size()) +
+                " old instance(s) keep serving");
   Save(out);
 
-  // 1. The new instances, next to the old.
-  auto new_ids = StartNew(out, spec, old_ids->size());
-  if (!new_ids.ok()) return Finish(std::move(out), Verdict::kFail, new_ids.status().message());
-  Note(out, "started " + std::to_string(new_ids->size()) + " new instance(s); gating");
-
-  // 2. The gate.
-  const GateResult verdict = Gate(out, spec, *new_ids, stop);
-
-  if (verdict.verdict == Verdict::kFail) {
-    // 3b. Roll back: the new instances go, the old were never touched.
-    Note(out, "FAILED: " + verdict.reason + "; stopping the new instances");
-    out.record["verdict"] = "fail";
-    out.record["reason"] = verdict.reason;
-    Save(out);
-    RollBack(out, spec, *new_ids, old_ids->size());
-    return Finish(std::move(out), Verdict::kFail, verdict.reason);
+  std::optional<std::string> failed;
+  std::string passed;
+  for (std::size_t k = 0; k < plan->batches.size() && !failed; ++k) {
+    failed = RunBatch(out, spec, k, plan->batches[k], progress, stop);
+    if (failed && stop.stop_requested()) failed = "deploy interrupted";
+    if (failed) break;
+    passed = out.record["batches"][k].value("gate", "");
+    if (plan->batches[k].canary && spec.canary_pause > Duration::zero()) {
+      Note(out, "canary passed; pausing " + std::to_string(Seconds(spec.canary_pause)) + " s");
+      clock_.SleepFor(spec.canary_pause, stop);
+    }
+    if (stop.stop_requested()) failed = "deploy interrupted";
   }
-
-  // 3a. Pass: the old instances go, one at a time, in the SDK's shutdown order.
-  Note(out, "PASSED: " + verdict.reason);
+  if (failed) {
+    Note(out, "FAILED: " + *failed + "; reverting");
+    out.record["verdict"] = "fail";
+    out.record["reason"] = *failed;
+    Save(out);
+    Revert(out, spec, progress);
+    return Finish(std::move(out), Verdict::kFail, *failed);
+  }
+  const std::string reason = std::to_string(plan->batches.size()) + " batch(es) passed; " + passed;
+  Note(out, "PASSED: " + reason);
   out.record["verdict"] = "pass";
-  out.record["reason"] = verdict.reason;
+  out.record["reason"] = reason;
   Save(out);
-  RetireOld(out, spec, *old_ids);
-  return Finish(std::move(out), Verdict::kPass, verdict.reason);
+  Instances removals;
+  for (const std::size_t o : plan->removals) {
+    removals.emplace_back(progress.old[o].id, progress.old[o].host);
+  }
+  if (!removals.empty()) StopInstances(out, spec, removals);
+  if (out.left_running.empty()) {
+    Note(out, "done: " + spec.service + " runs " + spec.version);
+  } else {
+    Note(out, "done, but old instance(s) " + Join(out.left_running) +
+                  " could not be stopped; stop them by hand");
+  }
+  return Finish(std::move(out), Verdict::kPass, reason);
 }
 
 }  // namespace drover::rollout

@@ -1,23 +1,34 @@
-// Deployer: the deploy controller (RO-2, RO-3, RO-4). A surge-style rollout of one service to a
-// new version on a Platform, judged by the HealthGate against the registry's readiness.
+// Deployer: the deploy controller (RO-2, RO-3, RO-4). Rolls one service to a new version over
+// the hosts of a fleet (each a Platform: a `drover agent`), in batches, each judged by the
+// HealthGate against the registry's readiness.
 //
-//   1. Start the new version's instances next to the old ones (ids <service>-<version>-<n>;
-//      the platform fills "{port}", "{health_port}" and "{host}" on the host that runs each
-//      (host_ports.h), and "{id}", "{service}", "{version}" with the instance's own).
-//   2. Observe every `poll`: the platform's view of each new instance plus READY/accepting in the
-//      registry, fed to the HealthGate until it passes or fails.
-//   3. Pass: stop the old instances one at a time (each gets SIGTERM and runs the SDK's ordered
-//      shutdown -- leave discovery, drain, then close its listener), newest version READY all
-//      along. Fail: stop the new instances; the old ones were never touched, so the service
-//      never has zero READY instances. After each stop, a registry entry the instance left
-//      behind (it crashed, or was killed after its grace) is deregistered.
-// Every step is appended to the deploy record, which is written through the DeployLog at the
-// start, on the verdict and at the end (persisted by the agent).
+//   1. Inventory: every host lists its instances; the service's are the old ones (a host that
+//      cannot be listed, or the new version already running, stops the deploy before anything
+//      changes). Placement and batches come from strategy.h: new instances spread over zones and
+//      hosts, each paired with an old one on its host.
+//   2. Each batch: stop max(0, k - surge) of its old instances, start its new ones (ids
+//      <service>-<version>-<n>; the host fills "{port}", "{health_port}" and "{host}"), observe
+//      them every `poll` -- the platform's view on their hosts plus READY/accepting in the
+//      registry -- until the gate passes or fails, then stop the rest of its old instances.
+//      The canary batch (if any) goes first; after it passes the deploy waits `canary_pause`.
+//   3. Stopping an instance drains it first: DRAINING in the registry (gateways and clients stop
+//      sending new sessions), `drain_delay` for that to propagate, then the platform's stop
+//      (SIGTERM: the SDK's ordered shutdown; SIGKILL after `stop_grace`), and the registry
+//      entry it left behind (a crash, a kill) is deregistered at its generation.
+//   4. Fail (a batch's gate, a start, an unreachable host, or `stop`): revert. The old instances
+//      already stopped are started again (their recorded launch, on their host) and must be
+//      READY -- up to the progress deadline -- before the new ones are stopped, newest first. The
+//      service is never left with neither version serving.
+// The READY-and-accepting count never drops below instances - max_unavailable while old
+// instances remain (strategy_test replays every plan shape). Every step is appended to the deploy
+// record, saved through the DeployLog as it goes: a controller that dies mid-deploy leaves a record
+// naming what it started and stopped.
 #pragma once
 
 #include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <stop_token>
 #include <string>
 #include <vector>
@@ -25,6 +36,7 @@
 #include "drover/clock.h"
 #include "rollout/health_gate.h"
 #include "rollout/platform.h"
+#include "rollout/strategy.h"
 
 namespace drover::rollout {
 
@@ -34,9 +46,24 @@ struct DeploySpec {
   std::vector<std::string> argv;
   std::map<std::string, std::string> env;
   int instances = 1;
-  GateOptions gate;
+  Amount max_surge{25, true};
+  Amount max_unavailable{0, false};
+  std::optional<Amount> canary;
+  Duration canary_pause{};  // after the canary batch passed
+  GateOptions gate;         // per batch
   Duration stop_grace = std::chrono::seconds(15);
+  Duration drain_delay = std::chrono::seconds(2);  // DRAINING in the registry, then the stop
   Duration poll = std::chrono::milliseconds(250);
+  // A host whose platform cannot be reached this long while it runs a batch fails the deploy.
+  Duration host_timeout = std::chrono::seconds(10);
+};
+
+// A host of the fleet: its platform and what placement needs to know of it.
+struct DeployHost {
+  std::string name;  // for the record and the log ("agent-127.0.0.3-7080")
+  std::string zone;
+  int capacity = 0;  // instances it accepts in all; 0: no limit
+  Platform* platform = nullptr;
 };
 
 // Where readiness comes from: instance id -> READY and accepting, for one service (the
@@ -47,7 +74,10 @@ using ReadinessSource =
 // deregister itself; its entry would stay READY until its lease ran out). True when an entry was
 // removed; false when there was none.
 using Deregister = std::function<Result<bool>(const std::string& service, const std::string& id)>;
-// Where deploy records go (the agent's PUT /v1/deploys/{id}). Failures are logged, not fatal.
+// Marks an instance DRAINING in the registry before it is stopped. True when it was marked;
+// false when the registry does not hold it (nothing to wait for).
+using MarkDraining = std::function<Result<bool>(const std::string& service, const std::string& id)>;
+// Where deploy records go. Failures are logged, not fatal.
 using DeployLog = std::function<Status(const std::string& id, const nlohmann::json& record)>;
 
 struct DeployOutcome {
@@ -55,8 +85,8 @@ struct DeployOutcome {
   std::string reason;
   std::string id;             // the deploy record's id
   Duration decided_after{};   // from the start of the deploy to the verdict
-  Duration finished_after{};  // to the end (old stopped, or rollback done)
-  Duration rollback_took{};   // stopping the new instances after a failure
+  Duration finished_after{};  // to the end (old stopped, or revert done)
+  Duration rollback_took{};   // the revert after a failure
   // Instances the deploy meant to stop but could not (the platform kept refusing): after a
   // failure, new ones still running; after a pass, old ones. Empty when everything went.
   std::vector<std::string> left_running;
@@ -65,53 +95,77 @@ struct DeployOutcome {
 
 class Deployer {
  public:
-  // Everything must outlive the deployer.
+  // Everything must outlive the deployer; every host's platform too.
+  Deployer(std::vector<DeployHost> hosts, ReadinessSource readiness, DeployLog log, Clock& clock,
+           Deregister deregister = {}, MarkDraining drain = {});
+  // One host.
   Deployer(Platform& platform, ReadinessSource readiness, DeployLog log, Clock& clock,
-           Deregister deregister = {})
-      : platform_(platform),
-        readiness_(std::move(readiness)),
-        log_(std::move(log)),
-        deregister_(std::move(deregister)),
-        clock_(clock) {}
+           Deregister deregister = {}, MarkDraining drain = {})
+      : Deployer({DeployHost{"local", "", 0, &platform}}, std::move(readiness), std::move(log),
+                 clock, std::move(deregister), std::move(drain)) {}
 
-  // Runs one deploy to its end. `stop` (Ctrl-C) fails the deploy and rolls back.
+  // Runs one deploy to its end. `stop` (Ctrl-C) fails the deploy and reverts it.
   DeployOutcome Run(const DeploySpec& spec, std::stop_token stop = {});
 
  private:
+  struct Old {
+    std::string id;
+    std::size_t host = 0;
+    LaunchSpec launch;  // as the host recorded it: what a revert starts again
+  };
+  struct Fresh {
+    std::string id;
+    std::size_t host = 0;
+  };
+  struct Progress;  // what this run has started and stopped so far
+
   void Note(DeployOutcome& out, const std::string& what);
   void Save(DeployOutcome& out);
-  // Stops one instance (three tries) and clears what the registry still holds for it; false
-  // (and the id in out.left_running) when it could not be stopped.
-  bool StopInstance(DeployOutcome& out, const DeploySpec& spec, const std::string& id);
-  void RollBack(DeployOutcome& out, const DeploySpec& spec, const std::vector<std::string>& new_ids,
-                std::size_t old_count);
+  std::string Where(const std::string& id, std::size_t host) const;
 
-  // The steps of Run(). Begin() starts the deploy record and the clock; Finish() writes the
-  // verdict into it, saves it and returns it.
+  // The steps of Run(). Begin() starts the record and the clock; Finish() writes the verdict
+  // into it, saves it and returns it.
   DeployOutcome Begin(const DeploySpec& spec);
   DeployOutcome Finish(DeployOutcome out, Verdict verdict, std::string reason);
-  // The ids of the instances running now (recorded as "previous"), or why the deploy cannot go
-  // on: the platform cannot list them, or this version runs already.
-  Result<std::vector<std::string>> OldInstances(DeployOutcome& out, const DeploySpec& spec);
-  // Starts the new instances; when one cannot start, rolls back what did and returns why.
-  Result<std::vector<std::string>> StartNew(DeployOutcome& out, const DeploySpec& spec,
-                                            std::size_t old_count);
-  // Observes the new instances until the gate decides or `stop`; sets out.decided_after.
-  GateResult Gate(DeployOutcome& out, const DeploySpec& spec,
-                  const std::vector<std::string>& new_ids, std::stop_token stop);
-  // One observation of the new instances; none when the platform or the registry has no data
-  // this time (`data_error` keeps the latest such error, noted when it changes).
-  std::vector<Observation> ObserveNew(DeployOutcome& out, const DeploySpec& spec,
-                                      const std::vector<std::string>& new_ids,
-                                      std::string& data_error);
-  // After a pass: stops the old instances one at a time and notes how that went.
-  void RetireOld(DeployOutcome& out, const DeploySpec& spec,
-                 const std::vector<std::string>& old_ids);
+  // The old instances on every host, or why the deploy cannot go on; `others` gets the number of
+  // other services' instances per host.
+  Result<std::vector<Old>> Inventory(DeployOutcome& out, const DeploySpec& spec,
+                                     std::vector<int>& others);
+  // The new instances with their hosts (into progress.fresh), and the batches.
+  Result<Plan> MakePlan(DeployOutcome& out, const DeploySpec& spec, const Budget& budget,
+                        const std::vector<int>& others, Progress& progress);
+  // One batch to its end; the failure's reason, or nullopt when it passed.
+  std::optional<std::string> RunBatch(DeployOutcome& out, const DeploySpec& spec, std::size_t index,
+                                      const Batch& batch, Progress& progress, std::stop_token stop);
+  // Starts the batch's new instances; why one could not start, or nullopt.
+  std::optional<std::string> StartBatch(DeployOutcome& out, const DeploySpec& spec,
+                                        const std::vector<std::size_t>& fresh, Progress& progress);
+  // Observes the batch's new instances until the gate decides, `stop`, or a host is unreachable
+  // for longer than host_timeout; sets out.decided_after.
+  GateResult Gate(DeployOutcome& out, const DeploySpec& spec, const std::vector<Fresh>& batch,
+                  MonoTime began, std::stop_token stop);
+  // One observation of `batch`; none when a platform or the registry has no data this time
+  // (`data_error` gets why; `unreachable_since` tracks each host that could not be listed).
+  std::vector<Observation> Observe(const DeploySpec& spec, const std::vector<Fresh>& batch,
+                                   std::string& data_error,
+                                   std::map<std::size_t, MonoTime>& unreachable_since,
+                                   std::optional<std::string>& host_down);
+  // Drains the instances (DRAINING, then one drain_delay for all), stops each (three tries) and
+  // clears what the registry still holds for it; false when one could not be stopped (its id is
+  // then in out.left_running).
+  bool StopInstances(DeployOutcome& out, const DeploySpec& spec,
+                     const std::vector<std::pair<std::string, std::size_t>>& instances);
+  // After a failure: the old instances back, READY, then the new ones stopped.
+  void Revert(DeployOutcome& out, const DeploySpec& spec, Progress& progress);
+  // Starts the stopped old instances again and waits (up to the progress deadline) until each
+  // is READY; notes the ones that are not.
+  void RestoreOld(DeployOutcome& out, const DeploySpec& spec, const Progress& progress);
 
-  Platform& platform_;
+  std::vector<DeployHost> hosts_;
   ReadinessSource readiness_;
   DeployLog log_;
   Deregister deregister_;
+  MarkDraining drain_;
   Clock& clock_;
   MonoTime began_{};
 };

@@ -256,7 +256,7 @@ TEST_F(DeployE2eTest, ACrashLoopingReleaseIsRejectedAndAHealthyOneReplacesTheOld
   EXPECT_NE(v2.out.find("FAILED"), std::string::npos) << v2.out;
   EXPECT_NE(v2.out.find("crashed repeatedly since deploy began"), std::string::npos) << v2.out;
   const double rejected_after = SecondsIn(v2.out, R"(FAILED after ([0-9.]+) s)");
-  const double rollback = SecondsIn(v2.out, R"(rolled back in ([0-9.]+) s)");
+  const double rollback = SecondsIn(v2.out, R"(reverted in ([0-9.]+) s)");
   EXPECT_GT(rejected_after, 0) << v2.out;
   EXPECT_GE(rollback, 0) << v2.out;
   EXPECT_EQ(AgentInstances(), v1_instances) << "v1 must keep running, v2 must be gone";

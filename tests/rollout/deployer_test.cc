@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <memory>
 #include <set>
 #include <thread>
 
@@ -42,6 +43,7 @@ class DeployerTest : public ::testing::Test {
                  "127.0.0.1:{health_port}"};
     spec.env = {{"ZONE_PORT", "{port}"}};
     spec.instances = 2;
+    spec.max_surge = {100, true};  // one batch: both new next to both old (batches: below)
     spec.gate = GateOptions{20ms, 10ms, 5s};
     spec.stop_grace = 1500ms;
     spec.poll = 2ms;
@@ -115,16 +117,18 @@ TEST_F(DeployerTest, ACrashLoopIsRolledBackWithoutTouchingTheOldVersion) {
   EXPECT_THAT(out.reason,
               HasSubstr("instance zone-v2-2 crashed repeatedly since deploy began and is still "
                         "restarting"));
+  // Reverted newest first.
   EXPECT_THAT(platform_.calls(),
               ElementsAre("start zone-v1-1", "start zone-v1-2", "start zone-v2-1",
-                          "start zone-v2-2", "stop zone-v2-1 1500", "stop zone-v2-2 1500"));
+                          "start zone-v2-2", "stop zone-v2-2 1500", "stop zone-v2-1 1500"));
   EXPECT_THAT(platform_.ids(), ElementsAre("zone-v1-1", "zone-v1-2"));
   // A crashed process cannot deregister: the deployer clears what each stopped one left.
-  EXPECT_THAT(forgotten_, ElementsAre("zone/zone-v2-1", "zone/zone-v2-2"));
+  EXPECT_THAT(forgotten_, ElementsAre("zone/zone-v2-2", "zone/zone-v2-1"));
   EXPECT_EQ(records_.back().second["verdict"], "fail");
   EXPECT_EQ(records_.back().second["reason"], out.reason);
   const std::string timeline = out.record["timeline"].dump();
-  EXPECT_THAT(timeline, HasSubstr("rolled back"));
+  EXPECT_THAT(timeline, HasSubstr("reverted"));
+  EXPECT_THAT(timeline, HasSubstr("2 old instance(s) kept serving throughout"));
   EXPECT_THAT(timeline, HasSubstr("removed the registry entry zone-v2-2 left behind"));
 }
 
@@ -137,7 +141,7 @@ TEST_F(DeployerTest, AFailedStartStopsWhatDidStart) {
   // The one that failed is stopped too: an error may hide a start that happened.
   EXPECT_THAT(platform_.calls(),
               ElementsAre("start zone-v1-1", "start zone-v1-2", "start zone-v2-1",
-                          "start zone-v2-2", "stop zone-v2-1 1500", "stop zone-v2-2 1500"));
+                          "start zone-v2-2", "stop zone-v2-2 1500", "stop zone-v2-1 1500"));
   EXPECT_TRUE(out.left_running.empty());
 }
 
@@ -198,8 +202,8 @@ TEST_F(DeployerTest, AStopThePlatformKeepsRefusingIsAnIncompleteRollbackNotAClea
   EXPECT_EQ(std::count(calls.begin(), calls.end(), "stop zone-v2-1 1500"), 3);  // three tries
   EXPECT_THAT(platform_.ids(), ElementsAre("zone-v1-1", "zone-v1-2", "zone-v2-1"));
   const std::string timeline = out.record["timeline"].dump();
-  EXPECT_THAT(timeline, HasSubstr("ROLLBACK INCOMPLETE: could not stop zone-v2-1"));
-  EXPECT_THAT(timeline, ::testing::Not(HasSubstr("rolled back: the new instances are stopped")));
+  EXPECT_THAT(timeline, HasSubstr("REVERT INCOMPLETE: could not stop zone-v2-1"));
+  EXPECT_THAT(timeline, ::testing::Not(HasSubstr("reverted: the new instances are stopped")));
   EXPECT_EQ(records_.back().second["left_running"], nlohmann::json::array({"zone-v2-1"}));
 }
 
@@ -220,6 +224,193 @@ TEST_F(DeployerTest, NoDataSaysWhyInTheReason) {
   spec.gate.progress_deadline = 200ms;
   const DeployOutcome out = Run(spec);
   EXPECT_THAT(out.reason, HasSubstr("(last error: registry: registry down)"));
+}
+
+// --- Across hosts: three platforms, two zone servers each --------------------------------------
+
+class FleetDeployerTest : public ::testing::Test {
+ protected:
+  FleetDeployerTest() {
+    for (int h = 0; h < 3; ++h) platforms_.push_back(std::make_unique<FakePlatform>(clock_));
+  }
+
+  void SetUp() override {
+    // v1 as a deploy with this placement would leave it: n on host (n - 1) % 3.
+    for (int n = 1; n <= 6; ++n) {
+      const std::string id = "zone-v1-" + std::to_string(n);
+      ASSERT_TRUE(
+          platforms_[(n - 1) % 3]->Start(LaunchSpec{"zone", id, "v1", {"/bin/zone"}, {}}).ok());
+    }
+    for (auto& p : platforms_) {
+      p->on_start = [this](const std::string&) { Sample(); };
+      p->on_stop = [this](const std::string& id) { Sample(id); };
+    }
+  }
+
+  DeploySpec Spec(const std::string& version) const {
+    DeploySpec spec;
+    spec.service = "zone";
+    spec.version = version;
+    spec.argv = {"/bin/zone", "--listen", "{host}:{port}"};
+    spec.instances = 6;
+    spec.max_surge = {1, false};
+    spec.max_unavailable = {1, false};
+    spec.gate = GateOptions{20ms, 10ms, 5s};
+    spec.stop_grace = 1s;
+    spec.drain_delay = 1ms;
+    spec.poll = 2ms;
+    return spec;
+  }
+
+  DeployOutcome Run(const DeploySpec& spec) {
+    std::vector<DeployHost> hosts;
+    for (std::size_t h = 0; h < platforms_.size(); ++h) {
+      hosts.push_back(DeployHost{"host-" + std::to_string(h + 2), "", 0, platforms_[h].get()});
+    }
+    Deployer deployer(
+        std::move(hosts),
+        [this](const std::string& service) -> Result<std::map<std::string, bool>> {
+          return Ready(service);
+        },
+        [](const std::string&, const nlohmann::json&) { return Status::Ok(); }, clock_, {},
+        [this](const std::string&, const std::string& id) -> Result<bool> {
+          std::lock_guard lock(mu_);
+          draining_.insert(id);
+          return true;
+        });
+    return deployer.Run(spec);
+  }
+
+  // READY: running, not crash-looping, not drained.
+  std::map<std::string, bool> Ready(const std::string& service) {
+    std::map<std::string, bool> ready;
+    for (auto& p : platforms_) {
+      const auto listed = p->List(service);
+      if (!listed.ok()) continue;
+      for (const InstanceInfo& i : *listed) {
+        std::lock_guard lock(mu_);
+        ready[i.spec.id] =
+            p->crash_looping.count(i.spec.id) == 0 && draining_.count(i.spec.id) == 0;
+      }
+    }
+    return ready;
+  }
+
+  // The bounds, at every start and stop: instances running, and READY ones (`stopping` is about
+  // to go, and no longer counts).
+  void Sample(const std::string& stopping = "") {
+    int running = 0, ready = 0;
+    for (auto& p : platforms_) {
+      for (const std::string& id : p->ids()) {
+        ++running;
+        std::lock_guard lock(mu_);
+        if (id != stopping && p->crash_looping.count(id) == 0 && draining_.count(id) == 0) ++ready;
+      }
+    }
+    std::lock_guard lock(mu_);
+    max_running_ = std::max(max_running_, running);
+    min_ready_ = std::min(min_ready_, ready);
+  }
+
+  std::set<std::string> Ids(std::size_t host) const { return platforms_[host]->ids(); }
+
+  RealClock clock_;
+  std::vector<std::unique_ptr<FakePlatform>> platforms_;
+  std::mutex mu_;
+  std::set<std::string> draining_;
+  int max_running_ = 0;
+  int min_ready_ = 1 << 30;
+};
+
+TEST_F(FleetDeployerTest, RollsHostByHostWithinSurgeAndUnavailable) {
+  const DeployOutcome out = Run(Spec("v2"));
+  ASSERT_EQ(out.verdict, Verdict::kPass) << out.reason;
+  EXPECT_THAT(Ids(0), ElementsAre("zone-v2-1", "zone-v2-4"));
+  EXPECT_THAT(Ids(1), ElementsAre("zone-v2-2", "zone-v2-5"));
+  EXPECT_THAT(Ids(2), ElementsAre("zone-v2-3", "zone-v2-6"));
+  EXPECT_LE(max_running_, 7);  // 6 + surge 1
+  EXPECT_GE(min_ready_, 5);    // 6 - unavailable 1
+  // Drained before stopped: every old instance was DRAINING first.
+  for (int n = 1; n <= 6; ++n) EXPECT_TRUE(draining_.count("zone-v1-" + std::to_string(n)));
+  const auto& batches = out.record["batches"];
+  ASSERT_EQ(batches.size(), 3u);
+  for (std::size_t k = 0; k < 3; ++k) {
+    EXPECT_EQ(batches[k]["verdict"], "pass");
+    EXPECT_EQ(batches[k]["items"].size(), 2u);
+    EXPECT_EQ(batches[k]["items"][0]["host"], "host-" + std::to_string(k + 2));
+    EXPECT_TRUE(batches[k].contains("gated_after_s"));
+    EXPECT_TRUE(batches[k].contains("finished_at_ms"));
+  }
+}
+
+// The third batch's host runs a release that crashes there only: the deploy reverts, the old
+// instances stopped in batches 1-2 (and 3's first) are READY again before any new one stops.
+TEST_F(FleetDeployerTest, AFailingThirdBatchRevertsOldInstancesBackBeforeNewOnesStop) {
+  platforms_[2]->crash_looping = {"zone-v2-3", "zone-v2-6"};
+  bool old_back_first = true;
+  for (auto& p : platforms_) {
+    p->on_stop = [this, &old_back_first](const std::string& id) {
+      Sample(id);
+      if (id.find("-v2-") == std::string::npos) return;
+      const std::map<std::string, bool> ready = Ready("zone");
+      for (int n = 1; n <= 6; ++n) {
+        auto r = ready.find("zone-v1-" + std::to_string(n));
+        if (r == ready.end()) old_back_first = false;
+      }
+    };
+  }
+  // Restarted old instances are not drained any more.
+  for (auto& p : platforms_) {
+    p->on_start = [this](const std::string& id) {
+      std::lock_guard lock(mu_);
+      draining_.erase(id);
+    };
+  }
+  const DeployOutcome out = Run(Spec("v2"));
+  ASSERT_EQ(out.verdict, Verdict::kFail);
+  EXPECT_THAT(out.reason, HasSubstr("batch 3/3"));
+  EXPECT_THAT(out.reason, HasSubstr("crashed repeatedly"));
+  EXPECT_TRUE(old_back_first);
+  EXPECT_THAT(Ids(0), ElementsAre("zone-v1-1", "zone-v1-4"));
+  EXPECT_THAT(Ids(1), ElementsAre("zone-v1-2", "zone-v1-5"));
+  EXPECT_THAT(Ids(2), ElementsAre("zone-v1-3", "zone-v1-6"));
+  EXPECT_EQ(out.record["batches"][0]["verdict"], "pass");
+  EXPECT_EQ(out.record["batches"][1]["verdict"], "pass");
+  EXPECT_EQ(out.record["batches"][2]["verdict"], "fail");
+  EXPECT_THAT(out.record["timeline"].dump(),
+              HasSubstr("the stopped old instances are READY again"));
+}
+
+TEST_F(FleetDeployerTest, ACrashingCanaryFailsBeforeAnyOtherHostIsTouched) {
+  DeploySpec spec = Spec("v3");
+  spec.canary = Amount{1, false};
+  platforms_[0]->crash_looping = {"zone-v3-1"};
+  const std::size_t calls_1 = platforms_[1]->calls().size();
+  const std::size_t calls_2 = platforms_[2]->calls().size();
+  const DeployOutcome out = Run(spec);
+  ASSERT_EQ(out.verdict, Verdict::kFail);
+  EXPECT_THAT(out.reason, HasSubstr("canary batch 1/"));
+  EXPECT_EQ(platforms_[1]->calls().size(), calls_1);
+  EXPECT_EQ(platforms_[2]->calls().size(), calls_2);
+  EXPECT_THAT(Ids(0), ElementsAre("zone-v1-1", "zone-v1-4"));
+}
+
+TEST_F(FleetDeployerTest, AnUnreachableHostFailsTheDeployNamingIt) {
+  DeploySpec spec = Spec("v2");
+  spec.gate.min_healthy = 1s;  // the batch is still gating when the host goes
+  spec.gate.check_delay = 100ms;
+  spec.host_timeout = 50ms;
+  platforms_[1]->on_start = [this](const std::string& id) {
+    if (id == "zone-v2-5") platforms_[1]->unreachable = true;  // both of batch 2 started
+  };
+  const DeployOutcome out = Run(spec);
+  ASSERT_EQ(out.verdict, Verdict::kFail);
+  EXPECT_THAT(out.reason, HasSubstr("batch 2/3: host host-3 unreachable for"));
+  // What could be undone was; what is on the unreachable host is reported, not hidden.
+  EXPECT_THAT(Ids(0), ElementsAre("zone-v1-1", "zone-v1-4"));
+  EXPECT_THAT(out.left_running, ElementsAre("zone-v2-5", "zone-v2-2"));
+  EXPECT_THAT(out.record["timeline"].dump(),
+              HasSubstr("could not start old instance zone-v1-2 on host-3 again"));
 }
 
 }  // namespace

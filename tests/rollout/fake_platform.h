@@ -5,6 +5,7 @@
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <functional>
 #include <map>
 #include <mutex>
@@ -21,22 +22,29 @@ class FakePlatform final : public Platform {
   explicit FakePlatform(Clock& clock) : clock_(clock) {}
 
   // Knobs, set before use.
-  std::set<std::string> crash_looping;  // ids that crash and restart on every List
-  std::string fail_start;               // an id whose Start fails
-  bool unreachable = false;             // every call fails UNAVAILABLE
-  std::set<std::string> refuse_stop;    // ids whose Stop fails UNAVAILABLE
-  // Called on every Stop before the instance goes, with the id (for invariants).
+  std::set<std::string> crash_looping;   // ids that crash and restart on every List
+  std::string fail_start;                // an id whose Start fails
+  std::atomic<bool> unreachable{false};  // every call fails UNAVAILABLE
+  std::set<std::string> refuse_stop;     // ids whose Stop fails UNAVAILABLE
+  // Called on every Stop before the instance goes, and after every successful Start, with the
+  // id (for invariants).
   std::function<void(const std::string& id)> on_stop;
+  std::function<void(const std::string& id)> on_start;
 
   Status Start(const LaunchSpec& spec) override {
+    Status started = StartLocked(spec);
+    if (started.ok() && on_start) on_start(spec.id);
+    return started;
+  }
+
+  Status StartLocked(const LaunchSpec& spec) {
     std::lock_guard lock(mu_);
     if (unreachable) return UnavailableError("platform unreachable");
     if (Status s = ValidateLaunchSpec(spec); !s.ok()) return s;
     calls_.push_back("start " + spec.id);
     started_.push_back(spec);
     if (spec.id == fail_start) return UnavailableError("no room for " + spec.id);
-    if (instances_.count(spec.id) > 0)
-      return Status(StatusCode::kAlreadyExists, "instance " + spec.id);
+    if (instances_.count(spec.id) > 0) return AlreadyExistsError("instance " + spec.id);
     InstanceInfo& info = instances_[spec.id];
     info.spec = spec;
     info.status = InstanceStatus::kRunning;
