@@ -1,21 +1,31 @@
 // The fleet across machines, on one machine: each "host" is a `drover agent` on its own loopback
 // address (127.0.0.2, 127.0.0.3, 127.0.0.4), registered in a real registry as service
 // drover-agent; instances bind and advertise their host's address ("{host}"), never 127.0.0.1.
+// The deploys run `drover deploy --agents all` while players open sessions through a real
+// gateway: a rolling deploy, a crash-looping canary, and a release that fails on one host only
+// and is reverted.
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <atomic>
+#include <fstream>
+#include <iostream>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "testing/child_process.h"
 #include "testing/eventually.h"
 #include "testing/http_client.h"
+#include "testing/line_client.h"
 #include "testing/port_in.h"
 #include "testing/registry_process.h"
+#include "testing/run_command.h"
 #include "testing/temp_dir.h"
 
 namespace {
@@ -31,6 +41,41 @@ struct Agent {
   std::string host;
   std::uint16_t port = 0;
   std::unique_ptr<ChildProcess> process;
+};
+
+// Players: threads that each open a session through the gateway (HELLO -> WELCOME <instance>)
+// every 5 ms. A session without its WELCOME is a failure; none is retried.
+class Players {
+ public:
+  Players(std::uint16_t gateway, int threads) {
+    for (int t = 0; t < threads; ++t) {
+      threads_.emplace_back([this, gateway, t](std::stop_token stop) {
+        while (!stop.stop_requested()) {
+          drover::testing::LineClient client(gateway);
+          const auto reply = client.Ask("HELLO player-" + std::to_string(t));
+          if (reply && reply->rfind("WELCOME ", 0) == 0) {
+            ++ok_;
+          } else {
+            std::lock_guard lock(mu_);
+            failures_.push_back(reply.value_or("(no reply)"));
+          }
+          std::this_thread::sleep_for(5ms);
+        }
+      });
+    }
+  }
+  void Stop() { threads_.clear(); }
+  std::uint64_t ok() const { return ok_; }
+  std::vector<std::string> failures() const {
+    std::lock_guard lock(mu_);
+    return failures_;
+  }
+
+ private:
+  std::atomic<std::uint64_t> ok_{0};
+  mutable std::mutex mu_;
+  std::vector<std::string> failures_;
+  std::vector<std::jthread> threads_;  // last: joined first
 };
 
 class FleetTest : public ::testing::Test {
@@ -49,7 +94,7 @@ class FleetTest : public ::testing::Test {
     a.process = std::make_unique<ChildProcess>(std::vector<std::string>{
         DROVER_BINARY, "--log-level", "warn", "agent", "--data-dir",
         dir_.path() + "/agent-" + a.host, "--listen", a.host + ":0", "--registry",
-        registry_.grpc_address(), "--zone", "zone-" + std::to_string(i % 2), "--capacity", "8"});
+        registry_.grpc_address(), "--zone", "zone-" + std::to_string(i), "--capacity", "8"});
     const auto line = a.process->ReadLine(20s);
     ASSERT_TRUE(line.has_value());
     a.port = drover::testing::PortIn(*line, "http://" + std::string(a.host) + R"(:(\d+))");
@@ -67,9 +112,135 @@ class FleetTest : public ::testing::Test {
     return out;
   }
 
+  // READY and accepting instances of `service` in the registry, or -1 without an answer.
+  int ReadyCount(const std::string& service) {
+    const auto reply =
+        drover::testing::Http(registry_.http, "GET", "/v1/services/" + service + "/instances");
+    const json body = json::parse(reply.body, nullptr, false);
+    if (reply.status != 200 || body.is_discarded()) return -1;
+    int ready = 0;
+    for (const json& i : body["instances"]) {
+      if (i["state"] == "READY" && i.value("accepting", false)) ++ready;
+    }
+    return ready;
+  }
+
+  // The versions of `service` an agent runs, by instance id.
+  std::map<std::string, std::string> AgentVersions(const Agent& a, const std::string& service) {
+    const auto reply =
+        drover::testing::HttpTo(a.host, a.port, "GET", "/v1/instances?service=" + service);
+    std::map<std::string, std::string> out;
+    const json body = json::parse(reply.body, nullptr, false);
+    if (reply.status != 200 || body.is_discarded()) return out;
+    for (const json& i : body["instances"]) out[i["id"]] = i["version"];
+    return out;
+  }
+
+  void StartGateway() {
+    const std::string config = dir_.path() + "/gateway.yaml";
+    std::ofstream(config) << "registry: " << registry_.grpc_address()
+                          << "\nthreads: 1\nadmin: \"\"\n"
+                          << "listeners:\n  - name: zone\n    address: 127.0.0.1:0\n"
+                          << "    service: zone\n";
+    gateway_ = std::make_unique<ChildProcess>(
+        std::vector<std::string>{DROVER_BINARY, "gateway", "--config", config});
+    const auto line = gateway_->ReadLine(20s);
+    ASSERT_TRUE(line.has_value());
+    gateway_port_ = drover::testing::PortIn(*line, R"(zone=127\.0\.0\.1:(\d+))");
+    ASSERT_NE(gateway_port_, 0) << *line;
+  }
+
+  // The zone server, binding and advertising its host's address.
+  std::vector<std::string> ZoneCommand() const {
+    return {DROVER_BINARY,
+            "sample",
+            "zone",
+            "--registry",
+            registry_.grpc_address(),
+            "--id",
+            "{id}",
+            "--listen",
+            "{host}:{port}",
+            "--health",
+            "{host}:{health_port}",
+            "--version-label",
+            "{version}",
+            "--warmup-ms",
+            "200",
+            "--ttl-ms",
+            "3000",
+            "--propagation-ms",
+            "300",
+            "--drain-ms",
+            "500",
+            "--grace-ms",
+            "3000",
+            "--log-level",
+            "warn"};
+  }
+
+  struct DeployRun {
+    int exit_code = -1;
+    json record;
+    std::string out;
+    double seconds = 0;
+    int min_ready = 1 << 30;  // sampled every 50 ms while it ran
+  };
+
+  // `drover deploy zone` over every registered agent: 6 instances, surge 1, unavailable 1, the
+  // gate's timing shortened; `command` after --.
+  DeployRun Deploy(const std::string& version, const std::vector<std::string>& command,
+                   const std::string& extra = "") {
+    std::string cmd = std::string(DROVER_BINARY) + " --log-level warn deploy zone --version " +
+                      version + " --instances 6 --agents all --registry http://127.0.0.1:" +
+                      std::to_string(registry_.http) +
+                      " --max-surge 1 --max-unavailable 1 --min-healthy-ms 1000"
+                      " --check-delay-ms 500 --progress-deadline-ms 30000 --stop-grace-ms 5000"
+                      " --drain-delay-ms 500 --json " +
+                      extra + " --";
+    for (const std::string& arg : command) cmd += " '" + arg + "'";
+    DeployRun run;
+    std::atomic<bool> done{false};
+    std::jthread sampler([&] {
+      while (!done) {
+        if (const int n = ReadyCount("zone"); n >= 0) run.min_ready = std::min(run.min_ready, n);
+        std::this_thread::sleep_for(50ms);
+      }
+    });
+    const auto began = std::chrono::steady_clock::now();
+    auto result = drover::testing::RunCommand(cmd, /*with_stderr=*/false);
+    done = true;
+    run.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
+    run.exit_code = result.exit_code;
+    run.out = result.out;
+    run.record = json::parse(result.out, nullptr, false);
+    std::cout << "--- deploy zone " << version << ": exit " << run.exit_code << " in "
+              << run.seconds << " s, min READY " << run.min_ready;
+    if (run.record.is_object()) {
+      std::cout << ", decided after " << run.record.value("decided_after_s", 0.0)
+                << " s, revert took " << run.record.value("rollback_s", 0.0)
+                << " s: " << run.record.value("reason", "");
+    }
+    std::cout << "\n";
+    return run;
+  }
+
+  // Every instance of `service` on every host, as "<host> <id> <version>".
+  std::vector<std::string> Fleet(const std::string& service) {
+    std::vector<std::string> out;
+    for (const auto& [i, a] : agents_) {
+      for (const auto& [id, version] : AgentVersions(a, service)) {
+        out.push_back(a.host + " " + id + " " + version);
+      }
+    }
+    return out;
+  }
+
   drover::testing::TempDir dir_;
   drover::testing::RegistryProcess registry_;
   std::map<std::size_t, Agent> agents_;
+  std::unique_ptr<ChildProcess> gateway_;
+  std::uint16_t gateway_port_ = 0;
 };
 
 TEST_F(FleetTest, AgentsRegisterAsHostsAndInstancesBindTheirHostsAddress) {
@@ -87,7 +258,7 @@ TEST_F(FleetTest, AgentsRegisterAsHostsAndInstancesBindTheirHostsAddress) {
     const json& entry = agents[name];
     EXPECT_EQ(entry["address"], a.host + ":" + std::to_string(a.port));
     EXPECT_EQ(entry["state"], "READY");
-    EXPECT_EQ(entry["zone"], "zone-" + std::to_string(i % 2));
+    EXPECT_EQ(entry["zone"], "zone-" + std::to_string(i));
     EXPECT_EQ(entry["labels"]["host"], a.host);
     EXPECT_EQ(entry["labels"]["scheme"], "http");
     EXPECT_EQ(entry["labels"]["capacity"], "8");
@@ -121,6 +292,93 @@ TEST_F(FleetTest, AgentsRegisterAsHostsAndInstancesBindTheirHostsAddress) {
   agents_[0].process->Signal(SIGTERM);
   EXPECT_EQ(agents_[0].process->Wait(), 0);
   EXPECT_EQ(Instances("drover-agent").size(), kHosts.size() - 1);
+}
+
+TEST_F(FleetTest, RollingDeployCanaryAndRevertAcrossThreeHostsLoseNoPlayer) {
+  ASSERT_TRUE(Eventually([&] { return Instances("drover-agent").size() == kHosts.size(); }, 20s));
+  StartGateway();
+  const DeployRun v1 = Deploy("v1", ZoneCommand());
+  ASSERT_EQ(v1.exit_code, 0) << v1.out;
+  ASSERT_TRUE(Eventually([&] { return ReadyCount("zone") == 6; }, 20s));
+  Players players(gateway_port_, 2);
+  const auto began = std::chrono::steady_clock::now();
+
+  // 1. A rolling deploy: batch by batch, host by host, never below 5 READY.
+  const DeployRun v2 = Deploy("v2", ZoneCommand());
+  ASSERT_EQ(v2.exit_code, 0) << v2.out;
+  EXPECT_GE(v2.min_ready, 5);
+  std::vector<std::string> expected;
+  for (std::size_t h = 0; h < kHosts.size(); ++h) {
+    for (int n : {1, 4}) {
+      expected.push_back(kHosts[h] + " zone-v2-" + std::to_string(n + static_cast<int>(h)) + " v2");
+    }
+  }
+  EXPECT_EQ(Fleet("zone"), expected);
+  ASSERT_EQ(v2.record["batches"].size(), 3u) << v2.out;
+  for (const json& batch : v2.record["batches"]) {
+    EXPECT_EQ(batch["verdict"], "pass");
+    std::cout << "    batch " << batch["index"] << " on " << batch["items"][0]["host"]
+              << ": gated after " << batch["gated_after_s"] << " s, done after "
+              << batch["finished_after_s"] << " s\n";
+  }
+  // The record each agent keeps names the batches with their timing.
+  const auto stored =
+      drover::testing::HttpTo(agents_[1].host, agents_[1].port, "GET", "/v1/deploys?service=zone");
+  const json history = json::parse(stored.body, nullptr, false);
+  ASSERT_FALSE(history.is_discarded()) << stored.body;
+  EXPECT_EQ(history["deploys"][0]["batches"][2]["verdict"], "pass");
+  EXPECT_TRUE(history["deploys"][0]["batches"][2].contains("finished_at_ms"));
+
+  // 2. A release that exits at boot (a flag it does not know), as a canary of one: it fails
+  // there, no other host is touched, v2 keeps serving.
+  std::vector<std::string> broken = ZoneCommand();
+  broken.push_back("--map-cache");
+  const DeployRun v3 = Deploy("v3", broken, "--canary 1 --canary-pause-ms 1000");
+  EXPECT_EQ(v3.exit_code, 1) << v3.out;
+  EXPECT_EQ(v3.record["batches"][0]["canary"], true);
+  EXPECT_EQ(v3.record["batches"][0]["verdict"], "fail");
+  EXPECT_EQ(v3.record["batches"][1]["verdict"], "pending");
+  EXPECT_NE(v3.record["reason"].get<std::string>().find("crash"), std::string::npos)
+      << v3.record["reason"];
+  EXPECT_EQ(Fleet("zone"), expected);
+  EXPECT_GE(v3.min_ready, 5);
+
+  // 3. A release that fails on 127.0.0.4 only: batches 1-2 pass, 3 fails, and the v2 instances
+  // stopped so far serve again before any v4 instance stops.
+  std::vector<std::string> one_host_bad = {
+      "/bin/sh", "-c",
+      "if [ \"{host}\" = 127.0.0.4 ]; then echo v4: no map data on this host >&2; exit 3; fi; "
+      "exec \"$0\" \"$@\""};
+  for (const std::string& arg : ZoneCommand()) one_host_bad.push_back(arg);
+  const DeployRun v4 = Deploy("v4", one_host_bad);
+  EXPECT_EQ(v4.exit_code, 1) << v4.out;
+  ASSERT_EQ(v4.record["batches"].size(), 3u) << v4.out;
+  EXPECT_EQ(v4.record["batches"][0]["verdict"], "pass") << v4.record["reason"];
+  EXPECT_EQ(v4.record["batches"][1]["verdict"], "pass");
+  EXPECT_EQ(v4.record["batches"][2]["verdict"], "fail");
+  std::size_t old_ready_at = 0, first_new_stop = 0, at = 0;
+  for (const json& note : v4.record["timeline"]) {
+    const std::string what = note["what"];
+    ++at;
+    if (what.find("the stopped old instances are READY again") != std::string::npos) {
+      old_ready_at = at;
+    }
+    if (first_new_stop == 0 && what.rfind("stopped zone-v4-", 0) == 0) first_new_stop = at;
+  }
+  EXPECT_GT(old_ready_at, 0u) << v4.out;
+  EXPECT_LT(old_ready_at, first_new_stop) << v4.out;
+  EXPECT_EQ(Fleet("zone").size(), 6u);
+  for (const std::string& i : Fleet("zone")) EXPECT_NE(i.find(" v2"), std::string::npos) << i;
+  EXPECT_GE(v4.min_ready, 5);
+
+  players.Stop();
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
+  std::cout << "--- players: " << players.ok() << " sessions in " << seconds << " s ("
+            << players.ok() / seconds << "/s), " << players.failures().size() << " failed\n";
+  EXPECT_GE(players.ok() / seconds, 100);
+  EXPECT_TRUE(players.failures().empty())
+      << players.failures().size() << " failed, first: " << players.failures().front();
 }
 
 }  // namespace
