@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <atomic>
 #include <fstream>
 #include <iostream>
@@ -379,6 +380,56 @@ TEST_F(FleetTest, RollingDeployCanaryAndRevertAcrossThreeHostsLoseNoPlayer) {
   EXPECT_GE(players.ok() / seconds, 100);
   EXPECT_TRUE(players.failures().empty())
       << players.failures().size() << " failed, first: " << players.failures().front();
+}
+
+// An agent SIGKILLed in the middle of its batch: the deploy fails naming that host (it waited
+// --host-timeout-ms for it), reverts what it can reach, and says what it could not; the agent,
+// restarted, runs exactly what the record implies: its old instance the deploy never reached,
+// and the new ones the record lists as left running.
+TEST_F(FleetTest, AnAgentKilledMidDeployFailsItNamingTheHostAndMatchesTheRecordAfter) {
+  ASSERT_TRUE(Eventually([&] { return Instances("drover-agent").size() == kHosts.size(); }, 20s));
+  ASSERT_EQ(Deploy("v1", ZoneCommand()).exit_code, 0);
+  Agent& victim = agents_[1];  // 127.0.0.3: batch 2
+  const std::string victim_name = "agent-" + victim.host + "-" + std::to_string(victim.port);
+
+  DeployRun v2;
+  std::jthread deploy([&] { v2 = Deploy("v2", ZoneCommand(), "--host-timeout-ms 2000"); });
+  ASSERT_TRUE(Eventually(
+      [&] {
+        const auto on_victim = AgentVersions(victim, "zone");
+        return std::count_if(on_victim.begin(), on_victim.end(),
+                             [](const auto& kv) { return kv.second == "v2"; }) == 2;
+      },
+      30s));
+  victim.process->Signal(SIGKILL);
+  victim.process->Wait();
+  deploy.join();
+
+  EXPECT_EQ(v2.exit_code, 3) << v2.out;  // failed, and could not stop everything it started
+  const std::string reason = v2.record.value("reason", "");
+  EXPECT_NE(reason.find("batch 2/3: host " + victim_name + " unreachable for 2 s"),
+            std::string::npos)
+      << reason;
+  EXPECT_EQ(v2.record["left_running"], json::array({"zone-v2-5", "zone-v2-2"})) << v2.out;
+  EXPECT_NE(v2.record["timeline"].dump().find("could not start old instance zone-v1-2 on " +
+                                              victim_name + " again"),
+            std::string::npos);
+  // The hosts it could reach are back on v1.
+  EXPECT_EQ(AgentVersions(agents_[0], "zone"),
+            (std::map<std::string, std::string>{{"zone-v1-1", "v1"}, {"zone-v1-4", "v1"}}));
+  EXPECT_EQ(AgentVersions(agents_[2], "zone"),
+            (std::map<std::string, std::string>{{"zone-v1-3", "v1"}, {"zone-v1-6", "v1"}}));
+
+  // Restarted on its address and port, the agent runs what the record says is there.
+  victim.process = std::make_unique<ChildProcess>(
+      std::vector<std::string>{DROVER_BINARY, "--log-level", "warn", "agent", "--data-dir",
+                               dir_.path() + "/agent-" + victim.host, "--listen",
+                               victim.host + ":" + std::to_string(victim.port), "--registry",
+                               registry_.grpc_address(), "--zone", "zone-1", "--capacity", "8"});
+  ASSERT_TRUE(victim.process->ReadLine(20s).has_value());
+  EXPECT_EQ(AgentVersions(victim, "zone"),
+            (std::map<std::string, std::string>{
+                {"zone-v1-5", "v1"}, {"zone-v2-2", "v2"}, {"zone-v2-5", "v2"}}));
 }
 
 }  // namespace
