@@ -54,7 +54,7 @@ DataDir MakeDataDir(const DemoOptions& o) {
 class Run {
  public:
   Run(const DemoOptions& options, Fleet& fleet, net::HttpClient registry,
-      rollout::AgentClient& agent, Clock& clock, MonoTime began, std::stop_token stop)
+      std::vector<rollout::AgentHost> hosts, Clock& clock, MonoTime began, std::stop_token stop)
       : options_(options),
         fleet_(fleet),
         registry_(std::move(registry)),
@@ -62,7 +62,7 @@ class Run {
         clock_(clock),
         stop_(std::move(stop)),
         began_(began),
-        ctx_{fleet_, agent, registry_, ready_, clock_, stop_} {}
+        ctx_{fleet_, std::move(hosts), registry_, ready_, clock_, stop_} {}
 
   // Every step, the report, and (unless --exit) the wait for Ctrl-C; the exit code.
   int All() {
@@ -74,7 +74,7 @@ class Run {
     Report();
     Linger();
     Say(Elapsed() +
-        "stopping the players, the gateway, the agent (and its instances), the registry ...");
+        "stopping the players, the gateway, the agents (and their instances), the registry ...");
     if (load_) load_->Stop();
     if (stop_.stop_requested() && code_ == 0) code_ = 130;
     return code_;
@@ -95,7 +95,8 @@ class Run {
   }
 
   void DeployFirstVersion() {
-    Say(Elapsed() + "deploying zone v1 (3 servers) through the agent and the health gate ...");
+    Say(Elapsed() +
+        "deploying zone v1 (3 servers, one per host) through the agents and the health gate ...");
     const rollout::DeployOutcome v1 = DeployZone(ctx_, "v1", 0);
     if (v1.verdict != rollout::Verdict::kPass) {
       std::cerr << "drover demo: the first deploy failed: " << v1.reason << "\n";
@@ -249,7 +250,7 @@ int RunIn(const DemoOptions& options, const std::string& exe, const std::string&
   const MonoTime began = clock.Now();
   const auto elapsed = [&] { return "[" + Fixed(Seconds(clock.Now() - began), 1) + " s] "; };
   Say("Drover demo: everything on loopback; data and logs in " + dir);
-  Say(elapsed() + "starting a registry, an agent and a gateway ...");
+  Say(elapsed() + "starting a registry, three agents (hosts 127.0.0.2-4) and a gateway ...");
   FleetOptions fo;
   fo.exe = exe;
   fo.data_dir = dir;
@@ -260,17 +261,26 @@ int RunIn(const DemoOptions& options, const std::string& exe, const std::string&
     return 1;
   }
   Fleet& f = **fleet;
+  std::string agents;
+  for (const std::string& url : f.agent_urls()) agents += (agents.empty() ? "" : ", ") + url;
   Say(elapsed() + "dashboard: " + f.registry_url() + "/ui/  (registry API " + f.registry_url() +
-      ", gateway admin " + f.gateway_admin_url() + ", agent " + f.agent_url() + ")");
+      ", gateway admin " + f.gateway_admin_url() + ", agents " + agents + ")");
   auto registry = net::HttpClient::Create(f.registry_url(), "", std::chrono::seconds(10));
-  auto agent_http =
-      net::HttpClient::Create(f.agent_url(), "", std::chrono::seconds(30), {}, "agent");
-  if (!registry.ok() || !agent_http.ok()) {
+  std::vector<rollout::AgentClient> clients;
+  for (const std::string& url : f.agent_urls()) {
+    auto http = net::HttpClient::Create(url, "", std::chrono::seconds(30), {}, "agent");
+    if (!http.ok()) break;
+    clients.emplace_back(*http);
+  }
+  if (!registry.ok() || clients.size() != f.agent_urls().size()) {
     std::cerr << "drover demo: cannot reach the fleet\n";
     return 1;
   }
-  rollout::AgentClient agent(*agent_http);
-  const int code = Run(options, f, *registry, agent, clock, began, stop).All();
+  std::vector<rollout::AgentHost> hosts;
+  for (std::size_t i = 0; i < clients.size(); ++i) {
+    hosts.push_back({"host " + Fleet::HostAddresses()[i], "", 0, &clients[i]});
+  }
+  const int code = Run(options, f, *registry, std::move(hosts), clock, began, stop).All();
   for (const std::string& line : f.Stop()) spdlog::debug("demo: {}", line);
   return code;
 }

@@ -3,7 +3,9 @@
 #include <signal.h>
 #include <spdlog/spdlog.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <thread>
@@ -15,11 +17,21 @@
 namespace drover::demo {
 namespace {
 
-std::string Url(std::uint16_t port) { return "http://127.0.0.1:" + std::to_string(port); }
+std::string Url(std::uint16_t port, const std::string& host = "127.0.0.1") {
+  return "http://" + host + ":" + std::to_string(port);
+}
 
-// Polls GET /live until it answers 200, the child ends, or `limit` passes.
-Status WaitLive(Child& child, std::uint16_t port, Duration limit) {
-  auto client = net::HttpClient::Create(Url(port), "", std::chrono::seconds(2), {}, child.name());
+// A port nobody listens on at `host` right now (0 if none).
+std::uint16_t FreePortOn(const std::string& host) {
+  auto listening = sdk::ListenTcp(host + ":0", 1, "a free port");
+  if (!listening.ok()) return 0;
+  ::close(listening->fd);
+  return listening->port;
+}
+
+// Polls GET /live at `url` until it answers 200, the child ends, or `limit` passes.
+Status WaitLive(Child& child, const std::string& url, Duration limit) {
+  auto client = net::HttpClient::Create(url, "", std::chrono::seconds(2), {}, child.name());
   if (!client.ok()) return client.status();
   const MonoTime until = MonoClock::now() + limit;
   Status last = UnavailableError("no answer yet");
@@ -109,25 +121,39 @@ std::string Child::Stop(Duration grace) {
   return ended_;
 }
 
+const std::vector<std::string>& Fleet::HostAddresses() {
+  static const std::vector<std::string> kHosts = {"127.0.0.2", "127.0.0.3", "127.0.0.4"};
+  return kHosts;
+}
+
 Result<std::unique_ptr<Fleet>> Fleet::Start(const FleetOptions& options) {
   std::unique_ptr<Fleet> fleet(new Fleet(options));
   namespace fs = std::filesystem;
   std::error_code ec;
-  for (const char* sub : {"registry", "agent", "logs"}) {
+  std::vector<std::string> dirs = {"registry", "logs"};
+  for (const std::string& host : HostAddresses()) dirs.push_back("agent-" + host);
+  for (const std::string& sub : dirs) {
     fs::create_directories(fs::path(options.data_dir) / sub, ec);
-    if (ec)
+    if (ec) {
       return UnavailableError("cannot create " + options.data_dir + "/" + sub + ": " +
                               ec.message());
+    }
   }
   Fleet& f = *fleet;
   f.registry_http_ = options.ui_port != 0 ? options.ui_port : sdk::FreeLoopbackPort();
   f.registry_grpc_ = sdk::FreeLoopbackPort();
-  f.agent_ = sdk::FreeLoopbackPort();
   f.gateway_admin_ = sdk::FreeLoopbackPort();
   f.zone_ = sdk::FreeLoopbackPort();
   f.whoami_ = sdk::FreeLoopbackPort();
+  for (const std::string& host : HostAddresses()) {
+    f.agents_.push_back(FreePortOn(host));
+    if (f.agents_.back() == 0) {
+      return UnavailableError("cannot bind " + host +
+                              " (the demo's agents stand for hosts on 127.0.0.2-4)");
+    }
+  }
   for (std::uint16_t p :
-       {f.registry_http_, f.registry_grpc_, f.agent_, f.gateway_admin_, f.zone_, f.whoami_}) {
+       {f.registry_http_, f.registry_grpc_, f.gateway_admin_, f.zone_, f.whoami_}) {
     if (p == 0) return UnavailableError("no free loopback port");
   }
   const std::string logs = options.data_dir + "/logs/";
@@ -142,26 +168,33 @@ Result<std::unique_ptr<Fleet>> Fleet::Start(const FleetOptions& options) {
   struct Spec {
     std::string name;
     std::vector<std::string> argv;
-    std::uint16_t live_port;
+    std::string live_url;
   };
-  const std::vector<Spec> specs = {
+  std::vector<Spec> specs = {
       {"registry",
        {options.exe, "registry", "--data-dir", options.data_dir + "/registry", "--http",
         "127.0.0.1:" + std::to_string(f.registry_http_), "--grpc", f.registry_grpc(),
-        "--ui-gateway", f.gateway_admin_url(), "--ui-agent", f.agent_url()},
-       f.registry_http_},
-      {"agent",
-       {options.exe, "agent", "--data-dir", options.data_dir + "/agent", "--listen",
-        "127.0.0.1:" + std::to_string(f.agent_)},
-       f.agent_},
-      {"gateway", {options.exe, "gateway", "--config", gateway_yaml}, f.gateway_admin_},
-  };
+        "--ui-gateway", f.gateway_admin_url()},
+       Url(f.registry_http_)}};
+  for (const std::string& url : f.agent_urls())
+    specs[0].argv.insert(specs[0].argv.end(), {"--ui-agent", url});
+  for (std::size_t i = 0; i < HostAddresses().size(); ++i) {
+    const std::string& host = HostAddresses()[i];
+    specs.push_back(
+        {"agent " + host,
+         {options.exe, "agent", "--data-dir", options.data_dir + "/agent-" + host, "--listen",
+          host + ":" + std::to_string(f.agents_[i]), "--registry", f.registry_grpc()},
+         Url(f.agents_[i], host)});
+  }
+  specs.push_back(
+      {"gateway", {options.exe, "gateway", "--config", gateway_yaml}, Url(f.gateway_admin_)});
   for (const Spec& spec : specs) {
-    auto child = Child::Spawn(spec.name, spec.argv, logs + spec.name + ".log");
+    std::string log = spec.name;
+    std::replace(log.begin(), log.end(), ' ', '-');
+    auto child = Child::Spawn(spec.name, spec.argv, logs + log + ".log");
     if (!child.ok()) return child.status();
     f.children_.push_back(std::move(child).value());
-    if (Status s = WaitLive(f.children_.back(), spec.live_port, std::chrono::seconds(15));
-        !s.ok()) {
+    if (Status s = WaitLive(f.children_.back(), spec.live_url, std::chrono::seconds(15)); !s.ok()) {
       return s;  // the destructor stops what started
     }
     spdlog::debug("demo: {} up", spec.name);
@@ -177,7 +210,8 @@ std::vector<std::string> Fleet::Stop() {
   while (!children_.empty()) {
     Child& c = children_.back();
     // The agent stops every instance in order, each within its own grace.
-    const Duration grace = c.name() == "agent" ? std::chrono::seconds(20) : std::chrono::seconds(5);
+    const Duration grace =
+        c.name().starts_with("agent") ? std::chrono::seconds(20) : std::chrono::seconds(5);
     lines.push_back(c.name() + " " + c.Stop(grace));
     children_.pop_back();
   }
@@ -195,7 +229,12 @@ Status Fleet::Check() {
 
 std::string Fleet::registry_url() const { return Url(registry_http_); }
 std::string Fleet::registry_grpc() const { return "127.0.0.1:" + std::to_string(registry_grpc_); }
-std::string Fleet::agent_url() const { return Url(agent_); }
+std::vector<std::string> Fleet::agent_urls() const {
+  std::vector<std::string> urls;
+  for (std::size_t i = 0; i < agents_.size(); ++i)
+    urls.push_back(Url(agents_[i], HostAddresses()[i]));
+  return urls;
+}
 std::string Fleet::gateway_admin_url() const { return Url(gateway_admin_); }
 std::string Fleet::zone_address() const { return "127.0.0.1:" + std::to_string(zone_); }
 std::string Fleet::whoami_address() const { return "127.0.0.1:" + std::to_string(whoami_); }

@@ -19,8 +19,6 @@ using json = nlohmann::json;
 using std::chrono::milliseconds;
 namespace pb = drover::examples::whoami::v1;
 
-std::string Port() { return std::to_string(sdk::FreeLoopbackPort()); }
-
 // One WhoAmI call; the instance that answered, or "(error text)".
 std::string Who(grpc::Channel& channel, Duration deadline) {
   auto stub = pb::WhoAmI::NewStub(std::shared_ptr<grpc::Channel>(&channel, [](auto*) {}));
@@ -49,7 +47,8 @@ rollout::DeployOutcome DeployZone(Context& c, const std::string& version, double
   spec.service = "zone";
   spec.version = version;
   spec.instances = 3;
-  spec.max_surge = {100, true};  // one batch: the demo shows the gate, not the batching
+  // One batch, one new instance on each host: the demo shows the gate and the hand-over.
+  spec.max_surge = {100, true};
   // Short enough for a demo, in the same proportions as production: warm-up, then READY, then
   // the gate's minimum healthy time and two checks; leaving takes propagation + drain.
   spec.argv = {c.fleet.options().exe,
@@ -60,9 +59,9 @@ rollout::DeployOutcome DeployZone(Context& c, const std::string& version, double
                "--id",
                "{id}",
                "--listen",
-               "127.0.0.1:{port}",
+               "{host}:{port}",
                "--health",
-               "127.0.0.1:{health_port}",
+               "{host}:{health_port}",
                "--version-label",
                "{version}",
                "--warmup-ms",
@@ -85,7 +84,7 @@ rollout::DeployOutcome DeployZone(Context& c, const std::string& version, double
   spec.stop_grace = std::chrono::seconds(8);
   spec.poll = milliseconds(100);
   // The deployer's registry client is its own (a copy): the ReadyWatch thread has one too.
-  return rollout::DeployThroughAgent(c.agent, c.registry, c.clock, spec, c.stop);
+  return rollout::DeployThroughAgents(c.hosts, c.registry, c.clock, spec, c.stop);
 }
 
 // --- Step 2: job results -----------------------------------------------------------------------
@@ -202,7 +201,7 @@ namespace {
 constexpr int kCalls = 60;
 constexpr auto kCallDeadline = std::chrono::seconds(2);
 
-// Starts WhoAmI server n through the agent; returns its instance id.
+// Starts WhoAmI server n through an agent (round robin over the hosts); returns its instance id.
 std::string StartWhoami(Context& c, int n) {
   const std::string id = "whoami-" + std::to_string(n);
   rollout::LaunchSpec spec;
@@ -219,16 +218,17 @@ std::string StartWhoami(Context& c, int n) {
                "--id",
                id,
                "--listen",
-               "127.0.0.1:" + Port(),
+               "{host}:{port}",
                "--health",
-               "127.0.0.1:" + Port(),
+               "{host}:{health_port}",
                "--ttl-ms",
                "3000",
                "--propagation-ms",
                "300",
                "--drain-ms",
                "2000"};
-  if (Status s = c.agent.Start(spec); !s.ok() && s.code() != StatusCode::kAlreadyExists) {
+  rollout::AgentClient& agent = *c.hosts[static_cast<std::size_t>(n - 1) % c.hosts.size()].client;
+  if (Status s = agent.Start(spec); !s.ok() && s.code() != StatusCode::kAlreadyExists) {
     spdlog::warn("demo: starting {}: {}", id, s.message());
   }
   return id;

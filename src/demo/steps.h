@@ -5,6 +5,7 @@
 
 #include <stop_token>
 #include <string>
+#include <vector>
 
 #include "demo/fleet.h"
 #include "demo/ready_watch.h"
@@ -18,14 +19,15 @@ namespace drover::demo {
 
 struct Context {
   Fleet& fleet;
-  rollout::AgentClient& agent;
+  std::vector<rollout::AgentHost> hosts;  // the three agents, in host order
   net::HttpClient& registry;
   ReadyWatch& ready;
   Clock& clock;
   std::stop_token stop;
 };
 
-// Deploys `version` of the zone servers (3 instances) through the agent and the health gate.
+// Deploys `version` of the zone servers (3 instances, one per host) through the agents and the
+// health gate.
 // crash_after > 0 makes every new instance abort that many seconds after it is READY.
 rollout::DeployOutcome DeployZone(Context& c, const std::string& version, double crash_after);
 
