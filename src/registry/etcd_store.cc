@@ -853,4 +853,186 @@ void EtcdStore::PauseFeedForTesting(bool paused) {
   impl_->feed_cv.NotifyAll();
 }
 
+// --- Deploys ---------------------------------------------------------------------------------
+
+namespace {
+
+constexpr std::size_t kDeploysKept = 200;  // per service, besides the active one
+
+StoredDeploy DecodeDeploy(const mvccpb::KeyValue& kv, const std::string& id,
+                          const std::string& service) {
+  StoredDeploy d;
+  d.id = id;
+  d.service = service;
+  d.version = static_cast<std::uint64_t>(kv.version());
+  const json value = json::parse(kv.value(), nullptr, /*allow_exceptions=*/false);
+  if (value.is_object()) {
+    d.record = value.value("record", "");
+    d.created_ms = value.value("created_ms", std::int64_t{0});
+  }
+  return d;
+}
+
+}  // namespace
+
+// Range helpers for the deploy keys.
+struct DeployKeys {
+  EtcdStore::Impl& impl;
+
+  std::string Prefix() const { return impl.options.prefix + "/deploys/"; }
+  std::string Key(const std::string& service, const std::string& id) const {
+    return Prefix() + service + "/" + id;
+  }
+  std::string ActiveKey(const std::string& service) const {
+    return impl.options.prefix + "/active/" + service;
+  }
+
+  // One key's value, or nullopt.
+  Result<std::optional<mvccpb::KeyValue>> Get(const std::string& key) {
+    pb::RangeRequest req;
+    req.set_key(key);
+    pb::RangeResponse resp;
+    const grpc::Status s =
+        impl.Retry([&](grpc::ClientContext& ctx) { return impl.kv->Range(&ctx, req, &resp); });
+    if (!s.ok()) return FromGrpc(s, "range " + key);
+    if (resp.kvs_size() == 0) return std::optional<mvccpb::KeyValue>();
+    return std::optional<mvccpb::KeyValue>(resp.kvs(0));
+  }
+
+  // The keys (without values) under `prefix`.
+  Result<std::vector<mvccpb::KeyValue>> Keys(const std::string& prefix) {
+    pb::RangeRequest req;
+    req.set_key(prefix);
+    req.set_range_end(PrefixEnd(prefix));
+    req.set_keys_only(true);
+    pb::RangeResponse resp;
+    const grpc::Status s =
+        impl.Retry([&](grpc::ClientContext& ctx) { return impl.kv->Range(&ctx, req, &resp); });
+    if (!s.ok()) return FromGrpc(s, "range " + prefix);
+    return std::vector<mvccpb::KeyValue>(resp.kvs().begin(), resp.kvs().end());
+  }
+
+  // The service a deploy id is stored under, or "".
+  Result<std::string> ServiceOf(const std::string& id) {
+    DROVER_ASSIGN_OR_RETURN(auto keys, Keys(Prefix()));
+    for (const mvccpb::KeyValue& kv : keys) {
+      const std::string& key = kv.key();
+      if (key.size() > id.size() && key.ends_with("/" + id)) {
+        return key.substr(Prefix().size(), key.size() - Prefix().size() - id.size() - 1);
+      }
+    }
+    return std::string();
+  }
+
+  Result<std::optional<StoredDeploy>> Read(const std::string& service, const std::string& id) {
+    DROVER_ASSIGN_OR_RETURN(auto kv, Get(Key(service, id)));
+    if (!kv) return std::optional<StoredDeploy>();
+    StoredDeploy d = DecodeDeploy(*kv, id, service);
+    DROVER_ASSIGN_OR_RETURN(auto active, Get(ActiveKey(service)));
+    d.active = active && active->value() == id;
+    return std::optional<StoredDeploy>(std::move(d));
+  }
+};
+
+Result<std::optional<StoredDeploy>> EtcdStore::GetDeploy(const std::string& id) {
+  DeployKeys keys{*impl_};
+  DROVER_ASSIGN_OR_RETURN(const std::string service, keys.ServiceOf(id));
+  if (service.empty()) return std::optional<StoredDeploy>();
+  return keys.Read(service, id);
+}
+
+Result<std::vector<StoredDeploy>> EtcdStore::ListDeploys(const std::string& service,
+                                                         std::size_t limit) {
+  DeployKeys keys{*impl_};
+  DROVER_ASSIGN_OR_RETURN(
+      auto all, keys.Keys(service.empty() ? keys.Prefix() : keys.Prefix() + service + "/"));
+  // Newest first: by when each was created in etcd.
+  std::sort(all.begin(), all.end(), [](const mvccpb::KeyValue& a, const mvccpb::KeyValue& b) {
+    return a.create_revision() > b.create_revision();
+  });
+  std::vector<StoredDeploy> out;
+  for (const mvccpb::KeyValue& kv : all) {
+    if (out.size() >= limit) break;
+    const std::string rest = kv.key().substr(keys.Prefix().size());
+    const std::size_t slash = rest.find('/');
+    if (slash == std::string::npos) continue;
+    DROVER_ASSIGN_OR_RETURN(auto d, keys.Read(rest.substr(0, slash), rest.substr(slash + 1)));
+    if (d) out.push_back(std::move(*d));
+  }
+  return out;
+}
+
+Result<std::uint64_t> EtcdStore::PutDeploy(const StoredDeploy& deploy,
+                                           std::uint64_t expect_version) {
+  DeployKeys keys{*impl_};
+  const std::string key = keys.Key(deploy.service, deploy.id);
+  const std::string active_key = keys.ActiveKey(deploy.service);
+  DROVER_ASSIGN_OR_RETURN(auto stored, keys.Get(key));
+  const auto actual = static_cast<std::uint64_t>(stored ? stored->version() : 0);
+  if (actual != expect_version) {
+    return AbortedError("deploy " + deploy.id + " is at version " + std::to_string(actual) +
+                        ", not " + std::to_string(expect_version) + ": someone else wrote it");
+  }
+  DROVER_ASSIGN_OR_RETURN(auto holder, keys.Get(active_key));
+  const std::string held = holder ? holder->value() : "";
+  if (deploy.active && !held.empty() && held != deploy.id) {
+    return FailedPreconditionError("deploy " + held + " of " + deploy.service +
+                                   " is running; one deploy per service at a time");
+  }
+  const std::int64_t created =
+      stored ? DecodeDeploy(*stored, deploy.id, deploy.service).created_ms : deploy.created_ms;
+  pb::TxnRequest req;
+  pb::Compare* version = req.add_compare();
+  version->set_key(key);
+  version->set_target(pb::Compare::VERSION);
+  version->set_result(pb::Compare::EQUAL);
+  version->set_version(static_cast<std::int64_t>(expect_version));
+  pb::Compare* marker = req.add_compare();
+  marker->set_key(active_key);
+  if (held.empty()) {
+    marker->set_target(pb::Compare::VERSION);
+    marker->set_result(pb::Compare::EQUAL);
+    marker->set_version(0);
+  } else {
+    marker->set_target(pb::Compare::VALUE);
+    marker->set_result(pb::Compare::EQUAL);
+    marker->set_value(held);
+  }
+  pb::PutRequest* put = req.add_success()->mutable_request_put();
+  put->set_key(key);
+  put->set_value(json{{"record", deploy.record}, {"created_ms", created}}.dump());
+  if (deploy.active && held.empty()) {
+    pb::PutRequest* take = req.add_success()->mutable_request_put();
+    take->set_key(active_key);
+    take->set_value(deploy.id);
+  } else if (!deploy.active && held == deploy.id) {
+    req.add_success()->mutable_request_delete_range()->set_key(active_key);
+  }
+  pb::TxnResponse resp;
+  const grpc::Status s =
+      impl_->Retry([&](grpc::ClientContext& ctx) { return impl_->kv->Txn(&ctx, req, &resp); });
+  if (!s.ok()) return FromGrpc(s, "put deploy");
+  if (!resp.succeeded()) {
+    return AbortedError("deploy " + deploy.id + " or the running deploy of " + deploy.service +
+                        " changed concurrently; read it again");
+  }
+  if (!stored) {
+    // The history stays bounded: beyond the newest kept, finished deploys go.
+    DROVER_ASSIGN_OR_RETURN(auto all, keys.Keys(keys.Prefix() + deploy.service + "/"));
+    std::sort(all.begin(), all.end(), [](const mvccpb::KeyValue& a, const mvccpb::KeyValue& b) {
+      return a.create_revision() > b.create_revision();
+    });
+    const std::string active = deploy.active ? deploy.id : held;
+    for (std::size_t i = kDeploysKept; i < all.size(); ++i) {
+      if (all[i].key().ends_with("/" + active) && !active.empty()) continue;
+      pb::DeleteRangeRequest del;
+      del.set_key(all[i].key());
+      pb::DeleteRangeResponse deleted;
+      (void)impl_->Retry(
+          [&](grpc::ClientContext& ctx) { return impl_->kv->DeleteRange(&ctx, del, &deleted); });
+    }
+  }
+  return expect_version + 1;
+}
+
 }  // namespace drover::registry

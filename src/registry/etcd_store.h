@@ -11,6 +11,10 @@
 //   <prefix>/expirer                    the process that expires leases (with its session lease)
 //   <prefix>/renewals/<process>         the lease renewals a process accepted in its last batch
 //                                       (with its session lease)
+//   <prefix>/deploys/<service>/<id>     a deploy (JSON: its record and when it was first stored);
+//                                       its version is etcd's per-key version
+//   <prefix>/active/<service>           the id of the service's running deploy
+// The feed sees deploy keys and skips them: they make no registry revision and no event.
 //
 // - Commits are one etcd Txn: each instance precondition is a compare on the key's mod_revision
 //   (0: absent), so a compare lost to another process is ABORTED and nothing is written. The
@@ -71,6 +75,11 @@ class EtcdStore final : public Store {
   Result<StoreState> Load() override;
   Result<std::uint64_t> Commit(const std::vector<Write>& writes) override;
   Status PruneTombstones(const std::vector<Tombstone>& expired) override;
+  Result<std::optional<StoredDeploy>> GetDeploy(const std::string& id) override;
+  Result<std::vector<StoredDeploy>> ListDeploys(const std::string& service,
+                                                std::size_t limit) override;
+  Result<std::uint64_t> PutDeploy(const StoredDeploy& deploy,
+                                  std::uint64_t expect_version) override;
 
   bool shared() const override { return true; }
   Status Follow(std::uint64_t revision, StoreListener* listener) override;

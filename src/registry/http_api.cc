@@ -164,6 +164,8 @@ struct HttpServer::Impl {
   Response ListInstances(const Request& req, std::string_view service);
   Response HandleInstance(const Request& req, std::string_view service, std::string_view id,
                           std::string_view action, std::string_view query);
+  // /v1/deploys and /v1/deploys/{id} (`id` empty for the list).
+  Response HandleDeploys(const Request& req, std::string_view id, std::string_view query);
   // `name` is the path after "/ui/".
   Response HandleUi(const Request& req, std::string_view name);
   std::string Metrics();
@@ -364,8 +366,86 @@ Response HttpServer::Impl::Handle(const Request& req) {
       }
     }
   }
+  if (parts.size() >= 2 && parts.size() <= 3 && parts[0] == "v1" && parts[1] == "deploys") {
+    return HandleDeploys(req, parts.size() == 3 ? parts[2] : "", query);
+  }
   return ErrorResponse(req, http::status::not_found, StatusCode::kNotFound,
                        "no such endpoint: " + std::string(path));
+}
+
+namespace {
+
+nlohmann::json DeployToJson(const StoredDeploy& d) {
+  auto record = nlohmann::json::parse(d.record, nullptr, /*allow_exceptions=*/false);
+  return {{"id", d.id},
+          {"service", d.service},
+          {"version", d.version},
+          {"active", d.active},
+          {"created_ms", d.created_ms},
+          {"record", record.is_discarded() ? nlohmann::json::object() : std::move(record)}};
+}
+
+}  // namespace
+
+Response HttpServer::Impl::HandleDeploys(const Request& req, std::string_view id_view,
+                                         std::string_view query) {
+  const std::string id(id_view);
+  const auto method = req.method();
+  if (id.empty()) {
+    if (method != http::verb::get) {
+      return ErrorResponse(req, http::status::method_not_allowed, StatusCode::kInvalidArgument,
+                           "use GET on /v1/deploys");
+    }
+    const auto params = ParseQuery(query);
+    std::string service;
+    if (auto it = params.find("service"); it != params.end()) service = it->second;
+    std::uint64_t limit = 50;
+    if (auto it = params.find("limit"); it != params.end()) {
+      auto parsed = ParseUint(it->second, "limit");
+      if (!parsed.ok()) return ErrorResponse(req, parsed.status());
+      limit = std::clamp<std::uint64_t>(*parsed, 1, 200);
+    }
+    auto list = registry.ListDeploys(service, limit);
+    if (!list.ok()) return ErrorResponse(req, list.status());
+    nlohmann::json deploys = nlohmann::json::array();
+    for (const StoredDeploy& d : *list) deploys.push_back(DeployToJson(d));
+    return JsonResponse(req, http::status::ok, {{"deploys", std::move(deploys)}});
+  }
+  if (method == http::verb::get) {
+    auto found = registry.GetDeploy(id);
+    if (!found.ok()) return ErrorResponse(req, found.status());
+    if (!*found) return ErrorResponse(req, NotFoundError("no deploy " + id));
+    return JsonResponse(req, http::status::ok, DeployToJson(**found));
+  }
+  if (method != http::verb::put) {
+    return ErrorResponse(req, http::status::method_not_allowed, StatusCode::kInvalidArgument,
+                         "use GET or PUT on /v1/deploys/{id}");
+  }
+  auto body = ParseObject(req.body(), {"expect_version", "active", "record"});
+  if (!body.ok()) return ErrorResponse(req, body.status());
+  auto expect = GetUint(*body, "expect_version", true);
+  if (!expect.ok()) return ErrorResponse(req, expect.status());
+  auto active = GetBool(*body, "active", false);
+  if (!active.ok()) return ErrorResponse(req, active.status());
+  const auto record = body->find("record");
+  if (record == body->end() || !record->is_object() || !record->contains("service") ||
+      !(*record)["service"].is_string()) {
+    return ErrorResponse(req, InvalidArgumentError("'record' must be an object with a service"));
+  }
+  StoredDeploy d;
+  d.id = id;
+  d.service = (*record)["service"].get<std::string>();
+  d.record = record->dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  d.active = *active;
+  // Recording a deploy is deploying: the same right the agents ask for.
+  if (options.auth) {
+    if (Status s = options.auth->AuthorizeDeploy(AuthorizationHeader(req), d.service); !s.ok()) {
+      return ErrorResponse(req, s);
+    }
+  }
+  auto version = registry.PutDeploy(std::move(d), *expect);
+  if (!version.ok()) return ErrorResponse(req, version.status());
+  return JsonResponse(req, http::status::ok, {{"id", id}, {"version", *version}});
 }
 
 Response HttpServer::Impl::ListServices(const Request& req) {

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <nlohmann/json.hpp>
 
 #include "common/fencing.h"
 
@@ -179,6 +180,32 @@ Registry::~Registry() {
 Status Registry::ValidateKey(const std::string& service, const std::string& id) const {
   DROVER_RETURN_IF_ERROR(ValidateName("service", service, options_.limits));
   return ValidateName("instance id", id, options_.limits);
+}
+
+Result<std::optional<StoredDeploy>> Registry::GetDeploy(const std::string& id) {
+  DROVER_RETURN_IF_ERROR(ValidateName("deploy id", id, options_.limits));
+  MutexLock lock(write_mu_);  // a private store is called by one thread at a time
+  return store_->GetDeploy(id);
+}
+
+Result<std::vector<StoredDeploy>> Registry::ListDeploys(const std::string& service,
+                                                        std::size_t limit) {
+  if (!service.empty()) DROVER_RETURN_IF_ERROR(ValidateName("service", service, options_.limits));
+  MutexLock lock(write_mu_);
+  return store_->ListDeploys(service, limit);
+}
+
+Result<std::uint64_t> Registry::PutDeploy(StoredDeploy deploy, std::uint64_t expect_version) {
+  DROVER_RETURN_IF_ERROR(ValidateName("deploy id", deploy.id, options_.limits));
+  DROVER_RETURN_IF_ERROR(ValidateName("service", deploy.service, options_.limits));
+  const auto record = nlohmann::json::parse(deploy.record, nullptr, /*allow_exceptions=*/false);
+  if (!record.is_object() || record.value("service", "") != deploy.service) {
+    return InvalidArgumentError("a deploy record is a JSON object whose \"service\" is " +
+                                deploy.service);
+  }
+  if (expect_version == 0) deploy.created_ms = ToUnixMillis(clock_.SystemNow());
+  MutexLock lock(write_mu_);
+  return store_->PutDeploy(deploy, expect_version);
 }
 
 Result<Registry::Entry*> Registry::FindForWrite(const std::string& service, const std::string& id,

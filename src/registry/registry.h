@@ -156,6 +156,17 @@ class Registry final : private StoreListener {
   // RESYNC). OUT_OF_RANGE when `from_revision` is ahead of the registry.
   Result<std::shared_ptr<Watcher>> Watch(std::uint64_t from_revision, const std::string& service);
 
+  // Deploys, kept in the store for the deploy controller (store.h, StoredDeploy): not part of the
+  // registry's revisions, no watch events. PutDeploy checks the id and service names and that
+  // the record is a JSON object naming the same service (INVALID_ARGUMENT), stamps created_ms on
+  // the first write, then stores it as Store::PutDeploy says (ABORTED on a version mismatch,
+  // FAILED_PRECONDITION when another deploy of the service is running).
+  Result<std::optional<StoredDeploy>> GetDeploy(const std::string& id) DROVER_EXCLUDES(write_mu_);
+  Result<std::vector<StoredDeploy>> ListDeploys(const std::string& service, std::size_t limit)
+      DROVER_EXCLUDES(write_mu_);
+  Result<std::uint64_t> PutDeploy(StoredDeploy deploy, std::uint64_t expect_version)
+      DROVER_EXCLUDES(write_mu_);
+
   // Expires lapsed leases (or freezes expiry, see above) and prunes expired tombstones -- on a
   // shared store only in the elected expirer -- and sends PROGRESS to idle watchers. Returns the
   // first store error, if any; the rest still runs.

@@ -37,6 +37,18 @@ CREATE TABLE IF NOT EXISTS instances (
   ready_since_ms  INTEGER NOT NULL,
   PRIMARY KEY (service, id)
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS deploys (
+  id         TEXT PRIMARY KEY,
+  service    TEXT NOT NULL,
+  record     TEXT NOT NULL,
+  version    INTEGER NOT NULL,
+  created_ms INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS deploys_by_service ON deploys (service, created_ms);
+CREATE TABLE IF NOT EXISTS active_deploys (
+  service TEXT PRIMARY KEY,
+  id      TEXT NOT NULL
+) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS tombstones (
   service       TEXT NOT NULL,
   id            TEXT NOT NULL,
@@ -375,6 +387,122 @@ Status SqliteStore::PruneTombstones(const std::vector<Tombstone>& expired) {
     DROVER_RETURN_IF_ERROR(del.Done("prune tombstone"));
   }
   return txn.Commit();
+}
+
+namespace {
+
+constexpr std::size_t kDeploysKept = 200;  // per service, besides active ones
+
+Result<std::optional<StoredDeploy>> ReadDeploy(sqlite3* db, const std::string& id) {
+  Statement get(db,
+                "SELECT d.service, d.record, d.version, d.created_ms, a.id IS NOT NULL FROM "
+                "deploys d LEFT JOIN active_deploys a ON a.service = d.service AND a.id = d.id "
+                "WHERE d.id = ?1");
+  DROVER_RETURN_IF_ERROR(get.status());
+  get.Bind(1, id);
+  const int rc = get.Step();
+  if (rc == SQLITE_DONE) return std::optional<StoredDeploy>();
+  if (rc != SQLITE_ROW) return get.Error("get deploy", rc);
+  StoredDeploy d;
+  d.id = id;
+  d.service = get.Text(0);
+  d.record = get.Text(1);
+  d.version = static_cast<std::uint64_t>(get.Int(2));
+  d.created_ms = get.Int(3);
+  d.active = get.Int(4) != 0;
+  return std::optional<StoredDeploy>(std::move(d));
+}
+
+// Takes or gives up the service's marker for `d`; FAILED_PRECONDITION when another holds it.
+Status MarkActive(sqlite3* db, const StoredDeploy& d) {
+  Statement holder(db, "SELECT id FROM active_deploys WHERE service = ?1");
+  DROVER_RETURN_IF_ERROR(holder.status());
+  holder.Bind(1, d.service);
+  const std::string held = holder.Step() == SQLITE_ROW ? holder.Text(0) : "";
+  if (d.active) {
+    if (!held.empty() && held != d.id) {
+      return FailedPreconditionError("deploy " + held + " of " + d.service +
+                                     " is running; one deploy per service at a time");
+    }
+    Statement put(db, "INSERT OR REPLACE INTO active_deploys (service, id) VALUES (?1, ?2)");
+    DROVER_RETURN_IF_ERROR(put.status());
+    put.Bind(1, d.service);
+    put.Bind(2, d.id);
+    return put.Done("mark deploy active");
+  }
+  if (held != d.id) return Status::Ok();
+  Statement del(db, "DELETE FROM active_deploys WHERE service = ?1 AND id = ?2");
+  DROVER_RETURN_IF_ERROR(del.status());
+  del.Bind(1, d.service);
+  del.Bind(2, d.id);
+  return del.Done("release deploy marker");
+}
+
+}  // namespace
+
+Result<std::optional<StoredDeploy>> SqliteStore::GetDeploy(const std::string& id) {
+  return ReadDeploy(db_, id);
+}
+
+Result<std::vector<StoredDeploy>> SqliteStore::ListDeploys(const std::string& service,
+                                                           std::size_t limit) {
+  Statement list(db_, service.empty()
+                          ? "SELECT id FROM deploys ORDER BY created_ms DESC, id DESC LIMIT ?2"
+                          : "SELECT id FROM deploys WHERE service = ?1 "
+                            "ORDER BY created_ms DESC, id DESC LIMIT ?2");
+  DROVER_RETURN_IF_ERROR(list.status());
+  if (!service.empty()) list.Bind(1, service);
+  list.Bind(2, static_cast<std::int64_t>(limit));
+  std::vector<std::string> ids;
+  int rc;
+  while ((rc = list.Step()) == SQLITE_ROW) ids.push_back(list.Text(0));
+  if (rc != SQLITE_DONE) return list.Error("list deploys", rc);
+  std::vector<StoredDeploy> out;
+  for (const std::string& id : ids) {
+    DROVER_ASSIGN_OR_RETURN(auto d, ReadDeploy(db_, id));
+    if (d) out.push_back(std::move(*d));
+  }
+  return out;
+}
+
+Result<std::uint64_t> SqliteStore::PutDeploy(const StoredDeploy& deploy,
+                                             std::uint64_t expect_version) {
+  Transaction txn(db_);
+  DROVER_RETURN_IF_ERROR(txn.Begin());
+  DROVER_ASSIGN_OR_RETURN(const auto stored, ReadDeploy(db_, deploy.id));
+  const std::uint64_t actual = stored ? stored->version : 0;
+  if (actual != expect_version) {
+    return AbortedError("deploy " + deploy.id + " is at version " + std::to_string(actual) +
+                        ", not " + std::to_string(expect_version) + ": someone else wrote it");
+  }
+  if (stored && stored->service != deploy.service) {
+    return InvalidArgumentError("deploy " + deploy.id + " is of " + stored->service + ", not " +
+                                deploy.service);
+  }
+  DROVER_RETURN_IF_ERROR(MarkActive(db_, deploy));
+  Statement put(db_,
+                "INSERT OR REPLACE INTO deploys (id, service, record, version, created_ms) "
+                "VALUES (?1, ?2, ?3, ?4, ?5)");
+  DROVER_RETURN_IF_ERROR(put.status());
+  put.Bind(1, deploy.id);
+  put.Bind(2, deploy.service);
+  put.Bind(3, deploy.record);
+  put.Bind(4, static_cast<std::int64_t>(expect_version + 1));
+  put.Bind(5, stored ? stored->created_ms : deploy.created_ms);
+  DROVER_RETURN_IF_ERROR(put.Done("put deploy"));
+  if (!stored) {
+    // The history stays bounded: beyond the newest kept, finished deploys go.
+    Statement prune(db_,
+                    "DELETE FROM deploys WHERE service = ?1 AND id NOT IN (SELECT id FROM "
+                    "active_deploys) AND id NOT IN (SELECT id FROM deploys WHERE service = ?1 "
+                    "ORDER BY created_ms DESC, id DESC LIMIT ?2)");
+    DROVER_RETURN_IF_ERROR(prune.status());
+    prune.Bind(1, deploy.service);
+    prune.Bind(2, static_cast<std::int64_t>(kDeploysKept));
+    DROVER_RETURN_IF_ERROR(prune.Done("prune deploys"));
+  }
+  DROVER_RETURN_IF_ERROR(txn.Commit());
+  return expect_version + 1;
 }
 
 }  // namespace drover::registry

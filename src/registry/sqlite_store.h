@@ -26,6 +26,11 @@ class SqliteStore final : public Store {
   Result<StoreState> Load() override;
   Result<std::uint64_t> Commit(const std::vector<Write>& writes) override;
   Status PruneTombstones(const std::vector<Tombstone>& expired) override;
+  Result<std::optional<StoredDeploy>> GetDeploy(const std::string& id) override;
+  Result<std::vector<StoredDeploy>> ListDeploys(const std::string& service,
+                                                std::size_t limit) override;
+  Result<std::uint64_t> PutDeploy(const StoredDeploy& deploy,
+                                  std::uint64_t expect_version) override;
 
   const std::string& path() const { return path_; }
 

@@ -30,6 +30,19 @@ struct StoreState {
   std::vector<Tombstone> tombstones;
 };
 
+// A deploy as the registry keeps it for the deploy controller: its record (the controller's JSON
+// document: spec, placement, batches, each instance's state, verdicts, events) and a version that
+// every write increments, so that two writers cannot overwrite each other unseen. Deploys are
+// not part of the registry's revisions: writing one makes no watch event.
+struct StoredDeploy {
+  std::string id;
+  std::string service;
+  std::string record;           // JSON text
+  std::uint64_t version = 0;    // 0: never stored
+  std::int64_t created_ms = 0;  // first stored, wall clock: the history's order
+  bool active = false;          // holds its service's marker: one running deploy per service
+};
+
 // One change inside a commit.
 struct Write {
   enum class Kind : std::uint8_t { kPutInstance, kDeleteInstance, kPutTombstone, kDeleteTombstone };
@@ -96,6 +109,27 @@ class Store {
   // Removes tombstones. A private store does so without advancing the revision (no watch
   // events); a shared one commits the deletions, which its feed reports.
   virtual Status PruneTombstones(const std::vector<Tombstone>& expired) = 0;
+
+  // --- Deploys (not part of the revision; see StoredDeploy). ---
+  // The deploy with that id, or nullopt.
+  virtual Result<std::optional<StoredDeploy>> GetDeploy(const std::string& /*id*/) {
+    return UnimplementedError("this store keeps no deploys");
+  }
+  // The newest `limit` deploys of `service` (every service when empty), newest first.
+  virtual Result<std::vector<StoredDeploy>> ListDeploys(const std::string& /*service*/,
+                                                        std::size_t /*limit*/) {
+    return UnimplementedError("this store keeps no deploys");
+  }
+  // Stores `deploy` (its record and `active`) when the stored version is `expect_version` (0: it
+  // must not exist yet), and returns the new version (expect_version + 1). ABORTED, naming the
+  // stored version, when it differs. With `active`, the deploy also takes its service's marker:
+  // FAILED_PRECONDITION naming the deploy holding it when another one does. Without, it gives
+  // the marker up if it held it. A store keeps at least the newest 200 deploys per service (and
+  // every active one); older ones may go. Atomic, and durable once it returns.
+  virtual Result<std::uint64_t> PutDeploy(const StoredDeploy& /*deploy*/,
+                                          std::uint64_t /*expect_version*/) {
+    return UnimplementedError("this store keeps no deploys");
+  }
 
   // --- Shared stores only; a private store keeps these defaults. ---
   virtual bool shared() const { return false; }

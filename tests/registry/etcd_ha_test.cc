@@ -146,6 +146,58 @@ TEST_F(EtcdHaTest, TwoRegistriesAreOneAndAnEtcdLeaderKillLosesNothing) {
   EXPECT_EQ(Ids(b.port, "ha"), ids);
 }
 
+// A deploy stored through one registry is read, and continued, through the other: etcd holds it.
+// Two writers of one record cannot overwrite each other unseen, one deploy per service runs at a
+// time across both, and none of it moves the registry's revision (no watch event).
+TEST_F(EtcdHaTest, ADeployStoredThroughOneRegistryIsSeenAndContinuedThroughTheOther) {
+  EtcdCluster etcd(1);
+  ASSERT_TRUE(etcd.ok()) << etcd.error();
+  RegistryProcess a = StartRegistry(etcd, "/deploys");
+  RegistryProcess b = StartRegistry(etcd, "/deploys");
+  ASSERT_NE(a.port, 0);
+  ASSERT_NE(b.port, 0);
+  const auto put = [](std::uint16_t port, const std::string& id, std::uint64_t expect, bool active,
+                      const std::string& note) {
+    const nlohmann::json body = {{"expect_version", expect},
+                                 {"active", active},
+                                 {"record", {{"service", "zone"}, {"note", note}}}};
+    return Http(port, "PUT", "/v1/deploys/" + id, body.dump());
+  };
+  const auto revision = [](std::uint16_t port) {
+    return nlohmann::json::parse(Http(port, "GET", "/v1/services").body)["revision"];
+  };
+  const auto revision_before = revision(a.port);
+
+  ASSERT_EQ(put(a.port, "zone-v2-1", 0, true, "batch 1 started").status, 200);
+  const auto seen = Http(b.port, "GET", "/v1/deploys/zone-v2-1");
+  ASSERT_EQ(seen.status, 200) << seen.body;
+  const auto deploy = nlohmann::json::parse(seen.body);
+  EXPECT_EQ(deploy["version"], 1);
+  EXPECT_EQ(deploy["active"], true);
+  EXPECT_EQ(deploy["record"]["note"], "batch 1 started");
+
+  // Continued through b; a's stale write is refused and says why.
+  ASSERT_EQ(put(b.port, "zone-v2-1", 1, true, "batch 2 started").status, 200);
+  const auto stale = put(a.port, "zone-v2-1", 1, true, "stale");
+  EXPECT_EQ(stale.status, 409);
+  EXPECT_NE(stale.body.find("is at version 2, not 1"), std::string::npos) << stale.body;
+  // A second deploy of zone, through either registry, is refused naming the running one.
+  const auto second = put(b.port, "zone-v3-1", 0, true, "");
+  EXPECT_EQ(second.status, 409);
+  EXPECT_NE(second.body.find("deploy zone-v2-1 of zone is running"), std::string::npos)
+      << second.body;
+  ASSERT_EQ(put(a.port, "zone-v2-1", 2, false, "passed").status, 200);
+  ASSERT_EQ(put(b.port, "zone-v3-1", 0, true, "").status, 200);
+
+  const auto list = nlohmann::json::parse(Http(a.port, "GET", "/v1/deploys?service=zone").body);
+  ASSERT_EQ(list["deploys"].size(), 2u);
+  EXPECT_EQ(list["deploys"][0]["id"], "zone-v3-1");  // newest first
+  EXPECT_EQ(list["deploys"][1]["record"]["note"], "passed");
+  EXPECT_EQ(list["deploys"][1]["active"], false);
+  EXPECT_EQ(revision(a.port), revision_before);
+  EXPECT_EQ(revision(b.port), revision_before);
+}
+
 TEST_F(EtcdHaTest, WhenTheExpirerDiesAnotherRegistryTakesOverExpiry) {
   EtcdCluster etcd(1);
   ASSERT_TRUE(etcd.ok()) << etcd.error();

@@ -398,6 +398,9 @@ tokens:
   - name: dashboard
     token: "read-token-0123456789"
     read_only: true
+  - name: zone-deployer
+    token: "deploy-token-0123456789"
+    deploy: ["zone"]
 )");
     ASSERT_TRUE(auth.ok()) << auth.status().ToString();
     HttpOptions options;
@@ -447,6 +450,36 @@ TEST_F(HttpAuthTest, TokensGateReadsAndPerServiceWrites) {
   EXPECT_EQ(Http(port_, "GET", "/ui/app.js").status, 200);
   EXPECT_EQ(Http(port_, "GET", "/ui/config.json").status, 401);
   EXPECT_EQ(As("read-token-0123456789", "GET", "/ui/config.json").status, 200);
+}
+
+// Deploy records: any token reads them; writing one needs the deploy right for its service,
+// which a registry write token does not give.
+TEST_F(HttpAuthTest, DeployRecordsNeedTheDeployRightToWrite) {
+  const std::string record =
+      R"({"expect_version":0,"active":true,"record":{"service":"zone","verdict":"running"}})";
+  EXPECT_EQ(Http(port_, "PUT", "/v1/deploys/zone-v1-1", record).status, 401);
+  const auto writer = As("admin-token-0123456789", "PUT", "/v1/deploys/zone-v1-1", record);
+  EXPECT_EQ(writer.status, 403);
+  EXPECT_NE(writer.body.find("may not deploy service 'zone'"), std::string::npos) << writer.body;
+  const auto stored = As("deploy-token-0123456789", "PUT", "/v1/deploys/zone-v1-1", record);
+  ASSERT_EQ(stored.status, 200) << stored.body;
+  EXPECT_EQ(Json(stored.body)["version"], 1);
+  const auto read = As("read-token-0123456789", "GET", "/v1/deploys/zone-v1-1");
+  ASSERT_EQ(read.status, 200);
+  EXPECT_EQ(Json(read.body)["record"]["verdict"], "running");
+  EXPECT_EQ(As("read-token-0123456789", "GET", "/v1/deploys/nope").status, 404);
+  EXPECT_EQ(
+      Json(As("read-token-0123456789", "GET", "/v1/deploys?service=zone").body)["deploys"].size(),
+      1u);
+  // Malformed: a record naming no service, or another service than checked.
+  EXPECT_EQ(As("deploy-token-0123456789", "PUT", "/v1/deploys/zone-v1-2",
+               R"({"expect_version":0,"record":{}})")
+                .status,
+            400);
+  EXPECT_EQ(As("deploy-token-0123456789", "PUT", "/v1/deploys/zone-v1-1",
+               R"({"expect_version":1,"record":{"service":"zone"},"colour":"red"})")
+                .status,
+            400);
 }
 
 }  // namespace

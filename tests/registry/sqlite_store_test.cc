@@ -112,5 +112,69 @@ TEST(SqliteStoreTest, MissingDirectoryIsUnavailable) {
   EXPECT_EQ(store.status().code(), StatusCode::kUnavailable);
 }
 
+StoredDeploy Deploy(const std::string& id, const std::string& service, bool active,
+                    std::int64_t created_ms, const std::string& note = "") {
+  StoredDeploy d;
+  d.id = id;
+  d.service = service;
+  d.record = R"({"service":")" + service + R"(","note":")" + note + R"("})";
+  d.active = active;
+  d.created_ms = created_ms;
+  return d;
+}
+
+// A deploy's record is written with compare-and-set on its version, and the service's marker
+// admits one running deploy; all of it survives a reopen.
+TEST(SqliteStoreTest, DeploysAreVersionedOnePerServiceRunsAndSurviveAReopen) {
+  testing::TempDir dir;
+  {
+    auto store = std::move(SqliteStore::Open(dir.path())).value();
+    EXPECT_EQ(store->PutDeploy(Deploy("zone-v1-1", "zone", true, 1000), 0).value(), 1u);
+    EXPECT_EQ(store->PutDeploy(Deploy("zone-v1-1", "zone", true, 0, "batch 1"), 1).value(), 2u);
+    // A writer that read version 1 lost: it learns the stored version.
+    const auto stale = store->PutDeploy(Deploy("zone-v1-1", "zone", true, 0, "stale"), 1);
+    EXPECT_EQ(stale.status().code(), StatusCode::kAborted);
+    EXPECT_NE(stale.status().message().find("is at version 2, not 1"), std::string::npos);
+    // A second deploy of zone while the first runs is refused, naming it; chat is free.
+    const auto second = store->PutDeploy(Deploy("zone-v2-1", "zone", true, 2000), 0);
+    EXPECT_EQ(second.status().code(), StatusCode::kFailedPrecondition);
+    EXPECT_NE(second.status().message().find("deploy zone-v1-1 of zone is running"),
+              std::string::npos);
+    EXPECT_FALSE(store->GetDeploy("zone-v2-1").value().has_value());  // nothing written
+    EXPECT_EQ(store->PutDeploy(Deploy("chat-v1-1", "chat", true, 1500), 0).value(), 1u);
+    // Finishing gives the marker up.
+    EXPECT_EQ(store->PutDeploy(Deploy("zone-v1-1", "zone", false, 0, "done"), 2).value(), 3u);
+    EXPECT_EQ(store->PutDeploy(Deploy("zone-v2-1", "zone", true, 2000), 0).value(), 1u);
+  }
+  auto store = std::move(SqliteStore::Open(dir.path())).value();
+  const auto first = store->GetDeploy("zone-v1-1").value();
+  ASSERT_TRUE(first.has_value());
+  EXPECT_EQ(first->version, 3u);
+  EXPECT_FALSE(first->active);
+  EXPECT_EQ(first->created_ms, 1000);  // the first write's, kept
+  EXPECT_NE(first->record.find("done"), std::string::npos);
+  const auto zone = store->ListDeploys("zone", 10).value();
+  ASSERT_EQ(zone.size(), 2u);
+  EXPECT_EQ(zone[0].id, "zone-v2-1");  // newest first
+  EXPECT_TRUE(zone[0].active);
+  EXPECT_EQ(zone[1].id, "zone-v1-1");
+  EXPECT_EQ(store->ListDeploys("", 10).value().size(), 3u);
+  EXPECT_EQ(store->ListDeploys("", 1).value().size(), 1u);
+}
+
+TEST(SqliteStoreTest, TheDeployHistoryIsBoundedButKeepsTheRunningOne) {
+  testing::TempDir dir;
+  auto store = std::move(SqliteStore::Open(dir.path())).value();
+  ASSERT_TRUE(store->PutDeploy(Deploy("zone-running", "zone", true, 1), 0).ok());
+  for (int i = 0; i < 205; ++i) {
+    ASSERT_TRUE(
+        store->PutDeploy(Deploy("zone-" + std::to_string(i), "zone", false, 10 + i), 0).ok());
+  }
+  const auto all = store->ListDeploys("zone", 1000).value();
+  EXPECT_EQ(all.size(), 201u);  // the newest 200, and the running one however old
+  EXPECT_EQ(all.front().id, "zone-204");
+  EXPECT_EQ(all.back().id, "zone-running");
+}
+
 }  // namespace
 }  // namespace drover::registry
