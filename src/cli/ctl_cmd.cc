@@ -22,7 +22,7 @@ namespace {
 
 struct CtlArgs {
   std::string registry = "http://127.0.0.1:7070";
-  std::string agent = "http://127.0.0.1:7080";  // deploys
+  std::string deploys_agent;  // deploys: an agent's history, not the registry's
   std::string token;
   std::string ca_file;
   bool json = false;
@@ -166,27 +166,32 @@ void Services(const CtlArgs& args) {
             << (reply.value("degraded", false) ? " (DEGRADED)" : "") << "\n";
 }
 
-// The deploy history a `drover agent` keeps (RO-4), newest first.
+// The deploy history (RO-4), newest first: the registry's, or with --agent, what an agent keeps.
 void Deploys(const CtlArgs& args) {
-  CtlArgs agent = args;
-  agent.registry = args.agent;  // the same client, pointed at the agent
-  agent.id.clear();
-  const auto reply = Call(Client(agent, "agent"), "GET",
-                          "/v1/deploys" + (args.service.empty() ? "" : "?service=" + args.service));
+  CtlArgs source = args;
+  source.id.clear();
+  if (!args.deploys_agent.empty()) source.registry = args.deploys_agent;
+  const std::string query = args.service.empty() ? "" : "?service=" + args.service;
+  const auto reply = Call(Client(source, args.deploys_agent.empty() ? "registry" : "agent"), "GET",
+                          "/v1/deploys" + query);
   if (args.json) {
     std::cout << reply.dump(2) << "\n";
     return;
   }
   std::vector<std::vector<std::string>> rows;
-  for (const auto& d : reply["deploys"]) {
+  for (const auto& entry : reply["deploys"]) {
+    // The registry wraps each record with its id, version and whether it is running.
+    const auto& d = entry.contains("record") ? entry["record"] : entry;
     std::string decided = "-";
     if (d.contains("decided_after_s") && d["decided_after_s"].is_number()) {
       char text[32];
       std::snprintf(text, sizeof text, "%.1f s", d["decided_after_s"].get<double>());
       decided = text;
     }
-    rows.push_back({Str(d, "id"), Str(d, "service"), Str(d, "version"), Str(d, "verdict"), decided,
-                    Str(d, "reason")});
+    std::string verdict = Str(d, "verdict");
+    if (entry.value("active", false)) verdict += " (running)";
+    rows.push_back({entry.contains("record") ? Str(entry, "id") : Str(d, "id"), Str(d, "service"),
+                    Str(d, "version"), verdict, decided, Str(d, "reason")});
   }
   PrintTable({"DEPLOY", "SERVICE", "VERSION", "VERDICT", "DECIDED AFTER", "REASON"}, rows);
 }
@@ -240,32 +245,26 @@ void Watch(const CtlArgs& args) {
 }
 
 // One screen for "is everything all right": the registry's readiness and revision, every
-// service's READY count, and the newest deploy per service when the agent answers.
+// service's READY count, and the newest deploy per service.
 void StatusCmd(const CtlArgs& args) {
   const net::HttpClient client = Client(args);
   auto ready = client.Send("GET", "/ready");
   if (!ready.ok()) Fail(3, ready.status().message());
   const auto services = Call(client, "GET", "/v1/services");
-  nlohmann::json deploys;  // null: no agent answered
-  std::string agent_note;
-  {
-    CtlArgs agent = args;
-    agent.registry = args.agent;
-    agent.service.clear();
-    agent.id.clear();
-    auto reply = Client(agent, "agent").Send("GET", "/v1/deploys");
-    if (reply.ok() && reply->status == 200) {
-      deploys = nlohmann::json::parse(reply->body, nullptr, false);
-      if (deploys.is_discarded()) deploys = nullptr;
-    } else {
-      agent_note =
-          reply.ok() ? "answered " + std::to_string(reply->status) : reply.status().message();
-    }
-  }
-  // The newest deploy of each service (the agent lists newest first).
+  // The newest deploy of each service (the registry lists newest first).
   std::map<std::string, nlohmann::json> latest;
-  if (deploys.is_object() && deploys.contains("deploys")) {
-    for (const auto& d : deploys["deploys"]) latest.try_emplace(d.value("service", ""), d);
+  std::string deploys_note;
+  if (auto reply = client.Send("GET", "/v1/deploys?limit=200");
+      reply.ok() && reply->status == 200) {
+    const auto deploys = nlohmann::json::parse(reply->body, nullptr, false);
+    if (deploys.is_object() && deploys.contains("deploys")) {
+      for (const auto& d : deploys["deploys"]) {
+        latest.try_emplace(d.value("service", ""), d.value("record", nlohmann::json::object()));
+      }
+    }
+  } else {
+    deploys_note =
+        reply.ok() ? "answered " + std::to_string(reply->status) : reply.status().message();
   }
   if (args.json) {
     nlohmann::json out = {{"registry",
@@ -276,7 +275,7 @@ void StatusCmd(const CtlArgs& args) {
                           {"services", services["services"]},
                           {"latest_deploys", nlohmann::json::object()}};
     for (const auto& [service, d] : latest) out["latest_deploys"][service] = d;
-    if (!agent_note.empty()) out["agent_error"] = agent_note;
+    if (!deploys_note.empty()) out["deploys_error"] = deploys_note;
     std::cout << out.dump(2) << "\n";
     return;
   }
@@ -295,8 +294,8 @@ void StatusCmd(const CtlArgs& args) {
     rows.push_back({name, Str(s, "ready") + "/" + Str(s, "instances"), deploy, verdict});
   }
   PrintTable({"SERVICE", "READY", "LAST DEPLOYED", "VERDICT"}, rows);
-  if (!agent_note.empty())
-    std::cout << "\n(no deploys: the agent at " << args.agent << " " << agent_note << ")\n";
+  if (!deploys_note.empty())
+    std::cout << "\n(no deploy history: the registry " << deploys_note << ")\n";
 }
 
 void PrintRevision(const CtlArgs& args, const nlohmann::json& reply, const std::string& what) {
@@ -356,12 +355,12 @@ void AddCtlCommands(CLI::App& app) {
   });
   auto* status = ctl->add_subcommand(
       "status", "The registry's health, each service's READY count and its latest deploy");
-  status->add_option("--agent", args->agent, "The agent's URL (for deploys)")
-      ->capture_default_str();
   status->callback([args] { StatusCmd(*args); });
-  auto* deploys = ctl->add_subcommand("deploys", "Deploy history kept by a drover agent");
+  auto* deploys = ctl->add_subcommand(
+      "deploys", "Deploy history (the registry's; running ones marked), newest first");
   deploys->add_option("service", args->service, "Only this service");
-  deploys->add_option("--agent", args->agent, "The agent's URL")->capture_default_str();
+  deploys->add_option("--agent", args->deploys_agent,
+                      "Read the history a drover agent keeps instead (its URL)");
   deploys->callback([args] { Deploys(*args); });
   auto* list = ctl->add_subcommand("list", "List the instances of a service");
   list->add_option("service", args->service, "Service name")->required();

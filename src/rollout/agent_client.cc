@@ -1,5 +1,7 @@
 #include "rollout/agent_client.h"
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 
 #include "common/http_error.h"
@@ -103,6 +105,36 @@ Result<bool> RegistryDrain(const net::HttpClient& registry, const std::string& s
   return false;
 }
 
+Status RegistryDeployLog::Save(const std::string& id, const json& record) {
+  json body = {{"expect_version", version_},
+               {"active", !record.contains("finished_at_ms")},
+               {"record", record}};
+  for (int attempt = 0; attempt < 5; ++attempt) {
+    DROVER_ASSIGN_OR_RETURN(
+        net::HttpResult reply,
+        registry_.Send("PUT", "/v1/deploys/" + id,
+                       body.dump(-1, ' ', false, json::error_handler_t::replace)));
+    if (reply.status == 200) {
+      const json answer = json::parse(reply.body, nullptr, false);
+      if (answer.is_discarded()) return UnavailableError("registry sent a reply that is not JSON");
+      version_ = answer.value("version", version_ + 1);
+      return Status::Ok();
+    }
+    Status s = StatusOfErrorReply(reply.status, reply.body, "registry");
+    if (s.code() != StatusCode::kAborted || version_ == 0) return s;
+    // Someone else wrote: take their version, and what they asked of this deploy.
+    DROVER_ASSIGN_OR_RETURN(net::HttpResult stored, registry_.Send("GET", "/v1/deploys/" + id));
+    const json current = json::parse(stored.body, nullptr, false);
+    if (stored.status != 200 || current.is_discarded()) return s;
+    version_ = current.value("version", version_);
+    body["expect_version"] = version_;
+    if (current.contains("record") && current["record"].contains("control")) {
+      body["record"]["control"] = current["record"]["control"];
+    }
+  }
+  return AbortedError("deploy " + id + ": the registry's record kept changing under this writer");
+}
+
 namespace {
 
 // "zone=eu-1,tier=a" as label pairs; "" and "all" as none (every agent).
@@ -190,18 +222,19 @@ DeployOutcome DeployThroughAgents(const std::vector<AgentHost>& agents, net::Htt
                                   Clock& clock, const DeploySpec& spec, std::stop_token stop) {
   std::vector<DeployHost> hosts;
   for (const AgentHost& a : agents) hosts.push_back({a.name, a.zone, a.capacity, a.client});
+  RegistryDeployLog log(registry);
   Deployer deployer(
       std::move(hosts),
       [&](const std::string& service) { return RegistryReadiness(registry, service); },
       [&](const std::string& id, const json& record) {
-        // Each agent keeps the history of the deploys that touched it.
-        Status all;
+        // The registry's copy is the deploy's; each agent keeps one for its dashboard panel.
+        const Status kept = log.Save(id, record);
         for (const AgentHost& a : agents) {
-          if (Status s = a.client->Record(id, record); !s.ok() && all.ok()) {
-            all = s.WithContext(a.name);
+          if (Status s = a.client->Record(id, record); !s.ok()) {
+            spdlog::warn("deploy {}: {} could not keep the record: {}", id, a.name, s.ToString());
           }
         }
-        return all;
+        return kept;
       },
       clock,
       [&](const std::string& service, const std::string& id) {

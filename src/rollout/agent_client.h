@@ -52,6 +52,23 @@ Result<bool> RegistryForget(const net::HttpClient& registry, const std::string& 
 Result<bool> RegistryDrain(const net::HttpClient& registry, const std::string& service,
                            const std::string& id);
 
+// Keeps a deploy's record in the registry (PUT /v1/deploys/{id}), version after version: the
+// record holds its service's "running deploy" marker until it has a finished_at_ms. The first
+// write fails FAILED_PRECONDITION, naming the running deploy, when another deploy of the service
+// runs. A write that lost to another writer (ABORTED: `drover rollout` asking something of the
+// deploy) reads the stored record and writes again, keeping the stored "control" member. One
+// per deploy; not thread-safe.
+class RegistryDeployLog {
+ public:
+  explicit RegistryDeployLog(const net::HttpClient& registry) : registry_(registry) {}
+  Status Save(const std::string& id, const nlohmann::json& record);
+  std::uint64_t version() const { return version_; }
+
+ private:
+  const net::HttpClient& registry_;
+  std::uint64_t version_ = 0;
+};
+
 // An agent of the fleet as the registry lists it (service drover-agent).
 struct AgentTarget {
   std::string name;  // its id in discovery
@@ -81,10 +98,11 @@ struct AgentHost {
   AgentClient* client = nullptr;
 };
 
-// Runs one deploy over `agents` (their instances; the deploy record is kept by each of them),
-// judged against the registry at `registry` (readiness; instances are marked DRAINING there
-// before they stop, and the entries stopped instances left behind are deregistered). What
-// `drover deploy` and the demo run.
+// Runs one deploy over `agents` (their instances), judged against the registry at `registry`
+// (readiness; instances are marked DRAINING there before they stop, and the entries stopped
+// instances left behind are deregistered). The deploy record is kept in the registry
+// (RegistryDeployLog: one running deploy per service) and by each agent (its dashboard panel).
+// What `drover deploy` and the demo run.
 DeployOutcome DeployThroughAgents(const std::vector<AgentHost>& agents, net::HttpClient registry,
                                   Clock& clock, const DeploySpec& spec, std::stop_token stop);
 // The same on one agent.

@@ -466,6 +466,16 @@ DeployOutcome Deployer::Run(const DeploySpec& spec, std::stop_token stop) {
   progress.old = std::move(*old);
   auto plan = MakePlan(out, spec, *budget, others, progress);
   if (!plan.ok()) return Finish(std::move(out), Verdict::kFail, plan.status().message());
+  // The first record takes the service's running-deploy marker: a second deploy stops here.
+  if (log_) {
+    if (Status first = log_(out.id, out.record); first.code() == StatusCode::kFailedPrecondition) {
+      out.reason = first.message();
+      out.record["verdict"] = "fail";
+      out.record["reason"] = out.reason;
+      spdlog::warn("deploy {}: refused: {}", out.id, out.reason);
+      return out;
+    }
+  }
   Note(out, "deploy of " + spec.service + " " + spec.version +
                 " began: " + std::to_string(spec.instances) + " new instance(s) over " +
                 std::to_string(hosts_.size()) + " host(s) in " +

@@ -3,7 +3,9 @@
 
 #include <nlohmann/json.hpp>
 #include <regex>
+#include <tuple>
 
+#include "testing/http_client.h"
 #include "testing/registry_process.h"
 #include "testing/run_command.h"
 #include "testing/temp_dir.h"
@@ -86,27 +88,40 @@ TEST_F(CtlTest, ExitCodesSayWhatWentWrong) {
   url_ = saved;
 }
 
-TEST_F(CtlTest, StatusSummarisesTheRegistryAndSaysWhenNoAgentAnswers) {
+TEST_F(CtlTest, StatusSummarisesTheRegistryWithTheLatestDeployOfEachService) {
   ASSERT_EQ(Ctl("register zone z1 --address 127.0.0.1:9001").exit_code, 0);
   ASSERT_EQ(Ctl("register zone z2 --address 127.0.0.1:9002 --state STARTING").exit_code, 0);
-  // No agent listens on port 1: the deploy column stays empty and a note says why.
-  auto table = Ctl("status --agent http://127.0.0.1:1");
+  ASSERT_EQ(Ctl("register chat c1 --address 127.0.0.1:9003").exit_code, 0);
+  // Deploy records, as the deploy controller keeps them in the registry; the newest counts.
+  for (const auto& [id, version, verdict] :
+       std::vector<std::tuple<std::string, std::string, std::string>>{
+           {"zone-v6-1", "v6", "pass"}, {"zone-v7-1", "v7", "fail"}}) {
+    const nlohmann::json body = {
+        {"expect_version", 0},
+        {"record", {{"service", "zone"}, {"version", version}, {"verdict", verdict}}}};
+    ASSERT_EQ(drover::testing::Http(registry_.http, "PUT", "/v1/deploys/" + id, body.dump()).status,
+              200);
+  }
+  auto table = Ctl("status");
   ASSERT_EQ(table.exit_code, 0) << table.out;
-  EXPECT_TRUE(std::regex_search(table.out, std::regex(R"(READY\s+revision 2)"))) << table.out;
-  EXPECT_TRUE(std::regex_search(table.out, std::regex(R"(zone\s+1/2\s+-\s+-)"))) << table.out;
-  EXPECT_NE(table.out.find("no deploys: the agent at http://127.0.0.1:1"), std::string::npos)
-      << table.out;
+  EXPECT_TRUE(std::regex_search(table.out, std::regex(R"(READY\s+revision 3)"))) << table.out;
+  EXPECT_TRUE(std::regex_search(table.out, std::regex(R"(zone\s+1/2\s+v7\s+fail)"))) << table.out;
+  EXPECT_TRUE(std::regex_search(table.out, std::regex(R"(chat\s+1/1\s+-\s+-)"))) << table.out;
   // Output into a pipe carries no colour codes.
   EXPECT_EQ(table.out.find('\033'), std::string::npos) << table.out;
 
-  auto json = Ctl("--json status --agent http://127.0.0.1:1");
+  auto json = Ctl("--json status");
   ASSERT_EQ(json.exit_code, 0) << json.out;
   const auto body = nlohmann::json::parse(json.out, nullptr, false);
   ASSERT_FALSE(body.is_discarded()) << json.out;
   EXPECT_EQ(body["registry"]["ready"], true);
-  EXPECT_EQ(body["registry"]["revision"], 2);
-  EXPECT_EQ(body["services"][0]["ready"], 1);
-  EXPECT_TRUE(body.contains("agent_error"));
+  EXPECT_EQ(body["registry"]["revision"], 3);
+  EXPECT_EQ(body["latest_deploys"]["zone"]["version"], "v7");
+  EXPECT_FALSE(body.contains("deploys_error"));
+
+  auto history = Ctl("deploys zone");
+  ASSERT_EQ(history.exit_code, 0) << history.out;
+  EXPECT_LT(history.out.find("zone-v7-1"), history.out.find("zone-v6-1")) << history.out;
 }
 
 }  // namespace

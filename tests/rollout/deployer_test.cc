@@ -226,6 +226,25 @@ TEST_F(DeployerTest, NoDataSaysWhyInTheReason) {
   EXPECT_THAT(out.reason, HasSubstr("(last error: registry: registry down)"));
 }
 
+// The registry keeps one running deploy per service: when the first record is refused for that,
+// the deploy stops before it touches anything.
+TEST_F(DeployerTest, ASecondDeployOfARunningServiceStopsBeforeTouchingAnything) {
+  Deployer deployer(
+      platform_,
+      [](const std::string&) -> Result<std::map<std::string, bool>> {
+        return std::map<std::string, bool>{};
+      },
+      [](const std::string&, const nlohmann::json&) {
+        return FailedPreconditionError("deploy zone-v2-17 of zone is running");
+      },
+      clock_);
+  const DeployOutcome out = deployer.Run(Spec("v3"));
+  EXPECT_EQ(out.verdict, Verdict::kFail);
+  EXPECT_EQ(out.reason, "deploy zone-v2-17 of zone is running");
+  EXPECT_EQ(platform_.calls().size(), 2u);  // only the fixture's starts
+  EXPECT_THAT(platform_.ids(), ElementsAre("zone-v1-1", "zone-v1-2"));
+}
+
 // --- Across hosts: three platforms, two zone servers each --------------------------------------
 
 class FleetDeployerTest : public ::testing::Test {

@@ -401,6 +401,14 @@ TEST_F(FleetTest, AnAgentKilledMidDeployFailsItNamingTheHostAndMatchesTheRecordA
                              [](const auto& kv) { return kv.second == "v2"; }) == 2;
       },
       30s));
+  // One deploy per service: a second one, now, is refused naming the running one.
+  const auto second = drover::testing::RunCommand(
+      std::string(DROVER_BINARY) + " deploy zone --version v9 --agents all --registry " +
+      "http://127.0.0.1:" + std::to_string(registry_.http) + " -- /bin/true");
+  EXPECT_EQ(second.exit_code, 1) << second.out;
+  EXPECT_NE(second.out.find("of zone is running; one deploy per service at a time"),
+            std::string::npos)
+      << second.out;
   victim.process->Signal(SIGKILL);
   victim.process->Wait();
   deploy.join();
@@ -419,6 +427,18 @@ TEST_F(FleetTest, AnAgentKilledMidDeployFailsItNamingTheHostAndMatchesTheRecordA
             (std::map<std::string, std::string>{{"zone-v1-1", "v1"}, {"zone-v1-4", "v1"}}));
   EXPECT_EQ(AgentVersions(agents_[2], "zone"),
             (std::map<std::string, std::string>{{"zone-v1-3", "v1"}, {"zone-v1-6", "v1"}}));
+
+  // The registry holds the record, finished (no longer running), with what was left.
+  const auto history =
+      drover::testing::RunCommand(std::string(DROVER_BINARY) + " ctl --registry http://127.0.0.1:" +
+                                  std::to_string(registry_.http) + " --json deploys zone");
+  const json deploys = json::parse(history.out, nullptr, false);
+  ASSERT_FALSE(deploys.is_discarded()) << history.out;
+  const json& newest = deploys["deploys"][0];
+  EXPECT_EQ(newest["active"], false);
+  EXPECT_EQ(newest["record"]["version"], "v2");
+  EXPECT_EQ(newest["record"]["left_running"], json::array({"zone-v2-5", "zone-v2-2"}));
+  EXPECT_EQ(newest["record"]["batches"][1]["verdict"], "fail");
 
   // Restarted on its address and port, the agent runs what the record says is there.
   victim.process = std::make_unique<ChildProcess>(
