@@ -13,6 +13,7 @@
 #include "rollout/agent_client.h"
 #include "rollout/agent_daemon.h"
 #include "rollout/deploy_request.h"
+#include "rollout/deploy_summary.h"
 
 namespace drover::cli {
 namespace {
@@ -239,10 +240,11 @@ void AddStrategyOptions(CLI::App& d, rollout::DeployRequest& r) {
                "Instances below --instances at once: a count or a percent (rounded down)")
       ->capture_default_str();
   d.add_option("--canary", r.canary,
-               "A first batch of this many (count or percent), then --canary-pause-ms before "
-               "the rest");
+               "A first batch of this many (count or percent); the rest follow on `drover "
+               "rollout promote ID`, or after --canary-pause-ms");
   d.add_option("--canary-pause-ms", r.canary_pause_ms,
-               "How long the passed canary serves alone before the other batches")
+               "How long the passed canary serves alone before the other batches (0: until "
+               "promoted)")
       ->check(CLI::Range(0, 86'400'000));
 }
 
@@ -298,11 +300,53 @@ void AddDeployCommand(CLI::App& app) {
   });
 }
 
+// --- drover rollout ------------------------------------------------------------------------
+
+void AddRolloutControl(CLI::App& app) {
+  struct Args {
+    std::string verb;
+    std::string id;
+    std::string registry = "http://127.0.0.1:7070";
+    std::string registry_ca;
+    bool json = false;
+  };
+  auto args = std::make_shared<Args>();
+  CLI::App* r = app.add_subcommand(
+      "rollout",
+      "Look at or steer one deploy through the registry that keeps it: status, pause (after the "
+      "batch running now), resume, abort (fail it and revert), promote (go on after the canary "
+      "batch). Writes need a token with the deploy right ($DROVER_TOKEN).");
+  r->add_option("verb", args->verb, "status | pause | resume | abort | promote")
+      ->required()
+      ->check(CLI::IsMember({"status", "pause", "resume", "abort", "promote"}));
+  r->add_option("id", args->id, "The deploy's id (drover ctl deploys SERVICE)")->required();
+  r->add_option("--registry", args->registry, "The registry's HTTP(S) URL")->capture_default_str();
+  r->add_option("--registry-ca", args->registry_ca, "CA certificate (PEM) for an https:// registry")
+      ->check(CLI::ExistingFile);
+  r->add_flag("--json", args->json, "Print the deploy as JSON");
+  r->callback([args] {
+    const net::HttpClient registry =
+        Connect(args->registry, "registry", std::chrono::seconds(10), args->registry_ca);
+    auto deploy = args->verb == "status" ? rollout::RegistryDeploy(registry, args->id)
+                                         : rollout::RequestRollout(registry, args->id, args->verb);
+    if (!deploy.ok()) {
+      const StatusCode code = deploy.status().code();
+      Fail(code == StatusCode::kUnavailable ? 3 : 1, deploy.status().message());
+    }
+    if (args->json) {
+      std::cout << deploy->dump(2) << "\n";
+    } else {
+      std::cout << rollout::DeploySummary(*deploy);
+    }
+  });
+}
+
 }  // namespace
 
 void AddRolloutCommands(CLI::App& app) {
   AddAgentCommand(app);
   AddDeployCommand(app);
+  AddRolloutControl(app);
 }
 
 }  // namespace drover::cli

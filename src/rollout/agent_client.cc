@@ -109,6 +109,7 @@ Status RegistryDeployLog::Save(const std::string& id, const json& record) {
   json body = {{"expect_version", version_},
                {"active", !record.contains("finished_at_ms")},
                {"record", record}};
+  if (!control_.is_null()) body["record"]["control"] = control_;
   for (int attempt = 0; attempt < 5; ++attempt) {
     DROVER_ASSIGN_OR_RETURN(
         net::HttpResult reply,
@@ -129,10 +130,47 @@ Status RegistryDeployLog::Save(const std::string& id, const json& record) {
     version_ = current.value("version", version_);
     body["expect_version"] = version_;
     if (current.contains("record") && current["record"].contains("control")) {
-      body["record"]["control"] = current["record"]["control"];
+      control_ = current["record"]["control"];
+      body["record"]["control"] = control_;
     }
   }
   return AbortedError("deploy " + id + ": the registry's record kept changing under this writer");
+}
+
+Result<json> RegistryDeploy(const net::HttpClient& registry, const std::string& id) {
+  DROVER_ASSIGN_OR_RETURN(net::HttpResult reply, registry.Send("GET", "/v1/deploys/" + id));
+  if (reply.status != 200) return StatusOfErrorReply(reply.status, reply.body, "registry");
+  json deploy = json::parse(reply.body, nullptr, false);
+  if (deploy.is_discarded() || !deploy.is_object()) {
+    return UnavailableError("registry sent a deploy that is not JSON");
+  }
+  return deploy;
+}
+
+Result<json> RequestRollout(const net::HttpClient& registry, const std::string& id,
+                            const std::string& request) {
+  if (request != "pause" && request != "resume" && request != "abort" && request != "promote") {
+    return InvalidArgumentError("ask a deploy to pause, resume, abort or promote, not '" + request +
+                                "'");
+  }
+  for (int attempt = 0; attempt < 10; ++attempt) {
+    DROVER_ASSIGN_OR_RETURN(json deploy, RegistryDeploy(registry, id));
+    if (!deploy.value("active", false)) {
+      return FailedPreconditionError("deploy " + id + " is not running (" +
+                                     deploy["record"].value("verdict", "?") + ": " +
+                                     deploy["record"].value("reason", "") + ")");
+    }
+    json record = deploy["record"];
+    record["control"] = {{"request", request},
+                         {"at_ms", ToUnixMillis(std::chrono::system_clock::now())}};
+    const json body = {{"expect_version", deploy["version"]}, {"active", true}, {"record", record}};
+    DROVER_ASSIGN_OR_RETURN(net::HttpResult reply,
+                            registry.Send("PUT", "/v1/deploys/" + id, body.dump()));
+    if (reply.status == 200) return RegistryDeploy(registry, id);
+    Status s = StatusOfErrorReply(reply.status, reply.body, "registry");
+    if (s.code() != StatusCode::kAborted) return s;  // else the controller wrote: again
+  }
+  return AbortedError("deploy " + id + " kept changing; ask again");
 }
 
 namespace {
@@ -243,6 +281,11 @@ DeployOutcome DeployThroughAgents(const std::vector<AgentHost>& agents, net::Htt
       [&](const std::string& service, const std::string& id) {
         return RegistryDrain(registry, service, id);
       });
+  deployer.set_control([&](const std::string& id) -> std::string {
+    auto deploy = RegistryDeploy(registry, id);
+    if (!deploy.ok() || !(*deploy)["record"].contains("control")) return "";
+    return (*deploy)["record"]["control"].value("request", "");
+  });
   return deployer.Run(spec, std::move(stop));
 }
 

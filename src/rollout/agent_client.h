@@ -67,7 +67,19 @@ class RegistryDeployLog {
  private:
   const net::HttpClient& registry_;
   std::uint64_t version_ = 0;
+  nlohmann::json control_;  // the latest request read back from the registry; kept in every write
 };
+
+// A deploy as the registry keeps it: {id, service, version, active, created_ms, record}.
+// NOT_FOUND for an unknown id.
+Result<nlohmann::json> RegistryDeploy(const net::HttpClient& registry, const std::string& id);
+
+// Asks a running deploy to "pause", "resume", "abort" or "promote": writes the request into its
+// record in the registry ({"control": {"request", "at_ms"}}; compare-and-set, tried again when
+// the controller wrote in between), where its controller reads it. Returns the deploy as stored
+// after. INVALID_ARGUMENT for another verb; FAILED_PRECONDITION when the deploy is not running.
+Result<nlohmann::json> RequestRollout(const net::HttpClient& registry, const std::string& id,
+                                      const std::string& request);
 
 // An agent of the fleet as the registry lists it (service drover-agent).
 struct AgentTarget {

@@ -94,11 +94,6 @@ Result<DeploySpec> DeploySpecOf(const DeployRequest& request) {
                           ParseAmount(request.max_unavailable, "--max-unavailable"));
   if (!request.canary.empty()) {
     DROVER_ASSIGN_OR_RETURN(spec.canary, ParseAmount(request.canary, "--canary"));
-    if (request.canary_pause_ms <= 0) {
-      return InvalidArgumentError(
-          "--canary needs --canary-pause-ms: how long the canary serves alone before the other "
-          "batches follow");
-    }
   }
   DROVER_RETURN_IF_ERROR(
       ResolveBudget(Strategy{spec.instances, spec.max_surge, spec.max_unavailable, spec.canary})

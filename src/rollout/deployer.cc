@@ -99,6 +99,7 @@ DeployOutcome Deployer::Finish(DeployOutcome out, Verdict verdict, std::string r
   out.finished_after = clock_.Now() - began_;
   out.record["verdict"] = std::string(VerdictName(verdict));
   out.record["reason"] = out.reason;
+  out.record["state"] = "done";
   out.record["finished_at_ms"] = ToUnixMillis(clock_.SystemNow());
   out.record["decided_after_s"] = Seconds(out.decided_after);
   out.record["rollback_s"] = Seconds(out.rollback_took);
@@ -328,6 +329,10 @@ GateResult Deployer::Gate(DeployOutcome& out, const DeploySpec& spec,
       verdict = GateResult{Verdict::kFail, *host_down};
       break;
     }
+    if (Requested(out) == "abort") {
+      verdict = GateResult{Verdict::kFail, "aborted (drover rollout abort)"};
+      break;
+    }
     verdict = gate.Observe(clock_.Now(), seen);
     if (verdict.verdict == Verdict::kPending && gate.waiting_for() != last_wait) {
       last_wait = gate.waiting_for();
@@ -393,6 +398,43 @@ std::optional<std::string> Deployer::RunBatch(DeployOutcome& out, const DeploySp
   record["finished_at_ms"] = ToUnixMillis(clock_.SystemNow());
   Save(out);
   return std::nullopt;
+}
+
+std::string Deployer::Requested(DeployOutcome& out) {
+  if (!control_) return "";
+  std::string request = control_(out.id);
+  if (request != last_request_) {
+    if (!request.empty()) Note(out, "asked to " + request + " (drover rollout " + request + ")");
+    last_request_ = request;
+  }
+  return request;
+}
+
+std::optional<std::string> Deployer::BetweenBatches(DeployOutcome& out, const DeploySpec& spec,
+                                                    bool after_canary, std::stop_token stop) {
+  const MonoTime canary_until = clock_.Now() + spec.canary_pause;
+  std::string state = "running";
+  while (true) {
+    if (stop.stop_requested()) return "deploy interrupted";
+    const std::string request = Requested(out);
+    if (request == "abort") return "aborted (drover rollout abort)";
+    const bool canary_wait = after_canary && request != "promote" &&
+                             (spec.canary_pause == Duration::zero() || clock_.Now() < canary_until);
+    const std::string now =
+        request == "pause" ? "paused"
+        : canary_wait
+            ? "canary passed, waiting for promote" +
+                  std::string(spec.canary_pause > Duration::zero() ? " or its pause to end" : "")
+            : "running";
+    if (now != state) {
+      Note(out, now == "running" ? "going on" : now);
+      out.record["state"] = now;
+      Save(out);
+      state = now;
+    }
+    if (now == "running") return std::nullopt;
+    clock_.SleepFor(spec.poll, stop);
+  }
 }
 
 void Deployer::RestoreOld(DeployOutcome& out, const DeploySpec& spec, const Progress& progress) {
@@ -487,17 +529,17 @@ DeployOutcome Deployer::Run(const DeploySpec& spec, std::stop_token stop) {
 
   std::optional<std::string> failed;
   std::string passed;
+  out.record["state"] = "running";
   for (std::size_t k = 0; k < plan->batches.size() && !failed; ++k) {
     failed = RunBatch(out, spec, k, plan->batches[k], progress, stop);
     if (failed && stop.stop_requested()) failed = "deploy interrupted";
     if (failed) break;
     passed = out.record["batches"][k].value("gate", "");
-    if (plan->batches[k].canary && spec.canary_pause > Duration::zero()) {
-      Note(out, "canary passed; pausing " + std::to_string(Seconds(spec.canary_pause)) + " s");
-      clock_.SleepFor(spec.canary_pause, stop);
+    if (k + 1 < plan->batches.size()) {
+      failed = BetweenBatches(out, spec, plan->batches[k].canary, stop);
     }
-    if (stop.stop_requested()) failed = "deploy interrupted";
   }
+  out.record["state"] = "finishing";
   if (failed) {
     Note(out, "FAILED: " + *failed + "; reverting");
     out.record["verdict"] = "fail";

@@ -10,7 +10,8 @@
 //      <service>-<version>-<n>; the host fills "{port}", "{health_port}" and "{host}"), observe
 //      them every `poll` -- the platform's view on their hosts plus READY/accepting in the
 //      registry -- until the gate passes or fails, then stop the rest of its old instances.
-//      The canary batch (if any) goes first; after it passes the deploy waits `canary_pause`.
+//      The canary batch (if any) goes first; after it passes the deploy waits `canary_pause`, or
+//      without one, until promoted (`drover rollout promote`).
 //   3. Stopping an instance drains it first: DRAINING in the registry (gateways and clients stop
 //      sending new sessions), `drain_delay` for that to propagate, then the platform's stop
 //      (SIGTERM: the SDK's ordered shutdown; SIGKILL after `stop_grace`), and the registry
@@ -77,6 +78,9 @@ using Deregister = std::function<Result<bool>(const std::string& service, const 
 // Marks an instance DRAINING in the registry before it is stopped. True when it was marked;
 // false when the registry does not hold it (nothing to wait for).
 using MarkDraining = std::function<Result<bool>(const std::string& service, const std::string& id)>;
+// What `drover rollout` asks of this deploy now: "pause", "resume", "abort", "promote", or ""
+// for nothing. Polled at every observation and between batches; an error counts as "".
+using ControlSource = std::function<std::string(const std::string& deploy_id)>;
 // Where deploy records go. Failures are logged, not fatal.
 using DeployLog = std::function<Status(const std::string& id, const nlohmann::json& record)>;
 
@@ -103,6 +107,11 @@ class Deployer {
            Deregister deregister = {}, MarkDraining drain = {})
       : Deployer({DeployHost{"local", "", 0, &platform}}, std::move(readiness), std::move(log),
                  clock, std::move(deregister), std::move(drain)) {}
+
+  // Control requests: "abort" fails the deploy and reverts it; "pause" holds it after the batch
+  // running now (until "resume"); "promote" ends the wait after the canary batch, which without
+  // a canary_pause lasts until promoted.
+  void set_control(ControlSource control) { control_ = std::move(control); }
 
   // Runs one deploy to its end. `stop` (Ctrl-C) fails the deploy and reverts it.
   DeployOutcome Run(const DeploySpec& spec, std::stop_token stop = {});
@@ -155,6 +164,12 @@ class Deployer {
   // then in out.left_running).
   bool StopInstances(DeployOutcome& out, const DeploySpec& spec,
                      const std::vector<std::pair<std::string, std::size_t>>& instances);
+  // The control request now (noted when it changes).
+  std::string Requested(DeployOutcome& out);
+  // Between batches: holds while paused, and after a canary until promoted or its pause is over;
+  // why the deploy must stop (abort, interrupt), or nullopt to go on.
+  std::optional<std::string> BetweenBatches(DeployOutcome& out, const DeploySpec& spec,
+                                            bool after_canary, std::stop_token stop);
   // After a failure: the old instances back, READY, then the new ones stopped.
   void Revert(DeployOutcome& out, const DeploySpec& spec, Progress& progress);
   // Starts the stopped old instances again and waits (up to the progress deadline) until each
@@ -166,6 +181,8 @@ class Deployer {
   DeployLog log_;
   Deregister deregister_;
   MarkDraining drain_;
+  ControlSource control_;
+  std::string last_request_;
   Clock& clock_;
   MonoTime began_{};
 };

@@ -452,4 +452,73 @@ TEST_F(FleetTest, AnAgentKilledMidDeployFailsItNamingTheHostAndMatchesTheRecordA
                 {"zone-v1-5", "v1"}, {"zone-v2-2", "v2"}, {"zone-v2-5", "v2"}}));
 }
 
+// `drover rollout` steers a running deploy through the registry: the canary waits until it is
+// promoted, a pause holds the deploy after the batch it is in, resume lets it go on, and abort
+// fails it and reverts it.
+TEST_F(FleetTest, RolloutPromotesPausesResumesAndAbortsADeploy) {
+  ASSERT_TRUE(Eventually([&] { return Instances("drover-agent").size() == kHosts.size(); }, 20s));
+  ASSERT_EQ(Deploy("v1", ZoneCommand()).exit_code, 0);
+  const std::string registry = "http://127.0.0.1:" + std::to_string(registry_.http);
+  const auto stored = [&](const std::string& id) {
+    const auto reply = drover::testing::Http(registry_.http, "GET", "/v1/deploys/" + id);
+    return json::parse(reply.body, nullptr, false);
+  };
+  const auto rollout = [&](const std::string& verb, const std::string& id) {
+    return drover::testing::RunCommand(std::string(DROVER_BINARY) + " rollout " + verb + " " + id +
+                                       " --registry " + registry);
+  };
+
+  DeployRun v2;
+  std::jthread deploy([&] { v2 = Deploy("v2", ZoneCommand(), "--canary 1"); });
+  std::string id;
+  ASSERT_TRUE(Eventually(
+      [&] {
+        const auto list = json::parse(
+            drover::testing::Http(registry_.http, "GET", "/v1/deploys?service=zone").body, nullptr,
+            false);
+        if (list.is_discarded() || list["deploys"].empty() || !list["deploys"][0]["active"]) {
+          return false;
+        }
+        id = list["deploys"][0]["id"];
+        return true;
+      },
+      20s));
+  // 1. The canary passed and waits: nothing else starts until it is promoted.
+  ASSERT_TRUE(Eventually(
+      [&] { return stored(id)["record"].value("state", "").starts_with("canary passed"); }, 30s));
+  std::this_thread::sleep_for(1500ms);
+  EXPECT_FALSE(stored(id)["record"]["batches"][1].contains("started_at_ms"));
+  const auto status = rollout("status", id);
+  EXPECT_EQ(status.exit_code, 0) << status.out;
+  EXPECT_NE(status.out.find("canary passed, waiting for promote"), std::string::npos) << status.out;
+  EXPECT_NE(status.out.find("canary batch 1: pass"), std::string::npos) << status.out;
+
+  // 2. Promoted, and at once asked to pause: it holds after the batch it is in.
+  ASSERT_EQ(rollout("promote", id).exit_code, 0);
+  ASSERT_TRUE(Eventually(
+      [&] { return stored(id)["record"]["batches"][1].contains("started_at_ms"); }, 20s));
+  ASSERT_EQ(rollout("pause", id).exit_code, 0);
+  ASSERT_TRUE(Eventually([&] { return stored(id)["record"].value("state", "") == "paused"; }, 30s));
+  const json paused = stored(id)["record"];
+  std::this_thread::sleep_for(1500ms);
+  const std::size_t next = paused["batches"][2].contains("started_at_ms") ? 3 : 2;
+  EXPECT_FALSE(stored(id)["record"]["batches"][next].contains("started_at_ms"));
+
+  // 3. Resumed, it goes on; aborted in its next batch, it fails and reverts.
+  ASSERT_EQ(rollout("resume", id).exit_code, 0);
+  ASSERT_TRUE(Eventually(
+      [&] { return stored(id)["record"]["batches"][next].contains("started_at_ms"); }, 20s));
+  ASSERT_EQ(rollout("abort", id).exit_code, 0);
+  deploy.join();
+  EXPECT_EQ(v2.exit_code, 1) << v2.out;
+  EXPECT_NE(v2.record.value("reason", "").find("aborted (drover rollout abort)"), std::string::npos)
+      << v2.record["reason"];
+  EXPECT_EQ(Fleet("zone").size(), 6u);
+  for (const std::string& i : Fleet("zone")) EXPECT_NE(i.find(" v1"), std::string::npos) << i;
+  // A finished deploy takes no more requests.
+  const auto late = rollout("pause", id);
+  EXPECT_EQ(late.exit_code, 1);
+  EXPECT_NE(late.out.find("is not running"), std::string::npos) << late.out;
+}
+
 }  // namespace
