@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <iostream>
 #include <memory>
 
@@ -157,48 +158,83 @@ void PrintOutcome(const rollout::DeployOutcome& out, bool json) {
   }
 }
 
+// What a controller needs around the Deployer: clients of the hosts' agents, and Ctrl-C,
+// SIGTERM or a closed terminal (SIGHUP) failing the deploy and reverting it, rather than leaving
+// it half done (a second one gives up on the revert and says what may still run). `drive` runs
+// the deploy; the exit code follows its outcome.
+using Drive = std::function<rollout::DeployOutcome(const std::vector<rollout::AgentHost>& hosts,
+                                                   std::stop_token stop)>;
+int Control(const std::vector<rollout::AgentTarget>& targets, const std::string& agent_ca,
+            Duration stop_grace, const std::string& what, bool json, const Drive& drive) {
+  // A stop answers after the instance is gone: up to its grace, and the agent's kill after it.
+  const auto stop_wait =
+      std::chrono::seconds(15) + std::chrono::duration_cast<std::chrono::seconds>(stop_grace);
+  std::vector<rollout::AgentClient> clients;
+  for (const rollout::AgentTarget& t : targets) {
+    clients.emplace_back(
+        Connect(t.url, "agent", std::max<std::chrono::seconds>(std::chrono::seconds(30), stop_wait),
+                agent_ca));
+  }
+  std::vector<rollout::AgentHost> hosts;
+  for (std::size_t i = 0; i < targets.size(); ++i) {
+    const rollout::AgentTarget& t = targets[i];
+    hosts.push_back({t.name, t.url, t.zone, t.capacity, &clients[i]});
+  }
+  const SignalWatcher signals(
+      BlockShutdownSignals({SIGHUP}),
+      [](int sig) {
+        spdlog::warn("deploy: {}; failing the deploy and reverting (again to abandon it)",
+                     strsignal(sig));
+      },
+      [&what](int sig) {
+        spdlog::error(
+            "deploy: {} again; abandoning the revert: instances of {} may still run (drover "
+            "rollout status; the agents' GET /v1/instances)",
+            strsignal(sig), what);
+        std::_Exit(130);
+      });
+  const rollout::DeployOutcome out = drive(hosts, signals.stop_token());
+  PrintOutcome(out, json);
+  if (!out.left_running.empty()) return 3;
+  return out.verdict == rollout::Verdict::kPass ? 0 : 1;
+}
+
 int RunDeploy(const rollout::DeployRequest& request, bool json) {
   auto spec = rollout::DeploySpecOf(request);
   if (!spec.ok()) Fail(2, spec.status().message());
-  // A stop answers after the instance is gone: up to its grace, and the agent's kill after it.
-  const auto stop_wait =
-      std::chrono::seconds(15) + std::chrono::duration_cast<std::chrono::seconds>(spec->stop_grace);
   net::HttpClient registry =
       Connect(request.registry, "registry", std::chrono::seconds(30), request.registry_ca);
   auto targets = rollout::AgentTargets(request.agent, request.agents, registry);
   if (!targets.ok()) Fail(2, targets.status().message());
-  std::vector<rollout::AgentClient> clients;
-  for (const rollout::AgentTarget& t : *targets) {
-    clients.emplace_back(
-        Connect(t.url, "agent", std::max<std::chrono::seconds>(std::chrono::seconds(30), stop_wait),
-                request.agent_ca));
-  }
-  std::vector<rollout::AgentHost> hosts;
-  for (std::size_t i = 0; i < targets->size(); ++i) {
-    const rollout::AgentTarget& t = (*targets)[i];
-    hosts.push_back({t.name, t.zone, t.capacity, &clients[i]});
-  }
   RealClock clock;
-  // Ctrl-C, SIGTERM or a closed terminal (SIGHUP): fail the deploy and roll back, rather than
-  // leave it half done. A second one gives up on the rollback and says what may still run.
-  const SignalWatcher signals(
-      BlockShutdownSignals({SIGHUP}),
-      [](int sig) {
-        spdlog::warn("deploy: {}; failing the deploy and rolling back (again to abandon it)",
-                     strsignal(sig));
-      },
-      [&request](int sig) {
-        spdlog::error(
-            "deploy: {} again; abandoning the rollback: instances of {} {} may still run (drover "
-            "ctl deploys; the agent's GET /v1/instances)",
-            strsignal(sig), request.service, request.version);
-        std::_Exit(130);
+  return Control(
+      *targets, request.agent_ca, spec->stop_grace, request.service + " " + request.version, json,
+      [&](const std::vector<rollout::AgentHost>& hosts, std::stop_token stop) {
+        return rollout::DeployThroughAgents(hosts, registry, clock, *spec, std::move(stop));
       });
-  const rollout::DeployOutcome out =
-      rollout::DeployThroughAgents(hosts, std::move(registry), clock, *spec, signals.stop_token());
-  PrintOutcome(out, json);
-  if (!out.left_running.empty()) return 3;
-  return out.verdict == rollout::Verdict::kPass ? 0 : 1;
+}
+
+// `drover rollout resume` of a deploy whose controller died: this process takes it over.
+int TakeOver(const nlohmann::json& deploy, const net::HttpClient& registry,
+             const std::string& agent_ca, bool json) {
+  const nlohmann::json& record = deploy["record"];
+  auto spec = rollout::DeploySpecFromJson(record.value("spec", nlohmann::json::object()));
+  if (!spec.ok()) Fail(1, spec.status().message());
+  std::vector<rollout::AgentTarget> targets;
+  for (const auto& h : record.value("hosts", nlohmann::json::array())) {
+    targets.push_back({h.value("name", ""), h.value("address", ""), h.value("zone", ""), 0, {}});
+    if (targets.back().url.empty()) {
+      Fail(1, "the record does not say where host " + targets.back().name + " is");
+    }
+  }
+  spdlog::warn("rollout: the controller of {} is gone (its lease lapsed); taking the deploy over",
+               deploy.value("id", ""));
+  RealClock clock;
+  return Control(targets, agent_ca, spec->stop_grace, deploy.value("id", ""), json,
+                 [&](const std::vector<rollout::AgentHost>& hosts, std::stop_token stop) {
+                   return rollout::ResumeThroughAgents(deploy, hosts, registry, clock,
+                                                       std::move(stop));
+                 });
 }
 
 void AddGateOptions(CLI::App& d, rollout::DeployRequest& r) {
@@ -224,6 +260,11 @@ void AddGateOptions(CLI::App& d, rollout::DeployRequest& r) {
   d.add_option("--host-timeout-ms", r.host_timeout_ms,
                "An agent unreachable this long during a batch fails the deploy")
       ->check(CLI::Range(100, 3'600'000))
+      ->capture_default_str();
+  d.add_option("--controller-lease-ms", r.controller_lease_ms,
+               "This controller's claim on the deploy, renewed every third of it; after it "
+               "lapses, `drover rollout resume ID` may take the deploy over")
+      ->check(CLI::Range(1'000, 3'600'000))
       ->capture_default_str();
 }
 
@@ -266,7 +307,7 @@ void AddDeployCommand(CLI::App& app) {
                 "YAML: service, version, command (list), env (map), instances, agent (URL or "
                 "list), agents, agent_ca, registry, registry_ca, max_surge, max_unavailable, "
                 "canary, canary_pause_ms, min_healthy_ms, check_delay_ms, progress_deadline_ms, "
-                "stop_grace_ms, drain_delay_ms, host_timeout_ms; flags win")
+                "stop_grace_ms, drain_delay_ms, host_timeout_ms, controller_lease_ms; flags win")
       ->check(CLI::ExistingFile);
   d->add_option("--version", request->version, "The new version (names the instances)");
   d->add_option("--instances", request->instances, "Instances of the new version")
@@ -308,14 +349,16 @@ void AddRolloutControl(CLI::App& app) {
     std::string id;
     std::string registry = "http://127.0.0.1:7070";
     std::string registry_ca;
+    std::string agent_ca;
     bool json = false;
   };
   auto args = std::make_shared<Args>();
   CLI::App* r = app.add_subcommand(
       "rollout",
       "Look at or steer one deploy through the registry that keeps it: status, pause (after the "
-      "batch running now), resume, abort (fail it and revert), promote (go on after the canary "
-      "batch). Writes need a token with the deploy right ($DROVER_TOKEN).");
+      "batch running now), resume (go on; a deploy whose controller died is taken over and "
+      "finished here), abort (fail it and revert), promote (go on after the canary batch). "
+      "Writes need a token with the deploy right ($DROVER_TOKEN).");
   r->add_option("verb", args->verb, "status | pause | resume | abort | promote")
       ->required()
       ->check(CLI::IsMember({"status", "pause", "resume", "abort", "promote"}));
@@ -323,10 +366,22 @@ void AddRolloutControl(CLI::App& app) {
   r->add_option("--registry", args->registry, "The registry's HTTP(S) URL")->capture_default_str();
   r->add_option("--registry-ca", args->registry_ca, "CA certificate (PEM) for an https:// registry")
       ->check(CLI::ExistingFile);
+  r->add_option("--agent-ca", args->agent_ca,
+                "CA certificate (PEM) for https:// agents, when resume takes a deploy over")
+      ->check(CLI::ExistingFile);
   r->add_flag("--json", args->json, "Print the deploy as JSON");
   r->callback([args] {
     const net::HttpClient registry =
-        Connect(args->registry, "registry", std::chrono::seconds(10), args->registry_ca);
+        Connect(args->registry, "registry", std::chrono::seconds(30), args->registry_ca);
+    if (args->verb == "resume") {
+      // A deploy whose controller is gone is taken over here; a live one is asked to go on.
+      auto stored = rollout::RegistryDeploy(registry, args->id);
+      if (stored.ok() && stored->value("active", false) && !rollout::ControllerAlive(*stored)) {
+        const int code = TakeOver(*stored, registry, args->agent_ca, args->json);
+        if (code != 0) throw CLI::RuntimeError(code);
+        return;
+      }
+    }
     auto deploy = args->verb == "status" ? rollout::RegistryDeploy(registry, args->id)
                                          : rollout::RequestRollout(registry, args->id, args->verb);
     if (!deploy.ok()) {

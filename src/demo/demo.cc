@@ -278,7 +278,7 @@ int RunIn(const DemoOptions& options, const std::string& exe, const std::string&
   }
   std::vector<rollout::AgentHost> hosts;
   for (std::size_t i = 0; i < clients.size(); ++i) {
-    hosts.push_back({"host " + Fleet::HostAddresses()[i], "", 0, &clients[i]});
+    hosts.push_back({"host " + Fleet::HostAddresses()[i], f.agent_urls()[i], "", 0, &clients[i]});
   }
   const int code = Run(options, f, *registry, std::move(hosts), clock, began, stop).All();
   for (const std::string& line : f.Stop()) spdlog::debug("demo: {}", line);

@@ -1,8 +1,10 @@
 #include "rollout/agent_client.h"
 
 #include <spdlog/spdlog.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 
 #include "common/http_error.h"
 #include "rollout/json_codec.h"
@@ -123,10 +125,16 @@ Status RegistryDeployLog::Save(const std::string& id, const json& record) {
     }
     Status s = StatusOfErrorReply(reply.status, reply.body, "registry");
     if (s.code() != StatusCode::kAborted || version_ == 0) return s;
-    // Someone else wrote: take their version, and what they asked of this deploy.
+    // Someone else wrote: take their version, and what they asked of this deploy -- unless it
+    // was another controller, which runs the deploy now.
     DROVER_ASSIGN_OR_RETURN(net::HttpResult stored, registry_.Send("GET", "/v1/deploys/" + id));
     const json current = json::parse(stored.body, nullptr, false);
     if (stored.status != 200 || current.is_discarded()) return s;
+    const std::string holder =
+        current["record"].value("controller", json::object()).value("owner", "");
+    if (!holder.empty() && holder != owner_ && holder != replaced_) {
+      return AbortedError("deploy " + id + " taken over by " + holder);
+    }
     version_ = current.value("version", version_);
     body["expect_version"] = version_;
     if (current.contains("record") && current["record"].contains("control")) {
@@ -174,6 +182,13 @@ Result<json> RequestRollout(const net::HttpClient& registry, const std::string& 
 }
 
 namespace {
+
+// The request `drover rollout` left in the deploy's record, or "".
+std::string ControlRequest(const net::HttpClient& registry, const std::string& id) {
+  auto deploy = RegistryDeploy(registry, id);
+  if (!deploy.ok() || !(*deploy)["record"].contains("control")) return "";
+  return (*deploy)["record"]["control"].value("request", "");
+}
 
 // "zone=eu-1,tier=a" as label pairs; "" and "all" as none (every agent).
 Result<std::map<std::string, std::string>> ParseSelector(const std::string& selector) {
@@ -259,8 +274,8 @@ Result<std::vector<AgentTarget>> AgentTargets(const std::vector<std::string>& ur
 DeployOutcome DeployThroughAgents(const std::vector<AgentHost>& agents, net::HttpClient registry,
                                   Clock& clock, const DeploySpec& spec, std::stop_token stop) {
   std::vector<DeployHost> hosts;
-  for (const AgentHost& a : agents) hosts.push_back({a.name, a.zone, a.capacity, a.client});
-  RegistryDeployLog log(registry);
+  for (const AgentHost& a : agents) hosts.push_back({a.name, a.url, a.zone, a.capacity, a.client});
+  RegistryDeployLog log(registry, ControllerName());
   Deployer deployer(
       std::move(hosts),
       [&](const std::string& service) { return RegistryReadiness(registry, service); },
@@ -281,18 +296,52 @@ DeployOutcome DeployThroughAgents(const std::vector<AgentHost>& agents, net::Htt
       [&](const std::string& service, const std::string& id) {
         return RegistryDrain(registry, service, id);
       });
-  deployer.set_control([&](const std::string& id) -> std::string {
-    auto deploy = RegistryDeploy(registry, id);
-    if (!deploy.ok() || !(*deploy)["record"].contains("control")) return "";
-    return (*deploy)["record"]["control"].value("request", "");
-  });
-  return deployer.Run(spec, std::move(stop));
+  deployer.set_control([&](const std::string& id) { return ControlRequest(registry, id); });
+  return deployer.Run(spec, std::move(stop), ControllerName());
+}
+
+DeployOutcome ResumeThroughAgents(const json& deploy, const std::vector<AgentHost>& agents,
+                                  net::HttpClient registry, Clock& clock, std::stop_token stop) {
+  std::vector<DeployHost> hosts;
+  for (const AgentHost& a : agents) hosts.push_back({a.name, a.url, a.zone, a.capacity, a.client});
+  json record = deploy.value("record", json::object());
+  const std::string replaced = record.value("controller", json::object()).value("owner", "");
+  // A takeover goes on: a pause asked of the dead controller is lifted.
+  record["control"] = {{"request", "resume"},
+                       {"at_ms", ToUnixMillis(std::chrono::system_clock::now())}};
+  RegistryDeployLog log(registry, ControllerName(), deploy.value("version", std::uint64_t{0}),
+                        replaced);
+  Deployer deployer(
+      std::move(hosts),
+      [&](const std::string& service) { return RegistryReadiness(registry, service); },
+      [&](const std::string& id, const json& r) { return log.Save(id, r); }, clock,
+      [&](const std::string& service, const std::string& id) {
+        return RegistryForget(registry, service, id);
+      },
+      [&](const std::string& service, const std::string& id) {
+        return RegistryDrain(registry, service, id);
+      });
+  deployer.set_control([&](const std::string& id) { return ControlRequest(registry, id); });
+  return deployer.Resume(record, std::move(stop), ControllerName());
+}
+
+bool ControllerAlive(const json& deploy) {
+  const json controller =
+      deploy.value("record", json::object()).value("controller", json::object());
+  return controller.value("lease_until_ms", std::int64_t{0}) >
+         ToUnixMillis(std::chrono::system_clock::now());
+}
+
+std::string ControllerName() {
+  char host[256] = {};
+  if (::gethostname(host, sizeof host - 1) != 0) std::snprintf(host, sizeof host, "localhost");
+  return std::string(host) + ":" + std::to_string(::getpid());
 }
 
 DeployOutcome DeployThroughAgent(AgentClient& agent, net::HttpClient registry, Clock& clock,
                                  const DeploySpec& spec, std::stop_token stop) {
-  return DeployThroughAgents({AgentHost{"agent", "", 0, &agent}}, std::move(registry), clock, spec,
-                             std::move(stop));
+  return DeployThroughAgents({AgentHost{"agent", "", "", 0, &agent}}, std::move(registry), clock,
+                             spec, std::move(stop));
 }
 
 }  // namespace drover::rollout

@@ -58,14 +58,26 @@ Result<bool> RegistryDrain(const net::HttpClient& registry, const std::string& s
 // runs. A write that lost to another writer (ABORTED: `drover rollout` asking something of the
 // deploy) reads the stored record and writes again, keeping the stored "control" member. One
 // per deploy; not thread-safe.
+//
+// Ownership: when the stored record names another controller than this one (`owner`) or the one
+// it took over from (`replaced`), the deploy was taken over: Save returns ABORTED "... taken
+// over by ..." and the Deployer stops at once.
 class RegistryDeployLog {
  public:
-  explicit RegistryDeployLog(const net::HttpClient& registry) : registry_(registry) {}
+  // A new deploy: version 0. A takeover: the stored version, and the owner it replaces.
+  RegistryDeployLog(const net::HttpClient& registry, std::string owner, std::uint64_t version = 0,
+                    std::string replaced = "")
+      : registry_(registry),
+        owner_(std::move(owner)),
+        replaced_(std::move(replaced)),
+        version_(version) {}
   Status Save(const std::string& id, const nlohmann::json& record);
   std::uint64_t version() const { return version_; }
 
  private:
   const net::HttpClient& registry_;
+  const std::string owner_;
+  const std::string replaced_;
   std::uint64_t version_ = 0;
   nlohmann::json control_;  // the latest request read back from the registry; kept in every write
 };
@@ -105,6 +117,7 @@ Result<std::vector<AgentTarget>> AgentTargets(const std::vector<std::string>& ur
 // One host of a deploy: an agent's client and what placement needs to know of it.
 struct AgentHost {
   std::string name;
+  std::string url;  // kept in the deploy record: where a resuming controller finds the agent
   std::string zone;
   int capacity = 0;
   AgentClient* client = nullptr;
@@ -117,6 +130,20 @@ struct AgentHost {
 // What `drover deploy` and the demo run.
 DeployOutcome DeployThroughAgents(const std::vector<AgentHost>& agents, net::HttpClient registry,
                                   Clock& clock, const DeploySpec& spec, std::stop_token stop);
+// Takes over a deploy whose controller died (its lease in the record lapsed) and brings it to an
+// end from where it stands (Deployer::Resume), over `agents` -- which must include every host
+// the record names -- keeping the record in the registry as DeployThroughAgents does.
+// `deploy` is the registry's entry ({id, version, active, record}).
+DeployOutcome ResumeThroughAgents(const nlohmann::json& deploy,
+                                  const std::vector<AgentHost>& agents, net::HttpClient registry,
+                                  Clock& clock, std::stop_token stop);
+
+// Whether the controller named in a deploy's record still holds it (its lease has not lapsed).
+bool ControllerAlive(const nlohmann::json& deploy);
+
+// "host:pid": names this controller in deploy records.
+std::string ControllerName();
+
 // The same on one agent.
 DeployOutcome DeployThroughAgent(AgentClient& agent, net::HttpClient registry, Clock& clock,
                                  const DeploySpec& spec, std::stop_token stop);

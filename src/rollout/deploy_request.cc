@@ -43,6 +43,8 @@ Status ApplyDeploySpec(const std::string& yaml, const std::string& source, const
         if (!keep) args.drain_delay_ms = v.as<int>();
       } else if (key == "host_timeout_ms") {
         if (!keep) args.host_timeout_ms = v.as<int>();
+      } else if (key == "controller_lease_ms") {
+        if (!keep) args.controller_lease_ms = v.as<int>();
       } else if (key == "agent_ca") {
         if (!keep) args.agent_ca = v.as<std::string>();
       } else if (key == "registry") {
@@ -104,6 +106,7 @@ Result<DeploySpec> DeploySpecOf(const DeployRequest& request) {
   spec.canary_pause = std::chrono::milliseconds(request.canary_pause_ms);
   spec.drain_delay = std::chrono::milliseconds(request.drain_delay_ms);
   spec.host_timeout = std::chrono::milliseconds(request.host_timeout_ms);
+  spec.controller_lease = std::chrono::milliseconds(request.controller_lease_ms);
   spec.gate.min_healthy = std::chrono::milliseconds(request.min_healthy_ms);
   spec.gate.check_delay = std::chrono::milliseconds(request.check_delay_ms);
   spec.gate.progress_deadline = std::chrono::milliseconds(request.progress_deadline_ms);

@@ -30,6 +30,7 @@ struct DeployRequest {
   int canary_pause_ms = 0;
   int drain_delay_ms = 2'000;
   int host_timeout_ms = 10'000;
+  int controller_lease_ms = 10'000;
   std::string registry = "http://127.0.0.1:7070";
   std::string registry_ca;
   int min_healthy_ms = 10'000;

@@ -6,6 +6,8 @@
 #include <optional>
 #include <set>
 
+#include "rollout/json_codec.h"
+
 namespace drover::rollout {
 namespace {
 
@@ -43,7 +45,65 @@ LaunchSpec LaunchOf(const DeploySpec& spec, std::size_t n) {
   return launch;
 }
 
+std::int64_t Ms(Duration d) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(d).count();
+}
+
 }  // namespace
+
+json DeploySpecToJson(const DeploySpec& spec) {
+  return {{"service", spec.service},
+          {"version", spec.version},
+          {"argv", spec.argv},
+          {"env", spec.env},
+          {"instances", spec.instances},
+          {"max_surge", spec.max_surge.ToString()},
+          {"max_unavailable", spec.max_unavailable.ToString()},
+          {"canary", spec.canary ? spec.canary->ToString() : ""},
+          {"canary_pause_ms", Ms(spec.canary_pause)},
+          {"min_healthy_ms", Ms(spec.gate.min_healthy)},
+          {"check_delay_ms", Ms(spec.gate.check_delay)},
+          {"progress_deadline_ms", Ms(spec.gate.progress_deadline)},
+          {"stop_grace_ms", Ms(spec.stop_grace)},
+          {"drain_delay_ms", Ms(spec.drain_delay)},
+          {"poll_ms", Ms(spec.poll)},
+          {"host_timeout_ms", Ms(spec.host_timeout)},
+          {"controller_lease_ms", Ms(spec.controller_lease)}};
+}
+
+Result<DeploySpec> DeploySpecFromJson(const json& j) {
+  try {
+    DeploySpec spec;
+    spec.service = j.at("service").get<std::string>();
+    spec.version = j.at("version").get<std::string>();
+    spec.argv = j.at("argv").get<std::vector<std::string>>();
+    spec.env = j.at("env").get<std::map<std::string, std::string>>();
+    spec.instances = j.at("instances").get<int>();
+    DROVER_ASSIGN_OR_RETURN(spec.max_surge,
+                            ParseAmount(j.at("max_surge").get<std::string>(), "max_surge"));
+    DROVER_ASSIGN_OR_RETURN(
+        spec.max_unavailable,
+        ParseAmount(j.at("max_unavailable").get<std::string>(), "max_unavailable"));
+    if (const std::string canary = j.at("canary").get<std::string>(); !canary.empty()) {
+      DROVER_ASSIGN_OR_RETURN(spec.canary, ParseAmount(canary, "canary"));
+    }
+    const auto ms = [&](const char* key) {
+      return std::chrono::milliseconds(j.at(key).get<std::int64_t>());
+    };
+    spec.canary_pause = ms("canary_pause_ms");
+    spec.gate.min_healthy = ms("min_healthy_ms");
+    spec.gate.check_delay = ms("check_delay_ms");
+    spec.gate.progress_deadline = ms("progress_deadline_ms");
+    spec.stop_grace = ms("stop_grace_ms");
+    spec.drain_delay = ms("drain_delay_ms");
+    spec.poll = ms("poll_ms");
+    spec.host_timeout = ms("host_timeout_ms");
+    spec.controller_lease = ms("controller_lease_ms");
+    return spec;
+  } catch (const json::exception& e) {
+    return InvalidArgumentError(std::string("the deploy record's spec is not whole: ") + e.what());
+  }
+}
 
 struct Deployer::Progress {
   std::vector<Old> old;
@@ -69,10 +129,29 @@ void Deployer::Note(DeployOutcome& out, const std::string& what) {
 }
 
 void Deployer::Save(DeployOutcome& out) {
-  if (!log_) return;
+  if (!log_ || taken_over_) return;
+  saved_ = clock_.Now();
+  out.record["controller"] = {{"owner", owner_},
+                              {"lease_until_ms", ToUnixMillis(clock_.SystemNow() + lease_)}};
   if (Status s = log_(out.id, out.record); !s.ok()) {
+    if (s.code() == StatusCode::kAborted && s.message().find("taken over") != std::string::npos) {
+      taken_over_ = s.message();
+      return;
+    }
     spdlog::warn("deploy {}: could not record the deploy: {}", out.id, s.ToString());
   }
+}
+
+void Deployer::Renew(DeployOutcome& out, const DeploySpec&) {
+  if (clock_.Now() - saved_ >= lease_ / 3) Save(out);
+}
+
+void Deployer::RecordProgress(DeployOutcome& out, const Progress& progress) {
+  json started = json::array(), stopped = json::array();
+  for (const std::size_t i : progress.started) started.push_back(progress.fresh[i].id);
+  for (const std::size_t i : progress.stopped_old) stopped.push_back(progress.old[i].id);
+  out.record["new_instances"] = std::move(started);
+  out.record["stopped_old"] = std::move(stopped);
 }
 
 std::string Deployer::Where(const std::string& id, std::size_t host) const {
@@ -85,11 +164,19 @@ DeployOutcome Deployer::Begin(const DeploySpec& spec) {
   const SystemTime began_system = clock_.SystemNow();
   out.id = spec.service + "-" + spec.version + "-" + std::to_string(ToUnixMillis(began_system));
   json hosts = json::array();
-  for (const DeployHost& h : hosts_) hosts.push_back({{"name", h.name}, {"zone", h.zone}});
-  out.record = {{"service", spec.service},     {"version", spec.version},
-                {"instances", spec.instances}, {"started_at_ms", ToUnixMillis(began_system)},
-                {"verdict", "running"},        {"reason", ""},
-                {"hosts", std::move(hosts)},   {"timeline", json::array()}};
+  for (const DeployHost& h : hosts_) {
+    hosts.push_back({{"name", h.name}, {"zone", h.zone}, {"address", h.address}});
+  }
+  out.record = {{"id", out.id},
+                {"spec", DeploySpecToJson(spec)},
+                {"service", spec.service},
+                {"version", spec.version},
+                {"instances", spec.instances},
+                {"started_at_ms", ToUnixMillis(began_system)},
+                {"verdict", "running"},
+                {"reason", ""},
+                {"hosts", std::move(hosts)},
+                {"timeline", json::array()}};
   return out;
 }
 
@@ -175,6 +262,18 @@ Result<Plan> Deployer::MakePlan(DeployOutcome& out, const DeploySpec& spec, cons
                        {"items", std::move(items)},
                        {"verdict", "pending"}});
   }
+  json placed = json::array(), old = json::array(), removals = json::array();
+  for (const Fresh& f : progress.fresh) {
+    placed.push_back({{"id", f.id}, {"host", hosts_[f.host].name}});
+  }
+  for (const Old& o : progress.old) {
+    old.push_back(
+        {{"id", o.id}, {"host", hosts_[o.host].name}, {"launch", LaunchSpecToJson(o.launch)}});
+  }
+  for (const std::size_t o : plan.removals) removals.push_back(progress.old[o].id);
+  out.record["placement"] = std::move(placed);
+  out.record["old"] = std::move(old);
+  out.record["removals"] = std::move(removals);
   out.record["strategy"] = {{"max_surge", spec.max_surge.ToString()},
                             {"max_unavailable", spec.max_unavailable.ToString()},
                             {"canary", spec.canary ? spec.canary->ToString() : "0"},
@@ -237,7 +336,13 @@ std::optional<std::string> Deployer::StartBatch(DeployOutcome& out, const Deploy
   for (const std::size_t f : fresh) {
     const Fresh& target = progress.fresh[f];
     LaunchSpec launch = LaunchOf(spec, f + 1);
-    if (Status s = hosts_[target.host].platform->Start(launch); !s.ok()) {
+    Status s = hosts_[target.host].platform->Start(launch);
+    if (s.code() == StatusCode::kAlreadyExists && resuming_) {
+      // Started by the controller this one took over from: the id is this deploy's own.
+      Note(out, Where(target.id, target.host) + " runs already (started before the takeover)");
+      s = Status::Ok();
+    }
+    if (!s.ok()) {
       const std::string why =
           "could not start " + Where(target.id, target.host) + ": " + s.message();
       Note(out, why);
@@ -249,11 +354,11 @@ std::optional<std::string> Deployer::StartBatch(DeployOutcome& out, const Deploy
       }
       return why;
     }
-    progress.started.push_back(f);
+    if (std::find(progress.started.begin(), progress.started.end(), f) == progress.started.end()) {
+      progress.started.push_back(f);
+    }
     // Recorded as it happens: if this controller dies now, the record names what runs.
-    json started = json::array();
-    for (const std::size_t i : progress.started) started.push_back(progress.fresh[i].id);
-    out.record["new_instances"] = std::move(started);
+    RecordProgress(out, progress);
     Save(out);
   }
   return std::nullopt;
@@ -333,6 +438,11 @@ GateResult Deployer::Gate(DeployOutcome& out, const DeploySpec& spec,
       verdict = GateResult{Verdict::kFail, "aborted (drover rollout abort)"};
       break;
     }
+    Renew(out, spec);
+    if (taken_over_) {
+      verdict = GateResult{Verdict::kFail, *taken_over_};
+      break;
+    }
     verdict = gate.Observe(clock_.Now(), seen);
     if (verdict.verdict == Verdict::kPending && gate.waiting_for() != last_wait) {
       last_wait = gate.waiting_for();
@@ -366,7 +476,10 @@ std::optional<std::string> Deployer::RunBatch(DeployOutcome& out, const DeploySp
     const Old& o = progress.old[*item.old];
     if (first.size() < batch.stop_first) {
       first.emplace_back(o.id, o.host);
-      progress.stopped_old.push_back(*item.old);
+      if (std::find(progress.stopped_old.begin(), progress.stopped_old.end(), *item.old) ==
+          progress.stopped_old.end()) {
+        progress.stopped_old.push_back(*item.old);
+      }
     } else {
       after.emplace_back(o.id, o.host);
       old_after.push_back(*item.old);
@@ -374,6 +487,9 @@ std::optional<std::string> Deployer::RunBatch(DeployOutcome& out, const DeploySp
   }
   Note(out, name + " began: " + std::to_string(fresh.size()) + " new, " +
                 std::to_string(first.size() + after.size()) + " old to replace");
+  RecordProgress(out, progress);
+  Save(out);  // before the stops: a successor knows they may have happened
+  if (taken_over_) return *taken_over_;
   if (!first.empty()) StopInstances(out, spec, first);
   if (auto why = StartBatch(out, spec, fresh, progress)) {
     record["verdict"] = "fail";
@@ -391,7 +507,10 @@ std::optional<std::string> Deployer::RunBatch(DeployOutcome& out, const DeploySp
   }
   Note(out, name + " passed: " + verdict.reason);
   // 4. The rest of its old instances.
+  if (taken_over_) return *taken_over_;
   progress.stopped_old.insert(progress.stopped_old.end(), old_after.begin(), old_after.end());
+  RecordProgress(out, progress);
+  Save(out);
   if (!after.empty()) StopInstances(out, spec, after);
   record["verdict"] = "pass";
   record["finished_after_s"] = Seconds(clock_.Now() - began);
@@ -433,6 +552,8 @@ std::optional<std::string> Deployer::BetweenBatches(DeployOutcome& out, const De
       state = now;
     }
     if (now == "running") return std::nullopt;
+    Renew(out, spec);
+    if (taken_over_) return *taken_over_;
     clock_.SleepFor(spec.poll, stop);
   }
 }
@@ -470,6 +591,7 @@ void Deployer::RestoreOld(DeployOutcome& out, const DeploySpec& spec, const Prog
                     "deadline; stopping the new ones anyway");
       return;
     }
+    Renew(out, spec);
     clock_.SleepFor(spec.poll, {});
   }
   Note(out, "the stopped old instances are READY again");
@@ -493,7 +615,9 @@ void Deployer::Revert(DeployOutcome& out, const DeploySpec& spec, Progress& prog
   }
 }
 
-DeployOutcome Deployer::Run(const DeploySpec& spec, std::stop_token stop) {
+DeployOutcome Deployer::Run(const DeploySpec& spec, std::stop_token stop, std::string owner) {
+  owner_ = std::move(owner);
+  lease_ = spec.controller_lease;
   DeployOutcome out = Begin(spec);
   if (std::optional<std::string> invalid = SpecError(spec)) {
     return Finish(std::move(out), Verdict::kFail, *std::move(invalid));
@@ -525,19 +649,59 @@ DeployOutcome Deployer::Run(const DeploySpec& spec, std::stop_token stop) {
                 std::to_string(budget->surge) + ", unavailable " +
                 std::to_string(budget->unavailable) + "); " + std::to_string(progress.old.size()) +
                 " old instance(s) keep serving");
+  out.record["state"] = "running";
   Save(out);
+  return Drive(std::move(out), spec, *plan, progress, 0, stop);
+}
 
+DeployOutcome Deployer::Resume(const json& record, std::stop_token stop, std::string owner) {
+  owner_ = std::move(owner);
+  resuming_ = true;
+  began_ = clock_.Now();
+  DeployOutcome out;
+  out.id = record.value("id", "");
+  out.record = record;
+  auto spec = DeploySpecFromJson(record.value("spec", json::object()));
+  if (!spec.ok()) return Finish(std::move(out), Verdict::kFail, spec.status().message());
+  lease_ = spec->controller_lease;
+  Progress progress;
+  auto plan = Restore(record, progress);
+  if (!plan.ok()) return Finish(std::move(out), Verdict::kFail, plan.status().message());
+  Note(out, "resumed by " + (owner_.empty() ? std::string("another controller") : owner_));
+  Save(out);
+  if (taken_over_) return out;
+  if (record.value("verdict", "") == "fail") {
+    // Decided already: only the revert is left to finish.
+    const std::string reason = record.value("reason", "");
+    Revert(out, *spec, progress);
+    return Finish(std::move(out), Verdict::kFail, reason);
+  }
+  std::size_t first = 0;
+  while (first < plan->batches.size() &&
+         out.record["batches"][first].value("verdict", "") == "pass") {
+    ++first;
+  }
+  return Drive(std::move(out), *spec, *plan, progress, first, stop);
+}
+
+DeployOutcome Deployer::Drive(DeployOutcome out, const DeploySpec& spec, const Plan& plan,
+                              Progress& progress, std::size_t first, std::stop_token stop) {
   std::optional<std::string> failed;
   std::string passed;
-  out.record["state"] = "running";
-  for (std::size_t k = 0; k < plan->batches.size() && !failed; ++k) {
-    failed = RunBatch(out, spec, k, plan->batches[k], progress, stop);
+  for (std::size_t k = first; k < plan.batches.size() && !failed; ++k) {
+    failed = RunBatch(out, spec, k, plan.batches[k], progress, stop);
     if (failed && stop.stop_requested()) failed = "deploy interrupted";
     if (failed) break;
     passed = out.record["batches"][k].value("gate", "");
-    if (k + 1 < plan->batches.size()) {
-      failed = BetweenBatches(out, spec, plan->batches[k].canary, stop);
+    if (k + 1 < plan.batches.size()) {
+      failed = BetweenBatches(out, spec, plan.batches[k].canary, stop);
     }
+  }
+  if (taken_over_) {
+    // Another controller runs the deploy now: this one touches nothing more.
+    spdlog::warn("deploy {}: {}; this controller stops", out.id, *taken_over_);
+    out.reason = *taken_over_;
+    return out;
   }
   out.record["state"] = "finishing";
   if (failed) {
@@ -548,13 +712,13 @@ DeployOutcome Deployer::Run(const DeploySpec& spec, std::stop_token stop) {
     Revert(out, spec, progress);
     return Finish(std::move(out), Verdict::kFail, *failed);
   }
-  const std::string reason = std::to_string(plan->batches.size()) + " batch(es) passed; " + passed;
+  const std::string reason = std::to_string(plan.batches.size()) + " batch(es) passed; " + passed;
   Note(out, "PASSED: " + reason);
   out.record["verdict"] = "pass";
   out.record["reason"] = reason;
   Save(out);
   Instances removals;
-  for (const std::size_t o : plan->removals) {
+  for (const std::size_t o : plan.removals) {
     removals.emplace_back(progress.old[o].id, progress.old[o].host);
   }
   if (!removals.empty()) StopInstances(out, spec, removals);
@@ -565,6 +729,59 @@ DeployOutcome Deployer::Run(const DeploySpec& spec, std::stop_token stop) {
                   " could not be stopped; stop them by hand");
   }
   return Finish(std::move(out), Verdict::kPass, reason);
+}
+
+Result<Plan> Deployer::Restore(const json& record, Progress& progress) {
+  std::map<std::string, std::size_t> host_index;
+  for (std::size_t h = 0; h < hosts_.size(); ++h) host_index[hosts_[h].name] = h;
+  const auto host_of = [&](const json& j) -> Result<std::size_t> {
+    const std::string name = j.value("host", "");
+    auto it = host_index.find(name);
+    if (it == host_index.end()) {
+      return FailedPreconditionError("host " + name + " of the deploy is not among its agents");
+    }
+    return it->second;
+  };
+  std::map<std::string, std::size_t> fresh_index, old_index;
+  for (const json& p : record.value("placement", json::array())) {
+    DROVER_ASSIGN_OR_RETURN(const std::size_t h, host_of(p));
+    fresh_index[p.value("id", "")] = progress.fresh.size();
+    progress.fresh.push_back(Fresh{p.value("id", ""), h});
+  }
+  for (const json& o : record.value("old", json::array())) {
+    DROVER_ASSIGN_OR_RETURN(const std::size_t h, host_of(o));
+    DROVER_ASSIGN_OR_RETURN(LaunchSpec launch, LaunchSpecFromJson(o.value("launch", json())));
+    old_index[o.value("id", "")] = progress.old.size();
+    progress.old.push_back(Old{o.value("id", ""), h, std::move(launch)});
+  }
+  const auto index_of = [](const std::map<std::string, std::size_t>& index,
+                           const std::string& id) -> std::optional<std::size_t> {
+    auto it = index.find(id);
+    return it == index.end() ? std::nullopt : std::optional<std::size_t>(it->second);
+  };
+  for (const json& id : record.value("new_instances", json::array())) {
+    if (auto f = index_of(fresh_index, id.get<std::string>())) progress.started.push_back(*f);
+  }
+  for (const json& id : record.value("stopped_old", json::array())) {
+    if (auto o = index_of(old_index, id.get<std::string>())) progress.stopped_old.push_back(*o);
+  }
+  Plan plan;
+  for (const json& b : record.value("batches", json::array())) {
+    Batch batch;
+    batch.canary = b.value("canary", false);
+    batch.stop_first = b.value("stop_first", std::size_t{0});
+    for (const json& item : b.value("items", json::array())) {
+      BatchItem i;
+      if (item.contains("new")) i.fresh = index_of(fresh_index, item.value("new", ""));
+      if (item.contains("old")) i.old = index_of(old_index, item.value("old", ""));
+      batch.items.push_back(i);
+    }
+    plan.batches.push_back(std::move(batch));
+  }
+  for (const json& id : record.value("removals", json::array())) {
+    if (auto o = index_of(old_index, id.get<std::string>())) plan.removals.push_back(*o);
+  }
+  return plan;
 }
 
 }  // namespace drover::rollout

@@ -57,11 +57,19 @@ struct DeploySpec {
   Duration poll = std::chrono::milliseconds(250);
   // A host whose platform cannot be reached this long while it runs a batch fails the deploy.
   Duration host_timeout = std::chrono::seconds(10);
+  // The controller renews its claim on the deploy in the record (every third of this); another
+  // may take the deploy over (Resume) once it has lapsed.
+  Duration controller_lease = std::chrono::seconds(10);
 };
+
+// The spec as the deploy record keeps it (durations in ms), for a controller that resumes it.
+nlohmann::json DeploySpecToJson(const DeploySpec& spec);
+Result<DeploySpec> DeploySpecFromJson(const nlohmann::json& j);
 
 // A host of the fleet: its platform and what placement needs to know of it.
 struct DeployHost {
-  std::string name;  // for the record and the log ("agent-127.0.0.3-7080")
+  std::string name;     // for the record and the log ("agent-127.0.0.3-7080")
+  std::string address;  // how a resuming controller reaches it (the agent's URL); may be empty
   std::string zone;
   int capacity = 0;  // instances it accepts in all; 0: no limit
   Platform* platform = nullptr;
@@ -81,7 +89,9 @@ using MarkDraining = std::function<Result<bool>(const std::string& service, cons
 // What `drover rollout` asks of this deploy now: "pause", "resume", "abort", "promote", or ""
 // for nothing. Polled at every observation and between batches; an error counts as "".
 using ControlSource = std::function<std::string(const std::string& deploy_id)>;
-// Where deploy records go. Failures are logged, not fatal.
+// Where deploy records go. Failures are logged, not fatal -- except ABORTED with "taken over" in
+// its message: another controller now runs the deploy, and this one stops at once, touching
+// nothing more.
 using DeployLog = std::function<Status(const std::string& id, const nlohmann::json& record)>;
 
 struct DeployOutcome {
@@ -105,7 +115,7 @@ class Deployer {
   // One host.
   Deployer(Platform& platform, ReadinessSource readiness, DeployLog log, Clock& clock,
            Deregister deregister = {}, MarkDraining drain = {})
-      : Deployer({DeployHost{"local", "", 0, &platform}}, std::move(readiness), std::move(log),
+      : Deployer({DeployHost{"local", "", "", 0, &platform}}, std::move(readiness), std::move(log),
                  clock, std::move(deregister), std::move(drain)) {}
 
   // Control requests: "abort" fails the deploy and reverts it; "pause" holds it after the batch
@@ -113,8 +123,16 @@ class Deployer {
   // a canary_pause lasts until promoted.
   void set_control(ControlSource control) { control_ = std::move(control); }
 
-  // Runs one deploy to its end. `stop` (Ctrl-C) fails the deploy and reverts it.
-  DeployOutcome Run(const DeploySpec& spec, std::stop_token stop = {});
+  // Runs one deploy to its end. `stop` (Ctrl-C) fails the deploy and reverts it. `owner` names
+  // this controller in the record ("host:pid").
+  DeployOutcome Run(const DeploySpec& spec, std::stop_token stop = {}, std::string owner = "");
+
+  // Takes over the deploy `record` describes (as the registry keeps it) from a controller that
+  // died, and brings it to an end from where it stands: a decided failure is reverted again; a
+  // running deploy re-runs its first unfinished batch -- stopping what it had not stopped yet,
+  // starting what it had not started (an instance already running is this deploy's own) and
+  // gating it afresh -- then goes on. The hosts must include every host the record names.
+  DeployOutcome Resume(const nlohmann::json& record, std::stop_token stop, std::string owner);
 
  private:
   struct Old {
@@ -164,6 +182,15 @@ class Deployer {
   // then in out.left_running).
   bool StopInstances(DeployOutcome& out, const DeploySpec& spec,
                      const std::vector<std::pair<std::string, std::size_t>>& instances);
+  // Run() and Resume() after the progress is known: the batches from `first`, then the end.
+  DeployOutcome Drive(DeployOutcome out, const DeploySpec& spec, const Plan& plan,
+                      Progress& progress, std::size_t first, std::stop_token stop);
+  // Rebuilds the plan and the progress a record describes.
+  Result<Plan> Restore(const nlohmann::json& record, Progress& progress);
+  // The record's view of the progress: new instances started, old ones stopped.
+  void RecordProgress(DeployOutcome& out, const Progress& progress);
+  // Saves when the controller's claim needs renewing (a third of the lease has passed).
+  void Renew(DeployOutcome& out, const DeploySpec& spec);
   // The control request now (noted when it changes).
   std::string Requested(DeployOutcome& out);
   // Between batches: holds while paused, and after a canary until promoted or its pause is over;
@@ -185,6 +212,11 @@ class Deployer {
   std::string last_request_;
   Clock& clock_;
   MonoTime began_{};
+  MonoTime saved_{};
+  std::string owner_;
+  Duration lease_ = std::chrono::seconds(10);
+  bool resuming_ = false;
+  std::optional<std::string> taken_over_;  // set when another controller runs the deploy now
 };
 
 }  // namespace drover::rollout

@@ -284,7 +284,7 @@ class FleetDeployerTest : public ::testing::Test {
   DeployOutcome Run(const DeploySpec& spec) {
     std::vector<DeployHost> hosts;
     for (std::size_t h = 0; h < platforms_.size(); ++h) {
-      hosts.push_back(DeployHost{"host-" + std::to_string(h + 2), "", 0, platforms_[h].get()});
+      hosts.push_back(DeployHost{"host-" + std::to_string(h + 2), "", "", 0, platforms_[h].get()});
     }
     Deployer deployer(
         std::move(hosts),

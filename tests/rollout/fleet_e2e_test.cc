@@ -226,6 +226,13 @@ class FleetTest : public ::testing::Test {
     return run;
   }
 
+  // A deploy's record as the registry keeps it.
+  json stored_record(const std::string& id) {
+    const auto reply = drover::testing::Http(registry_.http, "GET", "/v1/deploys/" + id);
+    const json deploy = json::parse(reply.body, nullptr, false);
+    return deploy.is_discarded() ? json() : deploy["record"];
+  }
+
   // Every instance of `service` on every host, as "<host> <id> <version>".
   std::vector<std::string> Fleet(const std::string& service) {
     std::vector<std::string> out;
@@ -519,6 +526,78 @@ TEST_F(FleetTest, RolloutPromotesPausesResumesAndAbortsADeploy) {
   const auto late = rollout("pause", id);
   EXPECT_EQ(late.exit_code, 1);
   EXPECT_NE(late.out.find("is not running"), std::string::npos) << late.out;
+}
+
+// The controller SIGKILLed in the middle of a batch: its lease in the record lapses, and
+// `drover rollout resume` takes the deploy over from the stored state and finishes it. Every
+// agent and the registry then hold exactly the new version: no orphan, no duplicate.
+TEST_F(FleetTest, AControllerKilledMidBatchIsResumedFromTheStoredDeploy) {
+  ASSERT_TRUE(Eventually([&] { return Instances("drover-agent").size() == kHosts.size(); }, 20s));
+  ASSERT_EQ(Deploy("v1", ZoneCommand()).exit_code, 0);
+  const std::string registry = "http://127.0.0.1:" + std::to_string(registry_.http);
+  std::vector<std::string> argv = {DROVER_BINARY, "--log-level",
+                                   "warn",        "deploy",
+                                   "zone",        "--version",
+                                   "v2",          "--instances",
+                                   "6",           "--agents",
+                                   "all",         "--registry",
+                                   registry,      "--max-surge",
+                                   "1",           "--max-unavailable",
+                                   "1",           "--min-healthy-ms",
+                                   "1000",        "--check-delay-ms",
+                                   "500",         "--drain-delay-ms",
+                                   "500",         "--controller-lease-ms",
+                                   "2000",        "--"};
+  for (const std::string& arg : ZoneCommand()) argv.push_back(arg);
+  auto controller = std::make_unique<ChildProcess>(argv);
+  // In batch 2 (127.0.0.3): its new instances run, the gate has not passed yet.
+  ASSERT_TRUE(Eventually(
+      [&] {
+        const auto on_host = AgentVersions(agents_[1], "zone");
+        return std::count_if(on_host.begin(), on_host.end(),
+                             [](const auto& kv) { return kv.second == "v2"; }) == 2;
+      },
+      30s));
+  controller->Signal(SIGKILL);
+  controller->Wait();
+  const auto list =
+      json::parse(drover::testing::Http(registry_.http, "GET", "/v1/deploys?service=zone").body);
+  const std::string id = list["deploys"][0]["id"];
+  ASSERT_EQ(list["deploys"][0]["active"], true);
+
+  // While its lease holds, resume would only ask the (dead) controller; after it, a takeover.
+  std::this_thread::sleep_for(2500ms);
+  const auto began = std::chrono::steady_clock::now();
+  const auto resumed =
+      drover::testing::RunCommand(std::string(DROVER_BINARY) + " --log-level warn rollout resume " +
+                                  id + " --registry " + registry + " --json");
+  const double took =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
+  std::cout << "--- rollout resume " << id << ": exit " << resumed.exit_code << " in " << took
+            << " s\n";
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.out;
+  const json record = stored_record(id);
+  EXPECT_EQ(record["verdict"], "pass") << record["reason"];
+  EXPECT_NE(record["timeline"].dump().find("resumed by"), std::string::npos);
+  std::vector<std::string> expected;
+  for (std::size_t h = 0; h < kHosts.size(); ++h) {
+    for (int n : {1, 4}) {
+      expected.push_back(kHosts[h] + " zone-v2-" + std::to_string(n + static_cast<int>(h)) + " v2");
+    }
+  }
+  EXPECT_EQ(Fleet("zone"), expected);
+  std::map<std::string, json> registered;
+  ASSERT_TRUE(Eventually(
+      [&] {
+        registered = Instances("zone");
+        return registered.size() == 6;
+      },
+      10s))
+      << registered.size();
+  for (const auto& [iid, entry] : registered) {
+    EXPECT_EQ(iid.rfind("zone-v2-", 0), 0u) << iid;
+    EXPECT_EQ(entry["state"], "READY") << iid;
+  }
 }
 
 }  // namespace
