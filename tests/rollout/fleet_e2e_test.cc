@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "testing/child_process.h"
+#include "testing/etcd_cluster.h"
 #include "testing/eventually.h"
 #include "testing/http_client.h"
 #include "testing/line_client.h"
@@ -82,11 +83,16 @@ class Players {
 class FleetTest : public ::testing::Test {
  protected:
   void SetUp() override {
+    StartRegistries();
+    for (std::size_t i = 0; i < kHosts.size(); ++i) StartAgent(i);
+  }
+
+  // The registry the fleet uses (SQLite); the etcd variant runs two over one etcd.
+  virtual void StartRegistries() {
     registry_ = drover::testing::StartRegistryProcess(
         DROVER_BINARY, {"--data-dir", dir_.path() + "/registry", "--http", "127.0.0.1:0", "--grpc",
                         "127.0.0.1:0", "--tick-ms", "100"});
     ASSERT_NE(registry_.http, 0) << registry_.line;
-    for (std::size_t i = 0; i < kHosts.size(); ++i) StartAgent(i);
   }
 
   void StartAgent(std::size_t i) {
@@ -598,6 +604,92 @@ TEST_F(FleetTest, AControllerKilledMidBatchIsResumedFromTheStoredDeploy) {
     EXPECT_EQ(iid.rfind("zone-v2-", 0), 0u) << iid;
     EXPECT_EQ(entry["state"], "READY") << iid;
   }
+}
+
+// Two registries over one etcd: the fleet registers through the first, a deploy starts through
+// it, its controller dies, and `drover rollout resume` through the second finishes it -- the
+// deploy is in etcd, not in a registry process.
+class EtcdFleetTest : public FleetTest {
+ protected:
+  void StartRegistries() override {
+    ASSERT_TRUE(etcd_.ok()) << etcd_.error();
+    const std::vector<std::string> flags = {
+        "--store",       "etcd",        "--etcd-endpoints", etcd_.endpoints_csv(),
+        "--etcd-prefix", "/fleet",      "--http",           "127.0.0.1:0",
+        "--grpc",        "127.0.0.1:0", "--tick-ms",        "100"};
+    registry_ = drover::testing::StartRegistryProcess(DROVER_BINARY, flags);
+    other_ = drover::testing::StartRegistryProcess(DROVER_BINARY, flags);
+    ASSERT_NE(registry_.http, 0) << registry_.line;
+    ASSERT_NE(other_.http, 0) << other_.line;
+  }
+
+  drover::testing::EtcdCluster etcd_{1};
+  drover::testing::RegistryProcess other_;
+};
+
+TEST_F(EtcdFleetTest, ADeployStartedThroughOneRegistryIsResumedThroughTheOther) {
+  ASSERT_TRUE(Eventually([&] { return Instances("drover-agent").size() == kHosts.size(); }, 20s));
+  ASSERT_EQ(Deploy("v1", ZoneCommand()).exit_code, 0);
+  std::vector<std::string> argv = {DROVER_BINARY,
+                                   "--log-level",
+                                   "warn",
+                                   "deploy",
+                                   "zone",
+                                   "--version",
+                                   "v2",
+                                   "--instances",
+                                   "6",
+                                   "--agents",
+                                   "all",
+                                   "--registry",
+                                   "http://127.0.0.1:" + std::to_string(registry_.http),
+                                   "--max-surge",
+                                   "1",
+                                   "--max-unavailable",
+                                   "1",
+                                   "--min-healthy-ms",
+                                   "1000",
+                                   "--check-delay-ms",
+                                   "500",
+                                   "--drain-delay-ms",
+                                   "500",
+                                   "--controller-lease-ms",
+                                   "2000",
+                                   "--"};
+  for (const std::string& arg : ZoneCommand()) argv.push_back(arg);
+  auto controller = std::make_unique<ChildProcess>(argv);
+  ASSERT_TRUE(Eventually(
+      [&] {
+        const auto on_host = AgentVersions(agents_[1], "zone");
+        return std::count_if(on_host.begin(), on_host.end(),
+                             [](const auto& kv) { return kv.second == "v2"; }) == 2;
+      },
+      30s));
+  controller->Signal(SIGKILL);
+  controller->Wait();
+  // The other registry sees the deploy, running, as the first stored it.
+  const auto seen = json::parse(
+      drover::testing::Http(other_.http, "GET", "/v1/deploys?service=zone").body, nullptr, false);
+  ASSERT_FALSE(seen.is_discarded());
+  const std::string id = seen["deploys"][0]["id"];
+  EXPECT_EQ(seen["deploys"][0]["active"], true);
+  EXPECT_EQ(seen["deploys"][0]["record"]["version"], "v2");
+
+  std::this_thread::sleep_for(2500ms);
+  const auto resumed = drover::testing::RunCommand(
+      std::string(DROVER_BINARY) + " --log-level warn rollout resume " + id +
+      " --registry http://127.0.0.1:" + std::to_string(other_.http));
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.out;
+  std::cout << "--- resumed through the other registry: " << resumed.out;
+  std::vector<std::string> expected;
+  for (std::size_t h = 0; h < kHosts.size(); ++h) {
+    for (int n : {1, 4}) {
+      expected.push_back(kHosts[h] + " zone-v2-" + std::to_string(n + static_cast<int>(h)) + " v2");
+    }
+  }
+  EXPECT_EQ(Fleet("zone"), expected);
+  EXPECT_EQ(stored_record(id)["verdict"], "pass");
+  ASSERT_TRUE(Eventually([&] { return ReadyCount("zone") == 6; }, 10s));
 }
 
 }  // namespace
