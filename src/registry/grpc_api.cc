@@ -17,6 +17,7 @@
 #include "drover/mutex.h"
 #include "drover/registry/v1/registry.grpc.pb.h"
 #include "registry/client_limits.h"
+#include "registry/json_codec.h"
 #include "registry/registry.h"
 
 namespace drover::registry {
@@ -170,6 +171,19 @@ class WritePool {
 // Unary calls and KeepAlive use gRPC's callback API: no thread per call or per stream. Reads and
 // lease renewals finish inline (memory only); writes that commit go to the WritePool. Watch uses
 // the synchronous API (see there).
+namespace {
+
+void DeployToProto(const StoredDeploy& d, pb::Deploy* out) {
+  out->set_id(d.id);
+  out->set_service(d.service);
+  out->set_version(d.version);
+  out->set_active(d.active);
+  out->set_created_ms(d.created_ms);
+  out->set_record_json(d.record);
+}
+
+}  // namespace
+
 class RegistryService final
     : public pb::Registry::WithCallbackMethod_Register<
           pb::Registry::WithCallbackMethod_Heartbeat<pb::Registry::WithCallbackMethod_KeepAlive<
@@ -282,6 +296,43 @@ class RegistryService final
     MutexLock lock(mu_);
     watches_.erase(w);
     if (stopping_) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "registry is stopping");
+    return grpc::Status::OK;
+  }
+
+  // Deploys: rare and small, on the synchronous threads as Watch.
+  grpc::Status GetDeploy(grpc::ServerContext* ctx, const pb::GetDeployRequest* req,
+                         pb::Deploy* reply) override {
+    if (Status s = CheckRead(*ctx); !s.ok()) return ToGrpc(s);
+    auto found = registry_.GetDeploy(req->id());
+    if (!found.ok()) return ToGrpc(found.status());
+    if (!*found) return ToGrpc(NotFoundError("no deploy " + req->id()));
+    DeployToProto(**found, reply);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status ListDeploys(grpc::ServerContext* ctx, const pb::ListDeploysRequest* req,
+                           pb::ListDeploysReply* reply) override {
+    if (Status s = CheckRead(*ctx); !s.ok()) return ToGrpc(s);
+    const std::size_t limit = req->limit() == 0 ? 50 : std::min<std::size_t>(req->limit(), 200);
+    auto list = registry_.ListDeploys(req->service(), limit);
+    if (!list.ok()) return ToGrpc(list.status());
+    for (const StoredDeploy& d : *list) DeployToProto(d, reply->add_deploys());
+    return grpc::Status::OK;
+  }
+
+  grpc::Status PutDeploy(grpc::ServerContext* ctx, const pb::PutDeployRequest* req,
+                         pb::PutDeployReply* reply) override {
+    auto d = DeployFromRecord(req->id(), req->record_json(), req->active());
+    if (!d.ok()) return ToGrpc(d.status());
+    // Recording a deploy is deploying: the same right the agents ask for.
+    if (auth_) {
+      if (Status s = auth_->AuthorizeDeploy(Authorization(*ctx), d->service); !s.ok()) {
+        return ToGrpc(s);
+      }
+    }
+    auto version = registry_.PutDeploy(std::move(*d), req->expect_version());
+    if (!version.ok()) return ToGrpc(version.status());
+    reply->set_version(*version);
     return grpc::Status::OK;
   }
 

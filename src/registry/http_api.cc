@@ -428,22 +428,19 @@ Response HttpServer::Impl::HandleDeploys(const Request& req, std::string_view id
   auto active = GetBool(*body, "active", false);
   if (!active.ok()) return ErrorResponse(req, active.status());
   const auto record = body->find("record");
-  if (record == body->end() || !record->is_object() || !record->contains("service") ||
-      !(*record)["service"].is_string()) {
-    return ErrorResponse(req, InvalidArgumentError("'record' must be an object with a service"));
+  if (record == body->end()) {
+    return ErrorResponse(req, InvalidArgumentError("missing member 'record'"));
   }
-  StoredDeploy d;
-  d.id = id;
-  d.service = (*record)["service"].get<std::string>();
-  d.record = record->dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-  d.active = *active;
+  auto d = DeployFromRecord(
+      id, record->dump(-1, ' ', false, nlohmann::json::error_handler_t::replace), *active);
+  if (!d.ok()) return ErrorResponse(req, d.status());
   // Recording a deploy is deploying: the same right the agents ask for.
   if (options.auth) {
-    if (Status s = options.auth->AuthorizeDeploy(AuthorizationHeader(req), d.service); !s.ok()) {
+    if (Status s = options.auth->AuthorizeDeploy(AuthorizationHeader(req), d->service); !s.ok()) {
       return ErrorResponse(req, s);
     }
   }
-  auto version = registry.PutDeploy(std::move(d), *expect);
+  auto version = registry.PutDeploy(std::move(*d), *expect);
   if (!version.ok()) return ErrorResponse(req, version.status());
   return JsonResponse(req, http::status::ok, {{"id", id}, {"version", *version}});
 }

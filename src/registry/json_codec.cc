@@ -138,4 +138,18 @@ Result<InstanceSpec> SpecFromJson(std::string_view body) {
   return spec;
 }
 
+Result<StoredDeploy> DeployFromRecord(const std::string& id, const std::string& record_json,
+                                      bool active) {
+  const auto record = nlohmann::json::parse(record_json, nullptr, /*allow_exceptions=*/false);
+  if (!record.is_object() || !record.contains("service") || !record["service"].is_string()) {
+    return InvalidArgumentError("a deploy record is a JSON object with a service");
+  }
+  StoredDeploy d;
+  d.id = id;
+  d.service = record["service"].get<std::string>();
+  d.record = record_json;
+  d.active = active;
+  return d;
+}
+
 }  // namespace drover::registry

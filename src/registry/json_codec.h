@@ -6,6 +6,7 @@
 #include <string_view>
 
 #include "registry/model.h"
+#include "registry/store.h"
 
 namespace drover::registry {
 
@@ -19,6 +20,11 @@ nlohmann::json EventToJson(const Event& event);
 // The body of `PUT /v1/services/{service}/instances/{id}`: {address, generation (required);
 // state, ttl_ms, weight, zone, labels, version, accepting (optional)}.
 Result<InstanceSpec> SpecFromJson(std::string_view body);
+
+// A deploy to store from its record's JSON text (a JSON object naming its "service"), for
+// Registry::PutDeploy; INVALID_ARGUMENT otherwise. The record is kept as given.
+Result<StoredDeploy> DeployFromRecord(const std::string& id, const std::string& record_json,
+                                      bool active);
 
 // A JSON object body whose members are all among `allowed`; INVALID_ARGUMENT otherwise.
 Result<nlohmann::json> ParseObject(std::string_view body,

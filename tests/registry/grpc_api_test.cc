@@ -333,6 +333,71 @@ tokens:
   EXPECT_EQ(event.type(), pb::Event::RESYNC);
 }
 
+// Deploy records over gRPC: the same store, versions and marker as over HTTP, and writing
+// needs the deploy right for the service.
+TEST_F(GrpcApiTest, DeploysAreReadAndWrittenWithTheDeployRight) {
+  Start(Authorizer::FromYaml(R"(
+tokens:
+  - name: zone-servers
+    token: "zone-token-0123456789"
+    write: ["zone"]
+  - name: zone-deployer
+    token: "deploy-token-0123456789"
+    deploy: ["zone"]
+)")
+            .value());
+  pb::PutDeployRequest put;
+  put.set_id("zone-v2-1");
+  put.set_active(true);
+  put.set_record_json(R"({"service":"zone","verdict":"running"})");
+  pb::PutDeployReply stored;
+  auto writer = Context("zone-token-0123456789");
+  const grpc::Status denied = stub_->PutDeploy(writer.get(), put, &stored);
+  EXPECT_EQ(denied.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_NE(denied.error_message().find("may not deploy service 'zone'"), std::string::npos);
+  auto deployer = Context("deploy-token-0123456789");
+  ASSERT_TRUE(stub_->PutDeploy(deployer.get(), put, &stored).ok());
+  EXPECT_EQ(stored.version(), 1u);
+
+  // A stale version is ABORTED; a second running deploy of zone FAILED_PRECONDITION.
+  auto again = Context("deploy-token-0123456789");
+  EXPECT_EQ(stub_->PutDeploy(again.get(), put, &stored).error_code(), grpc::StatusCode::ABORTED);
+  pb::PutDeployRequest second = put;
+  second.set_id("zone-v3-1");
+  auto other = Context("deploy-token-0123456789");
+  EXPECT_EQ(stub_->PutDeploy(other.get(), second, &stored).error_code(),
+            grpc::StatusCode::FAILED_PRECONDITION);
+  pb::PutDeployRequest bad = put;
+  bad.set_record_json("[1]");
+  auto malformed = Context("deploy-token-0123456789");
+  EXPECT_EQ(stub_->PutDeploy(malformed.get(), bad, &stored).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+
+  pb::GetDeployRequest get;
+  get.set_id("zone-v2-1");
+  pb::Deploy deploy;
+  auto reader = Context("zone-token-0123456789");
+  ASSERT_TRUE(stub_->GetDeploy(reader.get(), get, &deploy).ok());
+  EXPECT_EQ(deploy.service(), "zone");
+  EXPECT_EQ(deploy.version(), 1u);
+  EXPECT_TRUE(deploy.active());
+  EXPECT_NE(deploy.record_json().find("running"), std::string::npos);
+  get.set_id("nope");
+  auto missing = Context("zone-token-0123456789");
+  EXPECT_EQ(stub_->GetDeploy(missing.get(), get, &deploy).error_code(),
+            grpc::StatusCode::NOT_FOUND);
+  pb::ListDeploysRequest list;
+  list.set_service("zone");
+  pb::ListDeploysReply listed;
+  auto lister = Context("zone-token-0123456789");
+  ASSERT_TRUE(stub_->ListDeploys(lister.get(), list, &listed).ok());
+  ASSERT_EQ(listed.deploys_size(), 1);
+  EXPECT_EQ(listed.deploys(0).id(), "zone-v2-1");
+  auto anonymous = Context();
+  EXPECT_EQ(stub_->ListDeploys(anonymous.get(), list, &listed).error_code(),
+            grpc::StatusCode::UNAUTHENTICATED);
+}
+
 TEST_F(GrpcApiTest, WatchStreamsOverTheLimitPerClientAreRefusedWhileOthersGoOn) {
   Start(nullptr, std::make_shared<ClientLimits>(ClientLimitOptions{.max_watches_per_client = 2}));
   pb::Event event;
