@@ -8,7 +8,9 @@
 // - /ui/config.json (same origin): the gateways' admin URLs and the agents' URLs.
 // - gateways (other origins, CORS): GET /admin/snapshot every second; new-connection shares are
 //   deltas of the per-instance counters between polls.
-// - agents (other origins, CORS): GET /v1/deploys every 2 s.
+// - the registry's deploy history (same origin, with the token): GET /v1/deploys every 2 s, the
+//   fleet's deploys as their controllers keep them; running ones are marked.
+// - agents (other origins, CORS): GET /v1/deploys every 2 s, the copy each agent keeps.
 // With auth on, the registry answers 401 and the page asks for a bearer token, kept in
 // localStorage and sent only to the registry. Everything is drawn with textContent: no data
 // ever becomes markup.
@@ -46,7 +48,7 @@
     token: localStorage.getItem(TOKEN_KEY) || '',
     tokenWaiters: [],
     gateways: [],          // {url, snapshot, error, at, history: Map(upstream key -> samples)}
-    agents: [],            // {url, deploys, error, at}
+    agents: [],            // {url, registry, deploys, error, at}; the registry's history first
     openDeploys: new Set(),
   };
 
@@ -410,11 +412,20 @@
     }
   }
 
+  // The registry wraps each record with its id and whether it is running.
+  function fromRegistry(entry) {
+    const d = Object.assign({}, entry.record || {}, {id: entry.id});
+    if (entry.active) d.verdict = 'running';
+    return d;
+  }
+
   async function agentLoop(agent) {
     for (;;) {
       try {
-        const body = await getJson(`${agent.url}/v1/deploys`);
-        agent.deploys = body.deploys || [];
+        const body = agent.registry
+          ? await getJson(`/v1/deploys?limit=${MAX_DEPLOYS}`, {registry: true})
+          : await getJson(`${agent.url}/v1/deploys`);
+        agent.deploys = agent.registry ? (body.deploys || []).map(fromRegistry) : body.deploys || [];
         agent.error = null;
         agent.at = Date.now();
       } catch (e) {
@@ -700,14 +711,16 @@
       const status = agent.error
         ? badge(agent.error, 'bad')
         : agent.at ? badge(`polled ${clock(agent.at)}`, 'ok') : badge('polling', 'muted');
-      const head = el('div', {class: 'card-head'}, el('h3', {class: 'mono', text: agent.url}), status);
+      const title = agent.registry ? 'registry: the fleet\'s deploys' : `agent ${agent.url}`;
+      const head = el('div', {class: 'card-head'}, el('h3', {class: 'mono', text: title}), status);
       const deploys = (agent.deploys || []).slice(0, MAX_DEPLOYS);
       const body = deploys.length
         ? table(['Service', 'Version', 'Verdict', 'Reason (click for the timeline)', 'Started',
                  'Decided after', 'Finished', 'Rollback', ''],
                 deploys.map((d) => deployRow(agent, d)))
-        : el('p', {class: 'empty', text: agent.deploys ? 'No deploys yet.' : 'Waiting for the agent.'});
-      return el('div', {class: `card ${agent.error ? 'stale' : ''}`, dataset: {agent: agent.url}}, head, body);
+        : el('p', {class: 'empty', text: agent.deploys ? 'No deploys yet.' : 'Waiting for an answer.'});
+      return el('div', {class: `card ${agent.error ? 'stale' : ''}`,
+                        dataset: {agent: agent.registry ? 'registry' : agent.url}}, head, body);
     });
     $('agents').replaceChildren(...cards);
   }
@@ -728,12 +741,12 @@
     leaseLoop();
     const config = await loadConfig();
     state.gateways = (config.gateways || []).map((url) => ({url, history: new Map()}));
-    state.agents = (config.agents || []).map((url) => ({url}));
+    state.agents = [{url: '', registry: true}, ...(config.agents || []).map((url) => ({url}))];
     state.gateways.forEach(gatewayLoop);
     state.agents.forEach(agentLoop);
     const polled = [];
     if (state.gateways.length) polled.push('gateways every second');
-    if (state.agents.length) polled.push('agents every two seconds');
+    polled.push('deploys every two seconds');
     if (polled.length) $('footer').textContent += ` Polling ${polled.join(' and ')}.`;
     scheduleRender();
   }

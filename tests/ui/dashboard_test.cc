@@ -139,6 +139,13 @@ TEST(DashboardTest, FollowsTheRegistryGatewayAndAgentWithoutAReload) {
                             "http://127.0.0.1:" + std::to_string(admin_port), "--ui-agent",
                             "http://127.0.0.1:" + std::to_string(agent_port)});
   ASSERT_NE(PortIn(registry.line(), R"(http://127\.0\.0\.1:(\d+))"), 0) << registry.line();
+  // A running deploy in the registry's history, where its controller keeps it.
+  const auto v3 = drover::testing::Http(
+      http_port, "PUT", "/v1/deploys/zone-v3-1700000200000",
+      R"({"expect_version":0,"active":true,"record":{"service":"zone","version":"v3",)"
+      R"("instances":2,"started_at_ms":1700000200000,"verdict":"running","state":"running",)"
+      R"("timeline":[{"after_s":0,"what":"deploy of zone v3 began"}]}})");
+  ASSERT_EQ(v3.status, 200) << v3.body;
 
   const std::string config = dir.path() + "/gateway.yaml";
   std::ofstream(config) << "registry: 127.0.0.1:" << grpc_port << "\nthreads: 1\n"

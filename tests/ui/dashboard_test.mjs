@@ -8,7 +8,7 @@
 // navigation in between. --zone-port: a gateway listener for service "zone" whose admin URL the
 // registry serves in /ui/config.json; connections are made through it and the gateway panel must
 // show its routing table and the new-connection shares. --expect-agent: the deploy panel must
-// show the agent's history. --restart-registry: prints RESTART-REGISTRY on a line of its own, for
+// show the agent's history and the registry's (a running deploy). --restart-registry: prints RESTART-REGISTRY on a line of its own, for
 // the caller to restart the registry on the same address; the page must notice, reconnect and
 // follow the registry again. --token: the registry needs this token, which the page must ask for.
 // Exits 0 on success and 1 with the reason otherwise; every wait is bounded, and the whole run
@@ -206,6 +206,9 @@ async function main() {
                       'the failed deploy');
     await waitForText(page, '#agents tr[data-deploy="zone-v1-1700000000000"] td.verdict', 'PASS',
                       'the passed deploy');
+    await waitForText(page,
+                      '#agents [data-agent="registry"] tr[data-deploy="zone-v3-1700000200000"] td.verdict',
+                      'RUNNING', 'the running deploy in the registry\'s history');
   }
 
   log('draining zone/z1');
