@@ -6,6 +6,8 @@
 
 #include <set>
 #include <string>
+#include <tuple>
+#include <vector>
 
 namespace drover::rollout {
 namespace {
@@ -78,6 +80,67 @@ TEST(DeployRequestTest, TheSpecOfARequestSaysWhatIsMissing) {
   EXPECT_EQ(spec->instances, 3);
   EXPECT_EQ(spec->env, (std::map<std::string, std::string>{{"COLOUR", "blue"}, {"EMPTY", ""}}));
   EXPECT_EQ(spec->gate.min_healthy, std::chrono::milliseconds(2000));
+}
+
+TEST(DeployRequestTest, TheFleetStrategyComesFromTheSpecOrTheFlags) {
+  DeployRequest args;
+  const Status s = ApplyDeploySpec(
+      R"(
+service: zone
+version: v2
+command: [zone]
+instances: 6
+agents: zone=eu-1
+max_surge: 50%
+max_unavailable: "1"
+canary: "1"
+canary_pause_ms: 30000
+drain_delay_ms: 1500
+host_timeout_ms: 4000
+controller_lease_ms: 6000
+)",
+      "spec.yaml", [](std::string_view) { return false; }, args);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(args.agents, "zone=eu-1");
+  const auto spec = DeploySpecOf(args);
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  EXPECT_EQ(spec->max_surge, (Amount{50, true}));
+  EXPECT_EQ(spec->max_unavailable, (Amount{1, false}));
+  ASSERT_TRUE(spec->canary.has_value());
+  EXPECT_EQ(spec->canary_pause, std::chrono::seconds(30));
+  EXPECT_EQ(spec->drain_delay, std::chrono::milliseconds(1500));
+  EXPECT_EQ(spec->host_timeout, std::chrono::seconds(4));
+  EXPECT_EQ(spec->controller_lease, std::chrono::seconds(6));
+  // The stored spec is the spec: a resuming controller reads back what this one ran.
+  EXPECT_EQ(DeploySpecToJson(DeploySpecFromJson(DeploySpecToJson(*spec)).value()),
+            DeploySpecToJson(*spec));
+
+  // An agent list in the file: one URL or several.
+  DeployRequest listed;
+  ASSERT_TRUE(ApplyDeploySpec(
+                  "agent: [http://10.0.0.2:7080, http://10.0.0.3:7080]\n", "s.yaml",
+                  [](std::string_view) { return false; }, listed)
+                  .ok());
+  EXPECT_EQ(listed.agent.size(), 2u);
+
+  for (const auto& [surge, unavailable, canary, why] :
+       std::vector<std::tuple<std::string, std::string, std::string, std::string>>{
+           {"0", "0", "", "are both 0"},
+           {"150%", "0", "", "--max-surge is '150%'"},
+           {"1", "x", "", "--max-unavailable is 'x'"},
+           {"1", "0", "6", "is all of them"}}) {
+    DeployRequest bad = args;
+    bad.max_surge = surge;
+    bad.max_unavailable = unavailable;
+    bad.canary = canary;
+    const auto refused = DeploySpecOf(bad);
+    EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument) << why;
+    EXPECT_NE(refused.status().message().find(why), std::string::npos)
+        << refused.status().message();
+  }
+  DeployRequest both = args;
+  both.agent = {"http://10.0.0.2:7080"};
+  EXPECT_NE(DeploySpecOf(both).status().message().find("not both"), std::string::npos);
 }
 
 }  // namespace

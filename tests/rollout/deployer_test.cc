@@ -400,6 +400,58 @@ TEST_F(FleetDeployerTest, AFailingThirdBatchRevertsOldInstancesBackBeforeNewOnes
               HasSubstr("the stopped old instances are READY again"));
 }
 
+// A controller that stops mid-batch (here: its record says another took over, so it touches
+// nothing more) leaves a record from which another controller finishes the deploy: no instance
+// started twice, none left behind.
+TEST_F(FleetDeployerTest, AnotherControllerResumesFromTheRecordWithoutDuplicates) {
+  nlohmann::json at_handover;
+  std::vector<DeployHost> hosts;
+  for (std::size_t h = 0; h < platforms_.size(); ++h) {
+    hosts.push_back(DeployHost{"host-" + std::to_string(h + 2), "", "", 0, platforms_[h].get()});
+  }
+  const auto ready = [this](const std::string& service) -> Result<std::map<std::string, bool>> {
+    return Ready(service);
+  };
+  const auto drain = [this](const std::string&, const std::string& id) -> Result<bool> {
+    std::lock_guard lock(mu_);
+    draining_.insert(id);
+    return true;
+  };
+  {
+    Deployer first(
+        hosts, ready,
+        [&](const std::string&, const nlohmann::json& record) {
+          // Batch 2 has started its new instances: the first controller is gone from here on.
+          if (!at_handover.is_null()) return AbortedError("deploy taken over by test");
+          if (record.value("new_instances", nlohmann::json::array()).size() == 4) {
+            at_handover = record;
+            return AbortedError("deploy taken over by test");
+          }
+          return Status::Ok();
+        },
+        clock_, {}, drain);
+    const DeployOutcome stopped = first.Run(Spec("v2"), {}, "first");
+    EXPECT_NE(stopped.reason.find("taken over by test"), std::string::npos) << stopped.reason;
+  }
+  ASSERT_FALSE(at_handover.is_null());
+  EXPECT_EQ(Ids(1).size(), 3u);  // host 3 mid-batch: one v1 stopped first, one left, two v2
+  const std::size_t starts_before = platforms_[1]->started().size();
+
+  Deployer second(
+      hosts, ready, [](const std::string&, const nlohmann::json&) { return Status::Ok(); }, clock_,
+      {}, drain);
+  const DeployOutcome out = second.Resume(at_handover, {}, "second");
+  ASSERT_EQ(out.verdict, Verdict::kPass) << out.reason;
+  EXPECT_THAT(Ids(0), ElementsAre("zone-v2-1", "zone-v2-4"));
+  EXPECT_THAT(Ids(1), ElementsAre("zone-v2-2", "zone-v2-5"));
+  EXPECT_THAT(Ids(2), ElementsAre("zone-v2-3", "zone-v2-6"));
+  // Host 3's new instances were asked to start again and were found running: no second copy.
+  EXPECT_EQ(platforms_[1]->started().size() - starts_before, 2u);
+  EXPECT_THAT(out.record["timeline"].dump(),
+              HasSubstr("zone-v2-2 on host-3 runs already (started before the takeover)"));
+  EXPECT_EQ(out.record["controller"]["owner"], "second");
+}
+
 TEST_F(FleetDeployerTest, ACrashingCanaryFailsBeforeAnyOtherHostIsTouched) {
   DeploySpec spec = Spec("v3");
   spec.canary = Amount{1, false};

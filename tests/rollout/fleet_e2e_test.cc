@@ -534,6 +534,28 @@ TEST_F(FleetTest, RolloutPromotesPausesResumesAndAbortsADeploy) {
   EXPECT_NE(late.out.find("is not running"), std::string::npos) << late.out;
 }
 
+// --agents picks hosts by label: only the matching agents get instances; none matching is a
+// usage error that says what is registered.
+TEST_F(FleetTest, AnAgentSelectorPlacesOnlyOnMatchingHosts) {
+  ASSERT_TRUE(Eventually([&] { return Instances("drover-agent").size() == kHosts.size(); }, 20s));
+  const std::string base = std::string(DROVER_BINARY) +
+                           " --log-level warn deploy zone --version v1 --instances 2 "
+                           "--max-surge 100% --min-healthy-ms 1000 --check-delay-ms 500 "
+                           "--registry http://127.0.0.1:" +
+                           std::to_string(registry_.http);
+  std::string command;
+  for (const std::string& arg : ZoneCommand()) command += " '" + arg + "'";
+  const auto none = drover::testing::RunCommand(base + " --agents zone=nowhere --" + command);
+  EXPECT_EQ(none.exit_code, 2) << none.out;
+  EXPECT_NE(none.out.find("no READY agent matches --agents 'zone=nowhere' (registered: agent-"),
+            std::string::npos)
+      << none.out;
+  const auto placed = drover::testing::RunCommand(base + " --agents zone=zone-1 --" + command);
+  ASSERT_EQ(placed.exit_code, 0) << placed.out;
+  EXPECT_EQ(Fleet("zone"),
+            (std::vector<std::string>{"127.0.0.3 zone-v1-1 v1", "127.0.0.3 zone-v1-2 v1"}));
+}
+
 // The controller SIGKILLed in the middle of a batch: its lease in the record lapses, and
 // `drover rollout resume` takes the deploy over from the stored state and finishes it. Every
 // agent and the registry then hold exactly the new version: no orphan, no duplicate.
