@@ -271,15 +271,36 @@ Result<std::vector<AgentTarget>> AgentTargets(const std::vector<std::string>& ur
   return out;
 }
 
-DeployOutcome DeployThroughAgents(const std::vector<AgentHost>& agents, net::HttpClient registry,
-                                  Clock& clock, const DeploySpec& spec, std::stop_token stop) {
+namespace {
+
+// A deployer over `agents`, judged against the registry (readiness; DRAINING before a stop; the
+// entries stopped instances left behind), keeping its record through `log` and steered by the
+// requests `drover rollout` leaves in it.
+Deployer RegistryDeployer(const std::vector<AgentHost>& agents, const net::HttpClient& registry,
+                          Clock& clock, DeployLog log) {
   std::vector<DeployHost> hosts;
   for (const AgentHost& a : agents) hosts.push_back({a.name, a.url, a.zone, a.capacity, a.client});
-  RegistryDeployLog log(registry, ControllerName());
   Deployer deployer(
       std::move(hosts),
-      [&](const std::string& service) { return RegistryReadiness(registry, service); },
-      [&](const std::string& id, const json& record) {
+      [&registry](const std::string& service) { return RegistryReadiness(registry, service); },
+      std::move(log), clock,
+      [&registry](const std::string& service, const std::string& id) {
+        return RegistryForget(registry, service, id);
+      },
+      [&registry](const std::string& service, const std::string& id) {
+        return RegistryDrain(registry, service, id);
+      });
+  deployer.set_control([&registry](const std::string& id) { return ControlRequest(registry, id); });
+  return deployer;
+}
+
+}  // namespace
+
+DeployOutcome DeployThroughAgents(const std::vector<AgentHost>& agents, net::HttpClient registry,
+                                  Clock& clock, const DeploySpec& spec, std::stop_token stop) {
+  RegistryDeployLog log(registry, ControllerName());
+  Deployer deployer =
+      RegistryDeployer(agents, registry, clock, [&](const std::string& id, const json& record) {
         // The registry's copy is the deploy's; each agent keeps one for its dashboard panel.
         const Status kept = log.Save(id, record);
         for (const AgentHost& a : agents) {
@@ -288,22 +309,12 @@ DeployOutcome DeployThroughAgents(const std::vector<AgentHost>& agents, net::Htt
           }
         }
         return kept;
-      },
-      clock,
-      [&](const std::string& service, const std::string& id) {
-        return RegistryForget(registry, service, id);
-      },
-      [&](const std::string& service, const std::string& id) {
-        return RegistryDrain(registry, service, id);
       });
-  deployer.set_control([&](const std::string& id) { return ControlRequest(registry, id); });
   return deployer.Run(spec, std::move(stop), ControllerName());
 }
 
 DeployOutcome ResumeThroughAgents(const json& deploy, const std::vector<AgentHost>& agents,
                                   net::HttpClient registry, Clock& clock, std::stop_token stop) {
-  std::vector<DeployHost> hosts;
-  for (const AgentHost& a : agents) hosts.push_back({a.name, a.url, a.zone, a.capacity, a.client});
   json record = deploy.value("record", json::object());
   const std::string replaced = record.value("controller", json::object()).value("owner", "");
   // A takeover goes on: a pause asked of the dead controller is lifted.
@@ -311,17 +322,9 @@ DeployOutcome ResumeThroughAgents(const json& deploy, const std::vector<AgentHos
                        {"at_ms", ToUnixMillis(std::chrono::system_clock::now())}};
   RegistryDeployLog log(registry, ControllerName(), deploy.value("version", std::uint64_t{0}),
                         replaced);
-  Deployer deployer(
-      std::move(hosts),
-      [&](const std::string& service) { return RegistryReadiness(registry, service); },
-      [&](const std::string& id, const json& r) { return log.Save(id, r); }, clock,
-      [&](const std::string& service, const std::string& id) {
-        return RegistryForget(registry, service, id);
-      },
-      [&](const std::string& service, const std::string& id) {
-        return RegistryDrain(registry, service, id);
-      });
-  deployer.set_control([&](const std::string& id) { return ControlRequest(registry, id); });
+  Deployer deployer =
+      RegistryDeployer(agents, registry, clock,
+                       [&](const std::string& id, const json& r) { return log.Save(id, r); });
   return deployer.Resume(record, std::move(stop), ControllerName());
 }
 

@@ -232,6 +232,67 @@ class FleetTest : public ::testing::Test {
     return run;
   }
 
+  // Starts `drover deploy zone --version v2` through the registry at `registry_port` as a
+  // process, SIGKILLs it in batch 2 (127.0.0.3's new instances run, its gate has not passed) and
+  // returns the deploy's id.
+  std::string KillControllerInBatch2(std::uint16_t registry_port) {
+    std::vector<std::string> argv = {DROVER_BINARY,
+                                     "--log-level",
+                                     "warn",
+                                     "deploy",
+                                     "zone",
+                                     "--version",
+                                     "v2",
+                                     "--instances",
+                                     "6",
+                                     "--agents",
+                                     "all",
+                                     "--registry",
+                                     "http://127.0.0.1:" + std::to_string(registry_port),
+                                     "--max-surge",
+                                     "1",
+                                     "--max-unavailable",
+                                     "1",
+                                     "--min-healthy-ms",
+                                     "1000",
+                                     "--check-delay-ms",
+                                     "500",
+                                     "--drain-delay-ms",
+                                     "500",
+                                     "--controller-lease-ms",
+                                     "2000",
+                                     "--"};
+    for (const std::string& arg : ZoneCommand()) argv.push_back(arg);
+    ChildProcess controller(argv);
+    EXPECT_TRUE(Eventually(
+        [&] {
+          const auto on_host = AgentVersions(agents_[1], "zone");
+          return std::count_if(on_host.begin(), on_host.end(),
+                               [](const auto& kv) { return kv.second == "v2"; }) == 2;
+        },
+        30s));
+    controller.Signal(SIGKILL);
+    controller.Wait();
+    const auto list =
+        json::parse(drover::testing::Http(registry_port, "GET", "/v1/deploys?service=zone").body,
+                    nullptr, false);
+    if (list.is_discarded() || list["deploys"].empty()) return "";
+    EXPECT_EQ(list["deploys"][0]["active"], true);
+    return list["deploys"][0]["id"];
+  }
+
+  // The six v2 instances a finished deploy leaves, two per host.
+  static std::vector<std::string> AllV2() {
+    std::vector<std::string> expected;
+    for (std::size_t h = 0; h < kHosts.size(); ++h) {
+      for (int n : {1, 4}) {
+        expected.push_back(kHosts[h] + " zone-v2-" + std::to_string(n + static_cast<int>(h)) +
+                           " v2");
+      }
+    }
+    return expected;
+  }
+
   // A deploy's record as the registry keeps it.
   json stored_record(const std::string& id) {
     const auto reply = drover::testing::Http(registry_.http, "GET", "/v1/deploys/" + id);
@@ -321,12 +382,7 @@ TEST_F(FleetTest, RollingDeployCanaryAndRevertAcrossThreeHostsLoseNoPlayer) {
   const DeployRun v2 = Deploy("v2", ZoneCommand());
   ASSERT_EQ(v2.exit_code, 0) << v2.out;
   EXPECT_GE(v2.min_ready, 5);
-  std::vector<std::string> expected;
-  for (std::size_t h = 0; h < kHosts.size(); ++h) {
-    for (int n : {1, 4}) {
-      expected.push_back(kHosts[h] + " zone-v2-" + std::to_string(n + static_cast<int>(h)) + " v2");
-    }
-  }
+  const std::vector<std::string> expected = AllV2();
   EXPECT_EQ(Fleet("zone"), expected);
   ASSERT_EQ(v2.record["batches"].size(), 3u) << v2.out;
   for (const json& batch : v2.record["batches"]) {
@@ -563,35 +619,8 @@ TEST_F(FleetTest, AControllerKilledMidBatchIsResumedFromTheStoredDeploy) {
   ASSERT_TRUE(Eventually([&] { return Instances("drover-agent").size() == kHosts.size(); }, 20s));
   ASSERT_EQ(Deploy("v1", ZoneCommand()).exit_code, 0);
   const std::string registry = "http://127.0.0.1:" + std::to_string(registry_.http);
-  std::vector<std::string> argv = {DROVER_BINARY, "--log-level",
-                                   "warn",        "deploy",
-                                   "zone",        "--version",
-                                   "v2",          "--instances",
-                                   "6",           "--agents",
-                                   "all",         "--registry",
-                                   registry,      "--max-surge",
-                                   "1",           "--max-unavailable",
-                                   "1",           "--min-healthy-ms",
-                                   "1000",        "--check-delay-ms",
-                                   "500",         "--drain-delay-ms",
-                                   "500",         "--controller-lease-ms",
-                                   "2000",        "--"};
-  for (const std::string& arg : ZoneCommand()) argv.push_back(arg);
-  auto controller = std::make_unique<ChildProcess>(argv);
-  // In batch 2 (127.0.0.3): its new instances run, the gate has not passed yet.
-  ASSERT_TRUE(Eventually(
-      [&] {
-        const auto on_host = AgentVersions(agents_[1], "zone");
-        return std::count_if(on_host.begin(), on_host.end(),
-                             [](const auto& kv) { return kv.second == "v2"; }) == 2;
-      },
-      30s));
-  controller->Signal(SIGKILL);
-  controller->Wait();
-  const auto list =
-      json::parse(drover::testing::Http(registry_.http, "GET", "/v1/deploys?service=zone").body);
-  const std::string id = list["deploys"][0]["id"];
-  ASSERT_EQ(list["deploys"][0]["active"], true);
+  const std::string id = KillControllerInBatch2(registry_.http);
+  ASSERT_FALSE(id.empty());
 
   // While its lease holds, resume would only ask the (dead) controller; after it, a takeover.
   std::this_thread::sleep_for(2500ms);
@@ -607,13 +636,7 @@ TEST_F(FleetTest, AControllerKilledMidBatchIsResumedFromTheStoredDeploy) {
   const json record = stored_record(id);
   EXPECT_EQ(record["verdict"], "pass") << record["reason"];
   EXPECT_NE(record["timeline"].dump().find("resumed by"), std::string::npos);
-  std::vector<std::string> expected;
-  for (std::size_t h = 0; h < kHosts.size(); ++h) {
-    for (int n : {1, 4}) {
-      expected.push_back(kHosts[h] + " zone-v2-" + std::to_string(n + static_cast<int>(h)) + " v2");
-    }
-  }
-  EXPECT_EQ(Fleet("zone"), expected);
+  EXPECT_EQ(Fleet("zone"), AllV2());
   std::map<std::string, json> registered;
   ASSERT_TRUE(Eventually(
       [&] {
@@ -652,48 +675,14 @@ class EtcdFleetTest : public FleetTest {
 TEST_F(EtcdFleetTest, ADeployStartedThroughOneRegistryIsResumedThroughTheOther) {
   ASSERT_TRUE(Eventually([&] { return Instances("drover-agent").size() == kHosts.size(); }, 20s));
   ASSERT_EQ(Deploy("v1", ZoneCommand()).exit_code, 0);
-  std::vector<std::string> argv = {DROVER_BINARY,
-                                   "--log-level",
-                                   "warn",
-                                   "deploy",
-                                   "zone",
-                                   "--version",
-                                   "v2",
-                                   "--instances",
-                                   "6",
-                                   "--agents",
-                                   "all",
-                                   "--registry",
-                                   "http://127.0.0.1:" + std::to_string(registry_.http),
-                                   "--max-surge",
-                                   "1",
-                                   "--max-unavailable",
-                                   "1",
-                                   "--min-healthy-ms",
-                                   "1000",
-                                   "--check-delay-ms",
-                                   "500",
-                                   "--drain-delay-ms",
-                                   "500",
-                                   "--controller-lease-ms",
-                                   "2000",
-                                   "--"};
-  for (const std::string& arg : ZoneCommand()) argv.push_back(arg);
-  auto controller = std::make_unique<ChildProcess>(argv);
-  ASSERT_TRUE(Eventually(
-      [&] {
-        const auto on_host = AgentVersions(agents_[1], "zone");
-        return std::count_if(on_host.begin(), on_host.end(),
-                             [](const auto& kv) { return kv.second == "v2"; }) == 2;
-      },
-      30s));
-  controller->Signal(SIGKILL);
-  controller->Wait();
+  const std::string started = KillControllerInBatch2(registry_.http);
+  ASSERT_FALSE(started.empty());
   // The other registry sees the deploy, running, as the first stored it.
   const auto seen = json::parse(
       drover::testing::Http(other_.http, "GET", "/v1/deploys?service=zone").body, nullptr, false);
   ASSERT_FALSE(seen.is_discarded());
   const std::string id = seen["deploys"][0]["id"];
+  EXPECT_EQ(id, started);
   EXPECT_EQ(seen["deploys"][0]["active"], true);
   EXPECT_EQ(seen["deploys"][0]["record"]["version"], "v2");
 
@@ -703,13 +692,7 @@ TEST_F(EtcdFleetTest, ADeployStartedThroughOneRegistryIsResumedThroughTheOther) 
       " --registry http://127.0.0.1:" + std::to_string(other_.http));
   ASSERT_EQ(resumed.exit_code, 0) << resumed.out;
   std::cout << "--- resumed through the other registry: " << resumed.out;
-  std::vector<std::string> expected;
-  for (std::size_t h = 0; h < kHosts.size(); ++h) {
-    for (int n : {1, 4}) {
-      expected.push_back(kHosts[h] + " zone-v2-" + std::to_string(n + static_cast<int>(h)) + " v2");
-    }
-  }
-  EXPECT_EQ(Fleet("zone"), expected);
+  EXPECT_EQ(Fleet("zone"), AllV2());
   EXPECT_EQ(stored_record(id)["verdict"], "pass");
   ASSERT_TRUE(Eventually([&] { return ReadyCount("zone") == 6; }, 10s));
 }
