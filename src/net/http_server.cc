@@ -207,11 +207,31 @@ template <typename Stream>
 asio::awaitable<std::optional<HttpRequest>> HttpServer::Impl::Read(Stream& stream,
                                                                    beast::flat_buffer& buffer) {
   http::request_parser<http::string_body> parser;
-  parser.body_limit(options.max_body);
   parser.header_limit(static_cast<std::uint32_t>(options.max_header));
   beast::get_lowest_layer(stream).expires_after(options.idle_timeout);
   error_code ec;
-  co_await http::async_read(stream, buffer, parser, asio::redirect_error(asio::use_awaitable, ec));
+  // The head first: its path says how large a body may be. The parser checks a Content-Length
+  // when the head ends (against the largest limit, here), and chunked bodies as they come.
+  std::size_t body_limit = options.max_body;
+  for (const auto& [prefix, limit] : options.larger_bodies)
+    body_limit = std::max(body_limit, limit);
+  parser.body_limit(body_limit);
+  co_await http::async_read_header(stream, buffer, parser,
+                                   asio::redirect_error(asio::use_awaitable, ec));
+  if (!ec) {
+    const std::string_view target(parser.get().target().data(), parser.get().target().size());
+    body_limit = options.max_body;
+    for (const auto& [prefix, limit] : options.larger_bodies) {
+      if (target.starts_with(prefix)) body_limit = std::max(body_limit, limit);
+    }
+    parser.body_limit(body_limit);
+    if (parser.content_length() && *parser.content_length() > body_limit) {
+      ec = http::error::body_limit;
+    } else {
+      co_await http::async_read(stream, buffer, parser,
+                                asio::redirect_error(asio::use_awaitable, ec));
+    }
+  }
   if (!ec) co_return parser.release();
   if (ClientLeft(ec)) co_return std::nullopt;
   // A malformed or oversized request: answer once, then close (the stream is out of sync).
@@ -219,10 +239,10 @@ asio::awaitable<std::optional<HttpRequest>> HttpServer::Impl::Read(Stream& strea
   bad.version(11);
   HttpResponse res =
       ec == http::error::body_limit
-          ? ErrorResponse(bad,
-                          ResourceExhaustedError("body larger than " +
-                                                 std::to_string(options.max_body) + " bytes"),
-                          413)
+          ? ErrorResponse(
+                bad,
+                ResourceExhaustedError("body larger than " + std::to_string(body_limit) + " bytes"),
+                413)
           : ErrorResponse(bad, InvalidArgumentError("malformed HTTP request: " + ec.message()));
   res.keep_alive(false);
   co_await Write(stream, res);

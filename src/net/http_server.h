@@ -38,6 +38,8 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "drover/clock.h"
 #include "drover/status.h"
@@ -78,6 +80,8 @@ struct HttpServerOptions {
   int threads = 2;
   std::size_t max_connections = 4096;
   std::size_t max_body = 64 * 1024;
+  // Paths that may carry more (a deploy record of a large fleet): prefix -> body limit.
+  std::vector<std::pair<std::string, std::size_t>> larger_bodies;
   std::size_t max_header = 16 * 1024;
   Duration idle_timeout = std::chrono::seconds(60);  // a keep-alive connection without a request
   // Both set: HTTPS only, with this PEM certificate chain and private key.

@@ -652,6 +652,9 @@ Result<std::unique_ptr<HttpServer>> HttpServer::Start(Registry& registry, HttpOp
   so.threads = o.threads;
   so.max_connections = o.max_connections;
   so.max_body = o.max_body;
+  // A deploy record grows with its fleet (about 1 KiB per instance): up to 8 MiB, whatever
+  // --max-body says for the rest.
+  so.larger_bodies = {{"/v1/deploys/", 8 << 20}};
   so.idle_timeout = o.idle_timeout;
   so.tls_cert_file = o.tls_cert_file;
   so.tls_key_file = o.tls_key_file;

@@ -273,6 +273,20 @@ Result<std::vector<AgentTarget>> AgentTargets(const std::vector<std::string>& ur
 
 namespace {
 
+// What an agent keeps of a deploy's record for its dashboard panel: not the spec, placement and
+// old launches a resuming controller needs (those grow with the fleet, and an agent takes 64 KiB
+// bodies), and the newest 100 steps of the timeline.
+json AgentCopy(const json& record) {
+  json copy = record;
+  for (const char* bulky : {"spec", "placement", "old", "removals"}) copy.erase(bulky);
+  constexpr std::size_t kSteps = 100;
+  if (copy.contains("timeline") && copy["timeline"].size() > kSteps) {
+    json& steps = copy["timeline"];
+    steps.erase(steps.begin(), steps.end() - static_cast<std::ptrdiff_t>(kSteps));
+  }
+  return copy;
+}
+
 // A deployer over `agents`, judged against the registry (readiness; DRAINING before a stop; the
 // entries stopped instances left behind), keeping its record through `log` and steered by the
 // requests `drover rollout` leaves in it.
@@ -301,10 +315,12 @@ DeployOutcome DeployThroughAgents(const std::vector<AgentHost>& agents, net::Htt
   RegistryDeployLog log(registry, ControllerName());
   Deployer deployer =
       RegistryDeployer(agents, registry, clock, [&](const std::string& id, const json& record) {
-        // The registry's copy is the deploy's; each agent keeps one for its dashboard panel.
+        // The registry's copy is the deploy's; each agent keeps a summary for its dashboard
+        // panel.
         const Status kept = log.Save(id, record);
+        const json summary = AgentCopy(record);
         for (const AgentHost& a : agents) {
-          if (Status s = a.client->Record(id, record); !s.ok()) {
+          if (Status s = a.client->Record(id, summary); !s.ok()) {
             spdlog::warn("deploy {}: {} could not keep the record: {}", id, a.name, s.ToString());
           }
         }

@@ -122,6 +122,22 @@ TEST_F(HttpServerTest, BadRequestsOversizedBodiesAndBugsGetClearErrors) {
   EXPECT_EQ(Http(port(), "GET", "/echo").status, 200);
 }
 
+// A path given a larger limit (a deploy record of a large fleet) takes more; every other path
+// keeps max_body.
+TEST_F(HttpServerTest, APathWithALargerBodyLimitTakesMoreAndNoOtherDoes) {
+  HttpServerOptions o;
+  o.max_body = 1024;
+  o.larger_bodies = {{"/echo/large", 8192}};
+  Start(o);
+  const auto taken = Http(port(), "POST", "/echo/large", std::string(4096, 'x'));
+  EXPECT_EQ(taken.status, 200);
+  EXPECT_THAT(taken.body, HasSubstr("\"body\":4096"));
+  const auto over = Http(port(), "POST", "/echo/large", std::string(9000, 'x'));
+  EXPECT_EQ(over.status, 413);
+  EXPECT_THAT(over.body, HasSubstr("body larger than 8192 bytes"));
+  EXPECT_EQ(Http(port(), "POST", "/echo", std::string(4096, 'x')).status, 413);
+}
+
 TEST_F(HttpServerTest, KeepsAConnectionAliveAcrossRequests) {
   Start({});
   const auto replies = SendRaw(
