@@ -98,9 +98,15 @@ struct HostOptions {
   // host calls these during Shutdown, in this order.
   std::function<void()> stop_accepting;
   std::function<void(Duration budget)> drain;  // must return within `budget`
-  // The address registered for clients; default: the listener's bound address (required
-  // without `on_session`, or when listening on 0.0.0.0).
+  // The address registered for clients; default: the listener's bound address -- or, listening
+  // on 0.0.0.0, the first non-loopback IPv4 address of this host (required without
+  // `on_session`).
   std::string advertise;
+  // An address (or health probe address) in 127.0.0.0/8, ::1 or "localhost" reaches this machine
+  // only, so it is registered only with a registry reached on loopback too: with any other, other
+  // machines would dial themselves, and Start() fails FAILED_PRECONDITION saying so. Set this to
+  // register one anyway (a tunnel, a sidecar).
+  bool allow_loopback_address = false;
   std::string health = "127.0.0.1:0";  // /live and /ready; empty: no probe port
 
   std::vector<WarmupHook> warmup;

@@ -10,6 +10,7 @@
 #include "common/fencing.h"
 #include "common/host_port.h"
 #include "drover/discovery.h"
+#include "sdk/registry_channel.h"
 #include "sdk/socket_util.h"
 
 namespace drover::sdk {
@@ -181,6 +182,8 @@ Status HostCore::StartLocked() {
   // 2. The listener. Connections queue and are served from here on; the registry does not know
   // the instance yet.
   DROVER_ASSIGN_OR_RETURN(const std::string address, OpenListener());
+  DROVER_RETURN_IF_ERROR(CheckReachable("address", address));
+  if (health_) DROVER_RETURN_IF_ERROR(CheckReachable("health address", HealthAddress(address)));
 
   // 3. Ready: warm-up done, and every readiness check passes.
   phase_.store(Phase::kWarm);
@@ -214,6 +217,34 @@ Status HostCore::WarmUp(const std::string& name, std::stop_token stop) {
   return Status::Ok();
 }
 
+std::string HostCore::HealthAddress(const std::string& address) const {
+  if (!health_) return "";
+  // Gateways probe /ready here; the probe listens where the options said, on the bound port.
+  // A probe listening on every interface is reached where the instance is advertised.
+  HostPort probe =
+      ParseHostPort(options_.health, "health", {.allow_port_zero = true}).value_or(HostPort{});
+  if (auto advertised = ParseHostPort(address, "address"); probe.IsWildcard() && advertised.ok()) {
+    probe.host = advertised->host;
+    probe.kind = advertised->kind;
+  }
+  return probe.WithPort(health_->port()).ToString();
+}
+
+Status HostCore::CheckReachable(std::string_view what, const std::string& address) const {
+  if (options_.allow_loopback_address) return Status::Ok();
+  const auto host = ParseHostPort(address, what);
+  if (!host.ok() || !host->IsLoopback()) return Status::Ok();
+  const auto target = ParseRegistryTarget(options_.registry, options_.registry_ca);
+  if (!target.ok()) return Status::Ok();  // the channel reports it
+  const auto registry = ParseHostPort(target->address, "registry");
+  if (!registry.ok() || registry->IsLoopback()) return Status::Ok();
+  return FailedPreconditionError(
+      "host: the " + std::string(what) + " " + address + " is loopback, but the registry at " +
+      target->address +
+      " is not: other machines would reach themselves there. Listen on a routable address, set "
+      "advertise, or allow_loopback_address");
+}
+
 Result<std::string> HostCore::OpenListener() {
   std::string address = options_.advertise;
   if (options_.on_session) {
@@ -223,8 +254,14 @@ Result<std::string> HostCore::OpenListener() {
     sessions_.Serve(options_.on_session);
     if (address.empty()) address = sessions_.address();
     if (address.rfind("0.0.0.0:", 0) == 0) {
-      return InvalidArgumentError("host: listening on " + address +
-                                  "; set the advertised address clients should use");
+      // Every interface: clients are told this host's routable address.
+      const std::string routable = FirstRoutableIpv4();
+      if (routable.empty()) {
+        return InvalidArgumentError("host: listening on " + address +
+                                    " and this host has no non-loopback IPv4 address; set the "
+                                    "advertised address clients should use");
+      }
+      address = routable + address.substr(address.find(':'));
     }
   }
   return address;
@@ -290,18 +327,7 @@ Status HostCore::RegisterLocked(const char* why) {
   r.zone = options_.zone;
   r.version = options_.version;
   r.labels = options_.labels;
-  if (health_) {
-    // Gateways probe /ready here; the probe listens where the options said, on the bound port.
-    // A probe listening on every interface is reached where the instance is advertised.
-    HostPort probe =
-        ParseHostPort(options_.health, "health", {.allow_port_zero = true}).value_or(HostPort{});
-    if (auto advertised = ParseHostPort(address_, "address");
-        probe.IsWildcard() && advertised.ok()) {
-      probe.host = advertised->host;
-      probe.kind = advertised->kind;
-    }
-    r.labels[std::string(kHealthLabel)] = probe.WithPort(health_->port()).ToString();
-  }
+  if (health_) r.labels[std::string(kHealthLabel)] = HealthAddress(address_);
   r.accepting = CheckReadiness().ready;
   const Status s = writer_.Register(r, options_.call_timeout);
   if (s.ok()) {

@@ -63,6 +63,10 @@ class HostCore {
   Status WarmUp(const std::string& name, std::stop_token stop) DROVER_REQUIRES(lifecycle_mu_);
   // Returns the address to advertise.
   Result<std::string> OpenListener() DROVER_REQUIRES(lifecycle_mu_);
+  // The probe address registered as drover.health for `address` ("" without a probe port).
+  std::string HealthAddress(const std::string& address) const;
+  // FAILED_PRECONDITION when `address` is loopback and the registry is not (HostOptions).
+  Status CheckReachable(std::string_view what, const std::string& address) const;
   Status WaitUntilReady(MonoTime deadline, std::stop_token stop) DROVER_REQUIRES(lifecycle_mu_);
   Status RegisterAtStart(const std::string& name, const std::string& address, MonoTime deadline,
                          std::stop_token stop) DROVER_REQUIRES(lifecycle_mu_);

@@ -22,6 +22,10 @@ Result<Listening> ListenTcp(const std::string& address, int backlog, std::string
 // take it before the caller binds it: for tools that must name a port before a child binds it.
 std::uint16_t FreeLoopbackPort();
 
+// The first IPv4 address of an interface that is up and not loopback ("10.0.0.5"), or "" when
+// this host has none: what a server listening on 0.0.0.0 advertises.
+std::string FirstRoutableIpv4();
+
 // OK when `address` is an IPv4 "host:port" ListenTcp would accept.
 Status ValidateIpv4Address(const std::string& address, std::string_view what);
 

@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "common/fencing.h"
+#include "sdk/socket_util.h"
 #include "testing/eventually.h"
 #include "testing/free_port.h"
 #include "testing/http_client.h"
@@ -113,7 +114,7 @@ class FakeWriter final : public RegistryWriter {
 
 HostOptions Options() {
   HostOptions o;
-  o.registry = "unused:1";
+  o.registry = "127.0.0.1:1";  // unused: the writer is a fake
   o.service = "zone";
   o.instance_id = "z1";
   o.generation = 7;
@@ -181,6 +182,70 @@ TEST_F(HostCoreTest, WarmsUpThenListensThenRegistersNeverBefore) {
   EXPECT_EQ(testing::Http(host_->health_port(), "GET", "/ready").status, 200);
   EXPECT_EQ(testing::LineClient(port).Ask("hi"), "ok");
   EXPECT_EQ(host_->generation(), 7u);
+}
+
+// A loopback address reaches only this machine: registered with a registry elsewhere, every
+// other machine would dial itself. Refused then, unless allowed; fine with a registry on
+// loopback too (fleet tests put hosts on 127.0.0.2, 127.0.0.3, ...).
+TEST_F(HostCoreTest, ALoopbackAddressIsRegisteredOnlyWithARegistryOnLoopback) {
+  HostOptions remote = Options();
+  remote.registry = "10.1.2.3:7071";
+  Make(remote);
+  const Status refused = host_->Start();
+  EXPECT_EQ(refused.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(refused.message().find("is loopback, but the registry at 10.1.2.3:7071 is not"),
+            std::string::npos)
+      << refused.message();
+  EXPECT_TRUE(writer_.calls().empty());
+  host_->Shutdown();
+
+  HostOptions allowed = remote;
+  allowed.allow_loopback_address = true;
+  Make(allowed);
+  EXPECT_TRUE(host_->Start().ok());
+  host_->Shutdown();
+
+  HostOptions fleet = Options();
+  fleet.registry = "grpc://127.0.0.5:7071";
+  fleet.listen = "127.0.0.3:0";
+  Make(fleet);
+  ASSERT_TRUE(host_->Start().ok());
+  EXPECT_EQ(writer_.last_address().rfind("127.0.0.3:", 0), 0u) << writer_.last_address();
+  host_->Shutdown();
+}
+
+// The health probe follows the same rule: a routable instance with a loopback probe would have
+// remote gateways check themselves.
+TEST_F(HostCoreTest, ALoopbackHealthAddressIsRefusedWithARemoteRegistry) {
+  HostOptions o = Options();
+  o.registry = "10.1.2.3:7071";
+  o.advertise = "10.9.9.9:9000";
+  o.health = "127.0.0.1:0";
+  Make(o);
+  const Status refused = host_->Start();
+  EXPECT_EQ(refused.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(refused.message().find("the health address 127.0.0.1:"), std::string::npos)
+      << refused.message();
+  host_->Shutdown();
+}
+
+// Listening on every interface, the host advertises this machine's routable address (or says
+// it has none).
+TEST_F(HostCoreTest, ListeningOnEveryInterfaceAdvertisesARoutableAddress) {
+  HostOptions o = Options();
+  o.listen = "0.0.0.0:0";
+  o.health = "";
+  Make(o);
+  const Status started = host_->Start();
+  const std::string routable = FirstRoutableIpv4();
+  if (routable.empty()) {
+    EXPECT_EQ(started.code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(started.message().find("no non-loopback IPv4 address"), std::string::npos);
+  } else {
+    ASSERT_TRUE(started.ok()) << started.ToString();
+    EXPECT_EQ(writer_.last_address().rfind(routable + ":", 0), 0u) << writer_.last_address();
+  }
+  host_->Shutdown();
 }
 
 TEST_F(HostCoreTest, AFailedWarmupNeverRegisters) {
