@@ -632,10 +632,13 @@ DeployOutcome Deployer::Run(const DeploySpec& spec, std::stop_token stop, std::s
   progress.old = std::move(*old);
   auto plan = MakePlan(out, spec, *budget, others, progress);
   if (!plan.ok()) return Finish(std::move(out), Verdict::kFail, plan.status().message());
-  // The first record takes the service's running-deploy marker: a second deploy stops here.
+  // The first record takes the service's running-deploy marker: a second deploy stops here. A
+  // deploy that cannot be recorded could not be resumed either: it does not start.
   if (log_) {
-    if (Status first = log_(out.id, out.record); first.code() == StatusCode::kFailedPrecondition) {
-      out.reason = first.message();
+    if (Status first = log_(out.id, out.record); !first.ok()) {
+      out.reason = first.code() == StatusCode::kFailedPrecondition
+                       ? first.message()
+                       : "cannot record the deploy: " + first.message();
       out.record["verdict"] = "fail";
       out.record["reason"] = out.reason;
       spdlog::warn("deploy {}: refused: {}", out.id, out.reason);

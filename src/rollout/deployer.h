@@ -89,9 +89,11 @@ using MarkDraining = std::function<Result<bool>(const std::string& service, cons
 // What `drover rollout` asks of this deploy now: "pause", "resume", "abort", "promote", or ""
 // for nothing. Polled at every observation and between batches; an error counts as "".
 using ControlSource = std::function<std::string(const std::string& deploy_id)>;
-// Where deploy records go. Failures are logged, not fatal -- except ABORTED with "taken over" in
-// its message: another controller now runs the deploy, and this one stops at once, touching
-// nothing more.
+// Where deploy records go. The first write must succeed (a deploy that cannot be recorded could
+// not be resumed; FAILED_PRECONDITION: another deploy of the service runs): otherwise nothing
+// starts. Later failures are logged, not fatal -- except ABORTED with "taken over" in its
+// message: another controller now runs the deploy, and this one stops at once, touching nothing
+// more.
 using DeployLog = std::function<Status(const std::string& id, const nlohmann::json& record)>;
 
 struct DeployOutcome {

@@ -228,6 +228,25 @@ TEST_F(DeployerTest, NoDataSaysWhyInTheReason) {
 
 // The registry keeps one running deploy per service: when the first record is refused for that,
 // the deploy stops before it touches anything.
+TEST_F(DeployerTest, ADeployThatCannotBeRecordedDoesNotStart) {
+  Deployer deployer(
+      platform_,
+      [](const std::string&) -> Result<std::map<std::string, bool>> {
+        return std::map<std::string, bool>{};
+      },
+      [](const std::string&, const nlohmann::json&) {
+        return PermissionDeniedError(
+            "registry: token 'zone-servers' may not deploy service 'zone'");
+      },
+      clock_);
+  const DeployOutcome out = deployer.Run(Spec("v3"));
+  EXPECT_EQ(out.verdict, Verdict::kFail);
+  EXPECT_EQ(out.reason,
+            "cannot record the deploy: registry: token 'zone-servers' may not deploy service "
+            "'zone'");
+  EXPECT_EQ(platform_.calls().size(), 2u);  // only the fixture's starts
+}
+
 TEST_F(DeployerTest, ASecondDeployOfARunningServiceStopsBeforeTouchingAnything) {
   Deployer deployer(
       platform_,
