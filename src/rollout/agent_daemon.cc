@@ -14,6 +14,7 @@
 #include "drover/mutex.h"
 #include "rollout/agent_server.h"
 #include "rollout/supervisor.h"
+#include "sdk/registry_channel.h"
 
 namespace drover::rollout {
 namespace {
@@ -165,6 +166,11 @@ Result<std::unique_ptr<AgentDaemon>> AgentDaemon::Start(const AgentDaemonOptions
     return InvalidArgumentError("--tls-cert and --tls-key go together");
   }
   if (options.capacity < 0) return InvalidArgumentError("--capacity cannot be negative");
+  if (!options.registry.empty()) {
+    // A registry address that cannot work is a usage error now, not a retry loop later.
+    DROVER_RETURN_IF_ERROR(
+        sdk::ParseRegistryTarget(options.registry, options.registry_ca).status());
+  }
   DROVER_RETURN_IF_ERROR(impl->CheckAccess());
   DROVER_RETURN_IF_ERROR(impl->ResolveHost());
 
