@@ -250,6 +250,12 @@ TEST_F(GrpcChannelTest, ScaleOutReachesNewServersOnlyWithMaxConnectionAgeOrTheDr
     for (int i = 0; i < 10; ++i) {
       channels.push_back(OwnChannel("127.0.0.1:" + std::to_string(gw->port("whoami"))));
     }
+    // Every connection is made (and so pinned by the L4 balancer) before the scale-out: a
+    // channel that first connects after it, on a loaded machine, would land on a new server by
+    // right, and say nothing about the incident.
+    for (const auto& channel : channels) {
+      ASSERT_TRUE(channel->WaitForConnected(std::chrono::system_clock::now() + 10s));
+    }
     {
       Callers callers(channels);
       std::this_thread::sleep_for(500ms);
