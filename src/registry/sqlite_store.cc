@@ -446,22 +446,27 @@ Result<std::optional<StoredDeploy>> SqliteStore::GetDeploy(const std::string& id
 
 Result<std::vector<StoredDeploy>> SqliteStore::ListDeploys(const std::string& service,
                                                            std::size_t limit) {
-  Statement list(db_, service.empty()
-                          ? "SELECT id FROM deploys ORDER BY created_ms DESC, id DESC LIMIT ?2"
-                          : "SELECT id FROM deploys WHERE service = ?1 "
-                            "ORDER BY created_ms DESC, id DESC LIMIT ?2");
+  Statement list(db_,
+                 "SELECT d.id, d.service, d.record, d.version, d.created_ms, a.id IS NOT NULL "
+                 "FROM deploys d LEFT JOIN active_deploys a ON a.service = d.service AND "
+                 "a.id = d.id WHERE ?1 = '' OR d.service = ?1 "
+                 "ORDER BY d.created_ms DESC, d.id DESC LIMIT ?2");
   DROVER_RETURN_IF_ERROR(list.status());
-  if (!service.empty()) list.Bind(1, service);
+  list.Bind(1, service);
   list.Bind(2, static_cast<std::int64_t>(limit));
-  std::vector<std::string> ids;
-  int rc;
-  while ((rc = list.Step()) == SQLITE_ROW) ids.push_back(list.Text(0));
-  if (rc != SQLITE_DONE) return list.Error("list deploys", rc);
   std::vector<StoredDeploy> out;
-  for (const std::string& id : ids) {
-    DROVER_ASSIGN_OR_RETURN(auto d, ReadDeploy(db_, id));
-    if (d) out.push_back(std::move(*d));
+  int rc;
+  while ((rc = list.Step()) == SQLITE_ROW) {
+    StoredDeploy d;
+    d.id = list.Text(0);
+    d.service = list.Text(1);
+    d.record = list.Text(2);
+    d.version = static_cast<std::uint64_t>(list.Int(3));
+    d.created_ms = list.Int(4);
+    d.active = list.Int(5) != 0;
+    out.push_back(std::move(d));
   }
+  if (rc != SQLITE_DONE) return list.Error("list deploys", rc);
   return out;
 }
 

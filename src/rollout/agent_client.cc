@@ -304,7 +304,17 @@ Deployer RegistryDeployer(const std::vector<AgentHost>& agents, const net::HttpC
       [&registry](const std::string& service, const std::string& id) {
         return RegistryDrain(registry, service, id);
       });
-  deployer.set_control([&registry](const std::string& id) { return ControlRequest(registry, id); });
+  // The controller asks at every observation; the registry is read at most once a second.
+  deployer.set_control(
+      [&registry, last = std::string(),
+       read_at = std::chrono::steady_clock::time_point()](const std::string& id) mutable {
+        const auto now = std::chrono::steady_clock::now();
+        if (now - read_at >= std::chrono::seconds(1)) {
+          last = ControlRequest(registry, id);
+          read_at = now;
+        }
+        return last;
+      });
   return deployer;
 }
 
@@ -313,12 +323,19 @@ Deployer RegistryDeployer(const std::vector<AgentHost>& agents, const net::HttpC
 DeployOutcome DeployThroughAgents(const std::vector<AgentHost>& agents, net::HttpClient registry,
                                   Clock& clock, const DeploySpec& spec, std::stop_token stop) {
   RegistryDeployLog log(registry, ControllerName());
+  json agents_saw;  // what the agents were last sent, without its timeline
   Deployer deployer =
       RegistryDeployer(agents, registry, clock, [&](const std::string& id, const json& record) {
         // The registry's copy is the deploy's; each agent keeps a summary for its dashboard
         // panel.
         const Status kept = log.Save(id, record);
-        const json summary = AgentCopy(record);
+        // A lease renewal or one more step of the timeline is not worth a PUT to every agent.
+        json summary = AgentCopy(record);
+        summary.erase("controller");
+        json changes = summary;
+        changes.erase("timeline");
+        if (changes == agents_saw && !record.contains("finished_at_ms")) return kept;
+        agents_saw = std::move(changes);
         for (const AgentHost& a : agents) {
           if (Status s = a.client->Record(id, summary); !s.ok()) {
             spdlog::warn("deploy {}: {} could not keep the record: {}", id, a.name, s.ToString());

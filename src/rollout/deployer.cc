@@ -142,7 +142,7 @@ void Deployer::Save(DeployOutcome& out) {
   }
 }
 
-void Deployer::Renew(DeployOutcome& out, const DeploySpec&) {
+void Deployer::Renew(DeployOutcome& out) {
   if (clock_.Now() - saved_ >= lease_ / 3) Save(out);
 }
 
@@ -438,7 +438,7 @@ GateResult Deployer::Gate(DeployOutcome& out, const DeploySpec& spec,
       verdict = GateResult{Verdict::kFail, "aborted (drover rollout abort)"};
       break;
     }
-    Renew(out, spec);
+    Renew(out);
     if (taken_over_) {
       verdict = GateResult{Verdict::kFail, *taken_over_};
       break;
@@ -552,7 +552,7 @@ std::optional<std::string> Deployer::BetweenBatches(DeployOutcome& out, const De
       state = now;
     }
     if (now == "running") return std::nullopt;
-    Renew(out, spec);
+    Renew(out);
     if (taken_over_) return *taken_over_;
     clock_.SleepFor(spec.poll, stop);
   }
@@ -591,7 +591,7 @@ void Deployer::RestoreOld(DeployOutcome& out, const DeploySpec& spec, const Prog
                     "deadline; stopping the new ones anyway");
       return;
     }
-    Renew(out, spec);
+    Renew(out);
     clock_.SleepFor(spec.poll, {});
   }
   Note(out, "the stopped old instances are READY again");

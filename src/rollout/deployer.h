@@ -192,7 +192,7 @@ class Deployer {
   // The record's view of the progress: new instances started, old ones stopped.
   void RecordProgress(DeployOutcome& out, const Progress& progress);
   // Saves when the controller's claim needs renewing (a third of the lease has passed).
-  void Renew(DeployOutcome& out, const DeploySpec& spec);
+  void Renew(DeployOutcome& out);
   // The control request now (noted when it changes).
   std::string Requested(DeployOutcome& out);
   // Between batches: holds while paused, and after a canary until promoted or its pause is over;
