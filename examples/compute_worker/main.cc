@@ -28,8 +28,10 @@ int main(int argc, char** argv) {
   std::string redis = "127.0.0.1:6379";
   std::string mode = "ok";
   std::int64_t work_ms = 50;
-  app.add_option("--registry", options.registry,
-                 "Registry gRPC address: host:port, or grpcs://host:port for TLS")
+  app.add_option(
+         "--registry", options.registry,
+         "Registry gRPC address: host:port, or grpcs://host:port for TLS; several registries "
+         "of one cluster comma-separated (a:7071,b:7071): fails over between them")
       ->required();
   app.add_option("--registry-ca", options.registry_ca,
                  "CA certificate (PEM) the registry's TLS certificate is checked against; "

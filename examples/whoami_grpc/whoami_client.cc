@@ -21,7 +21,8 @@ int main(int argc, char** argv) {
   int calls = 60, interval_ms = 0, deadline_ms = 5000, keepalive_ms = 60'000,
       keepalive_timeout_ms = 10'000;
   app.add_option("--target", target, "One address, host:port (a plain gRPC channel)");
-  app.add_option("--registry", registry, "Registry gRPC address (Drover's channel)");
+  app.add_option("--registry", registry,
+                 "Registry gRPC address (Drover's channel); several comma-separated");
   app.add_option("--service", service, "Registry service")->capture_default_str();
   app.add_option("--calls", calls, "Calls to make")
       ->check(CLI::Range(1, 1'000'000))

@@ -51,8 +51,10 @@ int WhoamiServerMain(int argc, char** argv) {
   std::string listen = "127.0.0.1:0";
   std::int64_t max_age_ms = 60'000, permit_ms = 50'000, ttl_ms = 10'000, propagation_ms = 2000,
                drain_ms = 20'000;
-  app.add_option("--registry", options.registry,
-                 "Registry gRPC address: host:port, or grpcs://host:port for TLS")
+  app.add_option(
+         "--registry", options.registry,
+         "Registry gRPC address: host:port, or grpcs://host:port for TLS; several registries "
+         "of one cluster comma-separated (a:7071,b:7071): fails over between them")
       ->required();
   app.add_option("--registry-ca", options.registry_ca,
                  "CA certificate (PEM) the registry's TLS certificate is checked against; "

@@ -52,8 +52,10 @@ int ZoneServerMain(int argc, char** argv) {
   std::int64_t warmup_ms = 2000, ttl_ms = 10'000, propagation_ms = 2000, drain_ms = 20'000,
                grace_ms = 30'000;
   double crash_after = 0;
-  app.add_option("--registry", options.registry,
-                 "Registry gRPC address: host:port, or grpcs://host:port for TLS")
+  app.add_option(
+         "--registry", options.registry,
+         "Registry gRPC address: host:port, or grpcs://host:port for TLS; several registries "
+         "of one cluster comma-separated (a:7071,b:7071): fails over between them")
       ->required();
   app.add_option("--registry-ca", options.registry_ca,
                  "CA certificate (PEM) the registry's TLS certificate is checked against; "

@@ -4,8 +4,9 @@
 // applies every event to a ServiceView (generation-aware, with the empty-list guard) and
 // publishes an immutable snapshot; readers on any thread get values, never pointers into state
 // that changes. When the watch breaks, the client keeps serving the last good snapshot
-// (stale-if-error), polls List every `list_interval` and reconnects with backoff, resuming from
-// its revision (the registry replays what it missed, or sends a RESYNC). A failure is never an
+// (stale-if-error), polls List every `list_interval` and reconnects -- to the next registry of
+// its list at once, with capped backoff once every one has failed -- resuming from its revision
+// (the registry replays what it missed, or sends a RESYNC). A failure is never an
 // empty list: before the first answer Snapshot() is an error -- the registry's own refusal when it
 // gave one (UNAUTHENTICATED for a wrong or expired token), otherwise UNAVAILABLE.
 #pragma once
@@ -25,16 +26,25 @@ namespace drover {
 // ServerHost sets it, DiscoveryClient copies it into router::Endpoint::health.
 inline constexpr std::string_view kHealthLabel = "drover.health";
 
+// The initial-metadata key a registry sends as soon as a gRPC Watch is in place (its value: the
+// registry's revision then), so a client knows it is connected before any event arrives.
+inline constexpr char kWatchAcceptedHeader[] = "drover-watch-revision";
+
 struct DiscoveryOptions {
   // The registry: host:port, grpc://host:port or grpcs://host:port (TLS). With `registry_ca`
   // (a PEM file) the registry's certificate is checked against it, and TLS is implied; TLS
-  // without it checks against the system's trust store.
+  // without it checks against the system's trust store. Several registries of one cluster are
+  // comma-separated: the client watches one and fails over to the next, resuming from its
+  // revision (no gap, no duplicate event).
   std::string registry;
   std::string registry_ca;
   std::string service;
   std::string token;                                 // bearer token, if the registry wants one
   Duration list_interval = std::chrono::seconds(5);  // List polling while the watch is down
-  Duration reconnect_backoff = std::chrono::milliseconds(200);  // first retry; doubles to 5 s
+  // Retries: the next registry at once; once every one has failed, `reconnect_backoff`
+  // doubling to `reconnect_backoff_cap`, with jitter.
+  Duration reconnect_backoff = std::chrono::milliseconds(200);
+  Duration reconnect_backoff_cap = std::chrono::seconds(1);
   double max_drop_fraction = 0.5;  // see ServiceView: bigger drops need a second read
 };
 
@@ -43,6 +53,20 @@ struct DiscoverySnapshot {
   MonoTime heard_at{};     // when the registry last confirmed it (event, progress or list)
   bool connected = false;  // a watch stream is live
   bool degraded = false;   // the registry reported self-preservation for the service
+};
+
+// What the client has done so far, for tests, metrics and logs.
+struct DiscoveryStats {
+  std::uint64_t events = 0;   // PUT and DELETE events applied from watch streams
+  std::uint64_t deletes = 0;  // of which DELETE (an instance left or its lease lapsed)
+  std::uint64_t resyncs = 0;  // full snapshots taken from a watch (RESYNC)
+  std::uint64_t lists = 0;    // List calls answered
+  std::uint64_t watches = 0;  // watch streams the registry accepted
+  std::string registry;       // the registry endpoint the client uses now
+  bool connected = false;     // a watch stream is live
+  // The longest time without a live watch stream, since the first one was accepted; and the
+  // current one when disconnected now.
+  Duration longest_gap{};
 };
 
 class DiscoveryClient {
@@ -59,6 +83,7 @@ class DiscoveryClient {
   Result<DiscoverySnapshot> Snapshot() const;
   // How long since the registry last confirmed the snapshot (RT-2's staleness metric).
   Duration Age() const;
+  DiscoveryStats Stats() const;
   // Waits (real time) until the snapshot is at `revision` or later. False on timeout.
   bool WaitForRevision(std::uint64_t revision, std::chrono::milliseconds timeout) const;
   // Ends the watch and joins the thread. Idempotent.

@@ -75,6 +75,9 @@ struct HostOptions {
   // Who: the registry, the bearer token if it wants one, the service. The registry is
   // host:port, grpc://host:port or grpcs://host:port (TLS); `registry_ca` (PEM) is the CA its
   // certificate is checked against, and implies TLS (default: the system's trust store).
+  // Several registries of one cluster are comma-separated ("10.0.0.1:7071,10.0.0.2:7071"): a
+  // call that finds one down or too slow is retried on the next within `call_timeout`, with the
+  // same generation, so a registry's death costs no heartbeat.
   std::string registry;
   std::string registry_ca;
   std::string token;

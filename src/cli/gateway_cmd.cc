@@ -69,7 +69,8 @@ void AddGatewayCommand(CLI::App& app) {
       ->required()
       ->check(CLI::ExistingFile);
   cmd->add_option("--registry", args->registry,
-                  "Registry gRPC address, host:port or grpcs://host:port (overrides)");
+                  "Registry gRPC address, host:port or grpcs://host:port, or several of one "
+                  "cluster comma-separated (overrides)");
   cmd->add_option("--admin", args->admin,
                   "Admin address host:port for /metrics and /admin/snapshot, or 'off' (overrides)");
   cmd->add_option("--threads", args->threads, "io threads; 0: one per core (overrides)")

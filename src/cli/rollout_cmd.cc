@@ -99,9 +99,11 @@ void AddAgentCommand(CLI::App& app) {
   a->add_flag("--insecure", args->insecure,
               "Allow a non-loopback --listen without --auth-tokens (anyone who reaches it can run "
               "commands on this host; logged loudly)");
-  a->add_option("--registry", args->registry,
-                "The registry's gRPC address (host:port, grpc://, grpcs://): the agent registers "
-                "there as service drover-agent, where `drover deploy --agents` finds it");
+  a->add_option(
+      "--registry", args->registry,
+      "The registry's gRPC address (host:port, grpc://, grpcs://; several comma-separated): "
+      "the agent registers "
+      "there as service drover-agent, where `drover deploy --agents` finds it");
   a->add_option("--registry-ca", args->registry_ca, "CA certificate (PEM) for a grpcs:// registry")
       ->check(CLI::ExistingFile);
   a->add_option("--token", args->token,

@@ -54,6 +54,18 @@ class MapReader {
     out = milliseconds(ms);
     return Status::Ok();
   }
+  // A string, or a list of strings joined with commas (a list of addresses either way).
+  Status GetList(const char* key, std::string& out) {
+    const YAML::Node value = node(key);
+    if (!value || !value.IsSequence()) return Get(key, out);
+    std::string joined;
+    for (const YAML::Node& item : value) {
+      if (!item.IsScalar()) return InvalidArgumentError(Path(key) + ": wrong type");
+      joined += (joined.empty() ? "" : ",") + item.as<std::string>();
+    }
+    out = joined;
+    return Status::Ok();
+  }
   Status NoUnknownKeys() const {
     for (const auto& kv : node_) {
       const std::string key = kv.first.as<std::string>();
@@ -242,7 +254,8 @@ std::string_view PolicyName(Policy policy) {
 }
 
 Status ValidateGatewayConfig(const GatewayConfig& c) {
-  if (c.registry.empty()) return InvalidArgumentError("registry: required (gRPC host:port)");
+  if (c.registry.empty())
+    return InvalidArgumentError("registry: required (gRPC host:port, or several comma-separated)");
   if (auto target = sdk::ParseRegistryTarget(c.registry, c.registry_ca); !target.ok()) {
     return target.status();
   }
@@ -311,7 +324,7 @@ Result<GatewayConfig> ParseGatewayConfig(const std::string& yaml) {
   try {
     MapReader r(root, "config");
     DROVER_CONFIG_TRY(r.Check());
-    DROVER_CONFIG_TRY(r.Get("registry", c.registry));
+    DROVER_CONFIG_TRY(r.GetList("registry", c.registry));
     DROVER_CONFIG_TRY(r.Get("registry_ca", c.registry_ca));
     DROVER_CONFIG_TRY(r.Get("token", c.token));
     DROVER_CONFIG_TRY(r.Get("threads", c.threads));

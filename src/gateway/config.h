@@ -2,7 +2,8 @@
 // The gateway's configuration: listeners, each bound to one service with a routing policy (tcp)
 // or routing HTTP requests by path prefix to services (http).
 //
-//   registry: 127.0.0.1:7071        # gRPC address of the registry; grpcs://host:port for TLS
+//   registry: 127.0.0.1:7071        # gRPC address of the registry; grpcs://host:port for TLS;
+//                                   # several of one cluster: "a:7071,b:7071" or a YAML list
 //   registry_ca: /etc/drover/ca.pem # CA of the registry's certificate (implies TLS)
 //   token: ...                      # bearer token, if the registry wants one
 //   threads: 2                      # io threads (default: the number of cores)

@@ -227,6 +227,16 @@ void WriteUpstreamMetrics(metrics::TextWriter& out, const Gateway::Impl::Upstrea
     out.Gauge("drover_gateway_discovery_age_seconds",
               "Time since the registry last confirmed the routing table.", Seconds(age), labels);
   }
+  if (const auto figures = u.upstream->DiscoveryFigures()) {
+    out.Gauge("drover_gateway_discovery_connected", "1 while a watch stream to a registry is live.",
+              figures->connected ? 1 : 0, labels);
+    out.Gauge("drover_gateway_discovery_longest_gap_seconds",
+              "Longest time without a live watch stream since the first one.",
+              Seconds(figures->longest_gap), labels);
+    out.Counter("drover_gateway_discovery_watches_total",
+                "Watch streams a registry accepted (each failover or reconnect adds one).",
+                static_cast<double>(figures->watches), labels);
+  }
   const auto& table = *snapshot->router->table;
   for (std::size_t k = 0; k < table.size(); ++k) {
     metrics::Labels il = labels;

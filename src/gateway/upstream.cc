@@ -170,6 +170,11 @@ Duration Upstream::DiscoveryAge() const {
   return discovery_ ? discovery_->Age() : Duration::zero();
 }
 
+std::optional<DiscoveryStats> Upstream::DiscoveryFigures() const {
+  if (!discovery_) return std::nullopt;
+  return discovery_->Stats();
+}
+
 Result<std::size_t> Upstream::Pick(const UpstreamSnapshot& snapshot, std::uint64_t key_hash,
                                    const std::vector<std::size_t>& exclude, MonoTime now,
                                    router::RandomSource& random) const {

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -85,6 +86,9 @@ class Upstream {
 
   // Discovery's staleness (RT-2), for metrics and the admin view; max() before the first answer.
   Duration DiscoveryAge() const;
+  // The discovery client's figures (the registry in use, connected, longest gap); empty in tests
+  // without one.
+  std::optional<DiscoveryStats> DiscoveryFigures() const;
   const ListenerConfig& listener() const { return listener_; }
 
   void Stop();

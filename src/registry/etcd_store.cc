@@ -151,6 +151,16 @@ Result<Tombstone> DecodeTombstone(const std::string& value, RemovalReason* reaso
   }
 }
 
+// <prefix>/degraded: {"services": [...]}. Undecodable: none (and a warning), never a stuck flag.
+std::vector<std::string> DecodeDegraded(const std::string& value) {
+  try {
+    return json::parse(value).at("services").get<std::vector<std::string>>();
+  } catch (const std::exception& e) {
+    spdlog::warn("registry: undecodable self-preservation state in etcd: {}", e.what());
+    return {};
+  }
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------
@@ -158,7 +168,7 @@ Result<Tombstone> DecodeTombstone(const std::string& value, RemovalReason* reaso
 struct EtcdStore::Impl {
   EtcdOptions options;
   std::string instances_prefix, tombstones_prefix, renewals_prefix, expirer_key, renewal_key,
-      last_key;
+      last_key, degraded_key;
   std::shared_ptr<grpc::Channel> channel;
   std::unique_ptr<pb::KV::Stub> kv;
   std::unique_ptr<pb::Watch::Stub> watch;
@@ -348,8 +358,13 @@ Result<StoreState> EtcdStore::Impl::Load() {
   std::vector<mvccpb::KeyValue> instances, tombstones;
   DROVER_RETURN_IF_ERROR(RangeAll(instances_prefix, revision, instances));
   DROVER_RETURN_IF_ERROR(RangeAll(tombstones_prefix, revision, tombstones));
+  std::vector<mvccpb::KeyValue> degraded;
+  DROVER_RETURN_IF_ERROR(RangeAll(degraded_key, revision, degraded));
   StoreState state;
   state.revision = static_cast<std::uint64_t>(revision);
+  for (const mvccpb::KeyValue& kv_pair : degraded) {
+    if (kv_pair.key() == degraded_key) state.degraded = DecodeDegraded(kv_pair.value());
+  }
   for (const mvccpb::KeyValue& kv_pair : instances) {
     auto name = SplitKey(kv_pair.key(), instances_prefix);
     if (!name) continue;
@@ -391,7 +406,9 @@ void EtcdStore::Impl::Deliver(const pb::WatchResponse& response) {
         if (!put || key == renewal_key) continue;
         std::vector<LeaseRenewal> renewals;
         try {
-          for (const json& r : json::parse(e.kv().value()).at("r")) {
+          // Named: a range-for over a member of a temporary would iterate a destroyed object.
+          const json batch = json::parse(e.kv().value());
+          for (const json& r : batch.at("r")) {
             renewals.push_back(LeaseRenewal{r.at(0).get<std::string>(), r.at(1).get<std::string>(),
                                             r.at(2).get<std::uint64_t>()});
           }
@@ -400,6 +417,10 @@ void EtcdStore::Impl::Deliver(const pb::WatchResponse& response) {
           continue;
         }
         listener->OnRenewals(renewals);
+        continue;
+      }
+      if (key == degraded_key) {
+        listener->OnDegraded(put ? DecodeDegraded(e.kv().value()) : std::vector<std::string>{});
         continue;
       }
       const bool instance = key.starts_with(instances_prefix);
@@ -705,6 +726,7 @@ Result<std::unique_ptr<EtcdStore>> EtcdStore::Open(EtcdOptions options) {
   impl->renewals_prefix = options.prefix + "/renewals/";
   impl->expirer_key = options.prefix + "/expirer";
   impl->last_key = options.prefix + "/last";
+  impl->degraded_key = options.prefix + "/degraded";
   impl->renewal_key = impl->renewals_prefix + options.process_name;
   grpc::ChannelArguments args;
   args.SetLoadBalancingPolicyName("round_robin");
@@ -838,6 +860,16 @@ void EtcdStore::ShareRenewals(const std::vector<LeaseRenewal>& renewals) {
 }
 
 Duration EtcdStore::RenewalDelay() const { return impl_->options.expiry_grace; }
+
+Status EtcdStore::ShareDegraded(const std::vector<std::string>& services) {
+  pb::PutRequest req;
+  req.set_key(impl_->degraded_key);
+  req.set_value(json{{"services", services}}.dump());
+  pb::PutResponse resp;
+  const grpc::Status s =
+      impl_->Retry([&](grpc::ClientContext& ctx) { return impl_->kv->Put(&ctx, req, &resp); });
+  return s.ok() ? Status::Ok() : FromGrpc(s, "sharing self-preservation");
+}
 
 const std::string& EtcdStore::process_name() const { return impl_->options.process_name; }
 

@@ -11,6 +11,8 @@
 //   <prefix>/expirer                    the process that expires leases (with its session lease)
 //   <prefix>/renewals/<process>         the lease renewals a process accepted in its last batch
 //                                       (with its session lease)
+//   <prefix>/degraded                   the services the expirer holds in self-preservation, so
+//                                       every process reports the same `degraded`
 //   <prefix>/deploys/<service>/<id>     a deploy (JSON: its record and when it was first stored);
 //                                       its version is etcd's per-key version
 //   <prefix>/active/<service>           the id of the service's running deploy
@@ -88,6 +90,7 @@ class EtcdStore final : public Store {
   bool Expirer() const override;
   Result<std::uint64_t> CommitAsExpirer(const std::vector<Write>& writes) override;
   void ShareRenewals(const std::vector<LeaseRenewal>& renewals) override;
+  Status ShareDegraded(const std::vector<std::string>& services) override;
   Duration RenewalDelay() const override;
 
   const std::string& process_name() const;

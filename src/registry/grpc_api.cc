@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "common/tokens.h"
+#include "drover/discovery.h"
 #include "drover/mutex.h"
 #include "drover/registry/v1/registry.grpc.pb.h"
 #include "registry/client_limits.h"
@@ -278,6 +279,10 @@ class RegistryService final
       if (stopping_) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "registry is stopping");
       watches_.insert(w);
     }
+    // Headers now, before any event: the client knows its watch is in place even while nothing
+    // changes (a client failing over measures its gap by this).
+    ctx->AddInitialMetadata(kWatchAcceptedHeader, std::to_string(registry_.revision()));
+    writer->SendInitialMetadata();
     pb::Event event;
     bool open = true;
     while (open && !ctx->IsCancelled()) {

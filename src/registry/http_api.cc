@@ -331,8 +331,17 @@ Response HttpServer::Impl::Handle(const Request& req) {
   }
   if (path == "/ready") {
     if (auto r = only(http::verb::get)) return *r;
+    // Ready, and whether any service is in self-preservation (the same on every registry of a
+    // cluster): a load balancer keeps sending, an operator sees why leases stopped expiring.
+    nlohmann::json degraded = nlohmann::json::array();
+    for (const auto& svc : registry.Services()) {
+      if (svc.degraded) degraded.push_back(svc.name);
+    }
     return JsonResponse(req, http::status::ok,
-                        {{"status", "ready"}, {"revision", registry.revision()}});
+                        {{"status", "ready"},
+                         {"revision", registry.revision()},
+                         {"degraded", !degraded.empty()},
+                         {"degraded_services", std::move(degraded)}});
   }
   if ((path == "/" || path == "/ui") && (method == http::verb::get || method == http::verb::head)) {
     return Redirect(req, q == std::string_view::npos ? "/ui/" : "/ui/?" + std::string(query));

@@ -134,6 +134,8 @@ namespace {
 constexpr Duration kFeedWait = std::chrono::seconds(10);
 // A write that keeps losing compare-and-set races to other registry processes gives up.
 constexpr int kMaxAttempts = 8;
+// How long a watch from a revision this registry has not applied yet waits for its feed.
+constexpr Duration kWatchCatchUp = std::chrono::seconds(2);
 
 }  // namespace
 
@@ -160,6 +162,8 @@ Result<std::unique_ptr<Registry>> Registry::Open(std::unique_ptr<Store> store, C
       Key key{t.service, t.id};
       registry->tombstones_[std::move(key)] = std::move(t);
     }
+    // Until this process expires leases itself, self-preservation is what the expirer says.
+    for (const std::string& name : state.degraded) registry->services_[name].degraded = true;
     spdlog::info("registry: opened at revision {} with {} services, {} tombstones", revision,
                  registry->services_.size(), registry->tombstones_.size());
   }
@@ -376,6 +380,10 @@ void Registry::OnReset(StoreState state) {
     entry.instance = std::move(in);
   }
   services_ = std::move(services);
+  if (!expirer_.load()) {
+    for (auto& [name, svc] : services_) svc.degraded = false;
+    for (const std::string& name : state.degraded) services_[name].degraded = true;
+  }
   tombstones_.clear();
   for (Tombstone& t : state.tombstones) {
     Key key{t.service, t.id};
@@ -660,6 +668,11 @@ Result<std::shared_ptr<Watcher>> Registry::Watch(std::uint64_t from_revision,
   if (!service.empty()) {
     DROVER_RETURN_IF_ERROR(ValidateName("service", service, options_.limits));
   }
+  if (store_->shared() && from_revision > revision()) {
+    // A client failing over from another registry of the cluster may have seen commits this one's
+    // feed has not delivered yet: wait for them rather than refuse a revision that exists.
+    (void)store_->WaitDelivered(from_revision, kWatchCatchUp);
+  }
   MutexLock lock(mu_);
   if (from_revision > revision_) {
     return OutOfRangeError("watch from revision " + std::to_string(from_revision) +
@@ -691,10 +704,12 @@ Result<std::shared_ptr<Watcher>> Registry::Watch(std::uint64_t from_revision,
 
 Status Registry::Tick() {
   Status first;
-  if (store_->Expirer()) {  // on a shared store, only the elected process expires and prunes
+  expirer_.store(store_->Expirer());
+  if (expirer_.load()) {  // on a shared store, only the elected process expires and prunes
     first = ExpireLeases();
     Status pruned = PruneTombstones();
     if (first.ok()) first = pruned;
+    if (shared_) ShareDegraded();
   }
   MutexLock lock(mu_);
   SendProgress(clock_.Now());
@@ -797,6 +812,53 @@ Status Registry::ExpireLeases() {
   }
   return first;
 }
+std::vector<std::string> Registry::DegradedServices() const {
+  std::vector<std::string> out;
+  for (const auto& [name, svc] : services_) {
+    if (svc.degraded) out.push_back(name);
+  }
+  return out;
+}
+
+void Registry::SetDegradedLocked(const std::vector<std::string>& services, MonoTime now) {
+  const std::set<std::string> wanted(services.begin(), services.end());
+  for (const std::string& name : wanted) services_.try_emplace(name);
+  for (auto& [name, svc] : services_) {
+    const bool degraded = wanted.contains(name);
+    if (svc.degraded == degraded) continue;
+    spdlog::info("registry: service {} {} self-preservation (as the expirer decided)", name,
+                 degraded ? "entered" : "left");
+    svc.degraded = degraded;
+    AnnounceDegraded(name, now);
+  }
+  std::erase_if(services_,
+                [](const auto& kv) { return kv.second.instances.empty() && !kv.second.degraded; });
+}
+
+void Registry::ShareDegraded() {
+  MutexLock write_lock(write_mu_);
+  std::vector<std::string> degraded;
+  {
+    MutexLock lock(mu_);
+    degraded = DegradedServices();
+  }
+  if (shared_degraded_ && *shared_degraded_ == degraded) return;
+  if (Status s = store_->ShareDegraded(degraded); !s.ok()) {
+    spdlog::warn("registry: cannot tell the other registries about self-preservation yet: {}",
+                 s.ToString());
+    return;  // the next tick tries again
+  }
+  shared_degraded_ = std::move(degraded);
+}
+
+void Registry::OnDegraded(const std::vector<std::string>& services) {
+  MutexLock lock(mu_);
+  // Its own decision, echoed back. (Not store_->Expirer(): the feed delivers until the store is
+  // gone, store_ included.)
+  if (expirer_.load()) return;
+  SetDegradedLocked(services, clock_.Now());
+}
+
 void Registry::AnnounceDegraded(const std::string& service, MonoTime now) {
   for (const auto& weak : watchers_) {
     std::shared_ptr<Watcher> watcher = weak.lock();

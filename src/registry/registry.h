@@ -33,11 +33,13 @@
 // the Clock, which must outlive it.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <stop_token>
 #include <string>
@@ -212,6 +214,7 @@ class Registry final : private StoreListener {
   void OnReset(StoreState state) override;
   void OnRenewals(const std::vector<LeaseRenewal>& renewals) override;
   void OnFeedRestored() override;
+  void OnDegraded(const std::vector<std::string>& services) override;
 
   Status ValidateKey(const std::string& service, const std::string& id) const;
   // The live entry, or the error a write of `generation` to a missing/newer entry deserves.
@@ -229,6 +232,12 @@ class Registry final : private StoreListener {
   Status PruneTombstones() DROVER_EXCLUDES(write_mu_, mu_);
   void SendProgress(MonoTime now) DROVER_REQUIRES(mu_);
   void AnnounceDegraded(const std::string& service, MonoTime now) DROVER_REQUIRES(mu_);
+  std::vector<std::string> DegradedServices() const DROVER_REQUIRES(mu_);
+  // Self-preservation as the expirer decided it (a process that does not expire leases).
+  void SetDegradedLocked(const std::vector<std::string>& services, MonoTime now)
+      DROVER_REQUIRES(mu_);
+  // The expirer, on a shared store: tells the others when its set of degraded services changed.
+  void ShareDegraded() DROVER_EXCLUDES(write_mu_, mu_);
   void Enqueue(Watcher& watcher, EventPtr event, MonoTime now) DROVER_REQUIRES(mu_);
 
   std::unique_ptr<Store> store_;
@@ -244,6 +253,11 @@ class Registry final : private StoreListener {
   std::deque<EventPtr> history_ DROVER_GUARDED_BY(mu_);     // PUT/DELETE only
   std::uint64_t history_floor_ DROVER_GUARDED_BY(mu_) = 0;  // events <= this are gone
   std::vector<std::weak_ptr<Watcher>> watchers_ DROVER_GUARDED_BY(mu_);
+  // The degraded services last written to a shared store (none yet: write the first decision).
+  std::optional<std::vector<std::string>> shared_degraded_ DROVER_GUARDED_BY(write_mu_);
+  // Whether this process expired leases at its last Tick (the store's answer, kept for the feed's
+  // callbacks, which may run while the store is being destroyed).
+  std::atomic<bool> expirer_{false};
 };
 
 }  // namespace drover::registry

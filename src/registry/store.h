@@ -28,6 +28,8 @@ struct StoreState {
   std::uint64_t revision = 0;
   std::vector<Instance> instances;
   std::vector<Tombstone> tombstones;
+  // Shared stores: the services the expirer last reported in self-preservation (ShareDegraded).
+  std::vector<std::string> degraded;
 };
 
 // A deploy as the registry keeps it for the deploy controller: its record (the controller's JSON
@@ -89,6 +91,8 @@ class StoreListener {
   virtual void OnRenewals(const std::vector<LeaseRenewal>& renewals) = 0;
   // The feed is back after a break: renewals other processes accepted meanwhile may be lost.
   virtual void OnFeedRestored() = 0;
+  // The services the expirer now holds in self-preservation (its own reports included).
+  virtual void OnDegraded(const std::vector<std::string>& services) = 0;
 };
 
 // A private store is not thread-safe: the registry serialises every call. A shared store is
@@ -152,6 +156,12 @@ class Store {
   // a process that lost the role without noticing cannot expire anything.
   virtual Result<std::uint64_t> CommitAsExpirer(const std::vector<Write>& writes) {
     return Commit(writes);
+  }
+  // The expirer's services in self-preservation, for the other processes: every registry of a
+  // shared store reports the same `degraded` on lists, watches and /ready. Written when the set
+  // changes; the feed delivers it to every process (OnDegraded) and Load() returns the last one.
+  virtual Status ShareDegraded(const std::vector<std::string>& /*services*/) {
+    return Status::Ok();
   }
   // Lease renewals this process accepted, for the other processes (batched by the store).
   virtual void ShareRenewals(const std::vector<LeaseRenewal>& /*renewals*/) {}

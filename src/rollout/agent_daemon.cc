@@ -169,7 +169,7 @@ Result<std::unique_ptr<AgentDaemon>> AgentDaemon::Start(const AgentDaemonOptions
   if (!options.registry.empty()) {
     // A registry address that cannot work is a usage error now, not a retry loop later.
     DROVER_RETURN_IF_ERROR(
-        sdk::ParseRegistryTarget(options.registry, options.registry_ca).status());
+        sdk::ParseRegistryTargets(options.registry, options.registry_ca).status());
   }
   DROVER_RETURN_IF_ERROR(impl->CheckAccess());
   DROVER_RETURN_IF_ERROR(impl->ResolveHost());

@@ -9,6 +9,7 @@
 #include "drover/mutex.h"
 #include "drover/registry/v1/registry.grpc.pb.h"
 #include "sdk/registry_channel.h"
+#include "sdk/registry_failover.h"
 #include "sdk/service_view.h"
 #include "sdk/watch_decoder.h"
 
@@ -18,7 +19,6 @@ namespace pb = ::drover::registry::v1;
 
 namespace {
 
-constexpr Duration kMaxBackoff = std::chrono::seconds(5);
 constexpr auto kListDeadline = std::chrono::seconds(5);
 
 }  // namespace
@@ -27,6 +27,9 @@ struct DiscoveryClient::Impl {
   Impl(DiscoveryOptions opts, Clock& c)
       : options(std::move(opts)),
         clock(c),
+        failover(
+            sdk::SplitRegistries(options.registry),
+            sdk::RegistryFailoverOptions{options.reconnect_backoff, options.reconnect_backoff_cap}),
         view(options.service, sdk::ServiceViewOptions{options.max_drop_fraction}) {}
 
   void Run(std::stop_token stop);
@@ -37,12 +40,16 @@ struct DiscoveryClient::Impl {
   void Apply(const pb::Event& event);
   void Publish(bool connected);
   std::unique_ptr<grpc::ClientContext> NewContext() const;
-  // The call that Stop() cancels; false when stopping already.
+  // The call that Stop() cancels (nullptr: none); false when stopping.
   bool SetActive(grpc::ClientContext* ctx);
+  // A call on endpoint `index` failed: the failover moves on, and the next try waits as it says.
+  void Failed(std::size_t index, const grpc::Status& status);
 
   const DiscoveryOptions options;
   Clock& clock;
-  std::unique_ptr<pb::Registry::Stub> stub;
+  std::vector<std::unique_ptr<pb::Registry::Stub>> stubs;  // one per registry endpoint
+  sdk::RegistryFailover failover;
+  Duration retry_wait{};  // before the next watch, after a failure; owned by the thread
 
   // Owned by the client's thread.
   sdk::ServiceView view;
@@ -55,9 +62,17 @@ struct DiscoveryClient::Impl {
   mutable CondVar published_cv;
 
   // Why the registry has not answered, for Snapshot() before the first answer.
-  void NoteFailure(const grpc::Status& status);
+  void NoteFailure(std::size_t index, const grpc::Status& status);
   mutable Mutex failure_mu;
   Status last_failure DROVER_GUARDED_BY(failure_mu);
+
+  // A watch stream was accepted (true) or ended (false): the gap bookkeeping of Stats().
+  void NoteConnected(bool connected);
+  // The watch on endpoint `index` is in place.
+  void Accepted(std::size_t index);
+  mutable Mutex stats_mu;
+  DiscoveryStats stats DROVER_GUARDED_BY(stats_mu);
+  MonoTime disconnected_at DROVER_GUARDED_BY(stats_mu){};  // when the last stream ended
 
   Mutex active_mu;
   grpc::ClientContext* active DROVER_GUARDED_BY(active_mu) = nullptr;
@@ -77,7 +92,7 @@ bool DiscoveryClient::Impl::SetActive(grpc::ClientContext* ctx) {
   MutexLock lock(active_mu);
   if (stopping && ctx != nullptr) return false;
   active = ctx;
-  return true;
+  return !stopping;
 }
 
 void DiscoveryClient::Impl::Publish(bool connected) {
@@ -106,11 +121,18 @@ bool DiscoveryClient::Impl::ListOnce(bool confirming) {
   pb::ListRequest req;
   req.set_service(options.service);
   pb::ListReply reply;
-  const grpc::Status status = stub->List(ctx.get(), req, &reply);
-  SetActive(nullptr);
+  const std::size_t index = failover.current();
+  const grpc::Status status = stubs[index]->List(ctx.get(), req, &reply);
+  if (!SetActive(nullptr)) return false;  // stopping: a failure now is the cancel
   if (!status.ok()) {
-    NoteFailure(status);
+    NoteFailure(index, status);
+    Failed(index, status);
     return false;
+  }
+  failover.Succeeded(index);
+  {
+    MutexLock lock(stats_mu);
+    ++stats.lists;
   }
   std::vector<router::Endpoint> endpoints;
   endpoints.reserve(static_cast<std::size_t>(reply.instances_size()));
@@ -129,6 +151,12 @@ bool DiscoveryClient::Impl::ListOnce(bool confirming) {
 }
 
 void DiscoveryClient::Impl::Apply(const pb::Event& event) {
+  {
+    MutexLock lock(stats_mu);
+    if (event.type() == pb::Event::PUT || event.type() == pb::Event::DELETE) ++stats.events;
+    if (event.type() == pb::Event::DELETE) ++stats.deletes;
+    if (event.type() == pb::Event::RESYNC) ++stats.resyncs;
+  }
   if (sdk::ApplyWatchEvent(view, event, clock, degraded) == sdk::Applied::kNeedsConfirmation) {
     spdlog::warn("discovery {}: a RESYNC would drop most of the service; confirming by List",
                  options.service);
@@ -136,9 +164,45 @@ void DiscoveryClient::Impl::Apply(const pb::Event& event) {
   }
 }
 
-void DiscoveryClient::Impl::NoteFailure(const grpc::Status& status) {
+void DiscoveryClient::Impl::Accepted(std::size_t index) {
+  failover.Succeeded(index);
+  NoteConnected(true);
+  // The registry will send everything after the view's revision: the view is current as of now.
+  heard_at = clock.Now();
+  if (published.Load()) Publish(true);
+  if (outage_logged) {
+    spdlog::info("discovery {}: watching again on {} from revision {}", options.service,
+                 failover.endpoint(index), view.revision());
+    outage_logged = false;
+  }
+}
+
+void DiscoveryClient::Impl::NoteConnected(bool connected) {
+  const MonoTime now = clock.Now();
+  MutexLock lock(stats_mu);
+  if (connected) {
+    ++stats.watches;
+    if (stats.watches > 1) stats.longest_gap = std::max(stats.longest_gap, now - disconnected_at);
+  } else {
+    disconnected_at = now;
+  }
+  stats.connected = connected;
+}
+
+void DiscoveryClient::Impl::Failed(std::size_t index, const grpc::Status& status) {
+  const Status why(static_cast<StatusCode>(status.error_code()), status.error_message());
+  if (sdk::MayWorkElsewhere(why.code())) {
+    retry_wait = failover.Failed(index, why);
+  } else {
+    // A refusal (token, limits) or a revision this registry has not reached yet: the same
+    // registry, a little later.
+    retry_wait = options.reconnect_backoff_cap;
+  }
+}
+
+void DiscoveryClient::Impl::NoteFailure(std::size_t index, const grpc::Status& status) {
   Status failure(static_cast<StatusCode>(status.error_code()),
-                 "discovery " + options.service + ": the registry at " + options.registry +
+                 "discovery " + options.service + ": the registry at " + failover.endpoint(index) +
                      " answered: " + status.error_message());
   MutexLock lock(failure_mu);
   // A refusal (token, TLS) will not fix itself: say so once, loudly. Outages are logged by the
@@ -159,34 +223,41 @@ bool DiscoveryClient::Impl::WatchOnce() {
   pb::WatchRequest req;
   req.set_service(options.service);
   req.set_from_revision(view.revision());
-  auto reader = stub->Watch(ctx.get(), req);
+  const std::size_t index = failover.current();
+  auto reader = stubs[index]->Watch(ctx.get(), req);
+  // The registry sends its headers once the watch is in place, before any event: from then on the
+  // client is connected, even while nothing changes.
+  reader->WaitForInitialMetadata();
+  bool accepted = ctx->GetServerInitialMetadata().contains(kWatchAcceptedHeader);
+  if (accepted) Accepted(index);
   pb::Event event;
   bool delivered = false;
   while (reader->Read(&event)) {
+    if (!accepted) {  // a registry that sends no header first: its first event says the same
+      accepted = true;
+      Accepted(index);
+    }
     Apply(event);
     delivered = true;
     heard_at = clock.Now();
     Publish(true);
-    if (outage_logged) {
-      spdlog::info("discovery {}: watching again from revision {}", options.service,
-                   view.revision());
-      outage_logged = false;
-    }
   }
   const grpc::Status status = reader->Finish();
-  SetActive(nullptr);
-  if (status.error_code() != grpc::StatusCode::CANCELLED && !outage_logged) {
+  if (accepted) NoteConnected(false);
+  if (!SetActive(nullptr)) return delivered;  // stopping: the cancel was ours
+  Failed(index,
+         status.ok() ? grpc::Status(grpc::StatusCode::UNAVAILABLE, "the stream ended") : status);
+  if (!outage_logged) {
     spdlog::warn(
-        "discovery {}: watch ended ({}); serving the last snapshot at revision {} and "
+        "discovery {}: watch on {} ended ({}); serving the last snapshot at revision {} and "
         "retrying",
-        options.service, status.error_message(), view.revision());
+        options.service, failover.endpoint(index), status.error_message(), view.revision());
     outage_logged = true;
   }
   return delivered;
 }
 
 void DiscoveryClient::Impl::Run(std::stop_token stop) {
-  Duration backoff = options.reconnect_backoff;
   MonoTime next_list{};
   while (!stop.stop_requested()) {
     // A List first (and every list_interval while the watch keeps failing): a fresh baseline
@@ -196,11 +267,11 @@ void DiscoveryClient::Impl::Run(std::stop_token stop) {
       next_list = clock.Now() + options.list_interval;
     }
     if (stop.stop_requested()) break;
-    if (WatchOnce()) backoff = options.reconnect_backoff;
+    retry_wait = Duration::zero();
+    WatchOnce();
     if (stop.stop_requested()) break;
     if (published.Load()) Publish(false);  // still the last good view, now disconnected
-    clock.SleepFor(backoff, stop);
-    backoff = std::min<Duration>(backoff * 2, kMaxBackoff);
+    clock.SleepFor(retry_wait, stop);
   }
 }
 
@@ -211,10 +282,15 @@ Result<std::unique_ptr<DiscoveryClient>> DiscoveryClient::Start(DiscoveryOptions
   if (options.max_drop_fraction < 0 || options.max_drop_fraction > 1) {
     return InvalidArgumentError("discovery: max_drop_fraction must be within 0..1");
   }
-  auto channel = sdk::RegistryChannel(options.registry, options.registry_ca);
-  if (!channel.ok()) return channel.status().WithContext("discovery");
+  if (options.reconnect_backoff <= Duration::zero() ||
+      options.reconnect_backoff_cap < options.reconnect_backoff) {
+    return InvalidArgumentError(
+        "discovery: reconnect_backoff must be positive and at most reconnect_backoff_cap");
+  }
+  auto channels = sdk::RegistryChannels(options.registry, options.registry_ca);
+  if (!channels.ok()) return channels.status().WithContext("discovery");
   auto impl = std::make_unique<Impl>(std::move(options), clock);
-  impl->stub = pb::Registry::NewStub(*channel);
+  for (const auto& channel : *channels) impl->stubs.push_back(pb::Registry::NewStub(channel));
   Impl* raw = impl.get();
   impl->thread = std::jthread([raw](std::stop_token stop) { raw->Run(stop); });
   return std::unique_ptr<DiscoveryClient>(new DiscoveryClient(std::move(impl)));
@@ -245,6 +321,20 @@ Result<DiscoverySnapshot> DiscoveryClient::Snapshot() const {
                             ": no answer from the registry yet");
   }
   return *snapshot;
+}
+
+DiscoveryStats DiscoveryClient::Stats() const {
+  const MonoTime now = impl_->clock.Now();
+  DiscoveryStats out;
+  {
+    MutexLock lock(impl_->stats_mu);
+    out = impl_->stats;
+    if (!out.connected && out.watches > 0) {
+      out.longest_gap = std::max(out.longest_gap, now - impl_->disconnected_at);
+    }
+  }
+  out.registry = impl_->failover.endpoint(impl_->failover.current());
+  return out;
 }
 
 Duration DiscoveryClient::Age() const {

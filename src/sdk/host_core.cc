@@ -232,17 +232,8 @@ std::string HostCore::HealthAddress(const std::string& address) const {
 
 Status HostCore::CheckReachable(std::string_view what, const std::string& address) const {
   if (options_.allow_loopback_address) return Status::Ok();
-  const auto host = ParseHostPort(address, what);
-  if (!host.ok() || !host->IsLoopback()) return Status::Ok();
-  const auto target = ParseRegistryTarget(options_.registry, options_.registry_ca);
-  if (!target.ok()) return Status::Ok();  // the channel reports it
-  const auto registry = ParseHostPort(target->address, "registry");
-  if (!registry.ok() || registry->IsLoopback()) return Status::Ok();
-  return FailedPreconditionError(
-      "host: the " + std::string(what) + " " + address + " is loopback, but the registry at " +
-      target->address +
-      " is not: other machines would reach themselves there. Listen on a routable address, set "
-      "advertise, or allow_loopback_address");
+  return CheckAdvertisable(what, address, options_.registry, options_.registry_ca)
+      .WithContext("host");
 }
 
 Result<std::string> HostCore::OpenListener() {

@@ -3,13 +3,32 @@
 #include <grpcpp/grpcpp.h>
 
 #include <fstream>
+#include <map>
 #include <sstream>
+
+#include "drover/mutex.h"
 
 namespace drover::sdk {
 
-Result<std::shared_ptr<grpc::Channel>> RegistryChannel(const std::string& registry,
-                                                       const std::string& ca_file,
-                                                       const grpc::ChannelArguments* args) {
+namespace {
+
+// The process's channels to registries, by endpoint and CA file: every client in a process shares
+// one connection per registry endpoint (a gateway with a hundred routes keeps one, not a hundred).
+// Sharing the channel, not only gRPC's subchannels, also keeps each connection under one
+// pick_first policy, which reconnects promptly after a restart.
+struct ChannelCache {
+  Mutex mu;
+  std::map<std::pair<std::string, std::string>, std::weak_ptr<grpc::Channel>> channels
+      DROVER_GUARDED_BY(mu);
+};
+
+ChannelCache& Cache() {
+  static ChannelCache* cache = new ChannelCache();  // never destroyed: used until exit
+  return *cache;
+}
+
+Result<std::shared_ptr<grpc::Channel>> NewRegistryChannel(const std::string& registry,
+                                                          const std::string& ca_file) {
   DROVER_ASSIGN_OR_RETURN(const RegistryTarget target, ParseRegistryTarget(registry, ca_file));
   std::shared_ptr<grpc::ChannelCredentials> credentials;
   if (!target.tls) {
@@ -29,8 +48,37 @@ Result<std::shared_ptr<grpc::Channel>> RegistryChannel(const std::string& regist
     }
     credentials = grpc::SslCredentials(ssl);
   }
-  return grpc::CreateCustomChannel(target.address, credentials,
-                                   args != nullptr ? *args : grpc::ChannelArguments());
+  grpc::ChannelArguments channel_args;
+  // A registry that restarts is reached again within about a second (gRPC's default backoff
+  // grows to two minutes, longer than any lease).
+  channel_args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  channel_args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  channel_args.SetInt(GRPC_ARG_DNS_MIN_TIME_BETWEEN_RESOLUTIONS_MS, 500);
+  return grpc::CreateCustomChannel(target.address, credentials, channel_args);
+}
+
+}  // namespace
+
+Result<std::shared_ptr<grpc::Channel>> RegistryChannel(const std::string& registry,
+                                                       const std::string& ca_file) {
+  ChannelCache& cache = Cache();
+  MutexLock lock(cache.mu);
+  std::weak_ptr<grpc::Channel>& slot = cache.channels[{registry, ca_file}];
+  if (auto shared = slot.lock()) return shared;
+  DROVER_ASSIGN_OR_RETURN(auto channel, NewRegistryChannel(registry, ca_file));
+  slot = channel;
+  return channel;
+}
+
+Result<std::vector<std::shared_ptr<grpc::Channel>>> RegistryChannels(const std::string& registries,
+                                                                     const std::string& ca_file) {
+  DROVER_RETURN_IF_ERROR(ParseRegistryTargets(registries, ca_file).status());
+  std::vector<std::shared_ptr<grpc::Channel>> channels;
+  for (const std::string& one : SplitRegistries(registries)) {
+    DROVER_ASSIGN_OR_RETURN(auto channel, RegistryChannel(one, ca_file));
+    channels.push_back(std::move(channel));
+  }
+  return channels;
 }
 
 }  // namespace drover::sdk

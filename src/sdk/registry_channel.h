@@ -7,16 +7,24 @@
 //                        against the system's trust store when none is given
 //
 // The certificate must name the host the client dials (DNS or IP subject alternative name).
+//
+// Wherever a registry is named it may be several, comma-separated ("10.0.0.1:7071,10.0.0.2:7071",
+// each in any of the forms above): the registries of one etcd-backed cluster. A client talks to
+// one at a time and fails over to the next (sdk/registry_failover.h). A DNS name with several A
+// records is one endpoint whose addresses gRPC tries in turn, re-resolving the name on failure.
+// Every channel reconnects with gRPC's backoff capped at one second, so a registry that comes back
+// is reached again within about a second, not after gRPC's default of up to two minutes.
 #pragma once
 
 #include <memory>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "drover/status.h"
 
 namespace grpc {
 class Channel;
-class ChannelArguments;
 }  // namespace grpc
 
 namespace drover::sdk {
@@ -29,10 +37,30 @@ struct RegistryTarget {
 // INVALID_ARGUMENT for an empty address, an unknown scheme or grpc:// with a CA file.
 Result<RegistryTarget> ParseRegistryTarget(const std::string& registry, const std::string& ca_file);
 
+// The entries of a comma-separated list, trimmed of spaces (empty ones kept).
+std::vector<std::string> SplitRegistries(std::string_view registries);
+
+// The endpoints of a comma-separated list, each parsed as above; INVALID_ARGUMENT naming the bad
+// one, or for an empty list or an empty entry.
+Result<std::vector<RegistryTarget>> ParseRegistryTargets(const std::string& registries,
+                                                         const std::string& ca_file);
+
+// The address rule, for an instance's advertised `address` and its health probe address (`what`
+// names which): an address in 127.0.0.0/8 or ::1 (or "localhost") may be registered only with
+// registries that are all reached at such an address too, since anyone else dialing it would
+// reach themselves. FAILED_PRECONDITION naming the address and the first registry that is not
+// loopback; OK otherwise, and for input that does not parse (its own check reports it).
+Status CheckAdvertisable(std::string_view what, const std::string& address,
+                         const std::string& registries, const std::string& ca_file);
+
+// The channel to one registry endpoint, shared by every client of this process that names the
+// same endpoint and CA file (one connection per registry, and one reconnect schedule).
 // INVALID_ARGUMENT as above, or when the CA file cannot be read or holds no PEM certificate.
-// `args`, when given, configure the channel.
-Result<std::shared_ptr<grpc::Channel>> RegistryChannel(
-    const std::string& registry, const std::string& ca_file,
-    const grpc::ChannelArguments* args = nullptr);
+Result<std::shared_ptr<grpc::Channel>> RegistryChannel(const std::string& registry,
+                                                       const std::string& ca_file);
+
+// One channel per endpoint of the list, in its order (channels connect when first used).
+Result<std::vector<std::shared_ptr<grpc::Channel>>> RegistryChannels(const std::string& registries,
+                                                                     const std::string& ca_file);
 
 }  // namespace drover::sdk

@@ -12,6 +12,7 @@
 #include "drover/registry/v1/registry.grpc.pb.h"
 #include "sdk/host_core.h"
 #include "sdk/registry_channel.h"
+#include "sdk/registry_failover.h"
 
 namespace drover {
 
@@ -31,11 +32,16 @@ pb::State ToProto(sdk::InstancePhase phase) {
   return pb::STARTING;
 }
 
-// The registry over gRPC. Every call has a deadline; Cancel() fails the ones in flight.
+// The registry over gRPC, at one of its endpoints at a time. Every call has a deadline; a call
+// that fails where another registry may not is retried on the next endpoint within that deadline,
+// unchanged (same generation: fencing makes the retry safe). Cancel() fails the ones in flight.
 class GrpcRegistryWriter final : public sdk::RegistryWriter {
  public:
-  GrpcRegistryWriter(const std::shared_ptr<grpc::Channel>& channel, std::string token)
-      : token_(std::move(token)), stub_(pb::Registry::NewStub(channel)) {}
+  GrpcRegistryWriter(const std::vector<std::shared_ptr<grpc::Channel>>& channels,
+                     const std::string& registries, std::string token)
+      : token_(std::move(token)), failover_(sdk::SplitRegistries(registries)) {
+    for (const auto& channel : channels) stubs_.push_back(pb::Registry::NewStub(channel));
+  }
 
   Status Register(const sdk::Registration& r, Duration timeout) override {
     pb::RegisterRequest req;
@@ -52,8 +58,9 @@ class GrpcRegistryWriter final : public sdk::RegistryWriter {
     spec->set_accepting(r.accepting);
     for (const auto& [k, v] : r.labels) (*spec->mutable_labels())[k] = v;
     pb::RevisionReply reply;
-    return Call(timeout,
-                [&](grpc::ClientContext* ctx) { return stub_->Register(ctx, req, &reply); });
+    return Call(timeout, [&](pb::Registry::Stub& stub, grpc::ClientContext* ctx) {
+      return stub.Register(ctx, req, &reply);
+    });
   }
 
   Status Heartbeat(const sdk::InstanceKey& key, Duration timeout) override {
@@ -62,8 +69,9 @@ class GrpcRegistryWriter final : public sdk::RegistryWriter {
     req.set_id(key.id);
     req.set_generation(key.generation);
     pb::RevisionReply reply;
-    return Call(timeout,
-                [&](grpc::ClientContext* ctx) { return stub_->Heartbeat(ctx, req, &reply); });
+    return Call(timeout, [&](pb::Registry::Stub& stub, grpc::ClientContext* ctx) {
+      return stub.Heartbeat(ctx, req, &reply);
+    });
   }
 
   Status SetState(const sdk::InstanceKey& key, std::optional<sdk::InstancePhase> phase,
@@ -75,8 +83,9 @@ class GrpcRegistryWriter final : public sdk::RegistryWriter {
     if (phase) req.set_state(ToProto(*phase));
     if (accepting) req.set_accepting(*accepting);
     pb::RevisionReply reply;
-    return Call(timeout,
-                [&](grpc::ClientContext* ctx) { return stub_->SetState(ctx, req, &reply); });
+    return Call(timeout, [&](pb::Registry::Stub& stub, grpc::ClientContext* ctx) {
+      return stub.SetState(ctx, req, &reply);
+    });
   }
 
   Status Deregister(const sdk::InstanceKey& key, Duration timeout) override {
@@ -85,8 +94,9 @@ class GrpcRegistryWriter final : public sdk::RegistryWriter {
     req.set_id(key.id);
     req.set_generation(key.generation);
     pb::RevisionReply reply;
-    return Call(timeout,
-                [&](grpc::ClientContext* ctx) { return stub_->Deregister(ctx, req, &reply); });
+    return Call(timeout, [&](pb::Registry::Stub& stub, grpc::ClientContext* ctx) {
+      return stub.Deregister(ctx, req, &reply);
+    });
   }
 
   Result<std::uint64_t> CurrentGeneration(const std::string& service, const std::string& id,
@@ -94,8 +104,9 @@ class GrpcRegistryWriter final : public sdk::RegistryWriter {
     pb::ListRequest req;
     req.set_service(service);
     pb::ListReply reply;
-    const Status s =
-        Call(timeout, [&](grpc::ClientContext* ctx) { return stub_->List(ctx, req, &reply); });
+    const Status s = Call(timeout, [&](pb::Registry::Stub& stub, grpc::ClientContext* ctx) {
+      return stub.List(ctx, req, &reply);
+    });
     if (!s.ok()) return s;
     for (const pb::Instance& in : reply.instances()) {
       if (in.id() == id) return in.spec().generation();
@@ -112,26 +123,46 @@ class GrpcRegistryWriter final : public sdk::RegistryWriter {
  private:
   template <typename F>
   Status Call(Duration timeout, F&& rpc) {
-    grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() +
-                     std::chrono::duration_cast<std::chrono::system_clock::duration>(timeout));
-    if (!token_.empty()) ctx.AddMetadata("authorization", "Bearer " + token_);
-    {
-      MutexLock lock(mu_);
-      if (cancelled_) return CancelledError("host is shutting down");
-      active_.insert(&ctx);
+    const auto deadline = std::chrono::system_clock::now() +
+                          std::chrono::duration_cast<std::chrono::system_clock::duration>(timeout);
+    Status last = DeadlineExceededError("no time left for the registry call");
+    for (std::size_t attempt = 0; attempt < stubs_.size(); ++attempt) {
+      const auto now = std::chrono::system_clock::now();
+      if (now >= deadline) break;
+      // Each endpoint still to try gets its share of the time: one that hangs cannot use it all.
+      const auto share = (deadline - now) / static_cast<int>(stubs_.size() - attempt);
+      const std::size_t index = failover_.current();
+      grpc::ClientContext ctx;
+      ctx.set_deadline(now + share);
+      if (!token_.empty()) ctx.AddMetadata("authorization", "Bearer " + token_);
+      {
+        MutexLock lock(mu_);
+        if (cancelled_) return CancelledError("host is shutting down");
+        active_.insert(&ctx);
+      }
+      const grpc::Status status = rpc(*stubs_[index], &ctx);
+      bool cancelled = false;
+      {
+        MutexLock lock(mu_);
+        active_.erase(&ctx);
+        cancelled = cancelled_;
+      }
+      if (status.ok()) {
+        failover_.Succeeded(index);
+        return Status::Ok();
+      }
+      last = Status(static_cast<StatusCode>(status.error_code()), status.error_message());
+      if (cancelled) return CancelledError("host is shutting down");
+      if (!sdk::MayWorkElsewhere(last.code())) return last;
+      (void)failover_.Failed(index, last);  // the caller's own schedule is the backoff
+      last = last.WithContext("registry " + failover_.endpoint(index));
     }
-    const grpc::Status status = rpc(&ctx);
-    {
-      MutexLock lock(mu_);
-      active_.erase(&ctx);
-    }
-    if (status.ok()) return Status::Ok();
-    return Status(static_cast<StatusCode>(status.error_code()), status.error_message());
+    return last;
   }
 
   const std::string token_;
-  const std::unique_ptr<pb::Registry::Stub> stub_;
+  std::vector<std::unique_ptr<pb::Registry::Stub>> stubs_;  // one per endpoint
+  sdk::RegistryFailover failover_;
   Mutex mu_;
   std::set<grpc::ClientContext*> active_ DROVER_GUARDED_BY(mu_);
   bool cancelled_ DROVER_GUARDED_BY(mu_) = false;
@@ -163,9 +194,9 @@ Result<std::unique_ptr<ServerHost>> ServerHost::Create(HostOptions options,
   if (Status s = sdk::NormalizeHostOptions(options); !s.ok()) return s;
   auto impl = std::make_unique<Impl>();
   impl->runtime = runtime ? std::move(runtime) : HostRuntime::Create();
-  auto channel = sdk::RegistryChannel(options.registry, options.registry_ca);
-  if (!channel.ok()) return channel.status();
-  impl->writer = std::make_unique<GrpcRegistryWriter>(*channel, options.token);
+  auto channels = sdk::RegistryChannels(options.registry, options.registry_ca);
+  if (!channels.ok()) return channels.status();
+  impl->writer = std::make_unique<GrpcRegistryWriter>(*channels, options.registry, options.token);
   HostRuntime::Impl& rt = impl->runtime->impl();
   impl->core =
       std::make_unique<sdk::HostCore>(std::move(options), *impl->writer, rt.heartbeats, rt.clock);

@@ -239,6 +239,87 @@ TEST_F(EtcdHaTest, WhenTheExpirerDiesAnotherRegistryTakesOverExpiry) {
   EXPECT_EQ(heartbeat_failures.load(), 0);
 }
 
+// A client that fails over keeps heartbeating through another registry than the expirer: the
+// renewals reach the expirer through etcd and the lease holds.
+TEST_F(EtcdHaTest, HeartbeatsThroughTheOtherRegistryKeepTheExpirersLease) {
+  EtcdCluster etcd(1);
+  ASSERT_TRUE(etcd.ok()) << etcd.error();
+  RegistryProcess a = StartRegistry(etcd, "/renew");
+  ASSERT_NE(a.port, 0);
+  ASSERT_TRUE(testing::Eventually([&] { return IsExpirer(a.port); }, 10s));
+  RegistryProcess b = StartRegistry(etcd, "/renew");
+  ASSERT_NE(b.port, 0);
+  ASSERT_EQ(Http(a.port, "PUT", "/v1/services/renew/instances/i", Body(9001, 1'500)).status, 200);
+  const auto until = std::chrono::steady_clock::now() + 5s;  // more than three TTLs
+  while (std::chrono::steady_clock::now() < until) {
+    ASSERT_EQ(
+        Http(b.port, "POST", "/v1/services/renew/instances/i/heartbeat", R"({"generation":1})")
+            .status,
+        200);
+    std::this_thread::sleep_for(300ms);
+  }
+  EXPECT_EQ(Ids(a.port, "renew"), std::set<std::string>{"i"});
+  const json listed = json::parse(Http(a.port, "GET", "/v1/services/renew/instances").body);
+  EXPECT_GT(listed["instances"][0]["lease_remaining_ms"].get<std::int64_t>(), 500)
+      << "the expirer's view of the lease follows heartbeats taken by the other registry";
+}
+
+// Self-preservation is decided by the expirer but seen through every registry of the cluster: a
+// client of the other one reads `degraded` on its list, its watch and its /ready alike, and sees
+// it end when the instances heartbeat again.
+TEST_F(EtcdHaTest, SelfPreservationDecidedByOneRegistryIsSeenThroughTheOther) {
+  EtcdCluster etcd(1);
+  ASSERT_TRUE(etcd.ok()) << etcd.error();
+  RegistryProcess a = StartRegistry(etcd, "/sp");
+  ASSERT_NE(a.port, 0);
+  ASSERT_TRUE(testing::Eventually([&] { return IsExpirer(a.port); }, 10s));
+  RegistryProcess b = StartRegistry(etcd, "/sp");
+  ASSERT_NE(b.port, 0);
+  EXPECT_FALSE(IsExpirer(b.port));
+
+  for (int i = 0; i < 4; ++i) {
+    ASSERT_EQ(Http(a.port, "PUT", "/v1/services/sp/instances/i" + std::to_string(i),
+                   Body(9000 + i, 1'500))
+                  .status,
+              200);
+  }
+  testing::StreamReader watch_b(b.port, "/v1/watch?service=sp&from=0");
+  ASSERT_EQ(watch_b.Lines(1, 10s).size(), 1u);  // the opening RESYNC
+  // Nobody heartbeats: all four would lapse at once, so A freezes expiry instead.
+  auto degraded_on_b = [&] {
+    const auto list = Http(b.port, "GET", "/v1/services/sp/instances");
+    const auto ready = Http(b.port, "GET", "/ready");
+    const json l = json::parse(list.body, nullptr, false);
+    const json r = json::parse(ready.body, nullptr, false);
+    return list.status == 200 && ready.status == 200 && l.value("degraded", false) &&
+           r.value("degraded", false) && r["degraded_services"] == json::array({"sp"});
+  };
+  ASSERT_TRUE(testing::Eventually(degraded_on_b, 10s))
+      << "B's list and /ready should say degraded: " << Http(b.port, "GET", "/ready").body;
+  EXPECT_EQ(Ids(b.port, "sp").size(), 4u) << "nothing expired";
+  bool watch_said_so = false;
+  for (const std::string& line : watch_b.Lines(2, 5s)) {
+    const json e = json::parse(line, nullptr, false);
+    watch_said_so |=
+        e.is_object() && e.value("type", "") == "PROGRESS" && e.value("degraded", false);
+  }
+  EXPECT_TRUE(watch_said_so) << "B's watchers should be told at once";
+
+  // The instances heartbeat again (through B): A lifts self-preservation, and B says so.
+  EXPECT_TRUE(testing::Eventually(
+      [&] {
+        for (int i = 0; i < 4; ++i) {
+          (void)Http(b.port, "POST",
+                     "/v1/services/sp/instances/i" + std::to_string(i) + "/heartbeat",
+                     R"({"generation":1})");
+        }
+        const json r = json::parse(Http(b.port, "GET", "/ready").body, nullptr, false);
+        return r.is_object() && r.value("degraded", true) == false;
+      },
+      10s, 300ms));
+  EXPECT_EQ(Ids(b.port, "sp").size(), 4u);
+}
+
 TEST_F(EtcdHaTest, AFeedEtcdCompactedPastResyncsItsWatchersAndAShortCutResumesWithoutOne) {
   EtcdCluster etcd(1);
   ASSERT_TRUE(etcd.ok()) << etcd.error();

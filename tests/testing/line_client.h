@@ -15,6 +15,7 @@ namespace drover::testing {
 class LineClient {
  public:
   explicit LineClient(std::uint16_t port) : fd_(ConnectLoopback(port)) {}
+  LineClient(const std::string& ip, std::uint16_t port) : fd_(ConnectTo(ip, port)) {}
   ~LineClient() {
     if (fd_ >= 0) ::close(fd_);
   }
