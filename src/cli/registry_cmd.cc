@@ -94,16 +94,26 @@ void AddLimitOptions(CLI::App& cmd, DaemonOptions& o) {
       ->check(CLI::Range(std::size_t{1}, std::size_t{1'000'000}))
       ->capture_default_str();
   cmd.add_option("--max-watches-per-client", o.max_watches_per_client,
-                 "HTTP watch streams open at once per client address; more get 429")
+                 "Watch streams (HTTP and gRPC) open at once per client -- per token with "
+                 "--auth-tokens, else per connection; more are refused (429, RESOURCE_EXHAUSTED)")
+      ->check(CLI::Range(std::size_t{1}, std::size_t{1'000'000}))
+      ->capture_default_str();
+  cmd.add_option("--max-watches", o.max_watches,
+                 "Watch streams open at once over every client; more are refused")
       ->check(CLI::Range(std::size_t{1}, std::size_t{1'000'000}))
       ->capture_default_str();
   cmd.add_option("--write-rate", o.write_rate,
-                 "HTTP writes per second per client address, beyond which 429 (0: no limit; "
-                 "clients behind one NAT address share it)")
+                 "Writes per second per client (per token, else per connection), beyond which "
+                 "429 / RESOURCE_EXHAUSTED (0: no limit)")
       ->check(CLI::Range(0.0, 1e9))
       ->capture_default_str();
   cmd.add_option("--write-burst", o.write_burst,
                  "Writes a client may send at once before --write-rate applies (0: twice it)")
+      ->check(CLI::Range(0.0, 1e9))
+      ->capture_default_str();
+  cmd.add_option("--total-write-rate", o.total_write_rate,
+                 "Writes per second over every client, beyond which 429 / RESOURCE_EXHAUSTED "
+                 "(0: no limit)")
       ->check(CLI::Range(0.0, 1e9))
       ->capture_default_str();
   cmd.add_option("--max-body", o.max_body, "Largest HTTP request body in bytes; more: 413")

@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/host_port.h"
 #include "common/http_error.h"
 #include "drover/mutex.h"
 
@@ -162,7 +163,10 @@ Status HttpServer::Impl::LoadTls() {
 
 asio::awaitable<void> HttpServer::Impl::Session(tcp::socket socket) {
   error_code address_ec;
-  const std::string client = socket.remote_endpoint(address_ec).address().to_string();
+  const auto remote = socket.remote_endpoint(address_ec);
+  const std::string client = HostPort{remote.address().to_string(), remote.port(),
+                                      remote.address().is_v6() ? HostKind::kIpv6 : HostKind::kIpv4}
+                                 .ToString();
   if (!tls) {
     beast::tcp_stream stream(std::move(socket));
     co_await Serve(stream, client);

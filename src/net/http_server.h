@@ -91,7 +91,8 @@ struct HttpServerOptions {
 
 class HttpServer {
  public:
-  // Answers one request. `client` is the peer's IP address.
+  // Answers one request. `client` is the connection's peer, ip:port ("10.0.0.5:41234",
+  // "[::1]:41234").
   using Handler = std::function<HttpReply(const HttpRequest& request, const std::string& client)>;
 
   // Binds and starts serving. INVALID_ARGUMENT for a bad address or TLS file, UNAVAILABLE when

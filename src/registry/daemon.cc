@@ -124,8 +124,10 @@ Status StartApis(Daemon::Impl& d) {
   // One set of per-client limits for both APIs: a client's HTTP and gRPC calls count together.
   auto limits = std::make_shared<ClientLimits>(
       ClientLimitOptions{.max_watches_per_client = o.max_watches_per_client,
+                         .max_watches = o.max_watches,
                          .write_rate = o.write_rate,
-                         .write_burst = o.write_burst});
+                         .write_burst = o.write_burst,
+                         .total_write_rate = o.total_write_rate});
   DROVER_ASSIGN_OR_RETURN(
       d.http, HttpServer::Start(*d.registry, HttpOptionsOf(o, d.http_address, auth, limits)));
   if (o.grpc != "off") {

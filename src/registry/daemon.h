@@ -36,9 +36,12 @@ struct DaemonOptions {
   std::string tls_key;
   // Protection: 0 connections or watches would refuse everything, so >= 1.
   std::size_t max_connections = 4096;
-  std::size_t max_watches_per_client = 64;
-  double write_rate = 0;  // writes/s per client address; 0: no limit
+  // Per client: per token with --auth-tokens, else per connection (see ClientLimits).
+  std::size_t max_watches_per_client = 1024;
+  std::size_t max_watches = 10'000;  // over every client
+  double write_rate = 0;             // writes/s per client; 0: no limit
   double write_burst = 0;
+  double total_write_rate = 0;  // writes/s over every client; 0: no limit
   std::size_t max_body = 64 * 1024;
   std::vector<std::string> ui_gateways;  // the dashboard's gateway and agent panels
   std::vector<std::string> ui_agents;

@@ -38,7 +38,11 @@ const std::map<std::string, Setter, std::less<>>& Setters() {
        [](const YAML::Node& v, DaemonOptions& o) {
          o.max_watches_per_client = v.as<std::size_t>();
        }},
+      {"max_watches",
+       [](const YAML::Node& v, DaemonOptions& o) { o.max_watches = v.as<std::size_t>(); }},
       {"write_rate", [](const YAML::Node& v, DaemonOptions& o) { o.write_rate = v.as<double>(); }},
+      {"total_write_rate",
+       [](const YAML::Node& v, DaemonOptions& o) { o.total_write_rate = v.as<double>(); }},
       {"write_burst",
        [](const YAML::Node& v, DaemonOptions& o) { o.write_burst = v.as<double>(); }},
       {"max_body", [](const YAML::Node& v, DaemonOptions& o) { o.max_body = v.as<std::size_t>(); }},
@@ -63,12 +67,15 @@ Status CheckRanges(const std::string& where, const DaemonOptions& args) {
   if (!(args.self_preservation_fraction >= 0 && args.self_preservation_fraction <= 1)) {
     return InvalidArgumentError(where + "self_preservation must be 0..1");
   }
-  if (args.max_connections < 1 || args.max_watches_per_client < 1 || args.max_body < 1024) {
+  if (args.max_connections < 1 || args.max_watches_per_client < 1 || args.max_watches < 1 ||
+      args.max_body < 1024) {
     return InvalidArgumentError(
-        where + "max_connections and max_watches_per_client must be >= 1, max_body >= 1024");
+        where +
+        "max_connections, max_watches_per_client and max_watches must be >= 1, max_body >= 1024");
   }
-  if (!(args.write_rate >= 0 && args.write_burst >= 0)) {
-    return InvalidArgumentError(where + "write_rate and write_burst must be >= 0");
+  if (!(args.write_rate >= 0 && args.write_burst >= 0 && args.total_write_rate >= 0)) {
+    return InvalidArgumentError(where +
+                                "write_rate, write_burst and total_write_rate must be >= 0");
   }
   for (const auto* urls : {&args.ui_gateways, &args.ui_agents}) {
     for (const std::string& url : *urls) {

@@ -1,7 +1,8 @@
 // `drover registry --config registry.yaml`: the daemon's settings from YAML (common/config_file.h
 // says how every such reader behaves). Keys: store, data_dir, etcd_endpoints, etcd_prefix,
 // etcd_session_ttl, http, grpc, auth_tokens, tick_ms, self_preservation, tls_cert, tls_key,
-// max_connections, max_watches_per_client, write_rate, write_burst, max_body, ui_gateways and
+// max_connections, max_watches_per_client, max_watches, write_rate, write_burst,
+// total_write_rate, max_body, ui_gateways and
 // ui_agents (a list, or one string; their flags are the singular --ui-gateway and --ui-agent).
 #pragma once
 

@@ -264,7 +264,7 @@ class RegistryService final
   grpc::Status Watch(grpc::ServerContext* ctx, const pb::WatchRequest* req,
                      grpc::ServerWriter<pb::Event>* writer) override {
     if (Status s = CheckRead(*ctx); !s.ok()) return ToGrpc(s);
-    const std::string client = ClientAddressOfPeer(ctx->peer());
+    const std::string client = LimitIdentity(*ctx);
     if (Status s = limits_->AcquireWatch(client); !s.ok()) return ToGrpc(s);
     struct Admitted {
       ClientLimits& limits;
@@ -373,9 +373,14 @@ class RegistryService final
     if (!auth_) return Status::Ok();
     return auth_->AuthorizeWrite(Authorization(ctx), service);
   }
+  // Who limits count against: the token when tokens are checked, else the connection.
+  std::string LimitIdentity(const grpc::ServerContextBase& ctx) const {
+    return ClientIdentity(auth_ ? auth_->Authenticate(Authorization(ctx)) : std::string(),
+                          ConnectionOfPeer(ctx.peer()));
+  }
   // One write against the client's rate.
   Status TakeWrite(const grpc::ServerContextBase& ctx) {
-    return limits_->TakeWriteToken(ClientAddressOfPeer(ctx.peer()));
+    return limits_->TakeWriteToken(LimitIdentity(ctx));
   }
   Status AdmitWrite(const grpc::ServerContextBase& ctx, const std::string& service) {
     DROVER_RETURN_IF_ERROR(CheckWrite(ctx, service));

@@ -150,7 +150,8 @@ struct HttpServer::Impl {
   }
 
   // The server's handler: a watch stream, a write over the client's rate, or Handle().
-  net::HttpReply Answer(const Request& req, const std::string& client);
+  // `peer`: the connection's ip:port.
+  net::HttpReply Answer(const Request& req, const std::string& peer);
   // GET /v1/watch: checks, then the stream; an error response when a check fails.
   net::HttpReply Watch(const Request& req, std::string_view query, const std::string& client);
   asio::awaitable<void> Stream(std::shared_ptr<Watcher> w, net::ChunkedWriter& out);
@@ -208,7 +209,10 @@ struct HttpServer::Impl {
   std::unique_ptr<net::HttpServer> server;  // last: stopped before the rest goes
 };
 
-net::HttpReply HttpServer::Impl::Answer(const Request& req, const std::string& client) {
+net::HttpReply HttpServer::Impl::Answer(const Request& req, const std::string& peer) {
+  // Who limits count against: the token when tokens are checked, else the connection.
+  const std::string client = ClientIdentity(
+      options.auth ? options.auth->Authenticate(AuthorizationHeader(req)) : std::string(), peer);
   const std::string_view target(req.target().data(), req.target().size());
   if (req.method() == http::verb::get && target.starts_with("/v1/watch") &&
       (target.size() == 9 || target[9] == '?')) {
@@ -634,7 +638,8 @@ std::string HttpServer::Impl::Metrics() {
   out.Gauge("drover_registry_watch_streams", "Open HTTP watch streams",
             static_cast<double>(watches.size()));
   out.Counter("drover_registry_refused_watches_total",
-              "Watch streams (HTTP and gRPC) refused for being over max_watches_per_client",
+              "Watch streams (HTTP and gRPC) refused for being over max_watches_per_client or "
+              "max_watches",
               static_cast<double>(options.limits->refused_watches()));
   out.Counter("drover_registry_rate_limited_writes_total",
               "Writes (HTTP and gRPC) refused for being over the client's write rate",

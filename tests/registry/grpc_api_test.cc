@@ -412,7 +412,12 @@ TEST_F(GrpcApiTest, WatchStreamsOverTheLimitPerClientAreRefusedWhileOthersGoOn) 
   EXPECT_FALSE(third->Read(&event));
   const grpc::Status refused = third->Finish();
   EXPECT_EQ(refused.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
-  EXPECT_EQ(refused.error_message(), "too many watch streams from 127.0.0.1 (limit 2)");
+  // Without tokens a client is its connection: this stub's channel, whatever its address.
+  EXPECT_NE(refused.error_message().find("too many watch streams for connection 127.0.0.1:"),
+            std::string::npos)
+      << refused.error_message();
+  EXPECT_NE(refused.error_message().find("(limit 2, max_watches_per_client)"), std::string::npos)
+      << refused.error_message();
   // Writes and the open watches go on.
   pb::RevisionReply rev;
   ASSERT_TRUE(stub_->Register(Context().get(), Register("zone", "z1", 1), &rev).ok());
@@ -442,8 +447,7 @@ TEST_F(GrpcApiTest, WritesOverTheRatePerClientAreRefusedWhileReadsGoOn) {
   }
   const grpc::Status limited = stub_->Register(Context().get(), Register("zone", "z4", 1), &rev);
   EXPECT_EQ(limited.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
-  EXPECT_EQ(limited.error_message(),
-            "write rate limit: 1 writes/s per client address; retry shortly");
+  EXPECT_EQ(limited.error_message(), "write rate limit: 1 writes/s per connection; retry shortly");
   // A KeepAlive message is one write: over the rate, each of its heartbeats says so.
   auto ctx = Context();
   auto stream = stub_->KeepAlive(ctx.get());
@@ -468,10 +472,56 @@ TEST_F(GrpcApiTest, WritesOverTheRatePerClientAreRefusedWhileReadsGoOn) {
       [&] { return stub_->Register(Context().get(), Register("zone", "z4", 1), &rev).ok(); }, 5s));
 }
 
-TEST(ClientLimitsTest, PeerAddresses) {
-  EXPECT_EQ(ClientAddressOfPeer("ipv4:127.0.0.1:5000"), "127.0.0.1");
-  EXPECT_EQ(ClientAddressOfPeer("ipv6:[::1]:5000"), "::1");
-  EXPECT_EQ(ClientAddressOfPeer("unix:/tmp/sock"), "unix:/tmp/sock");
+// The fleet's case over gRPC: a gateway multiplexes every route's watch on one connection, with
+// one token; a hundred of them are all served with the default limits.
+TEST_F(GrpcApiTest, AHundredWatchesOnOneConnectionWithOneTokenAreAllServed) {
+  Start(ZoneWriterAuth());
+  std::vector<std::unique_ptr<grpc::ClientContext>> contexts;
+  std::vector<std::unique_ptr<grpc::ClientReader<pb::Event>>> watches;
+  int served = 0;
+  for (int i = 0; i < 100; ++i) {
+    contexts.push_back(Context("zone-token-0123456789"));
+    pb::WatchRequest req;
+    req.set_service("route" + std::to_string(i));
+    watches.push_back(stub_->Watch(contexts.back().get(), req));
+    pb::Event event;
+    served += watches.back()->Read(&event) && event.type() == pb::Event::RESYNC ? 1 : 0;
+  }
+  EXPECT_EQ(served, 100);
+  for (std::size_t i = 0; i < watches.size(); ++i) {
+    contexts[i]->TryCancel();
+    (void)watches[i]->Finish();
+  }
+}
+
+TEST(ClientLimitsTest, PeerAddressesAndIdentities) {
+  EXPECT_EQ(ConnectionOfPeer("ipv4:127.0.0.1:5000"), "127.0.0.1:5000");
+  EXPECT_EQ(ConnectionOfPeer("ipv6:[::1]:5000"), "[::1]:5000");
+  EXPECT_EQ(ConnectionOfPeer("unix:/tmp/sock"), "unix:/tmp/sock");
+  EXPECT_EQ(ClientIdentity(std::string("gateways"), "10.0.0.5:4000"), "token gateways");
+  EXPECT_EQ(ClientIdentity(std::string(), "10.0.0.5:4000"), "connection 10.0.0.5:4000");
+  EXPECT_EQ(ClientIdentity(UnauthenticatedError("no token"), "10.0.0.5:4000"),
+            "connection 10.0.0.5:4000");
+}
+
+TEST(ClientLimitsTest, PerClientLimitsAndTheCapOverEveryClient) {
+  ClientLimits limits(ClientLimitOptions{.max_watches_per_client = 2, .max_watches = 3});
+  EXPECT_TRUE(limits.AcquireWatch("token a").ok());
+  EXPECT_TRUE(limits.AcquireWatch("token a").ok());
+  EXPECT_EQ(limits.AcquireWatch("token a").code(), StatusCode::kResourceExhausted);
+  EXPECT_TRUE(limits.AcquireWatch("token b").ok());
+  const Status full = limits.AcquireWatch("token c");
+  EXPECT_EQ(full.code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(full.message().find("maximum of 3 watch streams"), std::string::npos);
+  limits.ReleaseWatch("token a");
+  EXPECT_TRUE(limits.AcquireWatch("token c").ok());
+  EXPECT_EQ(limits.refused_watches(), 2u);
+
+  ClientLimits writes(ClientLimitOptions{.total_write_rate = 10});  // a burst of one
+  EXPECT_TRUE(writes.TakeWriteToken("connection 1").ok());
+  const Status over = writes.TakeWriteToken("connection 2");
+  EXPECT_EQ(over.code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(over.message().find("at most 10 writes/s in all"), std::string::npos);
 }
 
 }  // namespace

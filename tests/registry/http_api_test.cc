@@ -252,19 +252,43 @@ TEST_F(HttpLimitsTest, ConnectionsOverTheLimitGet503AndTheServerKeepsServing) {
       << metrics;
 }
 
-TEST_F(HttpLimitsTest, WatchStreamsOverTheLimitPerClientGet429) {
+// Two tokens; "writer" may write the zone service.
+std::shared_ptr<const Authorizer> TwoTokens() {
+  return Authorizer::FromYaml(R"(
+tokens:
+  - name: writer
+    token: "writer-token-0123456789"
+    write: ["zone"]
+  - name: other
+    token: "other-token-0123456789"
+)")
+      .value();
+}
+const std::string kWriter = "Authorization: Bearer writer-token-0123456789\r\n";
+const std::string kOther = "Authorization: Bearer other-token-0123456789\r\n";
+
+// With tokens, limits count per token -- not per address: every stream here comes from
+// 127.0.0.1, and the other token's stream is served while the first token is at its limit.
+TEST_F(HttpLimitsTest, WatchStreamsOverTheLimitPerTokenGet429WhileOtherTokensGoOn) {
   HttpOptions options;
+  options.auth = TwoTokens();
   options.limits = std::make_shared<ClientLimits>(ClientLimitOptions{.max_watches_per_client = 2});
   Start(options);
-  auto first = std::make_unique<testing::StreamReader>(port_, "/v1/watch?from=0");
-  testing::StreamReader second(port_, "/v1/watch?from=0");
+  auto first = std::make_unique<testing::StreamReader>(port_, "/v1/watch?from=0", kWriter);
+  testing::StreamReader second(port_, "/v1/watch?from=0", kWriter);
   ASSERT_EQ(first->Lines(1, 5s).size(), 1u);
   ASSERT_EQ(second.Lines(1, 5s).size(), 1u);
-  testing::StreamReader third(port_, "/v1/watch?from=0");
+  testing::StreamReader third(port_, "/v1/watch?from=0", kWriter);
   EXPECT_TRUE(third.Ended(5s));
   EXPECT_EQ(third.status(), 429);
+  testing::StreamReader other(port_, "/v1/watch?from=0", kOther);
+  EXPECT_EQ(other.Lines(1, 5s).size(), 1u);
+  EXPECT_EQ(other.status(), 200);
   // Everything else is still served, writes and their events included.
-  ASSERT_EQ(Http(port_, "PUT", "/v1/services/zone/instances/z1", kGoodBody).status, 200);
+  ASSERT_EQ(testing::SendRaw(port_, testing::RequestText("PUT", "/v1/services/zone/instances/z1",
+                                                         kGoodBody, kWriter))
+                .status,
+            200);
   EXPECT_EQ(second.Lines(2, 5s).size(), 2u);
   // A stream whose client went away ends when the server next writes to it (an event, or the
   // periodic progress): then its slot is free again.
@@ -272,34 +296,71 @@ TEST_F(HttpLimitsTest, WatchStreamsOverTheLimitPerClientGet429) {
   int n = 0;
   EXPECT_TRUE(testing::Eventually(
       [&] {
-        Http(port_, "PUT", "/v1/services/zone/instances/e" + std::to_string(++n), kGoodBody);
-        testing::StreamReader again(port_, "/v1/watch?from=0");
+        testing::SendRaw(port_, testing::RequestText(
+                                    "PUT", "/v1/services/zone/instances/e" + std::to_string(++n),
+                                    kGoodBody, kWriter));
+        testing::StreamReader again(port_, "/v1/watch?from=0", kWriter);
         return again.Lines(1, 1s).size() == 1u && again.status() == 200;
       },
       10s));
 }
 
-TEST_F(HttpLimitsTest, WritesOverTheRatePerClientGet429WhileReadsGoOn) {
+// Without tokens a client is a connection (an HTTP watch holds its own), and the registry's cap
+// over every client is what stops a flood of them.
+TEST_F(HttpLimitsTest, WithoutTokensTheCapOverEveryClientRefusesWatchStreamsBeyondIt) {
   HttpOptions options;
+  options.limits = std::make_shared<ClientLimits>(ClientLimitOptions{.max_watches = 2});
+  Start(options);
+  testing::StreamReader first(port_, "/v1/watch?from=0");
+  testing::StreamReader second(port_, "/v1/watch?from=0");
+  ASSERT_EQ(first.Lines(1, 5s).size(), 1u);
+  ASSERT_EQ(second.Lines(1, 5s).size(), 1u);
+  testing::StreamReader third(port_, "/v1/watch?from=0");
+  EXPECT_TRUE(third.Ended(5s));
+  EXPECT_EQ(third.status(), 429);
+}
+
+// The fleet's case: a gateway with a hundred routes behind one address and one token watches
+// every one of them, with the default limits.
+TEST_F(HttpLimitsTest, AHundredWatchStreamsFromOneAddressWithOneTokenAreAllServed) {
+  HttpOptions options;
+  options.auth = TwoTokens();
+  Start(options);
+  std::vector<std::unique_ptr<testing::StreamReader>> streams;
+  for (int i = 0; i < 100; ++i) {
+    streams.push_back(std::make_unique<testing::StreamReader>(
+        port_, "/v1/watch?service=route" + std::to_string(i) + "&from=0", kWriter));
+  }
+  int served = 0;
+  for (auto& stream : streams) served += stream->Lines(1, 5s).size() == 1u ? 1 : 0;
+  EXPECT_EQ(served, 100);
+  for (auto& stream : streams) EXPECT_EQ(stream->status(), 200);
+}
+
+TEST_F(HttpLimitsTest, WritesOverTheRatePerTokenGet429WhileReadsGoOn) {
+  HttpOptions options;
+  options.auth = TwoTokens();
   // A token every 50 ms.
   options.limits =
       std::make_shared<ClientLimits>(ClientLimitOptions{.write_rate = 20, .write_burst = 3});
   Start(options);
-  for (int i = 0; i < 3; ++i) {
-    ASSERT_EQ(
-        Http(port_, "PUT", "/v1/services/zone/instances/z" + std::to_string(i), kGoodBody).status,
-        200);
-  }
-  auto limited = Http(port_, "PUT", "/v1/services/zone/instances/z9", kGoodBody);
+  auto put = [&](const std::string& id) {
+    return testing::SendRaw(port_, testing::RequestText("PUT", "/v1/services/zone/instances/" + id,
+                                                        kGoodBody, kWriter));
+  };
+  for (int i = 0; i < 3; ++i) ASSERT_EQ(put("z" + std::to_string(i)).status, 200);
+  auto limited = put("z9");
   EXPECT_EQ(limited.status, 429) << limited.body;
   EXPECT_EQ(Json(limited.body)["error"]["code"], "RESOURCE_EXHAUSTED") << limited.body;
-  EXPECT_NE(limited.body.find("write rate limit: 20 writes/s"), std::string::npos);
-  EXPECT_EQ(Http(port_, "GET", "/v1/services/zone/instances").status, 200);  // reads go on
-  EXPECT_TRUE(testing::Eventually(
-      [&] { return Http(port_, "PUT", "/v1/services/zone/instances/z9", kGoodBody).status == 200; },
-      5s));
-  EXPECT_EQ(Json(Http(port_, "GET", "/v1/services/zone/instances").body)["instances"].size(), 4u);
-  EXPECT_NE(Http(port_, "GET", "/metrics").body.find("drover_registry_rate_limited_writes_total"),
+  EXPECT_NE(limited.body.find("write rate limit: 20 writes/s per token"), std::string::npos)
+      << limited.body;
+  EXPECT_EQ(testing::SendRaw(port_,
+                             testing::RequestText("GET", "/v1/services/zone/instances", "", kOther))
+                .status,
+            200);  // reads go on
+  EXPECT_TRUE(testing::Eventually([&] { return put("z9").status == 200; }, 5s));
+  EXPECT_NE(testing::SendRaw(port_, testing::RequestText("GET", "/metrics", "", kOther))
+                .body.find("drover_registry_rate_limited_writes_total"),
             std::string::npos);
 }
 

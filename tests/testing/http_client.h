@@ -124,9 +124,11 @@ inline std::size_t DecodeChunks(const std::string& raw, std::size_t pos, std::st
 // An open chunked response whose data is read line by line.
 class StreamReader {
  public:
-  StreamReader(std::uint16_t port, const std::string& target) {
+  // `extra_headers`: whole lines, each ending in \r\n ("Authorization: Bearer t\r\n").
+  StreamReader(std::uint16_t port, const std::string& target,
+               const std::string& extra_headers = {}) {
     fd_ = ConnectLoopback(port);
-    if (fd_ >= 0) SendAll(fd_, RequestText("GET", target, ""));
+    if (fd_ >= 0) SendAll(fd_, RequestText("GET", target, "", extra_headers));
   }
   ~StreamReader() {
     if (fd_ >= 0) ::close(fd_);
