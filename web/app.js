@@ -5,9 +5,15 @@
 //   PUT, DELETE, PROGRESS), read with fetch() and a ReadableStream; after a break it resumes
 //   from the last revision seen, with a growing back-off. Every 2 s GET /v1/services and each
 //   service's instance list for what events do not carry: degraded flags and lease times.
-// - /ui/config.json (same origin): the gateways' admin URLs and the agents' URLs.
-// - gateways (other origins, CORS): GET /admin/snapshot every second; new-connection shares are
-//   deltas of the per-instance counters between polls.
+// - the fleet's own parts, found in the registry: every instance of drover-gateway and
+//   drover-agent gets a panel, fed through the registry (same origin, with the token):
+//   GET /v1/fleet/drover-gateway/ID (the gateway's /admin/snapshot) every second and
+//   GET /v1/fleet/drover-agent/ID (the agent's /v1/deploys) every 2 s. So the page needs no flags,
+//   works over HTTPS and never reaches a gateway or agent itself.
+// - /ui/config.json (same origin): gateways' admin URLs and agents' URLs named by flags, fetched
+//   directly (other origins, CORS).
+// - gateways: GET /admin/snapshot every second; new-connection shares are deltas of the
+//   per-instance counters between polls.
 // - the registry's deploy history (same origin, with the token): GET /v1/deploys every 2 s, the
 //   fleet's deploys as their controllers keep them; running ones are marked.
 // - agents (other origins, CORS): GET /v1/deploys every 2 s, the copy each agent keeps.
@@ -47,8 +53,10 @@
     liveSince: null,
     token: localStorage.getItem(TOKEN_KEY) || '',
     tokenWaiters: [],
-    gateways: [],          // {url, snapshot, error, at, history: Map(upstream key -> samples)}
-    agents: [],            // {url, registry, deploys, error, at}; the registry's history first
+    // {url, fleet, snapshot, error, at, history: Map(upstream key -> samples)}; `fleet`: the
+    // registry key ("drover-gateway/ID") of one found there, fetched through the registry.
+    gateways: [],
+    agents: [],            // {url, fleet, registry, deploys, error, at}; the registry's history first
     openDeploys: new Set(),
   };
 
@@ -395,20 +403,59 @@
     for (const key of [...gw.history.keys()]) if (!seen.has(key)) gw.history.delete(key);
   }
 
+  // Where a panel's data comes from: through the registry for a part found there, else directly.
+  function partSource(part, path) {
+    if (!part.fleet) return {url: `${part.url}${path}`, registry: false};
+    const [service, id] = part.fleet.split('/');
+    return {url: `/v1/fleet/${encodeURIComponent(service)}/${encodeURIComponent(id)}`, registry: true};
+  }
+
+  // A part found in the registry is followed while it is registered; its panel then goes.
+  function partGone(part, list) {
+    if (!part.fleet || state.instances.has(part.fleet)) return false;
+    list.splice(list.indexOf(part), 1);
+    scheduleRender();
+    return true;
+  }
+
+  function fetchError(e) {
+    if (e.message === 'Failed to fetch') return 'unreachable';
+    if (e.message === 'HTTP 503') return 'fetching';  // the registry's first fetch of a part
+    return e.message;
+  }
+
   async function gatewayLoop(gw) {
+    const source = partSource(gw, '/admin/snapshot');
     for (;;) {
+      if (partGone(gw, state.gateways)) return;
       const started = performance.now();
       try {
-        const snapshot = await getJson(`${gw.url}/admin/snapshot`);
+        const snapshot = await getJson(source.url, {registry: source.registry});
         gw.snapshot = snapshot;
         gw.error = null;
         gw.at = Date.now();
         recordGatewaySample(gw, snapshot, performance.now());
       } catch (e) {
-        gw.error = e.message === 'Failed to fetch' ? 'unreachable' : e.message;
+        gw.error = fetchError(e);
       }
       scheduleRender();
       await sleep(Math.max(100, GATEWAY_POLL_MS - (performance.now() - started)));
+    }
+  }
+
+  // Starts a panel for every gateway and agent registered that has none yet.
+  function discoverFleet() {
+    for (const [key, inst] of state.instances) {
+      const base = `${(inst.labels || {}).scheme || 'http'}://${inst.address}`;
+      if (inst.service === 'drover-gateway' && !state.gateways.some((g) => g.fleet === key || g.url === base)) {
+        const gw = {url: base, fleet: key, history: new Map()};
+        state.gateways.push(gw);
+        gatewayLoop(gw);
+      } else if (inst.service === 'drover-agent' && !state.agents.some((a) => a.fleet === key || a.url === base)) {
+        const agent = {url: base, fleet: key};
+        state.agents.push(agent);
+        agentLoop(agent);
+      }
     }
   }
 
@@ -420,16 +467,18 @@
   }
 
   async function agentLoop(agent) {
+    const source = partSource(agent, '/v1/deploys');
     for (;;) {
+      if (partGone(agent, state.agents)) return;
       try {
         const body = agent.registry
           ? await getJson(`/v1/deploys?limit=${MAX_DEPLOYS}`, {registry: true})
-          : await getJson(`${agent.url}/v1/deploys`);
+          : await getJson(source.url, {registry: source.registry});
         agent.deploys = agent.registry ? (body.deploys || []).map(fromRegistry) : body.deploys || [];
         agent.error = null;
         agent.at = Date.now();
       } catch (e) {
-        agent.error = e.message === 'Failed to fetch' ? 'unreachable' : e.message;
+        agent.error = fetchError(e);
       }
       scheduleRender();
       await sleep(AGENT_POLL_MS);
@@ -668,11 +717,13 @@
       const status = gw.error
         ? badge(gw.error, 'bad')
         : gw.at ? badge(`polled ${clock(gw.at)}`, 'ok') : badge('polling', 'muted');
-      const head = el('div', {class: 'card-head'}, el('h3', {class: 'mono', text: gw.url}), status);
+      const title = gw.fleet ? `${gw.fleet.split('/')[1]} (${gw.url})` : gw.url;
+      const head = el('div', {class: 'card-head'}, el('h3', {class: 'mono', text: title}), status);
       const body = gw.snapshot
         ? upstreamsOf(gw.snapshot).map((u) => upstreamCard(gw, u))
         : [el('p', {class: 'empty', text: 'Waiting for the gateway.'})];
-      return el('div', {class: `card ${gw.error ? 'stale' : ''}`, dataset: {gateway: gw.url}}, head, ...body);
+      return el('div', {class: `card ${gw.error ? 'stale' : ''}`,
+                        dataset: {gateway: gw.fleet || gw.url}}, head, ...body);
     });
     $('gateways').replaceChildren(...cards);
   }
@@ -711,7 +762,8 @@
       const status = agent.error
         ? badge(agent.error, 'bad')
         : agent.at ? badge(`polled ${clock(agent.at)}`, 'ok') : badge('polling', 'muted');
-      const title = agent.registry ? 'registry: the fleet\'s deploys' : `agent ${agent.url}`;
+      const title = agent.registry ? 'registry: the fleet\'s deploys'
+        : agent.fleet ? `agent ${agent.fleet.split('/')[1]} (${agent.url})` : `agent ${agent.url}`;
       const head = el('div', {class: 'card-head'}, el('h3', {class: 'mono', text: title}), status);
       const deploys = (agent.deploys || []).slice(0, MAX_DEPLOYS);
       const body = deploys.length
@@ -720,7 +772,7 @@
                 deploys.map((d) => deployRow(agent, d)))
         : el('p', {class: 'empty', text: agent.deploys ? 'No deploys yet.' : 'Waiting for an answer.'});
       return el('div', {class: `card ${agent.error ? 'stale' : ''}`,
-                        dataset: {agent: agent.registry ? 'registry' : agent.url}}, head, body);
+                        dataset: {agent: agent.registry ? 'registry' : agent.fleet || agent.url}}, head, body);
     });
     $('agents').replaceChildren(...cards);
   }
@@ -744,9 +796,9 @@
     state.agents = [{url: '', registry: true}, ...(config.agents || []).map((url) => ({url}))];
     state.gateways.forEach(gatewayLoop);
     state.agents.forEach(agentLoop);
-    const polled = [];
-    if (state.gateways.length) polled.push('gateways every second');
-    polled.push('deploys every two seconds');
+    discoverFleet();
+    setInterval(discoverFleet, 1000);
+    const polled = ['gateways every second', 'deploys every two seconds'];
     if (polled.length) $('footer').textContent += ` Polling ${polled.join(' and ')}.`;
     scheduleRender();
   }

@@ -26,6 +26,11 @@ namespace drover {
 // ServerHost sets it, DiscoveryClient copies it into router::Endpoint::health.
 inline constexpr std::string_view kHealthLabel = "drover.health";
 
+// The services the fleet's own parts register in: gateways (address: their admin endpoint) and
+// rollout agents (address: their API). The dashboard finds them there.
+inline constexpr char kGatewayService[] = "drover-gateway";
+inline constexpr char kAgentService[] = "drover-agent";
+
 // The initial-metadata key a registry sends as soon as a gRPC Watch is in place (its value: the
 // registry's revision then), so a client knows it is connected before any event arrives.
 inline constexpr char kWatchAcceptedHeader[] = "drover-watch-revision";

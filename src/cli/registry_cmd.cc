@@ -79,13 +79,19 @@ void AddApiOptions(CLI::App& cmd, DaemonOptions& o) {
     return s.ok() ? std::string() : s.message();
   };
   cmd.add_option("--ui-gateway", o.ui_gateways,
-                 "Dashboard: admin URL of a gateway (http://host:port) whose routing, weights "
-                 "and connections the page at /ui/ shows; repeatable")
+                 "Dashboard: admin URL of a gateway (http://host:port) the page at /ui/ shows "
+                 "besides those registered as drover-gateway (found without flags); the browser "
+                 "fetches it directly; repeatable")
       ->check(ui_url);
   cmd.add_option("--ui-agent", o.ui_agents,
-                 "Dashboard: URL of a `drover agent` (http://host:port) whose deploy history the "
-                 "page at /ui/ shows; repeatable")
+                 "Dashboard: URL of a `drover agent` (http://host:port) the page at /ui/ shows "
+                 "besides those registered as drover-agent; the browser fetches it directly; "
+                 "repeatable")
       ->check(ui_url);
+  cmd.add_option("--fleet-ca", o.fleet_ca,
+                 "PEM CAs for gateways and agents registered with scheme https, whose status the "
+                 "registry fetches for the dashboard (default: the system's trust store)")
+      ->check(CLI::ExistingFile);
 }
 
 void AddLimitOptions(CLI::App& cmd, DaemonOptions& o) {

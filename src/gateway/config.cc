@@ -260,6 +260,14 @@ Status ValidateGatewayConfig(const GatewayConfig& c) {
     return target.status();
   }
   if (c.threads < 0 || c.threads > 256) return InvalidArgumentError("threads: must be 0..256");
+  if (!c.advertise.empty()) {
+    const auto a = ParseHostPort(c.advertise, "advertise");
+    if (!a.ok()) return a.status();
+    if (a->IsWildcard() || a->port == 0) {
+      return InvalidArgumentError("advertise: give the admin address others reach, got '" +
+                                  c.advertise + "'");
+    }
+  }
   if (!c.admin.empty() && !ValidAddress(c.admin)) {
     return InvalidArgumentError("admin: must be IPv4 host:port, got '" + c.admin + "'");
   }
@@ -329,6 +337,9 @@ Result<GatewayConfig> ParseGatewayConfig(const std::string& yaml) {
     DROVER_CONFIG_TRY(r.Get("token", c.token));
     DROVER_CONFIG_TRY(r.Get("threads", c.threads));
     DROVER_CONFIG_TRY(r.Get("admin", c.admin));
+    DROVER_CONFIG_TRY(r.Get("register", c.register_self));
+    DROVER_CONFIG_TRY(r.Get("name", c.name));
+    DROVER_CONFIG_TRY(r.Get("advertise", c.advertise));
     DROVER_CONFIG_TRY(r.GetMs("drain_ms", c.drain, 0, 3'600'000));
     const YAML::Node listeners = r.node("listeners");
     DROVER_CONFIG_TRY(r.NoUnknownKeys());

@@ -5,7 +5,11 @@
 //   registry: 127.0.0.1:7071        # gRPC address of the registry; grpcs://host:port for TLS;
 //                                   # several of one cluster: "a:7071,b:7071" or a YAML list
 //   registry_ca: /etc/drover/ca.pem # CA of the registry's certificate (implies TLS)
-//   token: ...                      # bearer token, if the registry wants one
+//   token: ...                      # bearer token, if the registry wants one (to register
+//                                   # itself it needs write rights on drover-gateway)
+//   name: gw-1                      # instance id in service drover-gateway (default below)
+//   advertise: 10.0.0.4:9900        # admin address others reach (default: `admin`)
+//   register: true                  # register as drover-gateway while admin is on
 //   threads: 2                      # io threads (default: the number of cores)
 //   admin: 127.0.0.1:9900           # /metrics, /admin/snapshot, /live, /ready ("" disables)
 //   drain_ms: 10000                 # graceful shutdown: sessions may finish for this long
@@ -129,6 +133,13 @@ struct GatewayConfig {
   std::string admin = "127.0.0.1:9900";
   Duration drain = std::chrono::seconds(10);
   std::vector<ListenerConfig> listeners;
+  // Registration as service drover-gateway (the dashboard finds the gateway there), while the
+  // admin endpoint is on: `name` is the instance id (default gateway-<host>-<admin port>),
+  // `advertise` the admin address others reach (default: the admin address; on 0.0.0.0, this
+  // host's first non-loopback IPv4 address).
+  bool register_self = true;
+  std::string name;
+  std::string advertise;
 };
 
 std::string_view PolicyName(Policy policy);

@@ -18,6 +18,8 @@
 #include "gateway/tcp_proxy.h"
 #include "gateway/upstream.h"
 #include "net/http_server.h"
+#include "sdk/self_registration.h"
+#include "sdk/socket_util.h"
 
 namespace drover::gateway {
 
@@ -79,6 +81,7 @@ struct Gateway::Impl {
   std::vector<UpstreamEntry> upstreams;
   std::vector<std::unique_ptr<Listener>> proxies;  // per listener, same order
   std::unique_ptr<net::HttpServer> admin;          // its own thread; null without an admin port
+  std::unique_ptr<sdk::SelfRegistration> registration;  // as drover-gateway, with the admin port
   std::vector<std::thread> threads;
   std::once_flag shutdown_once;
 };
@@ -326,6 +329,43 @@ bool ReadyOf(const Gateway::Impl& g) {
 
 }  // namespace
 
+namespace {
+
+// The gateway as an instance of drover-gateway: its admin endpoint, where the dashboard (through
+// the registry) reads its routing tables and counters.
+HostOptions RegistrationOf(const Gateway::Impl& g) {
+  using namespace std::chrono_literals;
+  const GatewayConfig& c = g.config;
+  HostPort admin = ParseHostPort(c.admin, "admin", {.allow_port_zero = true})
+                       .value_or(HostPort{})
+                       .WithPort(g.admin->port());
+  if (admin.IsWildcard()) {
+    const std::string routable = sdk::FirstRoutableIpv4();
+    admin.host = routable.empty() ? "127.0.0.1" : routable;
+    admin.kind = HostKind::kIpv4;
+  }
+  const std::string advertised = c.advertise.empty() ? admin.ToString() : c.advertise;
+  HostOptions o;
+  o.registry = c.registry;
+  o.registry_ca = c.registry_ca;
+  o.token = c.token;
+  o.service = kGatewayService;
+  o.instance_id =
+      c.name.empty() ? "gateway-" + admin.host + "-" + std::to_string(admin.port) : c.name;
+  o.advertise = advertised;
+  o.labels["scheme"] = "http";
+  o.labels["listeners"] = std::to_string(c.listeners.size());
+  o.health = "";             // the admin port's /ready is the probe
+  o.stop_accepting = [] {};  // leaving discovery stops nothing: the proxies drain on their own
+  o.drain = [](Duration) {};
+  o.propagation_delay = 0s;
+  o.drain_deadline = 0s;
+  o.grace_period = 5s;
+  return o;
+}
+
+}  // namespace
+
 Result<std::unique_ptr<Gateway>> Gateway::Start(GatewayConfig config, Clock& clock) {
   if (Status s = ValidateGatewayConfig(config); !s.ok()) return s;
   if (config.threads == 0)
@@ -379,6 +419,9 @@ Result<std::unique_ptr<Gateway>> Gateway::Start(GatewayConfig config, Clock& clo
                                    server.status().message()));
     }
     impl->admin = std::move(*server);
+    if (impl->config.register_self) {
+      impl->registration = sdk::SelfRegistration::Start("gateway", RegistrationOf(*impl));
+    }
   }
   for (auto& io : impl->ios) {
     impl->threads.emplace_back([io = io.get()] { io->run(); });
@@ -441,6 +484,7 @@ void Gateway::Shutdown() {
   std::call_once(impl_->shutdown_once, [this] {
     Impl& g = *impl_;
     const MonoTime t0 = g.clock.Now();
+    if (g.registration) g.registration->Stop();  // out of discovery first
     for (auto& p : g.proxies) p->StopAccepting();
     spdlog::info("gateway: stopped accepting; {} connections open, draining up to {:.1f} s",
                  active(), Seconds(g.config.drain));

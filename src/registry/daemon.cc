@@ -86,6 +86,7 @@ HttpOptions HttpOptionsOf(const DaemonOptions& o, const HostPort& address,
   http.tls_key_file = o.tls_key;
   http.ui_gateways = o.ui_gateways;
   http.ui_agents = o.ui_agents;
+  http.fleet_ca = o.fleet_ca;
   http.max_connections = o.max_connections;
   http.max_body = o.max_body;
   http.limits = std::move(limits);

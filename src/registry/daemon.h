@@ -45,6 +45,7 @@ struct DaemonOptions {
   std::size_t max_body = 64 * 1024;
   std::vector<std::string> ui_gateways;  // the dashboard's gateway and agent panels
   std::vector<std::string> ui_agents;
+  std::string fleet_ca;  // see HttpOptions::fleet_ca
 };
 
 class Daemon {

@@ -49,6 +49,7 @@ const std::map<std::string, Setter, std::less<>>& Setters() {
       {"ui_gateways",
        [](const YAML::Node& v, DaemonOptions& o) { o.ui_gateways = StringOrList(v); }},
       {"ui_agents", [](const YAML::Node& v, DaemonOptions& o) { o.ui_agents = StringOrList(v); }},
+      {"fleet_ca", [](const YAML::Node& v, DaemonOptions& o) { o.fleet_ca = v.as<std::string>(); }},
   };
   return setters;
 }

@@ -29,6 +29,7 @@
 #include "drover/mutex.h"
 #include "net/http_server.h"
 #include "registry/client_limits.h"
+#include "registry/fleet_status.h"
 #include "registry/json_codec.h"
 #include "registry/registry.h"
 #include "registry/ui_url.h"
@@ -142,7 +143,10 @@ constexpr std::size_t kEncodedEvents = 4096;
 }  // namespace
 
 struct HttpServer::Impl {
-  Impl(Registry& r, HttpOptions o) : registry(r), options(WithLimits(std::move(o))) {}
+  Impl(Registry& r, HttpOptions o)
+      : registry(r),
+        options(WithLimits(std::move(o))),
+        fleet(r, FleetStatusOptions{.ca_file = options.fleet_ca}) {}
 
   static HttpOptions WithLimits(HttpOptions o) {
     if (!o.limits) o.limits = std::make_shared<ClientLimits>();
@@ -165,6 +169,8 @@ struct HttpServer::Impl {
   Response ListInstances(const Request& req, std::string_view service);
   Response HandleInstance(const Request& req, std::string_view service, std::string_view id,
                           std::string_view action, std::string_view query);
+  // GET /v1/fleet/{service}/{id}: a fleet part's status, through FleetStatus.
+  Response HandleFleet(const Request& req, std::string_view service, std::string_view id);
   // /v1/deploys and /v1/deploys/{id} (`id` empty for the list).
   Response HandleDeploys(const Request& req, std::string_view id, std::string_view query);
   // `name` is the path after "/ui/".
@@ -206,6 +212,7 @@ struct HttpServer::Impl {
       DROVER_GUARDED_BY(encoded_mu);
   std::deque<const Event*> encoded_order DROVER_GUARDED_BY(encoded_mu);  // oldest first
 
+  FleetStatus fleet;
   std::unique_ptr<net::HttpServer> server;  // last: stopped before the rest goes
 };
 
@@ -363,6 +370,10 @@ Response HttpServer::Impl::Handle(const Request& req) {
   if (!parts.empty() && parts[0] == "v1") {
     if (Status auth = Authenticate(req); !auth.ok()) return ErrorResponse(req, auth);
   }
+  if (parts.size() == 4 && parts[0] == "v1" && parts[1] == "fleet") {
+    if (auto r = only(http::verb::get)) return *r;
+    return HandleFleet(req, parts[2], parts[3]);
+  }
   if (parts.size() >= 2 && parts[0] == "v1" && parts[1] == "services") {
     if (parts.size() == 2) {
       if (auto r = only(http::verb::get)) return *r;
@@ -456,6 +467,27 @@ Response HttpServer::Impl::HandleDeploys(const Request& req, std::string_view id
   auto version = registry.PutDeploy(std::move(*d), *expect);
   if (!version.ok()) return ErrorResponse(req, version.status());
   return JsonResponse(req, http::status::ok, {{"id", id}, {"version", *version}});
+}
+
+Response HttpServer::Impl::HandleFleet(const Request& req, std::string_view service,
+                                       std::string_view id) {
+  auto answer = fleet.Get(std::string(service), std::string(id));
+  if (!answer.ok()) return ErrorResponse(req, answer.status());
+  if (answer->status != 200) {
+    return ErrorResponse(req, http::status::bad_gateway, StatusCode::kUnavailable,
+                         answer->url + " answered HTTP " + std::to_string(answer->status));
+  }
+  Response res{http::status::ok, req.version()};
+  res.set(http::field::content_type, "application/json");
+  res.set(http::field::cache_control, "no-store");
+  // How old the figures are: the page says so instead of passing them off as live.
+  res.set(
+      "X-Drover-Age-Ms",
+      std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(answer->age).count()));
+  res.keep_alive(req.keep_alive());
+  res.body() = std::move(answer->body);
+  res.prepare_payload();
+  return res;
 }
 
 Response HttpServer::Impl::ListServices(const Request& req) {

@@ -70,6 +70,9 @@ struct HttpOptions {
   // them; the browser does, so they must be reachable from where the page is opened.
   std::vector<std::string> ui_gateways;
   std::vector<std::string> ui_agents;
+  // PEM CAs for fleet parts (gateways, agents) registered with scheme https, whose status
+  // GET /v1/fleet/{service}/{id} fetches (fleet_status.h); empty: the system's trust store.
+  std::string fleet_ca;
 };
 
 class HttpServer {

@@ -7,6 +7,7 @@
 #include <cstdio>
 
 #include "common/http_error.h"
+#include "drover/discovery.h"
 #include "rollout/json_codec.h"
 
 namespace drover::rollout {
@@ -214,7 +215,7 @@ Result<std::map<std::string, std::string>> ParseSelector(const std::string& sele
 Result<std::vector<AgentTarget>> DiscoverAgents(const net::HttpClient& registry,
                                                 const std::string& selector) {
   DROVER_ASSIGN_OR_RETURN(const auto wanted, ParseSelector(selector));
-  DROVER_ASSIGN_OR_RETURN(const json instances, RegistryInstances(registry, "drover-agent"));
+  DROVER_ASSIGN_OR_RETURN(const json instances, RegistryInstances(registry, kAgentService));
   std::vector<AgentTarget> out;
   std::vector<std::string> seen;
   for (const json& in : instances) {

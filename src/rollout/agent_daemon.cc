@@ -10,11 +10,13 @@
 
 #include "common/host_port.h"
 #include "common/tokens.h"
+#include "drover/discovery.h"
 #include "drover/host.h"
 #include "drover/mutex.h"
 #include "rollout/agent_server.h"
 #include "rollout/supervisor.h"
 #include "sdk/registry_channel.h"
+#include "sdk/self_registration.h"
 
 namespace drover::rollout {
 namespace {
@@ -48,11 +50,7 @@ struct AgentDaemon::Impl {
   std::string advertised;  // host:port, once the port is bound
   std::string name;
 
-  Mutex mu;
-  std::unique_ptr<ServerHost> entry DROVER_GUARDED_BY(mu);  // the current registration attempt
-  bool stopping DROVER_GUARDED_BY(mu) = false;
-  CondVar wake;
-  std::jthread registration;
+  std::unique_ptr<sdk::SelfRegistration> registration;
 
   Status CheckAccess() {
     if (!options.auth_tokens.empty()) {
@@ -121,39 +119,6 @@ struct AgentDaemon::Impl {
     o.grace_period = 5s;
     return o;
   }
-
-  // Registers, and tries again every few seconds while the registry cannot be reached: the
-  // instances run whether or not discovery knows the agent.
-  void Register(std::stop_token stop) {
-    Duration backoff = 1s;
-    while (!stop.stop_requested()) {
-      auto entry_or = ServerHost::Create(EntryOptions());
-      if (!entry_or.ok()) {
-        spdlog::error("agent: cannot register in discovery: {}", entry_or.status().ToString());
-        return;  // bad options: trying again would not help
-      }
-      ServerHost* attempt = entry_or->get();
-      {
-        MutexLock lock(mu);
-        if (stopping) return;
-        entry = std::move(*entry_or);
-      }
-      const Status started = attempt->Start();
-      if (started.ok()) {
-        spdlog::info("agent: registered as {} ({}) with {}", name, advertised, options.registry);
-        return;
-      }
-      MutexLock lock(mu);
-      if (stopping) return;
-      spdlog::warn("agent: could not register as {} with {}: {}; trying again in {} s", name,
-                   options.registry, started.ToString(),
-                   std::chrono::duration_cast<std::chrono::seconds>(backoff).count());
-      entry.reset();
-      (void)wake.WaitUntil(mu, std::chrono::steady_clock::now() + backoff,
-                           [&]() DROVER_REQUIRES(mu) { return stopping; });
-      backoff = std::min<Duration>(backoff * 2, 30s);
-    }
-  }
 };
 
 Result<std::unique_ptr<AgentDaemon>> AgentDaemon::Start(const AgentDaemonOptions& options,
@@ -199,8 +164,8 @@ Result<std::unique_ptr<AgentDaemon>> AgentDaemon::Start(const AgentDaemonOptions
   impl->advertised = advertised.ToString();
   impl->name = options.name.empty() ? DefaultName(advertised) : options.name;
   if (!options.registry.empty()) {
-    Impl* raw = impl.get();
-    impl->registration = std::jthread([raw](std::stop_token stop) { raw->Register(stop); });
+    // The instances run whether or not discovery knows the agent.
+    impl->registration = sdk::SelfRegistration::Start("agent", impl->EntryOptions());
   }
   return std::unique_ptr<AgentDaemon>(new AgentDaemon(std::move(impl)));
 }
@@ -226,25 +191,7 @@ std::uint16_t AgentDaemon::port() const { return impl_->server ? impl_->server->
 bool AgentDaemon::open_to_network() const { return !impl_->auth && !impl_->listen.IsLoopback(); }
 
 void AgentDaemon::Stop() {
-  std::unique_ptr<ServerHost> entry;
-  {
-    MutexLock lock(impl_->mu);
-    if (impl_->stopping) return;
-    impl_->stopping = true;
-    impl_->wake.NotifyAll();
-  }
-  impl_->registration.request_stop();
-  {
-    // A registration in progress returns CANCELLED once its host shuts down.
-    MutexLock lock(impl_->mu);
-    if (impl_->entry) impl_->entry->Shutdown();
-  }
-  if (impl_->registration.joinable()) impl_->registration.join();
-  {
-    MutexLock lock(impl_->mu);
-    entry = std::move(impl_->entry);
-  }
-  entry.reset();  // leaves discovery (DRAINING, deregister, propagation) if registered
+  if (impl_->registration) impl_->registration->Stop();  // leaves discovery if registered
   impl_->server.reset();
   impl_->supervisor.reset();
 }

@@ -29,8 +29,6 @@
 
 namespace drover::rollout {
 
-inline constexpr const char* kAgentService = "drover-agent";
-
 struct AgentDaemonOptions {
   std::string data_dir = "drover-agent";
   std::string listen = "127.0.0.1:7080";

@@ -12,6 +12,7 @@
 #include "registry/sqlite_store.h"
 #include "registry/ui_url.h"
 #include "testing/eventually.h"
+#include "testing/http_backend.h"
 #include "testing/http_client.h"
 #include "testing/temp_dir.h"
 
@@ -362,6 +363,35 @@ TEST_F(HttpLimitsTest, WritesOverTheRatePerTokenGet429WhileReadsGoOn) {
   EXPECT_NE(testing::SendRaw(port_, testing::RequestText("GET", "/metrics", "", kOther))
                 .body.find("drover_registry_rate_limited_writes_total"),
             std::string::npos);
+}
+
+// The fleet's parts through the registry: only drover-gateway and drover-agent, only registered
+// ones, only their fixed read path; the first ask starts the fetch, the next gets the answer.
+TEST_F(HttpApiTest, FleetPartsAreReadThroughTheRegistry) {
+  testing::HttpBackend gateway("gw-1");
+  EXPECT_EQ(Http(port_, "GET", "/v1/fleet/zone/z1").status, 400);  // not a fleet part
+  EXPECT_EQ(Http(port_, "GET", "/v1/fleet/drover-gateway/gw-1").status, 404);
+  ASSERT_EQ(Http(port_, "PUT", "/v1/services/drover-gateway/instances/gw-1",
+                 R"({"address":")" + gateway.address() +
+                     R"(","generation":1,"state":"READY","ttl_ms":600000,)"
+                     R"("labels":{"scheme":"http"}})")
+                .status,
+            200);
+  testing::HttpReply reply;
+  ASSERT_TRUE(testing::Eventually(
+      [&] {
+        reply = Http(port_, "GET", "/v1/fleet/drover-gateway/gw-1");
+        return reply.status == 200;
+      },
+      5s, 50ms))
+      << reply.status << " " << reply.body;
+  EXPECT_EQ(reply.body, "gw-1 GET /admin/snapshot");  // the fixed path, the body as it came
+  EXPECT_NE(reply.headers.find("X-Drover-Age-Ms: "), std::string::npos) << reply.headers;
+  EXPECT_EQ(Http(port_, "POST", "/v1/fleet/drover-gateway/gw-1").status, 405);
+  // Gone from the registry: no longer fetched.
+  ASSERT_EQ(Http(port_, "DELETE", "/v1/services/drover-gateway/instances/gw-1?generation=1").status,
+            200);
+  EXPECT_EQ(Http(port_, "GET", "/v1/fleet/drover-gateway/gw-1").status, 404);
 }
 
 TEST_F(HttpApiTest, StopEndsOpenWatchStreams) {

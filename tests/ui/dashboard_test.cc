@@ -52,19 +52,16 @@ void CheckTools() {
 // its output goes to the test's log.
 bool RunPage(const std::string& registry_url, const std::string& screenshot,
              std::vector<std::string> extra,
-             const std::function<void(const std::string&)>& on_line = {}) {
+             const std::function<void(const std::string&)>& on_line = {},
+             const std::string& ca_file = {}) {
   std::filesystem::create_directories(std::filesystem::path(screenshot).parent_path());
   const auto node = drover::testing::RunCommand("command -v node", false);
-  std::vector<std::string> argv = {"/usr/bin/env",
-                                   "DROVER_CHROMIUM=" + Chromium(),
-                                   "timeout",
-                                   "-k",
-                                   "5",
-                                   "150",
-                                   node.out.substr(0, node.out.find('\n')),
-                                   DROVER_UI_TEST_DIR "/dashboard_test.mjs",
-                                   registry_url,
-                                   screenshot};
+  std::vector<std::string> argv = {
+      "/usr/bin/env",
+      // The script's own calls to an HTTPS registry trust its CA.
+      "NODE_EXTRA_CA_CERTS=" + ca_file, "DROVER_CHROMIUM=" + Chromium(), "timeout", "-k", "5",
+      "150", node.out.substr(0, node.out.find('\n')), DROVER_UI_TEST_DIR "/dashboard_test.mjs",
+      registry_url, screenshot};
   argv.insert(argv.end(), extra.begin(), extra.end());
   ChildProcess page(argv);
   while (auto line = page.ReadLine(160s)) {
@@ -191,6 +188,89 @@ TEST(DashboardTest, AsksForATokenWhenTheRegistryNeedsOne) {
   const std::string screenshot = std::string(DROVER_TEST_ARTIFACTS) + "/dashboard-token.png";
   EXPECT_TRUE(RunPage("http://127.0.0.1:" + std::to_string(http_port), screenshot,
                       {"--token", "operator-token-0123456789"}));
+}
+
+// The fleet finds its parts: with no --ui-* flags, over HTTPS with a test CA and with tokens, the
+// page lists the two gateways and two agents registered in the registry (each on its own
+// loopback "machine") and shows their live figures, read through the registry.
+TEST(DashboardTest, FindsGatewaysAndAgentsInTheRegistryOverHttps) {
+  CheckTools();
+  if (HasFatalFailure()) return;
+  drover::testing::TempDir dir;
+  ASSERT_FALSE(dir.path().empty());
+  const std::string d = dir.path();
+  std::ofstream(d + "/san.ext") << "subjectAltName=DNS:localhost,IP:127.0.0.1\n";
+  const std::string ec = "-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes ";
+  for (const std::string& command : {
+           "openssl req -x509 " + ec + "-days 1 -subj /CN=drover-test-ca -keyout " + d +
+               "/ca.key -out " + d + "/ca.pem",
+           "openssl req " + ec + "-subj /CN=localhost -keyout " + d + "/key.pem -out " + d +
+               "/req.csr",
+           "openssl x509 -req -in " + d + "/req.csr -CA " + d + "/ca.pem -CAkey " + d +
+               "/ca.key -CAcreateserial -days 1 -extfile " + d + "/san.ext -out " + d + "/cert.pem",
+       }) {
+    const auto made = drover::testing::RunCommand(command);
+    ASSERT_EQ(made.exit_code, 0) << command << "\n" << made.out;
+  }
+  // The one certificate Chromium is told to accept: its public key's SHA-256, base64.
+  const auto spki =
+      drover::testing::RunCommand("openssl x509 -in " + d +
+                                  "/cert.pem -pubkey -noout | openssl pkey -pubin -outform der | "
+                                  "openssl dgst -sha256 -binary | base64");
+  ASSERT_EQ(spki.exit_code, 0) << spki.out;
+  std::ofstream(d + "/tokens.yaml")
+      << "tokens:\n"
+      << "  - name: operator\n    token: \"operator-token-0123456789\"\n    write: [\"*\"]\n"
+      << "  - name: gateways\n    token: \"gateway-token-0123456789\"\n"
+      << "    write: [drover-gateway]\n"
+      << "  - name: agents\n    token: \"agent-token-0123456789\"\n    write: [drover-agent]\n";
+  ChildProcess registry({DROVER_BINARY, "registry", "--data-dir", d + "/registry", "--http",
+                         "127.0.0.1:0", "--grpc", "127.0.0.1:0", "--tls-cert", d + "/cert.pem",
+                         "--tls-key", d + "/key.pem", "--auth-tokens", d + "/tokens.yaml"});
+  const auto line = registry.ReadLine(20s);
+  ASSERT_TRUE(line.has_value());
+  const std::uint16_t http_port = PortIn(*line, R"(https://127\.0\.0\.1:(\d+))");
+  const std::uint16_t grpc_port = PortIn(*line, R"(grpcs://127\.0\.0\.1:(\d+))");
+  ASSERT_NE(http_port, 0) << *line;
+  ASSERT_NE(grpc_port, 0) << *line;
+  const std::string grpcs = "grpcs://127.0.0.1:" + std::to_string(grpc_port);
+
+  std::vector<std::unique_ptr<ChildProcess>> parts;
+  for (const auto& [name, host] : {std::pair{"gw-a", "127.0.0.2"}, {"gw-b", "127.0.0.3"}}) {
+    const std::string config = d + "/" + name + ".yaml";
+    std::ofstream(config) << "registry: " << grpcs << "\nregistry_ca: " << d << "/ca.pem\n"
+                          << "token: gateway-token-0123456789\nname: " << name
+                          << "\nthreads: 1\nadmin: " << host << ":0\nlisteners:\n"
+                          << "  - name: zone\n    address: " << host << ":0\n"
+                          << "    service: zone\n";
+    parts.push_back(std::make_unique<ChildProcess>(
+        std::vector<std::string>{DROVER_BINARY, "gateway", "--config", config}));
+    ASSERT_TRUE(parts.back()->ReadLine(20s).has_value()) << name;
+  }
+  for (const auto& [name, host] : {std::pair{"agent-a", "127.0.0.4"}, {"agent-b", "127.0.0.5"}}) {
+    parts.push_back(std::make_unique<ChildProcess>(std::vector<std::string>{
+        DROVER_BINARY, "agent", "--data-dir", d + "/" + name, "--listen", std::string(host) + ":0",
+        "--registry", grpcs, "--registry-ca", d + "/ca.pem", "--token", "agent-token-0123456789",
+        "--name", name}));
+    const auto agent_line = parts.back()->ReadLine(20s);
+    ASSERT_TRUE(agent_line.has_value()) << name;
+    const std::uint16_t port = PortIn(*agent_line, R"(http://127\.0\.0\.\d+:(\d+))");
+    ASSERT_NE(port, 0) << *agent_line;
+    // One finished deploy in each agent's history.
+    const auto put = drover::testing::HttpTo(
+        host, port, "PUT", std::string("/v1/deploys/zone-v1-1700000000000"),
+        R"({"service":"zone","version":"v1","instances":1,"started_at_ms":1700000000000,)"
+        R"("verdict":"pass","reason":"1 instance(s) READY","finished_at_ms":1700000014000,)"
+        R"("decided_after_s":12.1,"rollback_s":0,"timeline":[]})");
+    ASSERT_EQ(put.status, 200) << put.body;
+  }
+
+  const std::string screenshot = std::string(DROVER_TEST_ARTIFACTS) + "/dashboard-fleet.png";
+  EXPECT_TRUE(
+      RunPage("https://127.0.0.1:" + std::to_string(http_port), screenshot,
+              {"--token", "operator-token-0123456789", "--expect-fleet",
+               "gw-a,gw-b/agent-a,agent-b", "--spki", spki.out.substr(0, spki.out.find('\n'))},
+              {}, d + "/ca.pem"));
 }
 
 }  // namespace

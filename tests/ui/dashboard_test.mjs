@@ -2,6 +2,7 @@
 //
 //   node dashboard_test.mjs <registry url> <screenshot.png> [--zone-port N] [--expect-agent]
 //                           [--restart-registry] [--token T]
+//                           [--expect-fleet GW1,GW2/AG1,AG2] [--spki HASH]
 //
 // Opens <registry>/ui (the redirect included), registers zone/z1 and zone/z2 through the
 // registry's HTTP API, waits for them on the page, drains z1 and waits for DRAINING -- with no
@@ -11,6 +12,11 @@
 // show the agent's history and the registry's (a running deploy). --restart-registry: prints RESTART-REGISTRY on a line of its own, for
 // the caller to restart the registry on the same address; the page must notice, reconnect and
 // follow the registry again. --token: the registry needs this token, which the page must ask for.
+// --expect-fleet: gateways and agents registered (drover-gateway, drover-agent) under these ids,
+// which the page must find in the registry with no configuration and show with live figures read
+// through the registry (a table version and a poll time that moves on, per gateway; the deploy
+// history, per agent). --spki: the base64 SHA-256 of the registry certificate's public key, the
+// one certificate Chromium accepts from the test CA (the page is then opened over HTTPS).
 // Exits 0 on success and 1 with the reason otherwise; every wait is bounded, and the whole run
 // gives up after two minutes.
 import fs from 'node:fs';
@@ -34,6 +40,8 @@ const zonePort = option('--zone-port') ? Number(option('--zone-port')) : 0;
 const expectAgent = args.includes('--expect-agent');
 const restartRegistry = args.includes('--restart-registry');
 const token = option('--token');
+const fleet = option('--expect-fleet');
+const spki = option('--spki');
 const executablePath = process.env.DROVER_CHROMIUM || '/usr/bin/chromium';
 
 let browser;
@@ -126,7 +134,8 @@ async function main() {
   }
   upstream = await startUpstream();
   const upstreamAddress = `127.0.0.1:${upstream.address().port}`;
-  browser = await chromium.launch({executablePath, timeout: 30000});
+  const launchArgs = spki ? [`--ignore-certificate-errors-spki-list=${spki}`] : [];
+  browser = await chromium.launch({executablePath, timeout: 30000, args: launchArgs});
   const page = await browser.newPage({viewport: {width: 1440, height: 900}});
   page.setDefaultTimeout(WAIT_MS);
   const problems = [];
@@ -209,6 +218,33 @@ async function main() {
     await waitForText(page,
                       '#agents [data-agent="registry"] tr[data-deploy="zone-v3-1700000200000"] td.verdict',
                       'RUNNING', 'the running deploy in the registry\'s history');
+  }
+
+  if (fleet) {
+    const [gateways, agents] = fleet.split('/').map((ids) => ids.split(',').filter(Boolean));
+    log(`looking for gateways ${gateways} and agents ${agents} found in the registry`);
+    for (const id of gateways) {
+      const card = `#gateways [data-gateway="drover-gateway/${id}"]`;
+      await waitFor(page, (sel) => {
+        const v = document.querySelector(`${sel} .table-version`);
+        return v !== null && Number(v.textContent) > 0;
+      }, card, `gateway ${id}: its routing table version, read through the registry`);
+      const first = await page.$eval(`${card} .badge`, (b) => b.textContent);
+      await waitFor(page, ([sel, before]) => {
+        const b = document.querySelector(`${sel} .badge`);
+        return b !== null && b.textContent.startsWith('polled') && b.textContent !== before;
+      }, [card, first], `gateway ${id}: live (polled again)`);
+    }
+    for (const id of agents) {
+      await waitForText(page, `#agents [data-agent="drover-agent/${id}"] tr[data-deploy] td.verdict`,
+                        'PASS', `agent ${id}: its deploy history, read through the registry`);
+    }
+    const cards = await page.$$eval('#gateways [data-gateway^="drover-gateway/"]', (c) => c.length);
+    const agentCards = await page.$$eval('#agents [data-agent^="drover-agent/"]', (c) => c.length);
+    if (cards !== gateways.length || agentCards !== agents.length) {
+      throw new Error(`expected ${gateways.length} gateway and ${agents.length} agent panels, ` +
+                      `found ${cards} and ${agentCards}`);
+    }
   }
 
   log('draining zone/z1');
