@@ -17,8 +17,9 @@ packages=(
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc libhiredis-dev
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev openssl
-  # the clock-jump test moves the wall clock of its children (LD_PRELOAD)
-  libfaketime
+  # the clock-jump test moves the wall clock of its children (LD_PRELOAD); the address test
+  # makes an interface in a network namespace of its own (ip)
+  libfaketime iproute2
   # peers the benchmarks (and the etcd store) run against; their own services stay unused
   etcd-server haproxy nginx libnginx-mod-stream wrk redis-server
   # the dashboard test's browser

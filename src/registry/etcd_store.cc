@@ -169,10 +169,32 @@ struct EtcdStore::Impl {
   EtcdOptions options;
   std::string instances_prefix, tombstones_prefix, renewals_prefix, expirer_key, renewal_key,
       last_key, degraded_key;
-  std::shared_ptr<grpc::Channel> channel;
-  std::unique_ptr<pb::KV::Stub> kv;
-  std::unique_ptr<pb::Watch::Stub> watch;
-  std::unique_ptr<pb::Lease::Stub> lease;
+  // The channel to the members' addresses as last resolved, and its stubs. A re-resolution that
+  // finds other addresses adds a new set; old ones stay until the store goes (a call in flight
+  // may use one), so a pointer read here is valid for the store's life.
+  struct Stubs {
+    std::string target;  // "ipv4:a:p,b:p"
+    std::shared_ptr<grpc::Channel> channel;
+    std::unique_ptr<pb::KV::Stub> kv;
+    std::unique_ptr<pb::Watch::Stub> watch;
+    std::unique_ptr<pb::Lease::Stub> lease;
+  };
+  mutable std::atomic<const Stubs*> stubs{nullptr};
+  mutable Mutex resolve_mu;
+  mutable std::vector<std::unique_ptr<Stubs>> all_stubs DROVER_GUARDED_BY(resolve_mu);
+  mutable MonoTime resolved_at DROVER_GUARDED_BY(resolve_mu){};
+  bool any_names = false;  // some endpoint is a DNS name: worth resolving again
+  pb::KV::Stub* kv() const { return stubs.load()->kv.get(); }
+  pb::Watch::Stub* watch() const { return stubs.load()->watch.get(); }
+  pb::Lease::Stub* lease() const { return stubs.load()->lease.get(); }
+  const std::string& target() const { return stubs.load()->target; }
+  // Resolves every endpoint; INVALID_ARGUMENT when one does not resolve.
+  Result<std::string> ResolveTarget() const;
+  // Connects to `target` (a new channel and stubs) and makes it the current one.
+  void UseTarget(const std::string& target) const DROVER_REQUIRES(resolve_mu);
+  // After a failure: resolves the endpoints' names again (at most once a second) and moves to the
+  // addresses they name now, if they changed (a member replaced, moved, scaled).
+  void Reresolve() const;
 
   std::atomic<bool> stopping{false};
 
@@ -225,6 +247,7 @@ struct EtcdStore::Impl {
       const bool again = s.error_code() == grpc::StatusCode::UNAVAILABLE ||
                          s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED;
       if (s.ok() || !again || stopping) return s;
+      Reresolve();
       if (std::chrono::system_clock::now() + backoff >= give_up) return s;
       std::this_thread::sleep_for(backoff);
       backoff = std::min<Duration>(backoff * 2, 500ms);
@@ -320,7 +343,8 @@ Result<std::uint64_t> EtcdStore::Impl::Txn(const std::vector<Write>& writes, boo
   }
   MarkLast(req);
   pb::TxnResponse resp;
-  const grpc::Status s = Retry([&](grpc::ClientContext& ctx) { return kv->Txn(&ctx, req, &resp); });
+  const grpc::Status s =
+      Retry([&](grpc::ClientContext& ctx) { return kv()->Txn(&ctx, req, &resp); });
   if (!s.ok()) return FromGrpc(s, "txn");
   if (!resp.succeeded()) {
     return AbortedError(as_expirer
@@ -343,7 +367,7 @@ Status EtcdStore::Impl::RangeAll(const std::string& prefix, std::int64_t& revisi
     req.set_revision(revision);  // 0 on the first page: now; then that same revision
     pb::RangeResponse resp;
     const grpc::Status s =
-        Retry([&](grpc::ClientContext& ctx) { return kv->Range(&ctx, req, &resp); });
+        Retry([&](grpc::ClientContext& ctx) { return kv()->Range(&ctx, req, &resp); });
     if (!s.ok()) return FromGrpc(s, "range " + prefix);
     if (revision == 0) revision = resp.header().revision();
     for (auto& kv_pair : *resp.mutable_kvs()) out.push_back(std::move(kv_pair));
@@ -478,7 +502,7 @@ void EtcdStore::Impl::FeedLoop(std::uint64_t from) {
     }
     grpc::ClientContext ctx;
     ctx.AddMetadata("hasleader", "true");
-    auto stream = watch->Watch(&ctx);
+    auto stream = watch()->Watch(&ctx);
     {
       MutexLock lock(stream_mu);
       feed_context = &ctx;
@@ -527,6 +551,7 @@ void EtcdStore::Impl::FeedLoop(std::uint64_t from) {
     const grpc::Status status = stream->Finish();
     if (stopping) return;
     broken = true;
+    if (!status.ok()) Reresolve();
     if (reload) {
       Result<StoreState> state = Load();
       if (state.ok()) {
@@ -555,7 +580,7 @@ bool EtcdStore::Impl::GrantSession() {
       1, std::chrono::duration_cast<std::chrono::seconds>(options.session_ttl).count()));
   pb::LeaseGrantResponse resp;
   auto ctx = Context();
-  const grpc::Status s = lease->LeaseGrant(ctx.get(), req, &resp);
+  const grpc::Status s = lease()->LeaseGrant(ctx.get(), req, &resp);
   if (!s.ok() || resp.id() == 0) {
     spdlog::warn("registry: etcd lease grant failed: {}",
                  s.ok() ? resp.error() : s.error_message());
@@ -568,7 +593,7 @@ bool EtcdStore::Impl::GrantSession() {
 
 bool EtcdStore::Impl::KeepAlive() {
   auto ctx = Context();
-  auto stream = lease->LeaseKeepAlive(ctx.get());
+  auto stream = lease()->LeaseKeepAlive(ctx.get());
   pb::LeaseKeepAliveRequest req;
   req.set_id(session);
   pb::LeaseKeepAliveResponse resp;
@@ -600,7 +625,7 @@ void EtcdStore::Impl::Campaign() {
   req.add_failure()->mutable_request_range()->set_key(expirer_key);
   pb::TxnResponse resp;
   auto ctx = Context();
-  if (!kv->Txn(ctx.get(), req, &resp).ok()) return;
+  if (!kv()->Txn(ctx.get(), req, &resp).ok()) return;
   std::int64_t holder_revision = 0;
   std::string holder;
   if (resp.succeeded()) {
@@ -639,7 +664,7 @@ void EtcdStore::Impl::FlushRenewals() {
   req.set_lease(session);
   pb::PutResponse resp;
   auto ctx = Context();
-  const grpc::Status s = kv->Put(ctx.get(), req, &resp);
+  const grpc::Status s = kv()->Put(ctx.get(), req, &resp);
   if (!s.ok()) {
     // Kept for the next try (newer renewals of the same instance win).
     spdlog::debug("registry: sharing lease renewals failed: {}", s.error_message());
@@ -655,7 +680,7 @@ void EtcdStore::Impl::RevokeSession() {
   pb::LeaseRevokeResponse resp;
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + 1s);
-  (void)lease->LeaseRevoke(&ctx, req, &resp);
+  (void)lease()->LeaseRevoke(&ctx, req, &resp);
   session = 0;
   expirer_create_revision = 0;
 }
@@ -698,36 +723,21 @@ void EtcdStore::Impl::KeeperLoop() {
 
 // ---------------------------------------------------------------------------------------------
 
-EtcdStore::EtcdStore(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
-
-Result<std::unique_ptr<EtcdStore>> EtcdStore::Open(EtcdOptions options) {
-  if (options.endpoints.empty()) return InvalidArgumentError("no etcd endpoints given");
-  if (options.prefix.empty() || options.prefix.front() != '/' || options.prefix.back() == '/') {
-    return InvalidArgumentError("etcd prefix '" + options.prefix +
-                                "' must start with '/' and not end with one");
-  }
-  if (options.session_ttl < 1s) options.session_ttl = 1s;
-  if (options.process_name.empty()) options.process_name = DefaultProcessName();
-  std::string target = "ipv4:";
+Result<std::string> EtcdStore::Impl::ResolveTarget() const {
   bool any_v6 = false;
   std::vector<std::string> addresses;
   for (const std::string& endpoint : options.endpoints) {
-    DROVER_ASSIGN_OR_RETURN(std::string address, Resolve(endpoint));
+    DROVER_ASSIGN_OR_RETURN(std::string address,
+                            options.resolve ? options.resolve(endpoint) : Resolve(endpoint));
     any_v6 = any_v6 || address.front() == '[';
     addresses.push_back(std::move(address));
   }
-  target = any_v6 ? "ipv6:" : "ipv4:";
+  std::string target = any_v6 ? "ipv6:" : "ipv4:";
   for (std::size_t i = 0; i < addresses.size(); ++i) target += (i ? "," : "") + addresses[i];
+  return target;
+}
 
-  auto impl = std::make_unique<Impl>();
-  impl->options = options;
-  impl->instances_prefix = options.prefix + "/instances/";
-  impl->tombstones_prefix = options.prefix + "/tombstones/";
-  impl->renewals_prefix = options.prefix + "/renewals/";
-  impl->expirer_key = options.prefix + "/expirer";
-  impl->last_key = options.prefix + "/last";
-  impl->degraded_key = options.prefix + "/degraded";
-  impl->renewal_key = impl->renewals_prefix + options.process_name;
+void EtcdStore::Impl::UseTarget(const std::string& target) const {
   grpc::ChannelArguments args;
   args.SetLoadBalancingPolicyName("round_robin");
   args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 10'000);  // etcd refuses pings more often than 5 s
@@ -738,26 +748,78 @@ Result<std::unique_ptr<EtcdStore>> EtcdStore::Open(EtcdOptions options) {
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1'000);
   args.SetMaxReceiveMessageSize(-1);  // a watch batch or a range page can be large
-  impl->channel = grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
-  impl->kv = pb::KV::NewStub(impl->channel);
-  impl->watch = pb::Watch::NewStub(impl->channel);
-  impl->lease = pb::Lease::NewStub(impl->channel);
+  auto next = std::make_unique<Stubs>();
+  next->target = target;
+  next->channel = grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
+  next->kv = pb::KV::NewStub(next->channel);
+  next->watch = pb::Watch::NewStub(next->channel);
+  next->lease = pb::Lease::NewStub(next->channel);
+  stubs.store(next.get());
+  all_stubs.push_back(std::move(next));
+}
+
+void EtcdStore::Impl::Reresolve() const {
+  if (!any_names) return;
+  MutexLock lock(resolve_mu);
+  const MonoTime now = MonoClock::now();
+  if (now - resolved_at < 1s) return;
+  resolved_at = now;
+  auto target = ResolveTarget();
+  if (!target.ok()) {
+    spdlog::warn("registry: etcd endpoints do not resolve now ({}); keeping {}",
+                 target.status().message(), stubs.load()->target.substr(5));
+    return;
+  }
+  if (*target == stubs.load()->target) return;
+  spdlog::info("registry: etcd endpoints resolve to {} now (were {}); connecting there",
+               target->substr(5), stubs.load()->target.substr(5));
+  UseTarget(*target);
+}
+
+EtcdStore::EtcdStore(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+Result<std::unique_ptr<EtcdStore>> EtcdStore::Open(EtcdOptions options) {
+  if (options.endpoints.empty()) return InvalidArgumentError("no etcd endpoints given");
+  if (options.prefix.empty() || options.prefix.front() != '/' || options.prefix.back() == '/') {
+    return InvalidArgumentError("etcd prefix '" + options.prefix +
+                                "' must start with '/' and not end with one");
+  }
+  if (options.session_ttl < 1s) options.session_ttl = 1s;
+  if (options.process_name.empty()) options.process_name = DefaultProcessName();
+  auto impl = std::make_unique<Impl>();
+  impl->options = options;
+  impl->instances_prefix = options.prefix + "/instances/";
+  impl->tombstones_prefix = options.prefix + "/tombstones/";
+  impl->renewals_prefix = options.prefix + "/renewals/";
+  impl->expirer_key = options.prefix + "/expirer";
+  impl->last_key = options.prefix + "/last";
+  impl->degraded_key = options.prefix + "/degraded";
+  impl->renewal_key = impl->renewals_prefix + options.process_name;
+  for (const std::string& endpoint : options.endpoints) {
+    DROVER_ASSIGN_OR_RETURN(const HostPort hp, ParseHostPort(endpoint, "etcd endpoint"));
+    impl->any_names = impl->any_names || !hp.is_ip();
+  }
+  DROVER_ASSIGN_OR_RETURN(const std::string target, impl->ResolveTarget());
+  {
+    MutexLock lock(impl->resolve_mu);
+    impl->UseTarget(target);
+  }
 
   // Reachable at all? (One read, retried within the call timeout.)
   pb::RangeRequest probe;
   probe.set_key(impl->expirer_key);
   pb::RangeResponse probed;
-  const grpc::Status s =
-      impl->Retry([&](grpc::ClientContext& ctx) { return impl->kv->Range(&ctx, probe, &probed); });
+  const grpc::Status s = impl->Retry(
+      [&](grpc::ClientContext& ctx) { return impl->kv()->Range(&ctx, probe, &probed); });
   if (!s.ok()) {
-    return UnavailableError("etcd at " + target.substr(5) +
+    return UnavailableError("etcd at " + impl->target().substr(5) +
                             " did not answer: " + s.error_message());
   }
   if (impl->GrantSession()) impl->Campaign();
   Impl* raw = impl.get();
   impl->keeper_thread = std::thread([raw] { raw->KeeperLoop(); });
-  spdlog::info("registry: etcd store at {} under {} as {}", target.substr(5), options.prefix,
-               options.process_name);
+  spdlog::info("registry: etcd store at {} under {} as {}", impl->target().substr(5),
+               options.prefix, options.process_name);
   return std::unique_ptr<EtcdStore>(new EtcdStore(std::move(impl)));
 }
 
@@ -803,7 +865,7 @@ Status EtcdStore::PruneTombstones(const std::vector<Tombstone>& expired) {
     impl_->MarkLast(req);
     pb::TxnResponse resp;
     const grpc::Status s =
-        impl_->Retry([&](grpc::ClientContext& ctx) { return impl_->kv->Txn(&ctx, req, &resp); });
+        impl_->Retry([&](grpc::ClientContext& ctx) { return impl_->kv()->Txn(&ctx, req, &resp); });
     if (!s.ok()) return FromGrpc(s, "prune tombstone");
     last = std::max(last, static_cast<std::uint64_t>(resp.header().revision()));
   }
@@ -844,7 +906,7 @@ Result<std::uint64_t> EtcdStore::Head() {
   req.set_key(impl_->last_key);
   pb::RangeResponse resp;
   const grpc::Status s =
-      impl_->Retry([&](grpc::ClientContext& ctx) { return impl_->kv->Range(&ctx, req, &resp); });
+      impl_->Retry([&](grpc::ClientContext& ctx) { return impl_->kv()->Range(&ctx, req, &resp); });
   if (!s.ok()) return FromGrpc(s, "range");
   if (resp.kvs_size() == 0) return std::uint64_t{0};
   return static_cast<std::uint64_t>(resp.kvs(0).mod_revision());
@@ -867,7 +929,7 @@ Status EtcdStore::ShareDegraded(const std::vector<std::string>& services) {
   req.set_value(json{{"services", services}}.dump());
   pb::PutResponse resp;
   const grpc::Status s =
-      impl_->Retry([&](grpc::ClientContext& ctx) { return impl_->kv->Put(&ctx, req, &resp); });
+      impl_->Retry([&](grpc::ClientContext& ctx) { return impl_->kv()->Put(&ctx, req, &resp); });
   return s.ok() ? Status::Ok() : FromGrpc(s, "sharing self-preservation");
 }
 
@@ -925,7 +987,7 @@ struct DeployKeys {
     req.set_key(key);
     pb::RangeResponse resp;
     const grpc::Status s =
-        impl.Retry([&](grpc::ClientContext& ctx) { return impl.kv->Range(&ctx, req, &resp); });
+        impl.Retry([&](grpc::ClientContext& ctx) { return impl.kv()->Range(&ctx, req, &resp); });
     if (!s.ok()) return FromGrpc(s, "range " + key);
     if (resp.kvs_size() == 0) return std::optional<mvccpb::KeyValue>();
     return std::optional<mvccpb::KeyValue>(resp.kvs(0));
@@ -939,7 +1001,7 @@ struct DeployKeys {
     req.set_keys_only(true);
     pb::RangeResponse resp;
     const grpc::Status s =
-        impl.Retry([&](grpc::ClientContext& ctx) { return impl.kv->Range(&ctx, req, &resp); });
+        impl.Retry([&](grpc::ClientContext& ctx) { return impl.kv()->Range(&ctx, req, &resp); });
     if (!s.ok()) return FromGrpc(s, "range " + prefix);
     return std::vector<mvccpb::KeyValue>(resp.kvs().begin(), resp.kvs().end());
   }
@@ -1042,7 +1104,7 @@ Result<std::uint64_t> EtcdStore::PutDeploy(const StoredDeploy& deploy,
   }
   pb::TxnResponse resp;
   const grpc::Status s =
-      impl_->Retry([&](grpc::ClientContext& ctx) { return impl_->kv->Txn(&ctx, req, &resp); });
+      impl_->Retry([&](grpc::ClientContext& ctx) { return impl_->kv()->Txn(&ctx, req, &resp); });
   if (!s.ok()) return FromGrpc(s, "put deploy");
   if (!resp.succeeded()) {
     return AbortedError("deploy " + deploy.id + " or the running deploy of " + deploy.service +
@@ -1061,7 +1123,7 @@ Result<std::uint64_t> EtcdStore::PutDeploy(const StoredDeploy& deploy,
       del.set_key(all[i].key());
       pb::DeleteRangeResponse deleted;
       (void)impl_->Retry(
-          [&](grpc::ClientContext& ctx) { return impl_->kv->DeleteRange(&ctx, del, &deleted); });
+          [&](grpc::ClientContext& ctx) { return impl_->kv()->DeleteRange(&ctx, del, &deleted); });
     }
   }
   return expect_version + 1;

@@ -33,8 +33,10 @@
 //   the expirer dies its session lapses and another process takes over within about one TTL.
 // - Renewals: heartbeats accepted here are batched every `renewal_flush` into one Put, which the
 //   other processes read from their feed; `expiry_grace` is what the expirer allows for that.
-// - Endpoints: host:port of every member, resolved once at Open; one gRPC channel balancing
-//   round robin over the members that are up, with HTTP/2 keepalive; every call has a deadline;
+// - Endpoints: host:port of every member, resolved at Open and, when some are DNS names, again
+//   after a failed call or a broken feed (at most once a second): when they name other addresses
+//   now, the store connects there. One gRPC channel balancing round robin over the members that
+//   are up, with HTTP/2 keepalive; every call has a deadline;
 //   a try that fails or times out is repeated within the call's deadline -- safe because every
 //   commit is guarded by its compares.
 //
@@ -42,6 +44,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -52,6 +55,8 @@ namespace drover::registry {
 
 struct EtcdOptions {
   std::vector<std::string> endpoints;  // "host:port" of etcd members (client URLs)
+  // Resolves one endpoint to "ip:port" ("[v6]:port"); default getaddrinfo. Tests give their own.
+  std::function<Result<std::string>(const std::string& endpoint)> resolve;
   std::string prefix = "/drover/registry";
   // Names this process in <prefix>/expirer and <prefix>/renewals/; default host:pid:random.
   std::string process_name;

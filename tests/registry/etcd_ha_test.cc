@@ -387,3 +387,49 @@ TEST_F(EtcdHaTest, AFeedEtcdCompactedPastResyncsItsWatchersAndAShortCutResumesWi
 
 }  // namespace
 }  // namespace drover::registry
+
+namespace drover::registry {
+namespace {
+
+// etcd endpoints given as names follow the names: when the member a name pointed at dies and the
+// name now points at another, the store resolves it again and carries on there. (The resolver is
+// the test's: a name the test moves, as DNS would after a member is replaced.)
+TEST_F(EtcdHaTest, EndpointNamesAreResolvedAgainWhenTheirMemberFails) {
+  EtcdCluster etcd(3);
+  ASSERT_TRUE(etcd.ok()) << etcd.error();
+  ASSERT_GE(etcd.WaitForLeader(), 0);
+  std::atomic<int> member{0};
+  std::atomic<int> lookups{0};
+  EtcdOptions options;
+  options.endpoints = {"etcd.cluster.test:2379"};
+  options.prefix = "/resolve";
+  options.call_timeout = 10s;
+  options.resolve = [&](const std::string& endpoint) -> Result<std::string> {
+    EXPECT_EQ(endpoint, "etcd.cluster.test:2379");
+    ++lookups;
+    return etcd.endpoint(member.load());
+  };
+  auto store = EtcdStore::Open(options);
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  RealClock clock;
+  auto registry = Registry::Open(std::move(*store), clock);
+  ASSERT_TRUE(registry.ok()) << registry.status().ToString();
+  InstanceSpec spec;
+  spec.address = "127.0.0.1:9000";
+  spec.generation = 1;
+  spec.ttl_ms = 600'000;
+  ASSERT_TRUE((*registry)->Register("svc", "before", spec).ok());
+  const int before = lookups.load();
+
+  etcd.Kill(0);
+  member = 1;  // the name now points at a member that is up
+  const auto written = (*registry)->Register("svc", "after", spec);
+  EXPECT_TRUE(written.ok()) << written.status().ToString();
+  EXPECT_GT(lookups.load(), before) << "the name was resolved again";
+  const auto list = (*registry)->List("svc");
+  ASSERT_TRUE(list.ok());
+  EXPECT_EQ(list->instances.size(), 2u);
+}
+
+}  // namespace
+}  // namespace drover::registry
