@@ -342,7 +342,8 @@ void AddCtlCommands(CLI::App& app) {
   CLI::App* ctl = app.add_subcommand("ctl", "Operate a running registry over its HTTP API");
   ctl->require_subcommand(1);
   ctl->add_option("--registry", args->registry,
-                  "Registry URL http://host:port or https://host:port")
+                  "Registry URL http://host:port or https://host:port; several of one cluster "
+                  "comma-separated (the next is tried when one cannot be reached)")
       ->capture_default_str();
   ctl->add_option("--token", args->token, "Bearer token (default: $DROVER_TOKEN)");
   ctl->add_option("--ca", args->ca_file,

@@ -101,9 +101,9 @@ void AddAgentCommand(CLI::App& app) {
               "commands on this host; logged loudly)");
   a->add_option(
       "--registry", args->registry,
-      "The registry's gRPC address (host:port, grpc://, grpcs://; several comma-separated): "
-      "the agent registers "
-      "there as service drover-agent, where `drover deploy --agents` finds it");
+      "The registry's gRPC address (host:port, grpc://, grpcs://; several of one cluster "
+      "comma-separated): the agent registers there as service drover-agent, where `drover "
+      "deploy --agents` finds it");
   a->add_option("--registry-ca", args->registry_ca, "CA certificate (PEM) for a grpcs:// registry")
       ->check(CLI::ExistingFile);
   a->add_option("--token", args->token,
@@ -316,7 +316,8 @@ void AddDeployCommand(CLI::App& app) {
       ->check(CLI::Range(1, 1000))
       ->capture_default_str();
   d->add_option("--env", request->env, "KEY=VALUE for the instances' environment (repeatable)");
-  d->add_option("--registry", request->registry, "The registry's HTTP(S) URL")
+  d->add_option("--registry", request->registry,
+                "The registry's HTTP(S) URL; several of one cluster comma-separated")
       ->capture_default_str();
   d->add_option("--agent-ca", request->agent_ca,
                 "CA certificate (PEM) for an https:// agent (default: the system's trust store)")
@@ -365,7 +366,9 @@ void AddRolloutControl(CLI::App& app) {
       ->required()
       ->check(CLI::IsMember({"status", "pause", "resume", "abort", "promote"}));
   r->add_option("id", args->id, "The deploy's id (drover ctl deploys SERVICE)")->required();
-  r->add_option("--registry", args->registry, "The registry's HTTP(S) URL")->capture_default_str();
+  r->add_option("--registry", args->registry,
+                "The registry's HTTP(S) URL; several of one cluster comma-separated")
+      ->capture_default_str();
   r->add_option("--registry-ca", args->registry_ca, "CA certificate (PEM) for an https:// registry")
       ->check(CLI::ExistingFile);
   r->add_option("--agent-ca", args->agent_ca,

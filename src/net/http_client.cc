@@ -47,30 +47,60 @@ Status Connect(beast::tcp_stream& stream, const std::string& peer, const std::st
 Result<HttpClient> HttpClient::Create(const std::string& base, std::string token,
                                       std::chrono::seconds timeout, std::string ca_file,
                                       std::string peer) {
-  const bool tls = base.rfind("https://", 0) == 0;
-  if (!tls && base.rfind("http://", 0) != 0) {
-    return InvalidArgumentError(peer + " URL must start with http:// or https:// (got '" + base +
-                                "')");
+  std::vector<Server> servers;
+  std::string_view list = base;
+  while (true) {
+    const std::size_t comma = list.find(',');
+    std::string one(list.substr(0, comma));
+    while (!one.empty() && one.front() == ' ') one.erase(0, 1);
+    while (!one.empty() && one.back() == ' ') one.pop_back();
+    const bool tls = one.rfind("https://", 0) == 0;
+    if (!tls && one.rfind("http://", 0) != 0) {
+      return InvalidArgumentError(peer + " URL must start with http:// or https:// (got '" + one +
+                                  "')");
+    }
+    std::string rest = one.substr(tls ? 8 : 7);
+    if (!rest.empty() && rest.back() == '/') rest.pop_back();
+    if (rest.find('/') != std::string::npos) {
+      return InvalidArgumentError(peer + " URL must be http(s)://host:port (got '" + one + "')");
+    }
+    DROVER_ASSIGN_OR_RETURN(const HostPort authority, ParseHostPort(rest, peer + " URL"));
+    if (!ca_file.empty() && !tls) {
+      return InvalidArgumentError("a CA file only applies to an https:// " + peer + " URL");
+    }
+    servers.push_back(Server{authority.host, std::to_string(authority.port), tls});
+    if (comma == std::string_view::npos) break;
+    list.remove_prefix(comma + 1);
   }
-  std::string rest = base.substr(tls ? 8 : 7);
-  if (!rest.empty() && rest.back() == '/') rest.pop_back();
-  if (rest.find('/') != std::string::npos) {
-    return InvalidArgumentError(peer + " URL must be http(s)://host:port (got '" + base + "')");
-  }
-  DROVER_ASSIGN_OR_RETURN(const HostPort authority, ParseHostPort(rest, peer + " URL"));
-  if (!ca_file.empty() && !tls) {
-    return InvalidArgumentError("a CA file only applies to an https:// " + peer + " URL");
-  }
-  return HttpClient(authority.host, std::to_string(authority.port), std::move(token), timeout, tls,
-                    std::move(ca_file), std::move(peer));
+  return HttpClient(std::move(servers), std::move(token), timeout, std::move(ca_file),
+                    std::move(peer));
 }
 
 template <typename Use>
 Status HttpClient::WithConnection(Use&& use) const {
+  Status last;
+  for (std::size_t tried = 0; tried < servers_.size(); ++tried) {
+    const std::size_t index = (current_ + tried) % servers_.size();
+    bool connected = false;
+    last = WithConnectionTo(servers_[index], connected,
+                            [&](auto& stream) { return use(stream, servers_[index]); });
+    if (connected) {
+      current_ = index;  // the next request starts here
+      return last;
+    }
+  }
+  return last;
+}
+
+template <typename Use>
+Status HttpClient::WithConnectionTo(const Server& server, bool& connected, Use&& use) const {
+  const std::string& host = server.host;
+  const std::string& port = server.port;
   asio::io_context io;
-  if (!tls_) {
+  if (!server.tls) {
     beast::tcp_stream stream(io);
-    DROVER_RETURN_IF_ERROR(Connect(stream, peer_, host_, port_, timeout_));
+    DROVER_RETURN_IF_ERROR(Connect(stream, peer_, host, port, timeout_));
+    connected = true;
     Status result = use(stream);
     beast::error_code ignored;
     stream.socket().shutdown(tcp::socket::shutdown_both, ignored);
@@ -89,15 +119,16 @@ Status HttpClient::WithConnection(Use&& use) const {
   // SNI, and the certificate must name the host we asked for.
   // (SNI carries names only, not IP addresses.)
   beast::error_code not_ip;
-  asio::ip::make_address(host_, not_ip);
+  asio::ip::make_address(host, not_ip);
   if (not_ip && SSL_ctrl(stream.native_handle(), SSL_CTRL_SET_TLSEXT_HOSTNAME,
-                         TLSEXT_NAMETYPE_host_name, const_cast<char*>(host_.c_str())) != 1) {
-    return Unreachable(peer_, host_, port_, "cannot set TLS server name");
+                         TLSEXT_NAMETYPE_host_name, const_cast<char*>(host.c_str())) != 1) {
+    return Unreachable(peer_, host, port, "cannot set TLS server name");
   }
-  stream.set_verify_callback(ssl::host_name_verification(host_));
-  DROVER_RETURN_IF_ERROR(Connect(beast::get_lowest_layer(stream), peer_, host_, port_, timeout_));
+  stream.set_verify_callback(ssl::host_name_verification(host));
+  DROVER_RETURN_IF_ERROR(Connect(beast::get_lowest_layer(stream), peer_, host, port, timeout_));
+  connected = true;  // a TLS failure would be the same on a retry: no moving on
   stream.handshake(ssl::stream_base::client, ec);
-  if (ec) return Unreachable(peer_, host_, port_, "TLS handshake failed: " + ec.message());
+  if (ec) return Unreachable(peer_, host, port, "TLS handshake failed: " + ec.message());
   Status result = use(stream);
   stream.shutdown(ec);  // close_notify; a server that just closes is fine too
   return result;
@@ -107,21 +138,21 @@ Result<HttpResult> HttpClient::Send(std::string_view method, const std::string& 
                                     const std::string& body) const {
   const http::verb verb = http::string_to_verb(beast::string_view(method.data(), method.size()));
   http::request<http::string_body> req{verb, target, 11};
-  req.set(http::field::host, host_);
   req.set(http::field::user_agent, "drover-ctl");
   if (!token_.empty()) req.set(http::field::authorization, "Bearer " + token_);
   if (!body.empty()) req.set(http::field::content_type, "application/json");
   req.body() = body;
   req.prepare_payload();
   HttpResult result;
-  DROVER_RETURN_IF_ERROR(WithConnection([&](auto& stream) -> Status {
+  DROVER_RETURN_IF_ERROR(WithConnection([&](auto& stream, const Server& server) -> Status {
+    req.set(http::field::host, server.host);
     beast::error_code ec;
     http::write(stream, req, ec);
-    if (ec) return Unreachable(peer_, host_, port_, ec.message());
+    if (ec) return Unreachable(peer_, server.host, server.port, ec.message());
     beast::flat_buffer buffer;
     http::response<http::string_body> res;
     http::read(stream, buffer, res, ec);
-    if (ec) return Unreachable(peer_, host_, port_, ec.message());
+    if (ec) return Unreachable(peer_, server.host, server.port, ec.message());
     result.status = static_cast<int>(res.result_int());
     result.body = std::move(res.body());
     return Status::Ok();
@@ -132,18 +163,20 @@ Result<HttpResult> HttpClient::Send(std::string_view method, const std::string& 
 Status HttpClient::Stream(const std::string& target,
                           const std::function<bool(std::string_view)>& on_line) const {
   http::request<http::empty_body> req{http::verb::get, target, 11};
-  req.set(http::field::host, host_);
   req.set(http::field::user_agent, "drover-ctl");
   if (!token_.empty()) req.set(http::field::authorization, "Bearer " + token_);
-  return WithConnection([&](auto& stream) -> Status {
+  return WithConnection([&](auto& stream, const Server& server) -> Status {
+    const std::string& host = server.host;
+    const std::string& port = server.port;
+    req.set(http::field::host, host);
     beast::error_code ec;
     http::write(stream, req, ec);
-    if (ec) return Unreachable(peer_, host_, port_, ec.message());
+    if (ec) return Unreachable(peer_, host, port, ec.message());
     beast::flat_buffer buffer;
     http::response_parser<http::string_body> parser;
     parser.body_limit(std::numeric_limits<std::uint64_t>::max());  // Boost 1.74: none misreads
     http::read_header(stream, buffer, parser, ec);
-    if (ec) return Unreachable(peer_, host_, port_, ec.message());
+    if (ec) return Unreachable(peer_, host, port, ec.message());
     if (parser.get().result() != http::status::ok) {
       http::read(stream, buffer, parser, ec);
       return UnavailableError(peer_ + " answered " + std::to_string(parser.get().result_int()) +
@@ -169,7 +202,7 @@ Status HttpClient::Stream(const std::string& target,
       if (ec) break;
     }
     if (stop || !ec || ec == http::error::end_of_stream) return Status::Ok();
-    return Unreachable(peer_, host_, port_, ec.message());
+    return Unreachable(peer_, host, port, ec.message());
   });
 }
 

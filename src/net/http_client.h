@@ -3,6 +3,9 @@
 // a chunked body to a callback.
 // https:// verifies the server's certificate and host name against the system's trust store,
 // or against `ca_file` when given.
+// Several servers of one cluster (the registries over one etcd) are given comma-separated:
+// a request goes to the one that answered last; when it cannot be connected to, the next is
+// tried, so a request moves on only when none of it was sent (safe for any method).
 // Not thread-safe; one per thread.
 #pragma once
 
@@ -10,6 +13,7 @@
 #include <functional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "drover/status.h"
 
@@ -22,7 +26,8 @@ struct HttpResult {
 
 class HttpClient {
  public:
-  // `base` is "http://host:port" or "https://host:port"; INVALID_ARGUMENT for anything else.
+  // `base` is "http://host:port" or "https://host:port", or several of them comma-separated;
+  // INVALID_ARGUMENT for anything else.
   // `peer` names the server in error messages ("registry at 127.0.0.1:7070: Connection refused").
   static Result<HttpClient> Create(const std::string& base, std::string token,
                                    std::chrono::seconds timeout = std::chrono::seconds(10),
@@ -38,25 +43,30 @@ class HttpClient {
                 const std::function<bool(std::string_view)>& on_line) const;
 
  private:
-  HttpClient(std::string host, std::string port, std::string token, std::chrono::seconds timeout,
-             bool tls, std::string ca_file, std::string peer)
-      : host_(std::move(host)),
-        port_(std::move(port)),
+  struct Server {
+    std::string host;
+    std::string port;
+    bool tls = false;
+  };
+  HttpClient(std::vector<Server> servers, std::string token, std::chrono::seconds timeout,
+             std::string ca_file, std::string peer)
+      : servers_(std::move(servers)),
         token_(std::move(token)),
         timeout_(timeout),
-        tls_(tls),
         ca_file_(std::move(ca_file)),
         peer_(std::move(peer)) {}
 
-  // Connects (and completes the TLS handshake) and calls `use` with the stream.
+  // Connects to the current server, or the next ones while a connection cannot be made, (and
+  // completes the TLS handshake) and calls `use` with the stream and the server.
   template <typename Use>
   Status WithConnection(Use&& use) const;
+  template <typename Use>
+  Status WithConnectionTo(const Server& server, bool& connected, Use&& use) const;
 
-  std::string host_;
-  std::string port_;
+  std::vector<Server> servers_;
+  mutable std::size_t current_ = 0;
   std::string token_;
   std::chrono::seconds timeout_;
-  bool tls_ = false;
   std::string ca_file_;
   std::string peer_;
 };

@@ -19,8 +19,10 @@
 #include <thread>
 
 #include "common/http_error.h"
+#include "net/http_client.h"
 #include "net/tcp_listener.h"
 #include "testing/eventually.h"
+#include "testing/free_port.h"
 #include "testing/http_client.h"
 
 namespace drover::net {
@@ -236,6 +238,37 @@ TEST(TcpListenerTest, ABadAddressIsRefusedBeforeAnythingStarts) {
       [](asio::ip::tcp::socket, Connection) -> asio::awaitable<void> { co_return; });
   EXPECT_EQ(listener.status().code(), StatusCode::kInvalidArgument);
   EXPECT_THAT(listener.status().message(), HasSubstr("not an IP address"));
+}
+
+}  // namespace
+}  // namespace drover::net
+
+namespace drover::net {
+namespace {
+
+// The client's side of several servers of one cluster: a request goes to one that can be
+// connected to, in the order given, and the next request starts where the last one landed.
+TEST_F(HttpServerTest, AClientWithSeveralServersMovesPastOnesItCannotConnectTo) {
+  Start({});
+  const std::string dead = "http://127.0.0.1:" + std::to_string(testing::FreeLoopbackPort());
+  const std::string live = "http://127.0.0.1:" + std::to_string(port());
+  auto client = HttpClient::Create(dead + ", " + live, "", std::chrono::seconds(2));
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  for (int i = 0; i < 3; ++i) {
+    const auto reply = client->Send("POST", "/echo", "hello");
+    ASSERT_TRUE(reply.ok()) << reply.status().ToString();
+    EXPECT_EQ(reply->status, 200);
+  }
+  auto none = HttpClient::Create(dead + "," + dead, "", std::chrono::seconds(2));
+  ASSERT_TRUE(none.ok());
+  const auto refused = none->Send("GET", "/echo");
+  EXPECT_EQ(refused.status().code(), StatusCode::kUnavailable);
+  EXPECT_EQ(HttpClient::Create(live + ",ftp://x:1", "").status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(HttpClient::Create(live + ",https://x:1", "", std::chrono::seconds(2), "ca.pem")
+                .status()
+                .code(),
+            StatusCode::kInvalidArgument);  // a CA file with a plain http:// entry
 }
 
 }  // namespace
