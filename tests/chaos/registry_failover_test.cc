@@ -398,5 +398,58 @@ TEST_F(RegistryFailoverTest, EveryClientIsBackSoonAfterARegistryRestarts) {
   EXPECT_EQ(stats.deletes, 0u);
 }
 
+// Limits per identity, with the fleet's real gateway: one process, one address, one token, a
+// hundred routes -- a hundred watch streams multiplexed on one gRPC connection. Every one is
+// served with the registry's default limits (the old limit counted 64 per address).
+TEST_F(RegistryFailoverTest, AGatewayWithAHundredRoutesAndOneTokenWatchesThemAll) {
+  std::ofstream(dir_.path() + "/tokens.yaml")
+      << "tokens:\n  - name: gateways\n    token: \"gateway-token-0123456789\"\n"
+      << "    write: [drover-gateway]\n";
+  RegistryNode r("127.0.0.2");
+  r.flags = {"--data-dir", dir_.path() + "/registry", "--auth-tokens",
+             dir_.path() + "/tokens.yaml"};
+  ASSERT_TRUE(r.Start(DROVER_BINARY));
+  const std::uint16_t admin = testing::FreeLoopbackPort();
+  {
+    std::ofstream config(dir_.path() + "/routes.yaml");
+    config << "registry: " << r.grpc_address() << "\ntoken: gateway-token-0123456789\n"
+           << "admin: " << kGateway << ":" << admin << "\nthreads: 1\nlisteners:\n"
+           << "  - name: web\n    protocol: http\n    address: " << kGateway << ":0\n"
+           << "    routes:\n";
+    for (int i = 0; i < 100; ++i) {
+      config << "      - prefix: /r" << i << "/\n        service: route" << i << "\n";
+    }
+  }
+  ChildProcess gateway(
+      {DROVER_BINARY, "--log-level", "warn", "gateway", "--config", dir_.path() + "/routes.yaml"});
+  ASSERT_TRUE(gateway.ReadLine(20s).has_value());
+  // Every route's discovery has a live watch: 100 times "connected 1" in /metrics.
+  int connected = 0;
+  EXPECT_TRUE(Eventually(
+      [&] {
+        const auto metrics = HttpTo(kGateway, admin, "GET", "/metrics").body;
+        connected = 0;
+        for (std::size_t at = metrics.find("drover_gateway_discovery_connected{");
+             at != std::string::npos;
+             at = metrics.find("drover_gateway_discovery_connected{", at + 1)) {
+          const std::size_t end = metrics.find('\n', at);
+          connected += metrics.compare(end - 2, 2, " 1") == 0 ? 1 : 0;
+        }
+        return connected == 100;
+      },
+      30s, 200ms))
+      << connected << " of 100 routes connected";
+  const auto registry_metrics = HttpTo(r.host, r.http, "GET", "/metrics").body;
+  EXPECT_NE(registry_metrics.find("drover_registry_refused_watches_total 0"), std::string::npos)
+      << "no watch was refused";
+  std::printf(
+      "a gateway with 100 routes and one token: %d routes watching, refused watches at "
+      "the registry: %s\n",
+      connected,
+      registry_metrics.find("drover_registry_refused_watches_total 0") != std::string::npos
+          ? "0"
+          : "some");
+}
+
 }  // namespace
 }  // namespace drover

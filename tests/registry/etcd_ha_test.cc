@@ -250,6 +250,8 @@ TEST_F(EtcdHaTest, HeartbeatsThroughTheOtherRegistryKeepTheExpirersLease) {
   RegistryProcess b = StartRegistry(etcd, "/renew");
   ASSERT_NE(b.port, 0);
   ASSERT_EQ(Http(a.port, "PUT", "/v1/services/renew/instances/i", Body(9001, 1'500)).status, 200);
+  ASSERT_TRUE(testing::Eventually([&] { return Ids(b.port, "renew").count("i") == 1; }, 10s))
+      << "B's feed delivers the registration";
   const auto until = std::chrono::steady_clock::now() + 5s;  // more than three TTLs
   while (std::chrono::steady_clock::now() < until) {
     ASSERT_EQ(
