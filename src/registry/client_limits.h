@@ -41,6 +41,8 @@ class ClientLimits {
   explicit ClientLimits(ClientLimitOptions options = {}) : options_(options) {}
 
   const ClientLimitOptions& options() const { return options_; }
+  // Whether writes are limited at all (callers skip working out who the client is otherwise).
+  bool limits_writes() const { return options_.write_rate > 0 || options_.total_write_rate > 0; }
 
   // OK and a token taken, or RESOURCE_EXHAUSTED naming the limit.
   Status TakeWriteToken(const std::string& client);

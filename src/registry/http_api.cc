@@ -218,17 +218,19 @@ struct HttpServer::Impl {
 
 net::HttpReply HttpServer::Impl::Answer(const Request& req, const std::string& peer) {
   // Who limits count against: the token when tokens are checked, else the connection.
-  const std::string client = ClientIdentity(
-      options.auth ? options.auth->Authenticate(AuthorizationHeader(req)) : std::string(), peer);
+  auto client = [&] {
+    return ClientIdentity(
+        options.auth ? options.auth->Authenticate(AuthorizationHeader(req)) : std::string(), peer);
+  };
   const std::string_view target(req.target().data(), req.target().size());
   if (req.method() == http::verb::get && target.starts_with("/v1/watch") &&
       (target.size() == 9 || target[9] == '?')) {
-    return Watch(req, target.size() > 10 ? target.substr(10) : std::string_view(), client);
+    return Watch(req, target.size() > 10 ? target.substr(10) : std::string_view(), client());
   }
   const bool write = req.method() == http::verb::put || req.method() == http::verb::post ||
                      req.method() == http::verb::delete_;
-  if (write && target.starts_with("/v1/")) {
-    if (Status limited = options.limits->TakeWriteToken(client); !limited.ok()) {
+  if (write && target.starts_with("/v1/") && options.limits->limits_writes()) {
+    if (Status limited = options.limits->TakeWriteToken(client()); !limited.ok()) {
       Response res =
           ErrorResponse(req, http::status::too_many_requests, limited.code(), limited.message());
       res.set(http::field::retry_after, "1");
