@@ -158,10 +158,12 @@ Result<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& options, Cloc
   DROVER_ASSIGN_OR_RETURN(impl->registry, Registry::Open(std::move(store), clock, ro));
   DROVER_RETURN_IF_ERROR(StartApis(*impl));
   const bool tls = !options.tls_cert.empty();
-  spdlog::info("registry: serving {} on {}; dashboard at {}://{}/ui/ ({} gateway(s), {} agent(s))",
-               tls ? "HTTPS" : "HTTP", impl->http_address.WithPort(impl->http->port()).ToString(),
-               tls ? "https" : "http", impl->http_address.WithPort(impl->http->port()).ToString(),
-               options.ui_gateways.size(), options.ui_agents.size());
+  spdlog::info(
+      "registry: serving {} on {}; dashboard at {}://{}/ui/ (registered gateways and agents, and "
+      "{} gateway(s), {} agent(s) named by flags)",
+      tls ? "HTTPS" : "HTTP", impl->http_address.WithPort(impl->http->port()).ToString(),
+      tls ? "https" : "http", impl->http_address.WithPort(impl->http->port()).ToString(),
+      options.ui_gateways.size(), options.ui_agents.size());
   impl->ticker =
       std::jthread([&clock, registry = impl->registry.get(),
                     tick = std::chrono::milliseconds(options.tick_ms)](std::stop_token stop) {
