@@ -50,6 +50,10 @@ struct DiscoveryOptions {
   // doubling to `reconnect_backoff_cap`, with jitter.
   Duration reconnect_backoff = std::chrono::milliseconds(200);
   Duration reconnect_backoff_cap = std::chrono::seconds(1);
+  // A watch stream silent this long (the registry sends PROGRESS every 5 s when nothing changes)
+  // is to a registry that froze or a host that vanished without a reset: it is cancelled and the
+  // client moves to the next registry. Zero: never.
+  Duration watch_silence_limit = std::chrono::seconds(15);
   double max_drop_fraction = 0.5;  // see ServiceView: bigger drops need a second read
 };
 

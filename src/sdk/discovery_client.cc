@@ -2,6 +2,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <atomic>
 #include <mutex>
 #include <thread>
 
@@ -78,7 +79,16 @@ struct DiscoveryClient::Impl {
   grpc::ClientContext* active DROVER_GUARDED_BY(active_mu) = nullptr;
   bool stopping DROVER_GUARDED_BY(active_mu) = false;
 
+  // The watchdog: a watch stream that says nothing for `watch_silence_limit` (the registry sends
+  // PROGRESS every few seconds) is to a registry that froze or whose host vanished without a
+  // reset; it is cancelled, and the client moves on.
+  void Watchdog(std::stop_token stop);
+  std::atomic<MonoTime::rep> last_heard{0};  // the active stream's last word (clock ticks)
+  std::atomic<bool> silenced{false};         // the watchdog cancelled the active stream
+  std::atomic<bool> watching{false};         // the active call is a watch stream
+
   std::jthread thread;
+  std::jthread watchdog;
   std::once_flag stop_once;
 };
 
@@ -224,6 +234,8 @@ bool DiscoveryClient::Impl::WatchOnce() {
   req.set_service(options.service);
   req.set_from_revision(view.revision());
   const std::size_t index = failover.current();
+  last_heard.store(clock.Now().time_since_epoch().count());
+  watching.store(true);
   auto reader = stubs[index]->Watch(ctx.get(), req);
   // The registry sends its headers once the watch is in place, before any event: from then on the
   // client is connected, even while nothing changes.
@@ -233,6 +245,7 @@ bool DiscoveryClient::Impl::WatchOnce() {
   pb::Event event;
   bool delivered = false;
   while (reader->Read(&event)) {
+    last_heard.store(clock.Now().time_since_epoch().count());
     if (!accepted) {  // a registry that sends no header first: its first event says the same
       accepted = true;
       Accepted(index);
@@ -242,9 +255,18 @@ bool DiscoveryClient::Impl::WatchOnce() {
     heard_at = clock.Now();
     Publish(true);
   }
-  const grpc::Status status = reader->Finish();
+  grpc::Status status = reader->Finish();
+  watching.store(false);
   if (accepted) NoteConnected(false);
   if (!SetActive(nullptr)) return delivered;  // stopping: the cancel was ours
+  if (silenced.exchange(false)) {
+    status = grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
+                          "no word from the registry for " +
+                              std::to_string(std::chrono::duration_cast<std::chrono::seconds>(
+                                                 options.watch_silence_limit)
+                                                 .count()) +
+                              " s");
+  }
   Failed(index,
          status.ok() ? grpc::Status(grpc::StatusCode::UNAVAILABLE, "the stream ended") : status);
   if (!outage_logged) {
@@ -255,6 +277,20 @@ bool DiscoveryClient::Impl::WatchOnce() {
     outage_logged = true;
   }
   return delivered;
+}
+
+void DiscoveryClient::Impl::Watchdog(std::stop_token stop) {
+  const Duration limit = options.watch_silence_limit;
+  const Duration tick = std::min<Duration>(std::chrono::seconds(1), limit / 4);
+  while (clock.SleepFor(tick, stop)) {
+    const MonoTime heard{Duration(last_heard.load())};
+    if (clock.Now() - heard < limit) continue;
+    MutexLock lock(active_mu);
+    if (active == nullptr || stopping || !watching.load()) continue;
+    silenced.store(true);
+    active->TryCancel();
+    last_heard.store(clock.Now().time_since_epoch().count());  // once per silence
+  }
 }
 
 void DiscoveryClient::Impl::Run(std::stop_token stop) {
@@ -293,6 +329,9 @@ Result<std::unique_ptr<DiscoveryClient>> DiscoveryClient::Start(DiscoveryOptions
   for (const auto& channel : *channels) impl->stubs.push_back(pb::Registry::NewStub(channel));
   Impl* raw = impl.get();
   impl->thread = std::jthread([raw](std::stop_token stop) { raw->Run(stop); });
+  if (raw->options.watch_silence_limit > Duration::zero()) {
+    impl->watchdog = std::jthread([raw](std::stop_token stop) { raw->Watchdog(stop); });
+  }
   return std::unique_ptr<DiscoveryClient>(new DiscoveryClient(std::move(impl)));
 }
 
@@ -308,7 +347,9 @@ void DiscoveryClient::Stop() {
       if (impl_->active != nullptr) impl_->active->TryCancel();
     }
     impl_->thread.request_stop();
+    impl_->watchdog.request_stop();
     if (impl_->thread.joinable()) impl_->thread.join();
+    if (impl_->watchdog.joinable()) impl_->watchdog.join();
   });
 }
 

@@ -451,5 +451,44 @@ TEST_F(RegistryFailoverTest, AGatewayWithAHundredRoutesAndOneTokenWatchesThemAll
           : "some");
 }
 
+// A registry that freezes (SIGSTOP: no reset, no FIN -- a host that vanished looks the same) is
+// left too: its watch stream goes silent, the client's watchdog cancels it after
+// watch_silence_limit, and the client resumes on the other registry.
+TEST_F(RegistryFailoverTest, AWatcherLeavesARegistryThatFroze) {
+  testing::EtcdCluster etcd(1);
+  ASSERT_TRUE(etcd.ok()) << etcd.error();
+  RegistryNode a("127.0.0.2"), b("127.0.0.3");
+  for (RegistryNode* r : {&a, &b}) {
+    r->flags = {"--store",       "etcd",    "--etcd-endpoints",   etcd.endpoints_csv(),
+                "--etcd-prefix", "/frozen", "--etcd-session-ttl", "2"};
+    ASSERT_TRUE(r->Start(DROVER_BINARY)) << r->host;
+    registries_.push_back(r);
+  }
+  DiscoveryOptions d;
+  d.registry = Registries();
+  d.service = "zone";
+  d.watch_silence_limit = 2s;
+  discovery_ = DiscoveryClient::Start(d, clock_).value();
+  ASSERT_NE(Change(b, "before", true), 0u);
+  ASSERT_TRUE(Eventually([&] { return discovery_->Stats().connected; }, 10s));
+  ASSERT_EQ(discovery_->Stats().registry, a.grpc_address());
+
+  ASSERT_TRUE(a.child->Freeze());
+  const auto frozen = Clock::now();
+  const std::uint64_t last = Change(b, "after", true);
+  ASSERT_NE(last, 0u);
+  const bool followed = discovery_->WaitForRevision(last, 10s);
+  const double took = std::chrono::duration<double>(Clock::now() - frozen).count();
+  a.child->Signal(SIGCONT);
+  EXPECT_TRUE(followed) << "the change made through B should arrive";
+  const DiscoveryStats stats = discovery_->Stats();
+  EXPECT_EQ(stats.registry, b.grpc_address());
+  EXPECT_EQ(stats.resyncs, 0u) << "resumed from its revision, never resynced";
+  std::printf(
+      "a frozen registry: the watcher moved to %s and had the next change %.1f s after "
+      "the freeze (silence limit 2 s)\n",
+      stats.registry.c_str(), took);
+}
+
 }  // namespace
 }  // namespace drover
