@@ -24,4 +24,17 @@ std::string ReplaceAll(std::string text, std::string_view from, std::string_view
   return text;
 }
 
+std::vector<std::string> SplitCommaList(std::string_view list) {
+  std::vector<std::string> out;
+  while (true) {
+    const std::size_t comma = list.find(',');
+    std::string_view one = list.substr(0, comma);
+    while (!one.empty() && one.front() == ' ') one.remove_prefix(1);
+    while (!one.empty() && one.back() == ' ') one.remove_suffix(1);
+    out.emplace_back(one);
+    if (comma == std::string_view::npos) return out;
+    list.remove_prefix(comma + 1);
+  }
+}
+
 }  // namespace drover

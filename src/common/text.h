@@ -5,6 +5,7 @@
 #include <map>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace drover {
 
@@ -13,5 +14,9 @@ std::map<std::string, std::string, std::less<>> ParseQuery(std::string_view quer
 
 // Every occurrence of `from` in `text` replaced by `to` (`from` non-empty).
 std::string ReplaceAll(std::string text, std::string_view from, std::string_view to);
+
+// "a, b,,c" -> {"a", "b", "", "c"}: the entries of a comma-separated list, trimmed of spaces,
+// empty ones kept (callers say what an empty entry means).
+std::vector<std::string> SplitCommaList(std::string_view list);
 
 }  // namespace drover

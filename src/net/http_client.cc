@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "common/host_port.h"
+#include "common/text.h"
 
 namespace drover::net {
 
@@ -48,12 +49,7 @@ Result<HttpClient> HttpClient::Create(const std::string& base, std::string token
                                       std::chrono::seconds timeout, std::string ca_file,
                                       std::string peer) {
   std::vector<Server> servers;
-  std::string_view list = base;
-  while (true) {
-    const std::size_t comma = list.find(',');
-    std::string one(list.substr(0, comma));
-    while (!one.empty() && one.front() == ' ') one.erase(0, 1);
-    while (!one.empty() && one.back() == ' ') one.pop_back();
+  for (const std::string& one : SplitCommaList(base)) {
     const bool tls = one.rfind("https://", 0) == 0;
     if (!tls && one.rfind("http://", 0) != 0) {
       return InvalidArgumentError(peer + " URL must start with http:// or https:// (got '" + one +
@@ -69,8 +65,6 @@ Result<HttpClient> HttpClient::Create(const std::string& base, std::string token
       return InvalidArgumentError("a CA file only applies to an https:// " + peer + " URL");
     }
     servers.push_back(Server{authority.host, std::to_string(authority.port), tls});
-    if (comma == std::string_view::npos) break;
-    list.remove_prefix(comma + 1);
   }
   return HttpClient(std::move(servers), std::move(token), timeout, std::move(ca_file),
                     std::move(peer));

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "common/host_port.h"
+#include "common/text.h"
 #include "sdk/registry_channel.h"
 
 namespace drover::sdk {
@@ -35,16 +36,7 @@ Result<RegistryTarget> ParseRegistryTarget(const std::string& registry,
 }
 
 std::vector<std::string> SplitRegistries(std::string_view registries) {
-  std::vector<std::string> out;
-  while (true) {
-    const std::size_t comma = registries.find(',');
-    std::string_view one = registries.substr(0, comma);
-    while (!one.empty() && one.front() == ' ') one.remove_prefix(1);
-    while (!one.empty() && one.back() == ' ') one.remove_suffix(1);
-    out.emplace_back(one);
-    if (comma == std::string_view::npos) return out;
-    registries.remove_prefix(comma + 1);
-  }
+  return SplitCommaList(registries);
 }
 
 Result<std::vector<RegistryTarget>> ParseRegistryTargets(const std::string& registries,
