@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <stop_token>
+#include <vector>
 
 #include "drover/mutex.h"
 
@@ -74,7 +75,9 @@ class FakeClock final : public Clock {
   std::size_t sleepers() const;
 
   // Test helper: waits (in real time, up to `real_timeout`) until at least n threads sleep on
-  // this clock. Returns false on timeout. Lets a test advance time only once a worker is parked.
+  // this clock with a deadline still ahead (a sleeper that Advance() made due is not counted
+  // until it sleeps again). Returns false on timeout. Lets a test advance time only once a
+  // worker is parked, and know that what the last Advance() made due has run.
   bool AwaitSleepers(std::size_t n, std::chrono::milliseconds real_timeout);
 
  private:
@@ -82,7 +85,7 @@ class FakeClock final : public Clock {
   CondVar cv_;  // waited on with mu_: time moved, sleeper count changed
   MonoTime now_ DROVER_GUARDED_BY(mu_);
   SystemTime system_now_ DROVER_GUARDED_BY(mu_);
-  std::size_t sleepers_ DROVER_GUARDED_BY(mu_) = 0;
+  std::vector<MonoTime> deadlines_ DROVER_GUARDED_BY(mu_);  // one per sleeper
 };
 
 }  // namespace drover

@@ -1,5 +1,7 @@
 #include "drover/clock.h"
 
+#include <algorithm>
+
 namespace drover {
 
 bool RealClock::SleepUntil(MonoTime deadline, std::stop_token stop) {
@@ -25,10 +27,11 @@ SystemTime FakeClock::SystemNow() const {
 
 bool FakeClock::SleepUntil(MonoTime deadline, std::stop_token stop) {
   MutexLock lock(mu_);
-  ++sleepers_;
-  cv_.NotifyAll();  // AwaitSleepers watches the count
+  deadlines_.push_back(deadline);
+  cv_.NotifyAll();  // AwaitSleepers watches the sleepers
   const bool reached = cv_.Wait(mu_, stop, [&]() DROVER_REQUIRES(mu_) { return now_ >= deadline; });
-  --sleepers_;
+  deadlines_.erase(std::find(deadlines_.begin(), deadlines_.end(), deadline));
+  cv_.NotifyAll();
   return reached;
 }
 
@@ -44,14 +47,18 @@ void FakeClock::Advance(Duration d) {
 
 std::size_t FakeClock::sleepers() const {
   MutexLock lock(mu_);
-  return sleepers_;
+  return deadlines_.size();
 }
 
 bool FakeClock::AwaitSleepers(std::size_t n, std::chrono::milliseconds real_timeout) {
   MutexLock lock(mu_);
   // condition_variable_any::wait_until with a steady_clock deadline is a real-time wait.
-  return cv_.WaitUntil(mu_, MonoClock::now() + real_timeout,
-                       [&]() DROVER_REQUIRES(mu_) { return sleepers_ >= n; });
+  return cv_.WaitUntil(mu_, MonoClock::now() + real_timeout, [&]() DROVER_REQUIRES(mu_) {
+    const MonoTime now = now_;
+    const auto parked =
+        std::count_if(deadlines_.begin(), deadlines_.end(), [now](MonoTime d) { return d > now; });
+    return static_cast<std::size_t>(parked) >= n;
+  });
 }
 
 }  // namespace drover

@@ -48,6 +48,7 @@ struct DiscoveryClient::Impl {
 
   const DiscoveryOptions options;
   Clock& clock;
+  std::vector<std::shared_ptr<grpc::Channel>> channels;    // one per registry endpoint
   std::vector<std::unique_ptr<pb::Registry::Stub>> stubs;  // one per registry endpoint
   sdk::RegistryFailover failover;
   Duration retry_wait{};  // before the next watch, after a failure; owned by the thread
@@ -307,7 +308,13 @@ void DiscoveryClient::Impl::Run(std::stop_token stop) {
     WatchOnce();
     if (stop.stop_requested()) break;
     if (published.Load()) Publish(false);  // still the last good view, now disconnected
-    clock.SleepFor(retry_wait, stop);
+    if (failover.AllFailing()) {
+      // Every registry failed: wait on the next one's connection, not a blind sleep -- the
+      // watch reopens as soon as it connects, within the same backoff.
+      sdk::AwaitRegistry(*channels[failover.current()], retry_wait, stop);
+    } else {
+      clock.SleepFor(retry_wait, stop);
+    }
   }
 }
 
@@ -327,6 +334,7 @@ Result<std::unique_ptr<DiscoveryClient>> DiscoveryClient::Start(DiscoveryOptions
   if (!channels.ok()) return channels.status().WithContext("discovery");
   auto impl = std::make_unique<Impl>(std::move(options), clock);
   for (const auto& channel : *channels) impl->stubs.push_back(pb::Registry::NewStub(channel));
+  impl->channels = std::move(*channels);
   Impl* raw = impl.get();
   impl->thread = std::jthread([raw](std::stop_token stop) { raw->Run(stop); });
   if (raw->options.watch_silence_limit > Duration::zero()) {

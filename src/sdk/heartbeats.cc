@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <exception>
 
 namespace drover::sdk {
@@ -22,6 +23,14 @@ std::uint64_t Heartbeats::Add(std::string name, Duration interval, std::function
                           clock_.Now() + interval});
   Wake();  // the new task may be due before the current sleep ends
   return id;
+}
+
+void Heartbeats::Hasten(std::uint64_t id, Duration within) {
+  MutexLock lock(mu_);
+  const auto it = tasks_.find(id);
+  if (it == tasks_.end()) return;
+  it->second.due = std::min(it->second.due, clock_.Now() + within);
+  Wake();
 }
 
 void Heartbeats::Remove(std::uint64_t id) {

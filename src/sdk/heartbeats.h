@@ -33,6 +33,10 @@ class Heartbeats {
   // says so. Returns the id for Remove().
   std::uint64_t Add(std::string name, Duration interval, std::function<void()> beat,
                     std::function<bool()> enabled = {});
+  // Runs task `id` within `within` from now, unless it is due sooner already; then on its
+  // interval again. For a beat that failed and wants a retry sooner than its interval (it may
+  // call this from inside the beat). An unknown id is ignored.
+  void Hasten(std::uint64_t id, Duration within);
   // Waits for a running beat of this task to finish, then forgets it. Idempotent.
   void Remove(std::uint64_t id);
   // Ends the thread (at once, even mid-sleep) and joins it. Idempotent.

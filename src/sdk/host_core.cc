@@ -11,6 +11,7 @@
 #include "common/host_port.h"
 #include "drover/discovery.h"
 #include "sdk/registry_channel.h"
+#include "sdk/registry_failover.h"
 #include "sdk/socket_util.h"
 
 namespace drover::sdk {
@@ -18,6 +19,10 @@ namespace {
 
 constexpr Duration kReadyPoll = std::chrono::milliseconds(100);
 constexpr Duration kMaxRegisterBackoff = std::chrono::seconds(2);
+// Heartbeat retries while the registry does not answer: from this, doubling, up to the
+// maximum (the same cap as the registry channel's reconnect backoff), each drawn in [d/2, d].
+constexpr Duration kMinHeartbeatRetry = std::chrono::milliseconds(200);
+constexpr Duration kMaxHeartbeatRetry = std::chrono::seconds(1);
 
 double Ms(Duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
 
@@ -196,6 +201,7 @@ Status HostCore::StartLocked() {
   // 5. Heartbeats, on the shared thread; never while draining.
   heartbeat_task_ = heartbeats_.Add(
       name, options_.heartbeat_interval, [this] { Beat(); }, [this] { return !draining_.load(); });
+  beat_task_.store(heartbeat_task_);
   spdlog::info(
       "host {}: serving at {} as generation {}; ready and registered in {:.1f} ms (warm-up "
       "{:.1f} ms)",
@@ -362,6 +368,7 @@ void HostCore::BeatOnce() {
       spdlog::info("host {}: heartbeats renewed again", name);
       heartbeat_failing_ = false;
     }
+    heartbeat_retry_ = Duration::zero();
     if (r.ready != accepting_ && !deregistering_ && key.generation == key_.generation) {
       const Status set = writer_.SetState(key, std::nullopt, r.ready, options_.call_timeout);
       if (set.ok()) {
@@ -419,9 +426,33 @@ void HostCore::BeatOnce() {
     return;
   }
   heartbeat_failures_.fetch_add(1);
+  RetryBeatSoon(name, s);
+}
+
+void HostCore::RetryBeatSoon(const std::string& name, const Status& why) {
+  // The registry is down, restarting or unreachable: retry on a short capped backoff, so a
+  // registry that is back hears from every host within about a second. The jitter keeps a
+  // fleet's retries from arriving in step.
+  const bool transient = MayWorkElsewhere(why.code());
+  if (transient) {
+    const Duration cap = std::min<Duration>(kMaxHeartbeatRetry, options_.heartbeat_interval);
+    heartbeat_retry_ = std::clamp<Duration>(heartbeat_retry_ * 2, kMinHeartbeatRetry, cap);
+    const auto wait = std::chrono::duration_cast<Duration>(
+        heartbeat_retry_ * std::uniform_real_distribution<double>(0.5, 1.0)(random_));
+    if (const std::uint64_t task = beat_task_.load(); task != 0) heartbeats_.Hasten(task, wait);
+  }
+  spdlog::debug("host {}: heartbeat failed ({})", name, why.ToString());
   if (!heartbeat_failing_) {
-    spdlog::warn("host {}: heartbeat failed ({}); retrying every {:.0f} ms", name, s.ToString(),
-                 Ms(options_.heartbeat_interval));
+    if (transient) {
+      spdlog::warn(
+          "host {}: heartbeat failed ({}); retrying within {:.0f} ms until the registry "
+          "answers",
+          name, why.ToString(),
+          Ms(std::min<Duration>(kMaxHeartbeatRetry, options_.heartbeat_interval)));
+    } else {
+      spdlog::warn("host {}: heartbeat failed ({}); retrying every {:.0f} ms", name, why.ToString(),
+                   Ms(options_.heartbeat_interval));
+    }
     heartbeat_failing_ = true;
   }
 }
@@ -547,6 +578,7 @@ void HostCore::StopTimers(std::vector<ShutdownStep>& steps) {
   // 5. Timers and probes: a heartbeat in flight is cancelled, not waited for.
   const MonoTime t = clock_.Now();
   writer_.Cancel();
+  beat_task_.store(0);
   if (heartbeat_task_ != 0) heartbeats_.Remove(heartbeat_task_);
   if (health_) health_->Stop();
   Record(steps, "stop-timers", t, "");

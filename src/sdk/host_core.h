@@ -13,6 +13,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <random>
 #include <stop_token>
 #include <string>
 #include <vector>
@@ -57,6 +58,8 @@ class HostCore {
 
   void Beat();      // one heartbeat: renew, follow readiness, re-register a lost lease
   void BeatOnce();  // Beat() without the exception guard
+  // After a heartbeat the registry did not answer: the next one sooner than the interval.
+  void RetryBeatSoon(const std::string& name, const Status& why) DROVER_REQUIRES(registry_mu_);
   Status RegisterLocked(const char* why) DROVER_REQUIRES(registry_mu_);
   Status StartLocked() DROVER_REQUIRES(lifecycle_mu_);
   // The steps of StartLocked(), in order.
@@ -101,6 +104,7 @@ class HostCore {
   Mutex lifecycle_mu_;  // held by Start() and by Shutdown() past its first step
   std::once_flag shutdown_once_;
   std::uint64_t heartbeat_task_ DROVER_GUARDED_BY(lifecycle_mu_) = 0;
+  std::atomic<std::uint64_t> beat_task_{0};  // heartbeat_task_, for the beat to hasten itself
 
   mutable Mutex registry_mu_;
   InstanceKey key_ DROVER_GUARDED_BY(registry_mu_);
@@ -110,6 +114,11 @@ class HostCore {
   bool deregistering_ DROVER_GUARDED_BY(registry_mu_) = false;  // no (re-)registration from now
   // For one log line per outage.
   bool heartbeat_failing_ DROVER_GUARDED_BY(registry_mu_) = false;
+  // While the registry is unreachable, heartbeats are retried after this (jittered, doubling
+  // up to kMaxHeartbeatRetry or the interval), so a registry that comes back is told within
+  // about a second, not a heartbeat interval later (which can be a third of the lease).
+  Duration heartbeat_retry_ DROVER_GUARDED_BY(registry_mu_){};
+  std::minstd_rand random_ DROVER_GUARDED_BY(registry_mu_){std::random_device{}()};
   std::vector<ShutdownStep> steps_ DROVER_GUARDED_BY(registry_mu_);
 
   std::atomic<std::uint64_t> heartbeats_ok_{0};

@@ -6,6 +6,7 @@
 #include <map>
 #include <sstream>
 
+#include "common/host_port.h"
 #include "drover/mutex.h"
 
 namespace drover::sdk {
@@ -25,6 +26,23 @@ struct ChannelCache {
 ChannelCache& Cache() {
   static ChannelCache* cache = new ChannelCache();  // never destroyed: used until exit
   return *cache;
+}
+
+// An IP literal goes to gRPC's static ipv4:/ipv6: resolver: a failed connection then never
+// waits on a DNS re-resolution and a new address list, it only reconnects. A name keeps the
+// DNS resolver, re-resolved when connections fail (a registry that moved is found again).
+std::string ChannelTarget(const std::string& address) {
+  const Result<HostPort> parsed = ParseHostPort(address, "registry");
+  if (!parsed.ok()) return address;
+  switch (parsed->kind) {
+    case HostKind::kIpv4:
+      return "ipv4:" + parsed->ToString();
+    case HostKind::kIpv6:
+      return "ipv6:" + parsed->ToString();
+    case HostKind::kName:
+      break;
+  }
+  return address;
 }
 
 Result<std::shared_ptr<grpc::Channel>> NewRegistryChannel(const std::string& registry,
@@ -54,7 +72,7 @@ Result<std::shared_ptr<grpc::Channel>> NewRegistryChannel(const std::string& reg
   channel_args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   channel_args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
   channel_args.SetInt(GRPC_ARG_DNS_MIN_TIME_BETWEEN_RESOLUTIONS_MS, 500);
-  return grpc::CreateCustomChannel(target.address, credentials, channel_args);
+  return grpc::CreateCustomChannel(ChannelTarget(target.address), credentials, channel_args);
 }
 
 }  // namespace
@@ -79,6 +97,21 @@ Result<std::vector<std::shared_ptr<grpc::Channel>>> RegistryChannels(const std::
     channels.push_back(std::move(channel));
   }
   return channels;
+}
+
+bool AwaitRegistry(grpc::Channel& channel, Duration timeout, std::stop_token stop) {
+  constexpr Duration kSlice = std::chrono::milliseconds(100);  // how soon a stop is noticed
+  const MonoTime deadline = MonoClock::now() + timeout;
+  while (!stop.stop_requested()) {
+    const MonoTime now = MonoClock::now();
+    if (now >= deadline) return false;
+    const Duration slice = std::min<Duration>(kSlice, deadline - now);
+    if (channel.WaitForConnected(std::chrono::system_clock::now() +
+                                 std::chrono::duration_cast<std::chrono::microseconds>(slice))) {
+      return true;
+    }
+  }
+  return false;
 }
 
 }  // namespace drover::sdk

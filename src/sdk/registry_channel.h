@@ -17,10 +17,12 @@
 #pragma once
 
 #include <memory>
+#include <stop_token>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "drover/clock.h"
 #include "drover/status.h"
 
 namespace grpc {
@@ -62,5 +64,13 @@ Result<std::shared_ptr<grpc::Channel>> RegistryChannel(const std::string& regist
 // One channel per endpoint of the list, in its order (channels connect when first used).
 Result<std::vector<std::shared_ptr<grpc::Channel>>> RegistryChannels(const std::string& registries,
                                                                      const std::string& ca_file);
+
+// Waits until `channel` is connected (true), `timeout` passes or `stop` is requested, asking it
+// to connect. Use it in place of a plain sleep before retrying a registry that did not answer:
+// gRPC's synchronous API moves a connection attempt forward only while some thread polls the
+// channel, and a call that fails fast on a channel in TRANSIENT_FAILURE polls for no time at
+// all -- the attempt then waits for gRPC's backup poller (every 5 s), and a restarted registry
+// stays "refused" for seconds after it is back.
+bool AwaitRegistry(grpc::Channel& channel, Duration timeout, std::stop_token stop = {});
 
 }  // namespace drover::sdk

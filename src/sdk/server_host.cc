@@ -134,6 +134,10 @@ class GrpcRegistryWriter final : public sdk::RegistryWriter {
       const std::size_t index = failover_.current();
       grpc::ClientContext ctx;
       ctx.set_deadline(now + share);
+      // Every registry failed since the last success: this call waits, within its share, for
+      // the connection instead of failing at once on the last attempt's error (and polls the
+      // channel meanwhile, so a registry that is back is reached at once; AwaitRegistry).
+      ctx.set_wait_for_ready(failover_.AllFailing());
       if (!token_.empty()) ctx.AddMetadata("authorization", "Bearer " + token_);
       {
         MutexLock lock(mu_);

@@ -93,6 +93,27 @@ TEST(HeartbeatsTest, RemoveWaitsForARunningBeatAndItNeverRunsAgain) {
   EXPECT_EQ(ran.load(), after_remove);
 }
 
+TEST(HeartbeatsTest, AFailedBeatHastensItsRetryThenKeepsItsInterval) {
+  FakeClock clock;
+  Heartbeats beats(clock);
+  std::atomic<int> ran{0};
+  std::atomic<std::uint64_t> id{0};
+  id = beats.Add("lease", 10s, [&] {
+    // The first two beats fail and ask for a retry in 1 s; the later ones succeed.
+    if (++ran <= 2) beats.Hasten(id.load(), 1s);
+  });
+  Step(clock, 10s, [&] { return ran.load() == 1; });
+  Step(clock, 1s, [&] { return ran.load() == 2; });
+  Step(clock, 1s, [&] { return ran.load() == 3; });
+  clock.Advance(9s);  // back on the 10 s interval: nothing due yet
+  ASSERT_TRUE(clock.AwaitSleepers(1, 10s));
+  EXPECT_EQ(ran.load(), 3);
+  Step(clock, 1s, [&] { return ran.load() == 4; });
+  beats.Hasten(999, 1s);         // an unknown task: ignored
+  beats.Hasten(id.load(), 20s);  // later than it is due: changes nothing
+  Step(clock, 10s, [&] { return ran.load() == 5; });
+}
+
 TEST(HeartbeatsTest, StopWakesTheThreadAtOnceMidSleep) {
   RealClock clock;
   Heartbeats beats(clock);

@@ -317,6 +317,55 @@ TEST_F(HostCoreTest, AThrowingOrFailingHeartbeatIsCountedAndTheHostKeepsRunning)
   EXPECT_EQ(beats_.failures(), 0u);  // the host caught it, not the last line of defence
 }
 
+TEST_F(HostCoreTest, AnUnreachableRegistryIsRetriedWithinASecondNotAnInterval) {
+  HostOptions o = Options();
+  o.heartbeat_interval = 10s;
+  o.ttl = 30s;
+  Make(std::move(o));
+  ASSERT_TRUE(host_->Start().ok());
+  writer_.SetHeartbeat(UnavailableError("connection refused"));
+  ASSERT_TRUE(clock_.AwaitSleepers(1, 10s));
+  clock_.Advance(10s);
+  ASSERT_TRUE(Eventually([&] { return host_->stats().heartbeat_failures == 1; }));
+  // Retries come on a jittered backoff from 200 ms doubling up to 1 s: in 10 s of outage, at
+  // least 9 more (never fewer than one a second), where the interval would have allowed one.
+  for (int ms = 0; ms < 10'000; ms += 50) {
+    ASSERT_TRUE(clock_.AwaitSleepers(1, 10s));
+    clock_.Advance(50ms);
+  }
+  ASSERT_TRUE(clock_.AwaitSleepers(1, 10s));
+  const std::uint64_t failures = host_->stats().heartbeat_failures;
+  EXPECT_GE(failures, 10u);
+  EXPECT_LE(failures, 1u + 10'000 / 100);  // never faster than half the first step
+  // The registry is back: the next retry, within a second, renews; then the interval again.
+  writer_.SetHeartbeat(Status::Ok());
+  for (int ms = 0; ms < 1'000 && host_->stats().heartbeats == 0; ms += 50) {
+    ASSERT_TRUE(clock_.AwaitSleepers(1, 10s));
+    clock_.Advance(50ms);
+    ASSERT_TRUE(clock_.AwaitSleepers(1, 10s));
+  }
+  EXPECT_EQ(host_->stats().heartbeats, 1u);
+  clock_.Advance(9s);
+  ASSERT_TRUE(clock_.AwaitSleepers(1, 10s));
+  EXPECT_EQ(host_->stats().heartbeats, 1u) << "renewed: back on the 10 s interval";
+  clock_.Advance(1s);
+  ASSERT_TRUE(Eventually([&] { return host_->stats().heartbeats == 2; }));
+}
+
+TEST_F(HostCoreTest, ARefusedHeartbeatIsNotRetriedSooner) {
+  Make(Options());
+  ASSERT_TRUE(host_->Start().ok());
+  writer_.SetHeartbeat(PermissionDeniedError("token revoked"));
+  Beat([&] { return host_->stats().heartbeat_failures == 1; });
+  // Not a failure another try soon could fix: the next beat is an interval (1 s) later.
+  ASSERT_TRUE(clock_.AwaitSleepers(1, 10s));
+  clock_.Advance(900ms);
+  ASSERT_TRUE(clock_.AwaitSleepers(1, 10s));
+  EXPECT_EQ(host_->stats().heartbeat_failures, 1u);
+  clock_.Advance(100ms);
+  ASSERT_TRUE(Eventually([&] { return host_->stats().heartbeat_failures == 2; }));
+}
+
 TEST_F(HostCoreTest, ALostLeaseRegistersAgainWithAHigherGeneration) {
   Make(Options());
   ASSERT_TRUE(host_->Start().ok());
