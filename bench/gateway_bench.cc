@@ -16,6 +16,10 @@
 // by wrk: --http-connections keep-alive connections, GET of a 2-byte body, --http-seconds;
 // requests/s and p99 as wrk reports them (wrk --latency).
 //
+// Idle -- --idle-sessions TCP sessions held open through each proxy (Drover's tcp listener,
+// HAProxy mode tcp, nginx stream) to a sink in this process that accepts and holds them, nothing
+// sent: the proxy's RSS growth (with nginx's workers) per session.
+//
 // Every proxy row ends with Drover's ratio to it (rate: Drover / peer, above 1 is better; p99:
 // Drover / peer, below 1 is better). A peer whose binary is missing is skipped, said so.
 // Nothing leaves 127.0.0.1.
@@ -25,17 +29,27 @@
 #include <utility>  // Boost 1.74's asio/awaitable.hpp uses std::exchange without including it
 // clang-format on
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <atomic>
 #include <boost/asio.hpp>
+#include <cctype>
 #include <cmath>
 #include <csignal>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <regex>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -67,6 +81,7 @@ struct Options {
   int threads = 2;
   double seconds = 3;
   bool json = false;
+  int idle_sessions = 4000;
 };
 
 // Multi-process peers (nginx's master and workers) must be stopped politely: a SIGKILLed
@@ -317,6 +332,134 @@ void Report(const char* title, const char* unit, const std::vector<Result>& resu
   }
 }
 
+// Idle memory: --idle-sessions TCP sessions held open through a proxy to a sink that accepts and
+// holds them, nothing sent either way. The proxy's resident memory (its process and, for nginx,
+// its workers) grows by the sessions' cost: RSS delta / count.
+class Sink {
+ public:
+  Sink() {
+    fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    if (::bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || ::listen(fd_, 4096) != 0 ||
+        ::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
+      Fail("the idle sink cannot listen");
+    }
+    port_ = ntohs(a.sin_port);
+    thread_ = std::thread([this] {
+      while (true) {
+        const int c = ::accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC);
+        if (c < 0) {
+          if (stop_) return;
+          continue;
+        }
+        std::lock_guard lock(mu_);
+        held_.push_back(c);
+      }
+    });
+  }
+  ~Sink() {
+    stop_ = true;
+    ::shutdown(fd_, SHUT_RDWR);
+    thread_.join();
+    ::close(fd_);
+    DropAll();
+  }
+  std::uint16_t port() const { return port_; }
+  std::size_t held() {
+    std::lock_guard lock(mu_);
+    return held_.size();
+  }
+  void DropAll() {
+    std::lock_guard lock(mu_);
+    for (const int c : held_) ::close(c);
+    held_.clear();
+  }
+
+ private:
+  int fd_ = -1;
+  std::uint16_t port_ = 0;
+  std::atomic<bool> stop_{false};
+  std::mutex mu_;
+  std::vector<int> held_;
+  std::thread thread_;
+};
+
+// Resident KiB of `pid` and its direct children (nginx's workers).
+std::uint64_t TreeRssKb(pid_t pid) {
+  const auto rss = [](const std::string& proc) -> std::uint64_t {
+    std::ifstream status(proc + "/status");
+    std::string line;
+    while (std::getline(status, line)) {
+      if (line.rfind("VmRSS:", 0) == 0) return std::stoull(line.substr(6));
+    }
+    return 0;
+  };
+  std::uint64_t total = rss("/proc/" + std::to_string(pid));
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc", ec)) {
+    const std::string name = entry.path().filename();
+    if (name.empty() || !std::isdigit(static_cast<unsigned char>(name[0]))) continue;
+    std::ifstream stat(entry.path() / "stat");
+    std::string text((std::istreambuf_iterator<char>(stat)), {});
+    const std::size_t paren = text.rfind(')');
+    if (paren == std::string::npos) continue;
+    std::istringstream rest(text.substr(paren + 2));
+    std::string state;
+    pid_t ppid = 0;
+    rest >> state >> ppid;
+    if (ppid == pid) total += rss(entry.path().string());
+  }
+  return total;
+}
+
+// Opens `count` sessions through the proxy at `port` to `sink`, waits until the sink holds them
+// all, and returns the proxy's RSS growth per session in bytes (or a note why it could not).
+struct IdleCost {
+  double bytes_per_session = 0;
+  std::string note;
+};
+IdleCost MeasureIdle(pid_t proxy, std::uint16_t port, Sink& sink, int count) {
+  sink.DropAll();
+  std::this_thread::sleep_for(300ms);
+  const std::uint64_t before = TreeRssKb(proxy);
+  std::vector<int> clients;
+  clients.reserve(count);
+  IdleCost cost;
+  sockaddr_in to{};
+  to.sin_family = AF_INET;
+  to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  to.sin_port = htons(port);
+  for (int i = 0; i < count; ++i) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0 || ::connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof to) != 0) {
+      if (fd >= 0) ::close(fd);
+      cost.note = "connect " + std::to_string(i) + " failed: " + std::strerror(errno);
+      break;
+    }
+    clients.push_back(fd);
+  }
+  const auto deadline = Clock::now() + 30s;
+  while (cost.note.empty() && sink.held() < clients.size() && Clock::now() < deadline) {
+    std::this_thread::sleep_for(50ms);
+  }
+  if (cost.note.empty() && sink.held() < clients.size()) {
+    cost.note = "only " + std::to_string(sink.held()) + " of " + std::to_string(clients.size()) +
+                " sessions reached the sink";
+  }
+  std::this_thread::sleep_for(500ms);
+  const std::uint64_t after = TreeRssKb(proxy);
+  if (cost.note.empty()) {
+    cost.bytes_per_session =
+        after > before ? 1024.0 * static_cast<double>(after - before) / count : 0.0;
+  }
+  for (const int fd : clients) ::close(fd);
+  sink.DropAll();
+  return cost;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -337,6 +480,9 @@ int main(int argc, char** argv) {
   app.add_flag("!--no-tcp", o.tcp, "Skip the TCP part");
   app.add_flag("!--no-http", o.http, "Skip the HTTP part");
   app.add_flag("--json", o.json, "Print the report as JSON");
+  app.add_option("--idle-sessions", o.idle_sessions,
+                 "Idle TCP sessions held through every proxy for the memory figure (0: skip)")
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
   std::atexit(StopPeers);
@@ -447,6 +593,109 @@ int main(int argc, char** argv) {
                o.clients, o.upstreams, o.threads, o.seconds)
                .c_str(),
            "sessions/s", results, o, report["tcp"]);
+  }
+
+  // Idle memory: sessions held open through each proxy to a sink in this process.
+  if (o.idle_sessions > 0) {
+    Sink sink;
+    const auto put =
+        drover::testing::Http(registry_http, "PUT", "/v1/services/sink/instances/s0",
+                              R"({"address":"127.0.0.1:)" + std::to_string(sink.port()) +
+                                  R"(","generation":1,"state":"READY","ttl_ms":3600000})");
+    if (put.status != 200) Fail("registering the idle sink failed: " + put.body);
+    // Until a connection through `port` reaches the sink.
+    const auto reaches_sink = [&](std::uint16_t port) {
+      for (int i = 0; i < 100; ++i) {
+        sockaddr_in to{};
+        to.sin_family = AF_INET;
+        to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        to.sin_port = htons(port);
+        const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        const bool connected = ::connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof to) == 0;
+        std::this_thread::sleep_for(100ms);
+        ::close(fd);
+        const bool reached = connected && sink.held() > 0;
+        sink.DropAll();
+        if (reached) return true;
+      }
+      return false;
+    };
+    struct Row {
+      std::string system;
+      IdleCost cost;
+    };
+    std::vector<Row> rows;
+    {
+      const std::string config = d + "/gateway-idle.yaml";
+      std::ofstream(config) << "registry: 127.0.0.1:" << grpc_port << "\nthreads: " << o.threads
+                            << "\nadmin: ''\nlisteners:\n  - name: idle\n    address: 127.0.0.1:0\n"
+                            << "    service: sink\n    policy: p2c\n    slow_start_ms: 0\n";
+      auto& gw = children.emplace_back(std::make_unique<ChildProcess>(std::vector<std::string>{
+          o.drover, "--log-level", "warn", "gateway", "--config", config}));
+      const auto line = gw->ReadLine(20s);
+      if (!line) Fail("drover gateway (idle) did not start");
+      const std::uint16_t port = PortIn(*line, R"(idle=127\.0\.0\.1:(\d+))");
+      if (!reaches_sink(port)) Fail("drover gateway does not reach the idle sink");
+      rows.push_back({"drover", MeasureIdle(gw->pid(), port, sink, o.idle_sessions)});
+      gw->Signal(SIGTERM);
+      gw->Wait();
+    }
+    if (auto haproxy = FindInPath(o.haproxy)) {
+      const std::uint16_t port = FreePort();
+      const std::string config = d + "/haproxy-idle.cfg";
+      std::ofstream(config) << "global\n  maxconn 8000\n  nbthread " << o.threads
+                            << "\ndefaults\n  mode tcp\n  timeout connect 1s\n"
+                            << "  timeout client 60s\n  timeout server 60s\nfrontend idle\n"
+                            << "  bind 127.0.0.1:" << port << "\n  default_backend sinks\n"
+                            << "backend sinks\n  server s0 127.0.0.1:" << sink.port() << "\n";
+      auto& peer = children.emplace_back(
+          std::make_unique<ChildProcess>(std::vector<std::string>{*haproxy, "-db", "-f", config}));
+      graceful.push_back(peer.get());
+      if (!reaches_sink(port)) Fail("haproxy does not reach the idle sink");
+      rows.push_back({"haproxy", MeasureIdle(peer->pid(), port, sink, o.idle_sessions)});
+      peer->Signal(SIGTERM);
+      peer->Wait();
+    }
+    const std::string module = NginxStreamModule();
+    if (auto nginx = FindInPath(o.nginx); nginx && !module.empty()) {
+      const std::uint16_t port = FreePort();
+      std::filesystem::create_directories(d + "/nginx-idle/logs");
+      const std::string config = d + "/nginx-idle/nginx.conf";
+      std::ofstream(config) << "load_module " << module << ";\nworker_processes " << o.threads
+                            << ";\nworker_rlimit_nofile 20000;\ndaemon off;\npid " << d
+                            << "/nginx-idle/nginx.pid;\nerror_log stderr warn;\n"
+                            << "events { worker_connections 20000; }\nstream {\n  server {\n"
+                            << "    listen 127.0.0.1:" << port
+                            << ";\n    proxy_pass 127.0.0.1:" << sink.port() << ";\n  }\n}\n";
+      auto& peer = children.emplace_back(std::make_unique<ChildProcess>(
+          std::vector<std::string>{*nginx, "-p", d + "/nginx-idle", "-c", config}));
+      graceful.push_back(peer.get());
+      if (!reaches_sink(port)) Fail("nginx does not reach the idle sink");
+      rows.push_back({"nginx", MeasureIdle(peer->pid(), port, sink, o.idle_sessions)});
+    }
+    StopPeers();
+    const double drover_bytes = rows.front().cost.bytes_per_session;
+    if (!o.json) {
+      std::printf(
+          "gateway_bench idle: %d idle TCP sessions held through each proxy, %d threads "
+          "per proxy\n%-22s %16s %16s\n",
+          o.idle_sessions, o.threads, "system", "RSS B/session", "drover/x");
+    }
+    for (const Row& r : rows) {
+      nlohmann::json j = {{"bytes_per_session", r.cost.bytes_per_session}};
+      if (!r.cost.note.empty()) j["note"] = r.cost.note;
+      const bool peer = r.system != "drover" && r.cost.note.empty() && r.cost.bytes_per_session > 0;
+      if (peer) j["drover_ratio"] = drover_bytes / r.cost.bytes_per_session;
+      report["idle"][r.system] = j;
+      if (o.json) continue;
+      if (!r.cost.note.empty()) {
+        std::printf("%-22s failed: %s\n", r.system.c_str(), r.cost.note.c_str());
+        continue;
+      }
+      std::printf("%-22s %16.0f", r.system.c_str(), r.cost.bytes_per_session);
+      if (peer) std::printf(" %15.2fx", drover_bytes / r.cost.bytes_per_session);
+      std::printf("\n");
+    }
   }
 
   // HTTP: one small fast upstream (nginx, one worker, `return 200`), registered by hand.

@@ -7,7 +7,6 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
-#include <array>
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
@@ -15,6 +14,7 @@
 
 #include "drover/router.h"
 #include "gateway/http_check.h"
+#include "gateway/relay_chunk.h"
 #include "gateway/retry_budget.h"
 #include "gateway/thread_random.h"
 #include "gateway/upstream.h"
@@ -30,7 +30,6 @@ using boost::system::error_code;
 
 namespace {
 
-constexpr std::size_t kBodyChunk = 16 * 1024;
 // "No body limit": Boost 1.74's parser compares a Content-Length against an empty optional limit
 // as if the limit were below every length, so the largest value stands for none.
 constexpr std::uint64_t kNoLimit = std::numeric_limits<std::uint64_t>::max();
@@ -77,13 +76,14 @@ net::awaitable<RelayEnd> RelayBody(http::parser<isRequest, http::buffer_body>& p
                                    http::serializer<isRequest, http::buffer_body>& serializer,
                                    beast::tcp_stream& out, Duration idle, bool& body_read,
                                    error_code& read_error) {
-  std::array<char, kBodyChunk> buf;
+  std::optional<RelayChunk> buf;  // borrowed once there is a body to move (relay_chunk.h)
   auto& body = parser.get().body();
   while (!serializer.is_done()) {
     error_code ec;
     if (!parser.is_done()) {
-      body.data = buf.data();
-      body.size = buf.size();
+      if (!buf) buf.emplace();
+      body.data = buf->data();
+      body.size = buf->size();
       in.expires_after(idle);
       co_await http::async_read(in, in_buffer, parser, net::redirect_error(net::use_awaitable, ec));
       if (ec == http::error::need_buffer) ec = {};
@@ -91,8 +91,8 @@ net::awaitable<RelayEnd> RelayBody(http::parser<isRequest, http::buffer_body>& p
         read_error = ec;
         co_return RelayEnd::kReadFailed;
       }
-      body.size = buf.size() - body.size;
-      body.data = buf.data();
+      body.size = buf->size() - body.size;
+      body.data = buf->data();
       body.more = !parser.is_done();
       body_read = body_read || body.size > 0;
     } else {
@@ -124,6 +124,9 @@ struct HttpConn {
   UpstreamPool& pool;                         // its io thread's
   std::optional<beast::tcp_stream> upstream;  // the connection of the request in flight
   bool in_request = false;                    // between a request head and its response's end
+  // Per request, kept here so that their storage is reused from one request to the next.
+  beast::flat_buffer upstream_buffer;  // what was read from the upstream past the response head
+  std::vector<std::size_t> tried;      // instances tried for the request in flight
 };
 
 struct HttpProxy::State : std::enable_shared_from_this<State> {
@@ -312,10 +315,13 @@ net::awaitable<bool> HttpProxy::State::Exchange(std::shared_ptr<HttpConn> c,
     req.erase(http::field::expect);  // answered here: the upstream just gets the body
   }
   DropHopByHop(req);
-  std::string forwarded;
-  const auto [first, last] = req.equal_range(kForwardedFor);
-  for (auto f = first; f != last; ++f) forwarded.append(View(f->value())).append(", ");
-  req.set(kForwardedFor, forwarded + client_ip);
+  if (const auto [first, last] = req.equal_range(kForwardedFor); first == last) {
+    req.set(kForwardedFor, client_ip);
+  } else {
+    std::string forwarded;
+    for (auto f = first; f != last; ++f) forwarded.append(View(f->value())).append(", ");
+    req.set(kForwardedFor, forwarded + client_ip);
+  }
   req.version(11);  // no Connection header left: keep-alive to the upstream
 
   std::uint64_t key_hash = 0;
@@ -331,7 +337,8 @@ net::awaitable<bool> HttpProxy::State::Exchange(std::shared_ptr<HttpConn> c,
   } request_done{budget};
 
   const std::shared_ptr<const UpstreamSnapshot> snapshot = upstream.Snapshot();
-  std::vector<std::size_t> tried;
+  std::vector<std::size_t>& tried = c->tried;
+  tried.clear();
   bool body_read = false;
   http::status failure = http::status::bad_gateway;
   std::string failure_text;
@@ -364,7 +371,7 @@ net::awaitable<bool> HttpProxy::State::Exchange(std::shared_ptr<HttpConn> c,
     tried.push_back(*pick);
     const router::Endpoint& e = snapshot->router->table->at(*pick);
     InstanceCounters& ic = *snapshot->counters[*pick];
-    const std::string pool_key = e.id + "@" + e.address;
+    const std::string& pool_key = snapshot->pool_keys[*pick];
     const auto drop_upstream = [&] {
       if (c->upstream) Close(*c->upstream);
       c->upstream.reset();
@@ -442,7 +449,8 @@ net::awaitable<bool> HttpProxy::State::Exchange(std::shared_ptr<HttpConn> c,
     }
 
     // Response head (interim 1xx answers skipped).
-    beast::flat_buffer upstream_buffer;
+    beast::flat_buffer& upstream_buffer = c->upstream_buffer;
+    upstream_buffer.clear();
     std::optional<http::response_parser<http::buffer_body>> response;
     while (!ec) {
       response.emplace();

@@ -11,6 +11,7 @@
 
 #include "drover/router.h"
 #include "gateway/key_line.h"
+#include "gateway/relay_chunk.h"
 #include "gateway/thread_random.h"
 #include "gateway/upstream.h"
 #include "net/tcp_listener.h"
@@ -116,34 +117,50 @@ asio::awaitable<bool> TcpProxy::State::Connect(std::shared_ptr<Conn> c, const tc
 asio::awaitable<void> TcpProxy::State::Pump(std::shared_ptr<Conn> c, bool from_client) {
   tcp::socket& from = from_client ? c->client : c->upstream;
   tcp::socket& to = from_client ? c->upstream : c->client;
-  std::array<char, 16 * 1024> buf;
-  while (true) {
-    error_code ec;
-    const std::size_t n = co_await from.async_read_some(
-        asio::buffer(buf), asio::redirect_error(asio::use_awaitable, ec));
-    if (ec) {
-      if (ec == asio::error::eof) {
-        error_code ignored;
-        to.shutdown(tcp::socket::shutdown_send, ignored);  // half-close: pass the FIN on
-      } else {
-        c->CloseBoth();
+  error_code ec;
+  from.non_blocking(true, ec);  // read_some below must never block the io thread
+  if (ec) c->CloseBoth();
+  while (!ec) {
+    // Move what is there, with a buffer borrowed for as long as there is something to move. The
+    // reactor is edge-triggered: bytes that came before a wait was armed raise no event, so read
+    // until the socket has no more before each wait.
+    {
+      RelayChunk chunk;
+      while (true) {
+        const std::size_t n = from.read_some(asio::buffer(chunk.data(), chunk.size()), ec);
+        if (ec == asio::error::would_block || ec == asio::error::try_again) {
+          ec = {};
+          break;  // drained
+        }
+        if (ec == asio::error::eof) {
+          error_code ignored;
+          to.shutdown(tcp::socket::shutdown_send, ignored);  // half-close: pass the FIN on
+          break;
+        }
+        if (ec) {
+          c->CloseBoth();
+          break;
+        }
+        c->last_activity = MonoClock::now();
+        if (!from_client) {
+          c->awaiting_upstream = false;
+        } else if (!c->awaiting_upstream && config.response_timeout > Duration::zero()) {
+          c->awaiting_upstream = true;
+          c->awaiting_since = c->last_activity;
+          c->timer.cancel();  // the watchdog recomputes its deadline
+        }
+        co_await asio::async_write(to, asio::buffer(chunk.data(), n),
+                                   asio::redirect_error(asio::use_awaitable, ec));
+        if (ec) {
+          c->CloseBoth();
+          break;
+        }
       }
-      break;
     }
-    c->last_activity = MonoClock::now();
-    if (!from_client) {
-      c->awaiting_upstream = false;
-    } else if (!c->awaiting_upstream && config.response_timeout > Duration::zero()) {
-      c->awaiting_upstream = true;
-      c->awaiting_since = c->last_activity;
-      c->timer.cancel();  // the watchdog recomputes its deadline
-    }
-    co_await asio::async_write(to, asio::buffer(buf.data(), n),
-                               asio::redirect_error(asio::use_awaitable, ec));
-    if (ec) {
-      c->CloseBoth();
-      break;
-    }
+    if (ec) break;
+    // Nothing to move: wait without a buffer (an idle session holds none).
+    co_await from.async_wait(tcp::socket::wait_read, asio::redirect_error(asio::use_awaitable, ec));
+    if (ec) c->CloseBoth();
   }
   if (++c->pumps_done == 2) {
     c->CloseBoth();

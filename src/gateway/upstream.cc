@@ -91,6 +91,7 @@ void Upstream::Apply(std::shared_ptr<const router::RoutingTable> table) {
     auto it = counters_.find(e.id);
     auto counters = it != counters_.end() ? it->second : std::make_shared<InstanceCounters>(e.id);
     next->counters.push_back(counters);
+    next->pool_keys.push_back(e.id + "@" + e.address);
     kept.emplace(e.id, std::move(counters));
   }
   counters_ = std::move(kept);  // instances gone: their counters live on in their connections

@@ -51,6 +51,9 @@ struct InstanceCounters {
 struct UpstreamSnapshot {
   std::shared_ptr<const router::RouterSnapshot> router;
   std::vector<std::shared_ptr<InstanceCounters>> counters;  // per table index
+  // Per table index: "id@address", the instance's key in the HTTP proxy's connection pools (an
+  // id that comes back at another address never gets the old one's connections).
+  std::vector<std::string> pool_keys;
   bool discovered = false;  // the registry has answered at least once
 
   std::uint64_t version() const { return router->version(); }

@@ -371,6 +371,25 @@ TEST_F(HttpProxyTest, AnIdlePooledConnectionIsClosedAfterTheIdleTimeout) {
   EXPECT_NE(second.conn, first.conn);
 }
 
+TEST_F(HttpProxyTest, APooledConnectionTheUpstreamClosedIsNeverUsed) {
+  HttpBackend a("a");
+  a.close_after_answer = true;  // keep-alive framing, then a close the gateway must notice
+  StartProxy(ListenerConfig{});
+  SetTable({EndpointOf("a", a.address())});
+  Client client(port());
+  for (int i = 1; i <= 5; ++i) {
+    // A POST is never retried: each one must find the closed connection left out of the pool.
+    const Reply r = client.Send(http::verb::post, "/post", "once");
+    ASSERT_EQ(r.status, 200) << i << ": " << r.body;
+    ASSERT_TRUE(Eventually([&] { return a.closed.load() == i; }, 3s));
+  }
+  EXPECT_EQ(a.connections.load(), 5);
+  EXPECT_EQ(a.requests.load(), 5);
+  EXPECT_EQ(proxy_->pool_stats().reused, 0u);
+  EXPECT_EQ(proxy_->pool_stats().retired_closed, 4u);  // the fifth is still in the pool
+  EXPECT_EQ(counters().retries.load(), 0u);
+}
+
 TEST_F(HttpProxyTest, ChunkedAndLargeBodiesStreamBothWays) {
   HttpBackend a("a");
   StartProxy({});

@@ -63,6 +63,9 @@ class HttpBackend {
   std::atomic<int> status{200};
   std::atomic<int> delay_ms{0};             // before answering
   std::atomic<bool> frame_by_close{false};  // answer without Content-Length, then close
+  // Answer as keep-alive (with Content-Length, no "Connection: close"), then close anyway, as a
+  // server past its keep-alive timeout or request limit may.
+  std::atomic<bool> close_after_answer{false};
   // What it saw.
   std::atomic<int> connections{0};
   std::atomic<int> closed{0};  // connections that ended
@@ -138,7 +141,7 @@ class HttpBackend {
         res.prepare_payload();
       }
       http::write(socket, res, ec);
-      if (!res.keep_alive()) break;
+      if (!res.keep_alive() || close_after_answer) break;
     }
     socket.shutdown(boost::asio::ip::tcp::socket::shutdown_both, ec);
     ++closed;
