@@ -387,6 +387,23 @@ class Sink {
   std::thread thread_;
 };
 
+// A blocking TCP connection to 127.0.0.1:`port`; -1 when it fails (errno says why).
+int ConnectLoopback(std::uint16_t port) {
+  sockaddr_in to{};
+  to.sin_family = AF_INET;
+  to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  to.sin_port = htons(port);
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -1;
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof to) != 0) {
+    const int saved = errno;
+    ::close(fd);
+    errno = saved;
+    return -1;
+  }
+  return fd;
+}
+
 // Resident KiB of `pid` and its direct children (nginx's workers).
 std::uint64_t TreeRssKb(pid_t pid) {
   const auto rss = [](const std::string& proc) -> std::uint64_t {
@@ -428,14 +445,9 @@ IdleCost MeasureIdle(pid_t proxy, std::uint16_t port, Sink& sink, int count) {
   std::vector<int> clients;
   clients.reserve(count);
   IdleCost cost;
-  sockaddr_in to{};
-  to.sin_family = AF_INET;
-  to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  to.sin_port = htons(port);
   for (int i = 0; i < count; ++i) {
-    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0 || ::connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof to) != 0) {
-      if (fd >= 0) ::close(fd);
+    const int fd = ConnectLoopback(port);
+    if (fd < 0) {
       cost.note = "connect " + std::to_string(i) + " failed: " + std::strerror(errno);
       break;
     }
@@ -606,14 +618,10 @@ int main(int argc, char** argv) {
     // Until a connection through `port` reaches the sink.
     const auto reaches_sink = [&](std::uint16_t port) {
       for (int i = 0; i < 100; ++i) {
-        sockaddr_in to{};
-        to.sin_family = AF_INET;
-        to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-        to.sin_port = htons(port);
-        const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        const bool connected = ::connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof to) == 0;
+        const int fd = ConnectLoopback(port);
+        const bool connected = fd >= 0;
         std::this_thread::sleep_for(100ms);
-        ::close(fd);
+        if (connected) ::close(fd);
         const bool reached = connected && sink.held() > 0;
         sink.DropAll();
         if (reached) return true;

@@ -434,8 +434,8 @@ void HostCore::RetryBeatSoon(const std::string& name, const Status& why) {
   // registry that is back hears from every host within about a second. The jitter keeps a
   // fleet's retries from arriving in step.
   const bool transient = MayWorkElsewhere(why.code());
+  const Duration cap = std::min<Duration>(kMaxHeartbeatRetry, options_.heartbeat_interval);
   if (transient) {
-    const Duration cap = std::min<Duration>(kMaxHeartbeatRetry, options_.heartbeat_interval);
     heartbeat_retry_ = std::clamp<Duration>(heartbeat_retry_ * 2, kMinHeartbeatRetry, cap);
     const auto wait = std::chrono::duration_cast<Duration>(
         heartbeat_retry_ * std::uniform_real_distribution<double>(0.5, 1.0)(random_));
@@ -447,8 +447,7 @@ void HostCore::RetryBeatSoon(const std::string& name, const Status& why) {
       spdlog::warn(
           "host {}: heartbeat failed ({}); retrying within {:.0f} ms until the registry "
           "answers",
-          name, why.ToString(),
-          Ms(std::min<Duration>(kMaxHeartbeatRetry, options_.heartbeat_interval)));
+          name, why.ToString(), Ms(cap));
     } else {
       spdlog::warn("host {}: heartbeat failed ({}); retrying every {:.0f} ms", name, why.ToString(),
                    Ms(options_.heartbeat_interval));
