@@ -40,7 +40,7 @@
 //       idle_timeout_ms: 60000             # client keep-alive connection idle: closed
 //       upstream_max_age_ms: 60000         # pooled upstream connection retired after ~this (+-10%)
 //       upstream_idle_timeout_ms: 30000    # pooled upstream connection unused this long: closed
-//       max_idle_per_instance: 32          # pooled idle connections kept per instance
+//       max_idle_per_instance: 128         # pooled idle connections kept per instance
 //       retry_budget_percent: 20           # retries in flight <= max(min, percent x requests)
 //       retry_budget_min: 3
 //       max_header_bytes: 16384            # a larger request head is answered 431
@@ -114,7 +114,7 @@ struct ListenerConfig {
   std::vector<RouteConfig> routes;
   Duration upstream_max_age = std::chrono::seconds(60);  // zero: no limit
   Duration upstream_idle_timeout = std::chrono::seconds(30);
-  int max_idle_per_instance = 32;
+  int max_idle_per_instance = 128;
   double retry_budget_percent = 20;
   int retry_budget_min = 3;
   std::size_t max_header_bytes = 16 * 1024;

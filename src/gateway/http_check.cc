@@ -2,7 +2,6 @@
 
 #include <boost/beast/http.hpp>
 #include <string_view>
-#include <vector>
 
 namespace drover::gateway {
 
@@ -24,18 +23,16 @@ std::string CheckRequestHead(const http::request_header<>& req, bool chunked) {
 }
 
 void DropHopByHop(http::fields& fields) {
-  std::vector<std::string> named;
-  const auto [first, last] = fields.equal_range(http::field::connection);
-  for (auto f = first; f != last; ++f) {
+  // The names a Connection header lists go first, straight from its value. Same-named fields are
+  // adjacent in the list, and the erased ones are never Connection fields, so `f` stays valid.
+  for (auto f = fields.find(http::field::connection);
+       f != fields.end() && f->name() == http::field::connection; ++f) {
     for (const auto& token : http::token_list(f->value())) {
-      named.emplace_back(token.data(), token.size());
-    }
-  }
-  for (const std::string& name : named) {
-    const http::field f = http::string_to_field(name);
-    if (f != http::field::transfer_encoding && f != http::field::content_length &&
-        f != http::field::host) {
-      fields.erase(name);
+      const http::field named = http::string_to_field(token);
+      if (named != http::field::transfer_encoding && named != http::field::content_length &&
+          named != http::field::host && named != http::field::connection) {
+        fields.erase(token);
+      }
     }
   }
   for (const http::field f :

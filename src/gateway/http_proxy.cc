@@ -110,20 +110,26 @@ net::awaitable<RelayEnd> RelayBody(http::parser<isRequest, http::buffer_body>& p
 
 }  // namespace
 
-// One client connection; touched only on its strand.
+// One client connection; touched only on its worker's thread.
 struct HttpConn {
   HttpConn(tcp::socket s, std::shared_ptr<UpstreamPool> p)
-      : client(std::move(s)), pool_owner(std::move(p)), pool(*pool_owner) {}
+      : client(std::move(s)),
+        upstream(client.get_executor()),
+        pool_owner(std::move(p)),
+        pool(*pool_owner) {}
   void CloseBoth() {
     Close(client);
-    if (upstream) Close(*upstream);
+    Close(upstream);
   }
 
   beast::tcp_stream client;
+  // The upstream connection of the request in flight, closed between requests. One stream for
+  // the client connection's life: a pooled socket moves in and out of it, so taking one from the
+  // pool allocates nothing.
+  beast::tcp_stream upstream;
   std::shared_ptr<UpstreamPool> pool_owner;
-  UpstreamPool& pool;                         // its io thread's
-  std::optional<beast::tcp_stream> upstream;  // the connection of the request in flight
-  bool in_request = false;                    // between a request head and its response's end
+  UpstreamPool& pool;       // its io thread's
+  bool in_request = false;  // between a request head and its response's end
   // Per request, kept here so that their storage is reused from one request to the next.
   beast::flat_buffer upstream_buffer;  // what was read from the upstream past the response head
   std::vector<std::size_t> tried;      // instances tried for the request in flight
@@ -157,12 +163,7 @@ struct HttpProxy::State : std::enable_shared_from_this<State> {
     }
     return 0;
   }
-  // One request/response; false when the client connection must close.
-  net::awaitable<bool> Exchange(std::shared_ptr<HttpConn> c, beast::flat_buffer& buffer,
-                                http::request_parser<http::buffer_body>& parser,
-                                const std::string& client_ip);
-  net::awaitable<void> Reply(std::shared_ptr<HttpConn> c, http::status status, std::string text,
-                             bool keep_alive);
+  net::awaitable<void> Reply(HttpConn& c, http::status status, std::string text, bool keep_alive);
   std::optional<std::size_t> MatchRoute(std::string_view path) const {
     for (const std::size_t i : route_order) {
       if (path.starts_with(config.routes[i].prefix)) return i;
@@ -195,6 +196,87 @@ const std::string kBusy =
 
 }  // namespace
 
+// One request through the proxy, in the manner of Envoy's router: Prepare() checks and rewrites
+// the head and finds the route; Run() then makes attempts, each on one instance, until one ends
+// done or the retry policy (route.retries, the listener's RetryBudget, what was sent) says stop.
+// An attempt is: Acquire (a pooled connection, else Connect), SendRequest (100 Continue, head and
+// body), ReadResponseHead, RelayResponse, Release (back to the pool). The pieces that need no
+// I/O are plain functions, so a request with no body costs two coroutine frames (Run, Attempt)
+// and one for each body relayed.
+class HttpExchange {
+ public:
+  HttpExchange(HttpProxy::State& s, HttpConn& c, beast::flat_buffer& buffer,
+               http::request_parser<http::buffer_body>& parser, const std::string& client_ip)
+      : s_(s), c_(c), buffer_(buffer), parser_(parser), client_ip_(client_ip) {}
+
+  // False when the client connection must close.
+  net::awaitable<bool> Run();
+
+ private:
+  enum class AttemptEnd {
+    kDone,   // the response was relayed (keep_ says whether the client connection stays)
+    kRetry,  // failed where the instance cannot have acted on the request: try another
+    kFail,   // failed: answer failure_ / failure_text_ to the client
+    kAbort,  // the client connection is gone or holds part of a response: close it, no answer
+  };
+  struct Reject {
+    http::status status;
+    std::string text;
+    bool keep;
+  };
+  // The instance of the attempt in flight.
+  struct Target {
+    std::size_t index;
+    const router::Endpoint& endpoint;
+    InstanceCounters& counters;
+    const std::string& pool_key;
+    MonoTime retire_at{};
+  };
+
+  std::optional<Reject> Prepare();
+  // Claims a retry slot for attempt `attempt` (> 0); false when the budget is spent.
+  bool StartRetry();
+  net::awaitable<AttemptEnd> Attempt(std::size_t pick);
+  bool TakePooled(Target& t);
+  net::awaitable<AttemptEnd> Connect(Target& t);
+  net::awaitable<AttemptEnd> SendRequest();
+  net::awaitable<error_code> ReadResponseHead(
+      std::optional<http::response_parser<http::buffer_body>>& response);
+  AttemptEnd HeadFailed(const Target& t, const error_code& ec);
+  net::awaitable<AttemptEnd> RelayResponse(Target& t,
+                                           http::response_parser<http::buffer_body>& response);
+  void Release(Target& t, bool upstream_keep);
+  // The instance's fault: counts toward its ejection.
+  void Failed(const Target& t);
+  void DropUpstream() { Close(c_.upstream); }
+  bool KeepClient() const {
+    return client_keep_ && parser_.is_done() && !s_.draining.load(std::memory_order_relaxed);
+  }
+
+  HttpProxy::State& s_;
+  HttpConn& c_;
+  beast::flat_buffer& buffer_;
+  http::request_parser<http::buffer_body>& parser_;
+  const std::string& client_ip_;
+
+  // Set by Prepare().
+  unsigned version_ = 11;
+  std::string_view path_;
+  const RouteConfig* route_ = nullptr;
+  Upstream* upstream_ = nullptr;
+  bool client_keep_ = false;
+  bool idempotent_ = false;
+  bool head_ = false;
+  bool expect_continue_ = false;
+  std::uint64_t key_hash_ = 0;
+  // Across attempts.
+  std::shared_ptr<const UpstreamSnapshot> snapshot_;
+  bool body_read_ = false;  // a byte of the request body was taken from the client
+  http::status failure_ = http::status::bad_gateway;
+  std::string failure_text_;
+  bool keep_ = false;  // after kDone: the client connection stays
+};
+
 net::awaitable<void> HttpProxy::State::Sweep(std::shared_ptr<UpstreamPool> pool,
                                              net::any_io_executor executor) {
   auto self = shared_from_this();
@@ -211,17 +293,17 @@ net::awaitable<void> HttpProxy::State::Sweep(std::shared_ptr<UpstreamPool> pool,
   // Draining: the pool lives on in the connections still using it.
 }
 
-net::awaitable<void> HttpProxy::State::Reply(std::shared_ptr<HttpConn> c, http::status status,
-                                             std::string text, bool keep_alive) {
+net::awaitable<void> HttpProxy::State::Reply(HttpConn& c, http::status status, std::string text,
+                                             bool keep_alive) {
   http::response<http::string_body> res{status, 11};
   res.set(http::field::content_type, "text/plain; charset=utf-8");
   res.keep_alive(keep_alive);
   res.body() = std::move(text);
   res.body() += '\n';
   res.prepare_payload();
-  c->client.expires_after(config.idle_timeout);
+  c.client.expires_after(config.idle_timeout);
   error_code ec;
-  co_await http::async_write(c->client, res, net::redirect_error(net::use_awaitable, ec));
+  co_await http::async_write(c.client, res, net::redirect_error(net::use_awaitable, ec));
 }
 
 net::awaitable<void> HttpProxy::State::Serve(tcp::socket socket,
@@ -256,12 +338,12 @@ net::awaitable<void> HttpProxy::State::Serve(tcp::socket socket,
       if (ec == http::error::header_limit) {
         counters.bad_requests.fetch_add(1, std::memory_order_relaxed);
         co_await Reply(
-            c, http::status::request_header_fields_too_large,
+            *c, http::status::request_header_fields_too_large,
             "request head larger than " + std::to_string(config.max_header_bytes) + " bytes",
             false);
       } else if (IsParseError(ec)) {
         counters.bad_requests.fetch_add(1, std::memory_order_relaxed);
-        co_await Reply(c, http::status::bad_request, "bad request: " + ec.message(), false);
+        co_await Reply(*c, http::status::bad_request, "bad request: " + ec.message(), false);
       } else if (ec == beast::error::timeout && buffer.size() == 0) {
         counters.idle_timeouts.fetch_add(1, std::memory_order_relaxed);
       }
@@ -269,266 +351,294 @@ net::awaitable<void> HttpProxy::State::Serve(tcp::socket socket,
     }
     c->in_request = true;
     counters.requests.fetch_add(1, std::memory_order_relaxed);
-    const bool again = co_await Exchange(c, buffer, parser, client_ip);
+    const bool again = co_await HttpExchange(*this, *c, buffer, parser, client_ip).Run();
     c->in_request = false;
     if (!again) break;
   }
   Close(c->client);
 }
 
-net::awaitable<bool> HttpProxy::State::Exchange(std::shared_ptr<HttpConn> c,
-                                                beast::flat_buffer& buffer,
-                                                http::request_parser<http::buffer_body>& parser,
-                                                const std::string& client_ip) {
-  auto& req = parser.get();
-  const unsigned version = req.version();
+std::optional<HttpExchange::Reject> HttpExchange::Prepare() {
+  auto& req = parser_.get();
+  version_ = req.version();
   const std::string_view target = View(req.target());
-  const std::string invalid = CheckRequestHead(req.base(), parser.chunked());
+  std::string invalid = CheckRequestHead(req.base(), parser_.chunked());
   if (!invalid.empty()) {
-    counters.bad_requests.fetch_add(1, std::memory_order_relaxed);
-    co_await Reply(c, http::status::bad_request, "bad request: " + invalid, false);
-    co_return false;
+    s_.counters.bad_requests.fetch_add(1, std::memory_order_relaxed);
+    return Reject{http::status::bad_request, "bad request: " + std::move(invalid), false};
   }
-  const std::string_view path = target.substr(0, target.find('?'));
-  const std::optional<std::size_t> route = MatchRoute(path);
+  path_ = target.substr(0, target.find('?'));
+  const std::optional<std::size_t> route = s_.MatchRoute(path_);
   if (!route) {
-    counters.no_route.fetch_add(1, std::memory_order_relaxed);
+    s_.counters.no_route.fetch_add(1, std::memory_order_relaxed);
     // An unread body would be taken for the next request: close instead.
-    const bool keep = req.keep_alive() && parser.is_done();
-    co_await Reply(c, http::status::not_found, "no route for " + std::string(path), keep);
-    co_return keep;
+    return Reject{http::status::not_found, "no route for " + std::string(path_),
+                  req.keep_alive() && parser_.is_done()};
   }
-  const RouteConfig& rc = config.routes[*route];
-  Upstream& upstream = *routes[*route];
+  route_ = &s_.config.routes[*route];
+  upstream_ = s_.routes[*route];
 
-  const bool client_keep = req.keep_alive();
-  const bool has_body = !parser.is_done();
-  const bool idempotent = Idempotent(req.method());
-  const bool head = req.method() == http::verb::head;
-  bool expect_continue = false;
+  client_keep_ = req.keep_alive();
+  idempotent_ = Idempotent(req.method());
+  head_ = req.method() == http::verb::head;
   if (const auto it = req.find(http::field::expect); it != req.end()) {
     if (!beast::iequals(it->value(), "100-continue")) {
-      co_await Reply(c, http::status::expectation_failed, "only 100-continue is supported", false);
-      co_return false;
+      return Reject{http::status::expectation_failed, "only 100-continue is supported", false};
     }
-    expect_continue = has_body;
+    expect_continue_ = !parser_.is_done();
     req.erase(http::field::expect);  // answered here: the upstream just gets the body
   }
   DropHopByHop(req);
   if (const auto [first, last] = req.equal_range(kForwardedFor); first == last) {
-    req.set(kForwardedFor, client_ip);
+    req.set(kForwardedFor, client_ip_);
   } else {
     std::string forwarded;
     for (auto f = first; f != last; ++f) forwarded.append(View(f->value())).append(", ");
-    req.set(kForwardedFor, forwarded + client_ip);
+    req.set(kForwardedFor, forwarded + client_ip_);
   }
   req.version(11);  // no Connection header left: keep-alive to the upstream
 
-  std::uint64_t key_hash = 0;
-  if (rc.policy == Policy::kHash) {
-    const auto it = req.find(rc.hash_header);
-    key_hash = it != req.end() ? router::HashKey(View(it->value())) : ThreadRandom().Next();
+  if (route_->policy == Policy::kHash) {
+    const auto it = req.find(route_->hash_header);
+    key_hash_ = it != req.end() ? router::HashKey(View(it->value())) : ThreadRandom().Next();
   }
+  return std::nullopt;
+}
 
+net::awaitable<bool> HttpExchange::Run() {
+  if (std::optional<Reject> reject = Prepare()) {
+    co_await s_.Reply(c_, reject->status, std::move(reject->text), reject->keep);
+    co_return reject->keep;
+  }
+  RetryBudget& budget = s_.budget;
   budget.RequestStarted();
   struct RequestDone {
     RetryBudget& budget;
     ~RequestDone() { budget.RequestEnded(); }
   } request_done{budget};
 
-  const std::shared_ptr<const UpstreamSnapshot> snapshot = upstream.Snapshot();
-  std::vector<std::size_t>& tried = c->tried;
-  tried.clear();
-  bool body_read = false;
-  http::status failure = http::status::bad_gateway;
-  std::string failure_text;
-  for (int attempt = 0; attempt <= rc.retries; ++attempt) {
-    bool retry_slot = false;
-    if (attempt > 0) {
-      if (!budget.TryStartRetry()) {
-        counters.budget_exhausted.fetch_add(1, std::memory_order_relaxed);
-        failure_text += "; no retry: the retry budget is spent";
-        break;
-      }
-      retry_slot = true;
-      counters.retries.fetch_add(1, std::memory_order_relaxed);
-    }
+  snapshot_ = upstream_->Snapshot();
+  c_.tried.clear();
+  for (int attempt = 0; attempt <= route_->retries; ++attempt) {
+    if (attempt > 0 && !StartRetry()) break;
     struct RetryDone {
       RetryBudget& budget;
       bool held;
       ~RetryDone() {
         if (held) budget.RetryEnded();
       }
-    } retry_done{budget, retry_slot};
+    } retry_done{budget, attempt > 0};
 
     const Result<std::size_t> pick =
-        upstream.Pick(*snapshot, key_hash, tried, clock.Now(), ThreadRandom());
+        upstream_->Pick(*snapshot_, key_hash_, c_.tried, s_.clock.Now(), ThreadRandom());
     if (!pick.ok()) {
-      if (tried.empty()) failure = http::status::service_unavailable;
-      failure_text = pick.status().message() + (tried.empty() ? "" : "; " + failure_text);
+      if (c_.tried.empty()) failure_ = http::status::service_unavailable;
+      failure_text_ = pick.status().message() + (c_.tried.empty() ? "" : "; " + failure_text_);
       break;
     }
-    tried.push_back(*pick);
-    const router::Endpoint& e = snapshot->router->table->at(*pick);
-    InstanceCounters& ic = *snapshot->counters[*pick];
-    const std::string& pool_key = snapshot->pool_keys[*pick];
-    const auto drop_upstream = [&] {
-      if (c->upstream) Close(*c->upstream);
-      c->upstream.reset();
-    };
-    const auto fail = [&] {  // the instance's fault: counts toward its ejection
-      ic.failed_requests.fetch_add(1, std::memory_order_relaxed);
-      upstream.ReportConnect(*snapshot, *pick, false, clock.Now());
-      drop_upstream();
-    };
-
-    // A pooled connection, or a new one.
-    error_code ec;
-    MonoTime retire_at{};
-    if (std::optional<tcp::socket> pooled = c->pool.Take(pool_key, clock.Now(), &retire_at)) {
-      c->upstream.emplace(std::move(*pooled));
-      counters.upstream_reused.fetch_add(1, std::memory_order_relaxed);
-    } else {
-      const auto to = drover::net::ParseEndpoint(e.address, "instance address");
-      c->upstream.emplace(c->client.get_executor());
-      c->upstream->expires_after(config.connect_timeout);
-      if (to.ok()) {
-        co_await c->upstream->async_connect(*to, net::redirect_error(net::use_awaitable, ec));
-      } else {
-        ec = net::error::invalid_argument;
-      }
-      if (ec) {
-        // (A good connect is not reported: the answer is, and a 5xx streak must not reset.)
-        upstream.ReportConnect(*snapshot, *pick, false, clock.Now());
-        ic.connect_failures.fetch_add(1, std::memory_order_relaxed);
-        failure_text = "connect to " + e.id + " at " + e.address + " failed: " + ec.message();
-        drop_upstream();
-        if (!c->client.socket().is_open()) co_return false;  // cut meanwhile (shutdown)
-        continue;  // nothing was sent: always safe to try another instance
-      }
-      drover::net::SetKeepAlive(c->upstream->socket());
-      retire_at = c->pool.RetireAt(clock.Now());
-      counters.upstream_connects.fetch_add(1, std::memory_order_relaxed);
-      ic.connections.fetch_add(1, std::memory_order_relaxed);
-    }
-    ic.requests.fetch_add(1, std::memory_order_relaxed);
-    ic.active.fetch_add(1, std::memory_order_relaxed);
-    struct InFlight {
-      InstanceCounters& ic;
-      ~InFlight() { ic.active.fetch_sub(1, std::memory_order_relaxed); }
-    } in_flight{ic};
-
-    // (After 100 Continue, if the client asked) the head and the body, together where they fit:
-    // a request without a body is one write.
-    http::request_serializer<http::buffer_body> request_out{req};
-    if (expect_continue) {
-      expect_continue = false;
-      static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
-      c->client.expires_after(config.idle_timeout);
-      co_await net::async_write(c->client, net::buffer(kContinue),
-                                net::redirect_error(net::use_awaitable, ec));
-      if (ec) {
-        drop_upstream();
-        co_return false;
-      }
-    }
-    if (!ec) {
-      error_code client_error;
-      const RelayEnd end = co_await RelayBody(parser, buffer, c->client, request_out, *c->upstream,
-                                              config.idle_timeout, body_read, client_error);
-      if (end == RelayEnd::kReadFailed) {  // the client left mid-body, or sent a broken one
-        drop_upstream();
-        if (IsParseError(client_error)) {
-          counters.bad_requests.fetch_add(1, std::memory_order_relaxed);
-          co_await Reply(c, http::status::bad_request,
-                         "bad request body: " + client_error.message(), false);
-        }
-        co_return false;
-      }
-      if (end == RelayEnd::kWriteFailed) ec = net::error::connection_reset;
-    }
-
-    // Response head (interim 1xx answers skipped).
-    beast::flat_buffer& upstream_buffer = c->upstream_buffer;
-    upstream_buffer.clear();
-    std::optional<http::response_parser<http::buffer_body>> response;
-    while (!ec) {
-      response.emplace();
-      response->body_limit(kNoLimit);
-      if (head) response->skip(true);
-      c->upstream->expires_after(rc.response_timeout);
-      co_await http::async_read_header(*c->upstream, upstream_buffer, *response,
-                                       net::redirect_error(net::use_awaitable, ec));
-      const unsigned status = ec ? 0 : response->get().result_int();
-      if (status < 100 || status >= 200) break;
-      if (status == 101) ec = net::error::operation_not_supported;  // Upgrade was not forwarded
-    }
-    if (ec) {
-      const bool timeout = ec == beast::error::timeout;
-      fail();
-      if (timeout) {
-        counters.response_timeouts.fetch_add(1, std::memory_order_relaxed);
-        failure = http::status::gateway_timeout;
-        failure_text = e.id + " did not answer within " +
-                       std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(
-                                          rc.response_timeout)
-                                          .count()) +
-                       " ms";
-        break;  // it may be working on it: never sent twice
-      }
-      failure_text = e.id + " at " + e.address + " failed before answering: " + ec.message();
-      if (idempotent && !body_read) continue;  // it cannot have acted on a request it never got
-      break;
-    }
-
-    auto& res = response->get();
-    const unsigned status = res.result_int();
-    upstream.ReportConnect(*snapshot, *pick, status < 500, clock.Now());
-    if (status >= 500) ic.failed_requests.fetch_add(1, std::memory_order_relaxed);
-    const bool upstream_keep = !res.need_eof();
-    const bool framed_by_close =
-        !res.has_content_length() && !res.chunked() && !head && status != 204 && status != 304;
-    bool keep = client_keep && parser.is_done() && !draining.load(std::memory_order_relaxed);
-    DropHopByHop(res);
-    if (framed_by_close) {
-      if (version == 11) {
-        res.chunked(true);
-      } else {
-        keep = false;  // HTTP/1.0 knows no chunks: the close frames it for the client too
-      }
-    }
-    res.version(version);
-    res.keep_alive(keep);
-    http::response_serializer<http::buffer_body> response_out{res};
-    bool response_read = false;
-    error_code upstream_error;
-    const RelayEnd end =
-        co_await RelayBody(*response, upstream_buffer, *c->upstream, response_out, c->client,
-                           config.idle_timeout, response_read, upstream_error);
-    if (end != RelayEnd::kDone) {
-      // Mid-response: the client already has the head, only closing tells it the rest is lost.
-      if (end == RelayEnd::kReadFailed) {
-        fail();
-      } else {
-        drop_upstream();
-      }
-      co_return false;
-    }
-    if (upstream_keep && upstream_buffer.size() == 0 && c->upstream->socket().is_open()) {
-      c->pool.Put(pool_key, c->upstream->release_socket(), retire_at, clock.Now());
-    } else {
-      Close(*c->upstream);
-    }
-    c->upstream.reset();
-    co_return keep;
+    c_.tried.push_back(*pick);
+    const AttemptEnd end = co_await Attempt(*pick);
+    if (end == AttemptEnd::kDone) co_return keep_;
+    if (end == AttemptEnd::kAbort) co_return false;
+    if (end == AttemptEnd::kFail) break;
   }
 
-  counters.no_upstream.fetch_add(1, std::memory_order_relaxed);
-  spdlog::debug("gateway {}: {} {}: {} {}", config.name, View(req.method_string()), path,
-                static_cast<unsigned>(failure), failure_text);
-  const bool keep = client_keep && parser.is_done() && !draining.load(std::memory_order_relaxed);
-  co_await Reply(c, failure, failure_text, keep);
+  s_.counters.no_upstream.fetch_add(1, std::memory_order_relaxed);
+  spdlog::debug("gateway {}: {} {}: {} {}", s_.config.name, View(parser_.get().method_string()),
+                path_, static_cast<unsigned>(failure_), failure_text_);
+  const bool keep = KeepClient();
+  co_await s_.Reply(c_, failure_, failure_text_, keep);
   co_return keep;
+}
+
+bool HttpExchange::StartRetry() {
+  if (!s_.budget.TryStartRetry()) {
+    s_.counters.budget_exhausted.fetch_add(1, std::memory_order_relaxed);
+    failure_text_ += "; no retry: the retry budget is spent";
+    return false;
+  }
+  s_.counters.retries.fetch_add(1, std::memory_order_relaxed);
+  return true;
+}
+
+net::awaitable<HttpExchange::AttemptEnd> HttpExchange::Attempt(std::size_t pick) {
+  Target t{pick, snapshot_->router->table->at(pick), *snapshot_->counters[pick],
+           snapshot_->pool_keys[pick]};
+  if (!TakePooled(t)) {
+    if (const AttemptEnd end = co_await Connect(t); end != AttemptEnd::kDone) co_return end;
+  }
+  t.counters.requests.fetch_add(1, std::memory_order_relaxed);
+  t.counters.active.fetch_add(1, std::memory_order_relaxed);
+  struct InFlight {
+    InstanceCounters& ic;
+    ~InFlight() { ic.active.fetch_sub(1, std::memory_order_relaxed); }
+  } in_flight{t.counters};
+
+  const AttemptEnd sent = co_await SendRequest();
+  if (sent == AttemptEnd::kAbort) co_return sent;
+  std::optional<http::response_parser<http::buffer_body>> response;
+  const error_code ec = sent == AttemptEnd::kDone ? co_await ReadResponseHead(response)
+                                                  : error_code(net::error::connection_reset);
+  if (ec) co_return HeadFailed(t, ec);
+  co_return co_await RelayResponse(t, *response);
+}
+
+bool HttpExchange::TakePooled(Target& t) {
+  std::optional<tcp::socket> pooled = c_.pool.Take(t.pool_key, s_.clock.Now(), &t.retire_at);
+  if (!pooled) return false;
+  c_.upstream.socket() = std::move(*pooled);
+  s_.counters.upstream_reused.fetch_add(1, std::memory_order_relaxed);
+  return true;
+}
+
+net::awaitable<HttpExchange::AttemptEnd> HttpExchange::Connect(Target& t) {
+  const router::Endpoint& e = t.endpoint;
+  error_code ec;
+  const auto to = drover::net::ParseEndpoint(e.address, "instance address");
+  c_.upstream.expires_after(s_.config.connect_timeout);
+  if (to.ok()) {
+    co_await c_.upstream.async_connect(*to, net::redirect_error(net::use_awaitable, ec));
+  } else {
+    ec = net::error::invalid_argument;
+  }
+  if (ec) {
+    // (A good connect is not reported: the answer is, and a 5xx streak must not reset.)
+    upstream_->ReportConnect(*snapshot_, t.index, false, s_.clock.Now());
+    t.counters.connect_failures.fetch_add(1, std::memory_order_relaxed);
+    failure_text_ = "connect to " + e.id + " at " + e.address + " failed: " + ec.message();
+    DropUpstream();
+    if (!c_.client.socket().is_open()) co_return AttemptEnd::kAbort;  // cut meanwhile (shutdown)
+    co_return AttemptEnd::kRetry;  // nothing was sent: always safe to try another instance
+  }
+  drover::net::SetKeepAlive(c_.upstream.socket());
+  t.retire_at = c_.pool.RetireAt(s_.clock.Now());
+  s_.counters.upstream_connects.fetch_add(1, std::memory_order_relaxed);
+  t.counters.connections.fetch_add(1, std::memory_order_relaxed);
+  co_return AttemptEnd::kDone;
+}
+
+// kDone: sent; kRetry: the upstream failed while taking it (the caller reads no answer);
+// kAbort: the client failed (left, or sent a broken body, answered 400 here).
+net::awaitable<HttpExchange::AttemptEnd> HttpExchange::SendRequest() {
+  // (After 100 Continue, if the client asked) the head and the body, together where they fit:
+  // a request without a body is one write.
+  http::request_serializer<http::buffer_body> out{parser_.get()};
+  if (expect_continue_) {
+    expect_continue_ = false;
+    static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
+    error_code ec;
+    c_.client.expires_after(s_.config.idle_timeout);
+    co_await net::async_write(c_.client, net::buffer(kContinue),
+                              net::redirect_error(net::use_awaitable, ec));
+    if (ec) {
+      DropUpstream();
+      co_return AttemptEnd::kAbort;
+    }
+  }
+  error_code client_error;
+  const RelayEnd end = co_await RelayBody(parser_, buffer_, c_.client, out, c_.upstream,
+                                          s_.config.idle_timeout, body_read_, client_error);
+  if (end == RelayEnd::kReadFailed) {  // the client left mid-body, or sent a broken one
+    DropUpstream();
+    if (IsParseError(client_error)) {
+      s_.counters.bad_requests.fetch_add(1, std::memory_order_relaxed);
+      co_await s_.Reply(c_, http::status::bad_request,
+                        "bad request body: " + client_error.message(), false);
+    }
+    co_return AttemptEnd::kAbort;
+  }
+  co_return end == RelayEnd::kDone ? AttemptEnd::kDone : AttemptEnd::kRetry;
+}
+
+// The response head, interim 1xx answers skipped.
+net::awaitable<error_code> HttpExchange::ReadResponseHead(
+    std::optional<http::response_parser<http::buffer_body>>& response) {
+  c_.upstream_buffer.clear();
+  error_code ec;
+  while (!ec) {
+    response.emplace();
+    response->body_limit(kNoLimit);
+    if (head_) response->skip(true);
+    c_.upstream.expires_after(route_->response_timeout);
+    co_await http::async_read_header(c_.upstream, c_.upstream_buffer, *response,
+                                     net::redirect_error(net::use_awaitable, ec));
+    const unsigned status = ec ? 0 : response->get().result_int();
+    if (status < 100 || status >= 200) break;
+    if (status == 101) ec = net::error::operation_not_supported;  // Upgrade was not forwarded
+  }
+  co_return ec;
+}
+
+// No response head: a timeout is final (the instance may be working on it: never sent twice);
+// other failures are retried when the request is idempotent and its body was not streamed yet.
+HttpExchange::AttemptEnd HttpExchange::HeadFailed(const Target& t, const error_code& ec) {
+  const router::Endpoint& e = t.endpoint;
+  Failed(t);
+  if (ec == beast::error::timeout) {
+    s_.counters.response_timeouts.fetch_add(1, std::memory_order_relaxed);
+    failure_ = http::status::gateway_timeout;
+    failure_text_ = e.id + " did not answer within " +
+                    std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                       route_->response_timeout)
+                                       .count()) +
+                    " ms";
+    return AttemptEnd::kFail;
+  }
+  failure_text_ = e.id + " at " + e.address + " failed before answering: " + ec.message();
+  // It cannot have acted on a request it never got.
+  return idempotent_ && !body_read_ ? AttemptEnd::kRetry : AttemptEnd::kFail;
+}
+
+net::awaitable<HttpExchange::AttemptEnd> HttpExchange::RelayResponse(
+    Target& t, http::response_parser<http::buffer_body>& response) {
+  auto& res = response.get();
+  const unsigned status = res.result_int();
+  upstream_->ReportConnect(*snapshot_, t.index, status < 500, s_.clock.Now());
+  if (status >= 500) t.counters.failed_requests.fetch_add(1, std::memory_order_relaxed);
+  const bool upstream_keep = !res.need_eof();
+  const bool framed_by_close =
+      !res.has_content_length() && !res.chunked() && !head_ && status != 204 && status != 304;
+  keep_ = KeepClient();
+  DropHopByHop(res);
+  if (framed_by_close) {
+    if (version_ == 11) {
+      res.chunked(true);
+    } else {
+      keep_ = false;  // HTTP/1.0 knows no chunks: the close frames it for the client too
+    }
+  }
+  res.version(version_);
+  res.keep_alive(keep_);
+  http::response_serializer<http::buffer_body> out{res};
+  bool response_read = false;
+  error_code upstream_error;
+  const RelayEnd end = co_await RelayBody(response, c_.upstream_buffer, c_.upstream, out, c_.client,
+                                          s_.config.idle_timeout, response_read, upstream_error);
+  if (end != RelayEnd::kDone) {
+    // Mid-response: the client already has the head, only closing tells it the rest is lost.
+    if (end == RelayEnd::kReadFailed) {
+      Failed(t);
+    } else {
+      DropUpstream();
+    }
+    co_return AttemptEnd::kAbort;
+  }
+  Release(t, upstream_keep);
+  co_return AttemptEnd::kDone;
+}
+
+void HttpExchange::Release(Target& t, bool upstream_keep) {
+  if (upstream_keep && c_.upstream_buffer.size() == 0 && c_.upstream.socket().is_open()) {
+    c_.pool.Put(t.pool_key, c_.upstream.release_socket(), t.retire_at, s_.clock.Now());
+  } else {
+    Close(c_.upstream);
+  }
+}
+
+void HttpExchange::Failed(const Target& t) {
+  t.counters.failed_requests.fetch_add(1, std::memory_order_relaxed);
+  upstream_->ReportConnect(*snapshot_, t.index, false, s_.clock.Now());
+  DropUpstream();
 }
 
 Result<std::unique_ptr<HttpProxy>> HttpProxy::Start(const Workers& workers,

@@ -181,8 +181,11 @@ Result<std::size_t> Upstream::Pick(const UpstreamSnapshot& snapshot, std::uint64
                                    router::RandomSource& random) const {
   const router::RoutingTable& table = *snapshot.router->table;
   const std::size_t n = table.size();
-  // Loads copied once: the counters move under our feet, a pick needs one consistent view.
-  std::vector<std::uint64_t> loads(n);
+  // Loads copied once: the counters move under our feet, a pick needs one consistent view. The
+  // scratch vectors are the calling thread's, so a pick allocates nothing once they have grown.
+  thread_local std::vector<std::uint64_t> loads;
+  thread_local std::vector<std::uint8_t> sick;
+  loads.assign(n, 0);
   std::uint64_t total = 0;
   for (std::size_t i = 0; i < n; ++i) {
     if (Excluded(exclude, i)) {
@@ -194,7 +197,7 @@ Result<std::size_t> Upstream::Pick(const UpstreamSnapshot& snapshot, std::uint64
   }
   // Instances failing active checks or ejected are passed over -- unless that is every routable
   // one: then health is ignored (panic routing), since refusing everyone helps no one.
-  std::vector<std::uint8_t> sick(n, 0);
+  sick.assign(n, 0);
   bool any_well = false;
   for (std::size_t i = 0; i < n; ++i) {
     if (!table.at(i).Routable()) continue;

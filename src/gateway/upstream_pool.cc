@@ -30,7 +30,6 @@ MonoTime UpstreamPool::RetireAt(MonoTime now) {
 
 std::optional<tcp::socket> UpstreamPool::Take(const std::string& key, MonoTime now,
                                               MonoTime* retire_at) {
-  MutexLock lock(mu_);
   auto it = idle_.find(key);
   if (it == idle_.end()) return std::nullopt;
   std::deque<Idle>& list = it->second;
@@ -38,16 +37,16 @@ std::optional<tcp::socket> UpstreamPool::Take(const std::string& key, MonoTime n
   while (!list.empty() && !found) {
     Idle c = std::move(list.back());
     list.pop_back();
-    --stats_.idle;
+    Bump(stats_.idle, -1);
     if (now >= c.retire_at) {
-      ++stats_.retired_age;
+      Bump(stats_.retired_age);
     } else if (now - c.idle_since >= options_.idle_timeout) {
-      ++stats_.retired_idle;
+      Bump(stats_.retired_idle);
     } else if (Stale(c.socket.native_handle())) {
-      ++stats_.retired_closed;
+      Bump(stats_.retired_closed);
     } else {
       *retire_at = c.retire_at;
-      ++stats_.reused;
+      Bump(stats_.reused);
       found.emplace(std::move(c.socket));
     }
   }
@@ -57,24 +56,22 @@ std::optional<tcp::socket> UpstreamPool::Take(const std::string& key, MonoTime n
 
 void UpstreamPool::Put(const std::string& key, tcp::socket socket, MonoTime retire_at,
                        MonoTime now) {
-  MutexLock lock(mu_);
   if (now >= retire_at) {
-    ++stats_.retired_age;
+    Bump(stats_.retired_age);
     return;
   }
   auto [it, inserted] = idle_.try_emplace(key);
   std::deque<Idle>& list = it->second;
   if (list.size() >= options_.max_idle_per_key) {
-    ++stats_.overflow;
+    Bump(stats_.overflow);
     if (list.empty()) idle_.erase(it);
     return;
   }
   list.push_back({std::move(socket), retire_at, now});
-  ++stats_.idle;
+  Bump(stats_.idle);
 }
 
 std::size_t UpstreamPool::Sweep(MonoTime now) {
-  MutexLock lock(mu_);
   std::size_t closed = 0;
   for (auto it = idle_.begin(); it != idle_.end();) {
     std::deque<Idle>& list = it->second;
@@ -85,9 +82,9 @@ std::size_t UpstreamPool::Sweep(MonoTime now) {
         ++c;
         continue;
       }
-      ++(aged ? stats_.retired_age : stats_.retired_idle);
+      Bump(aged ? stats_.retired_age : stats_.retired_idle);
       c = list.erase(c);  // closes it
-      --stats_.idle;
+      Bump(stats_.idle, -1);
       ++closed;
     }
     it = list.empty() ? idle_.erase(it) : std::next(it);
@@ -96,8 +93,11 @@ std::size_t UpstreamPool::Sweep(MonoTime now) {
 }
 
 UpstreamPool::Stats UpstreamPool::stats() const {
-  MutexLock lock(mu_);
-  return stats_;
+  const auto get = [](const std::atomic<std::uint64_t>& c) {
+    return c.load(std::memory_order_relaxed);
+  };
+  return {get(stats_.idle),         get(stats_.reused),         get(stats_.retired_age),
+          get(stats_.retired_idle), get(stats_.retired_closed), get(stats_.overflow)};
 }
 
 }  // namespace drover::gateway

@@ -12,13 +12,14 @@
 //   - Take() checks that the peer has not closed the connection while it sat idle (a
 //     non-blocking peek), which catches most stale keep-alive connections before a request is
 //     written to them; the proxy's retry covers the rest.
-// Used by its own thread; stats() may be read from any (one uncontended mutex).
+// Used by its own thread only, without a lock; stats() may be read from any (relaxed counters).
 #pragma once
 
 // clang-format off
 #include "net/sockets.h"  // first: it includes <utility> before Asio
 // clang-format on
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <map>
@@ -26,7 +27,6 @@
 #include <string>
 
 #include "drover/clock.h"
-#include "drover/mutex.h"
 
 namespace drover::gateway {
 
@@ -35,7 +35,7 @@ class UpstreamPool {
   struct Options {
     Duration max_age = std::chrono::seconds(60);  // zero: no limit
     Duration idle_timeout = std::chrono::seconds(30);
-    std::size_t max_idle_per_key = 32;
+    std::size_t max_idle_per_key = 128;
   };
   struct Stats {
     std::uint64_t idle = 0;            // connections in the pool now
@@ -72,11 +72,18 @@ class UpstreamPool {
     MonoTime retire_at;
     MonoTime idle_since;
   };
+  struct Counters {
+    std::atomic<std::uint64_t> idle{0}, reused{0}, retired_age{0}, retired_idle{0},
+        retired_closed{0}, overflow{0};
+  };
+  static void Bump(std::atomic<std::uint64_t>& c, std::int64_t by = 1) {
+    c.store(c.load(std::memory_order_relaxed) + static_cast<std::uint64_t>(by),
+            std::memory_order_relaxed);  // one writer: no read-modify-write needed
+  }
   const Options options_;
-  mutable Mutex mu_;
   // The back of each list was returned most recently.
-  std::map<std::string, std::deque<Idle>> idle_ DROVER_GUARDED_BY(mu_);
-  Stats stats_ DROVER_GUARDED_BY(mu_);
+  std::map<std::string, std::deque<Idle>> idle_;
+  Counters stats_;
 };
 
 }  // namespace drover::gateway
