@@ -1,6 +1,9 @@
 // Gateway benchmark: Drover's gateway against HAProxy and nginx, each configured alike (the same
 // upstreams, least-connections-style balancing, keep-alive to the upstream, the same number of
-// worker threads), all on loopback. Two parts:
+// worker threads), all on loopback, at each of --threads (default 1 and 2 threads per proxy).
+// Every figure is the median of --rounds rounds; within a round the systems take turns, so a
+// slow spell of the machine hits them alike. Drover runs with its defaults (health checks,
+// outlier ejection, retry budget, admin port and metrics on).
 //
 // TCP -- Drover (tcp listener), HAProxy (mode tcp), nginx (stream module) in front of the same
 // zone-server processes:
@@ -12,17 +15,24 @@
 // proxies, bound the rate; the ratios then say how much each proxy costs on top of them.
 //
 // HTTP -- Drover (http listener), HAProxy (mode http), nginx (proxy_pass, upstream keepalive) in
-// front of one small fast HTTP upstream (an nginx answering `return 200` from one worker), loaded
-// by wrk: --http-connections keep-alive connections, GET of a 2-byte body, --http-seconds;
-// requests/s and p99 as wrk reports them (wrk --latency).
+// front of one fast HTTP upstream (nginx, `return 200` and a static file), loaded by wrk with
+// --http-connections connections for --http-seconds:
+//   keep-alive   GET of a 3-byte body on keep-alive connections: requests/s, p50, p99
+//   close        the same with `Connection: close`: a new client connection per request
+//   1 MiB        GET of a 1 MiB file on keep-alive connections: MB/s (wrk's transfer rate)
 //
-// Idle -- --idle-sessions TCP sessions held open through each proxy (Drover's tcp listener,
-// HAProxy mode tcp, nginx stream) to a sink in this process that accepts and holds them, nothing
-// sent: the proxy's RSS growth (with nginx's workers) per session.
+// Idle memory -- the proxy's RSS growth (with nginx's workers) per connection, as RSS delta /
+// count, shown per 10,000:
+//   TCP sessions   --idle-sessions sessions held open through the TCP listener to a sink in this
+//                  process that accepts and holds them, nothing sent
+//   HTTP clients   --idle-http-clients keep-alive clients, each after one request and response
+// A proxied TCP session holds two descriptors in the proxy, and HAProxy reserves two per
+// connection it admits (maxconn 9,500 here), so the counts stay below half the descriptor limit
+// (20,000 on the machines this runs on); the tables scale the cost to 10,000.
 //
-// Every proxy row ends with Drover's ratio to it (rate: Drover / peer, above 1 is better; p99:
-// Drover / peer, below 1 is better). A peer whose binary is missing is skipped, said so.
-// Nothing leaves 127.0.0.1.
+// Every proxy row ends with Drover's ratio to it (rate: Drover / peer, above 1 is better; p99 and
+// memory: Drover / peer, below 1 is better), and a verdict line judges each goal on its own. A
+// peer whose binary is missing is skipped, said so. Nothing leaves 127.0.0.1.
 #include <fmt/format.h>
 
 // clang-format off
@@ -45,6 +55,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -74,14 +85,16 @@ struct Options {
   std::string wrk = "wrk";
   int clients = 64;
   int http_connections = 64;
-  double http_seconds = 5;
+  double http_seconds = 3;
   bool tcp = true;
   bool http = true;
   int upstreams = 2;
-  int threads = 2;
+  std::vector<int> threads = {1, 2};
+  int rounds = 3;
   double seconds = 3;
   bool json = false;
-  int idle_sessions = 4000;
+  int idle_sessions = 8000;
+  int idle_http_clients = 8000;
 };
 
 // Multi-process peers (nginx's master and workers) must be stopped politely: a SIGKILLed
@@ -89,7 +102,12 @@ struct Options {
 // Fail() exits early.
 std::vector<drover::testing::ChildProcess*> graceful;
 
+// The HTTP upstream (nginx too), serving every pass.
+drover::testing::ChildProcess* upstream_peer = nullptr;
+
 void StopPeers() {
+  if (upstream_peer) graceful.push_back(upstream_peer);
+  upstream_peer = nullptr;
   for (drover::testing::ChildProcess* p : graceful) {
     if (p->running()) {
       p->Signal(SIGTERM);
@@ -240,28 +258,55 @@ std::string NginxStreamModule() {
   return {};
 }
 
-// wrk's report of one run (wrk takes whole seconds): requests/s, p99, errors (socket errors and
-// non-2xx answers).
+// How wrk loads a proxy.
+struct WrkLoad {
+  std::string path = "/";
+  bool close = false;     // `Connection: close`: a new connection per request
+  bool transfer = false;  // the figure is MB/s (wrk's Transfer/sec), not requests/s
+};
+
+// wrk's report of one run (wrk takes whole seconds): requests/s (or MB/s), p50, p99, errors
+// (socket errors and non-2xx answers).
 Result RunWrk(const std::string& wrk, const std::string& system, std::uint16_t port,
-              const Options& o, double seconds) {
+              const Options& o, double seconds, const WrkLoad& load) {
   Result r;
   r.system = system;
-  drover::testing::ChildProcess child(
-      {wrk, "-t", "2", "-c", std::to_string(o.http_connections), "-d",
-       std::to_string(std::max(1L, std::lround(seconds))) + "s", "--latency",
-       "http://127.0.0.1:" + std::to_string(port) + "/"});
+  std::vector<std::string> args = {wrk,
+                                   "-t",
+                                   "2",
+                                   "-c",
+                                   std::to_string(o.http_connections),
+                                   "-d",
+                                   std::to_string(std::max(1L, std::lround(seconds))) + "s",
+                                   "--latency"};
+  if (load.close) args.insert(args.end(), {"-H", "Connection: close"});
+  args.push_back("http://127.0.0.1:" + std::to_string(port) + load.path);
+  drover::testing::ChildProcess child(args);
   std::string out;
   while (auto line = child.ReadLine(std::chrono::seconds(std::lround(seconds) + 30))) {
     out += *line + "\n";
   }
   child.Wait();
   std::smatch m;
-  if (std::regex_search(out, m, std::regex(R"(Requests/sec:\s+([\d.]+))"))) {
-    r.sessions_per_s = std::stod(m[1].str());
-  } else {
+  if (!std::regex_search(out, m, std::regex(R"(Requests/sec:\s+([\d.]+))"))) {
     r.skipped = true;
     r.note = "wrk printed no rate: " + out;
     return r;
+  }
+  r.sessions_per_s = std::stod(m[1].str());
+  if (load.transfer) {
+    if (!std::regex_search(out, m, std::regex(R"(Transfer/sec:\s+([\d.]+)(B|KB|MB|GB))"))) {
+      r.skipped = true;
+      r.note = "wrk printed no transfer rate: " + out;
+      return r;
+    }
+    const double x = std::stod(m[1].str());
+    const std::string unit = m[2].str();
+    // wrk's units are binary; MB here is 2^20 bytes too.
+    r.sessions_per_s = unit == "GB"   ? x * 1024
+                       : unit == "MB" ? x
+                       : unit == "KB" ? x / 1024
+                                      : x / 1048576;
   }
   const auto ms = [&](const std::string& pct) {
     std::smatch v;
@@ -286,12 +331,56 @@ Result RunWrk(const std::string& wrk, const std::string& system, std::uint16_t p
   return r;
 }
 
+// The median of each figure over rounds (errors and counts summed); a skipped round skips all.
+Result Median(std::vector<Result> rounds) {
+  Result m = rounds.front();
+  for (const Result& r : rounds) {
+    if (r.skipped) return r;
+  }
+  const auto median = [&](double Result::*field) {
+    std::vector<double> v;
+    for (const Result& r : rounds) v.push_back(r.*field);
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  m.sessions_per_s = median(&Result::sessions_per_s);
+  m.p50_ms = median(&Result::p50_ms);
+  m.p99_ms = median(&Result::p99_ms);
+  m.sessions = m.errors = 0;
+  for (const Result& r : rounds) {
+    m.sessions += r.sessions;
+    m.errors += r.errors;
+  }
+  return m;
+}
+
 bool HttpAnswers(std::uint16_t port) {
   for (int i = 0; i < 200; ++i) {
     if (drover::testing::Http(port, "GET", "/").status == 200) return true;
     std::this_thread::sleep_for(50ms);
   }
   return false;
+}
+
+// A goal of the issue, judged on its own: `figure` of Drover against each peer.
+struct Verdict {
+  std::string figure;
+  std::vector<std::pair<std::string, double>> ratios;  // peer, Drover / peer
+  double goal;                                         // the ratio to reach
+  bool higher_is_better;
+};
+std::vector<Verdict> verdicts;
+
+void Judge(const std::string& figure, const std::vector<Result>& results, bool rate, double goal) {
+  const Result& drover = results[1];
+  Verdict v{figure, {}, goal, rate};
+  for (const Result& r : results) {
+    if ((r.system != "haproxy" && r.system != "nginx") || r.skipped || drover.skipped) continue;
+    const double peer = rate ? r.sessions_per_s : r.p99_ms;
+    const double ours = rate ? drover.sessions_per_s : drover.p99_ms;
+    if (peer > 0) v.ratios.emplace_back(r.system, ours / peer);
+  }
+  verdicts.push_back(std::move(v));
 }
 
 // Prints (or adds to `report`) one table; results[1] is Drover's.
@@ -472,29 +561,297 @@ IdleCost MeasureIdle(pid_t proxy, std::uint16_t port, Sink& sink, int count) {
   return cost;
 }
 
+// Opens `count` keep-alive HTTP clients to the proxy at `port`, each sending one GET and reading
+// its answer, then holding the connection; returns the proxy's RSS growth per client in bytes.
+IdleCost MeasureIdleHttp(pid_t proxy, std::uint16_t port, int count) {
+  std::this_thread::sleep_for(300ms);
+  const std::uint64_t before = TreeRssKb(proxy);
+  std::vector<int> clients;
+  clients.reserve(count);
+  IdleCost cost;
+  static const std::string request = "GET / HTTP/1.1\r\nHost: bench\r\n\r\n";
+  for (int i = 0; i < count && cost.note.empty(); ++i) {
+    const int fd = ConnectLoopback(port);
+    if (fd < 0) {
+      cost.note = "connect " + std::to_string(i) + " failed: " + std::strerror(errno);
+      break;
+    }
+    clients.push_back(fd);
+    timeval tv{5, 0};
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    if (::send(fd, request.data(), request.size(), MSG_NOSIGNAL) !=
+        static_cast<ssize_t>(request.size())) {
+      cost.note = "request " + std::to_string(i) + " could not be sent";
+      break;
+    }
+    // The answer is small: its head and the 2-byte body "ok".
+    std::string answer;
+    char buf[1024];
+    while (answer.find("\r\n\r\nok") == std::string::npos) {
+      const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+      if (n <= 0) {
+        cost.note = "client " + std::to_string(i) + " got no whole answer: " + answer;
+        break;
+      }
+      answer.append(buf, static_cast<std::size_t>(n));
+    }
+    if (cost.note.empty() && answer.rfind("HTTP/1.1 200", 0) != 0) {
+      cost.note = "client " + std::to_string(i) + " got " + answer.substr(0, answer.find('\r'));
+    }
+  }
+  std::this_thread::sleep_for(500ms);
+  const std::uint64_t after = TreeRssKb(proxy);
+  if (cost.note.empty()) {
+    cost.bytes_per_session =
+        after > before ? 1024.0 * static_cast<double>(after - before) / count : 0.0;
+  }
+  for (const int fd : clients) ::close(fd);
+  return cost;
+}
+
+// One proxy under test.
+struct Proxy {
+  std::string system;
+  std::uint16_t port = 0;
+  drover::testing::ChildProcess* process = nullptr;  // null: skipped (see note)
+  std::string note;
+};
+
+enum class Kind { kTcp, kIdle, kHttp };
+
+// Starts the system's proxy for `kind` at `threads` threads in front of `upstreams`.
+class Proxies {
+ public:
+  Proxies(const Options& o, std::string dir, std::uint16_t registry_grpc,
+          std::vector<std::unique_ptr<drover::testing::ChildProcess>>& children)
+      : o_(o), d_(std::move(dir)), grpc_(registry_grpc), children_(children) {}
+
+  Proxy Drover(Kind kind, int threads) {
+    const std::string name = kind == Kind::kTcp ? "zone" : kind == Kind::kIdle ? "idle" : "web";
+    const std::string config = d_ + "/gateway-" + name + "-" + std::to_string(threads) + ".yaml";
+    std::ofstream cfg(config);
+    cfg << "registry: 127.0.0.1:" << grpc_ << "\nthreads: " << threads
+        << "\nadmin: 127.0.0.1:0\nregister: false\nlisteners:\n  - name: " << name
+        << "\n    address: 127.0.0.1:0\n    slow_start_ms: 0\n";
+    if (kind == Kind::kHttp) {
+      cfg << "    protocol: http\n    routes:\n      - prefix: /\n        service: web\n";
+    } else if (kind == Kind::kTcp) {
+      cfg << "    service: zone\n    policy: p2c\n";
+    } else {
+      // The sink only holds connections: a health check's would count as sessions.
+      cfg << "    service: sink\n    policy: p2c\n    health_check_interval_ms: 0\n";
+    }
+    cfg.close();
+    auto& gw = children_.emplace_back(std::make_unique<drover::testing::ChildProcess>(
+        std::vector<std::string>{o_.drover, "--log-level", "warn", "gateway", "--config", config}));
+    const auto line = gw->ReadLine(20s);
+    if (!line) Fail("drover gateway (" + name + ") did not start");
+    return {"drover", PortIn(*line, name + R"(=127\.0\.0\.1:(\d+))"), gw.get(), {}};
+  }
+
+  Proxy Haproxy(Kind kind, int threads, const std::vector<std::uint16_t>& upstreams) {
+    const auto haproxy = FindInPath(o_.haproxy);
+    if (!haproxy) return {"haproxy", 0, nullptr, "not installed"};
+    const std::uint16_t port = FreePort();
+    const std::string config = d_ + "/haproxy-" + std::to_string(static_cast<int>(kind)) + "-" +
+                               std::to_string(threads) + ".cfg";
+    std::ofstream cfg(config);
+    cfg << "global\n  maxconn 9500\n  nbthread " << threads << "\ndefaults\n  mode "
+        << (kind == Kind::kHttp ? "http" : "tcp")
+        << "\n  timeout connect 1s\n  timeout client 60s\n  timeout server 60s\n"
+        << "frontend f\n  bind 127.0.0.1:" << port << "\n  default_backend b\nbackend b\n"
+        << "  balance leastconn\n";
+    // (HTTP: HAProxy keeps server-side connections alive and shares them safely by default.)
+    for (std::size_t i = 0; i < upstreams.size(); ++i) {
+      cfg << "  server u" << i << " 127.0.0.1:" << upstreams[i] << "\n";
+    }
+    cfg.close();
+    auto& peer = children_.emplace_back(std::make_unique<drover::testing::ChildProcess>(
+        std::vector<std::string>{*haproxy, "-db", "-f", config}));
+    graceful.push_back(peer.get());
+    return {"haproxy", port, peer.get(), {}};
+  }
+
+  Proxy Nginx(Kind kind, int threads, const std::vector<std::uint16_t>& upstreams) {
+    const auto nginx = FindInPath(o_.nginx);
+    const std::string module = NginxStreamModule();
+    if (!nginx) return {"nginx", 0, nullptr, "not installed"};
+    if (kind != Kind::kHttp && module.empty()) {
+      return {"nginx", 0, nullptr, "stream module not installed"};
+    }
+    const std::uint16_t port = FreePort();
+    const std::string dir =
+        d_ + "/nginx-" + std::to_string(static_cast<int>(kind)) + "-" + std::to_string(threads);
+    std::filesystem::create_directories(dir + "/logs");
+    std::ofstream cfg(dir + "/nginx.conf");
+    if (kind != Kind::kHttp) cfg << "load_module " << module << ";\n";
+    cfg << "worker_processes " << threads << ";\nworker_rlimit_nofile 20000;\ndaemon off;\npid "
+        << dir << "/nginx.pid;\nerror_log stderr warn;\nevents { worker_connections 20000; }\n";
+    if (kind == Kind::kHttp) {
+      cfg << "http {\n  access_log off;\n  upstream b {\n    least_conn;\n";
+      for (std::uint16_t p : upstreams) cfg << "    server 127.0.0.1:" << p << ";\n";
+      cfg << "    keepalive 256;\n  }\n  server {\n    listen 127.0.0.1:" << port
+          << ";\n    location / {\n      proxy_pass http://b;\n      proxy_http_version 1.1;\n"
+          << "      proxy_set_header Connection \"\";\n    }\n  }\n}\n";
+    } else {
+      cfg << "stream {\n  upstream b {\n    least_conn;\n";
+      for (std::uint16_t p : upstreams) cfg << "    server 127.0.0.1:" << p << ";\n";
+      cfg << "  }\n  server {\n    listen 127.0.0.1:" << port
+          << ";\n    proxy_pass b;\n    proxy_connect_timeout 1s;\n  }\n}\n";
+    }
+    cfg.close();
+    auto& peer = children_.emplace_back(std::make_unique<drover::testing::ChildProcess>(
+        std::vector<std::string>{*nginx, "-p", dir, "-c", dir + "/nginx.conf"}));
+    graceful.push_back(peer.get());
+    return {"nginx", port, peer.get(), {}};
+  }
+
+  // All three, in report order.
+  std::vector<Proxy> All(Kind kind, int threads, const std::vector<std::uint16_t>& upstreams) {
+    return {Drover(kind, threads), Haproxy(kind, threads, upstreams),
+            Nginx(kind, threads, upstreams)};
+  }
+
+ private:
+  const Options& o_;
+  const std::string d_;
+  const std::uint16_t grpc_;
+  std::vector<std::unique_ptr<drover::testing::ChildProcess>>& children_;
+};
+
+void Stop(std::vector<Proxy>& proxies) {
+  for (Proxy& p : proxies) {
+    if (!p.process) continue;
+    if (p.process->running()) {
+      p.process->Signal(SIGTERM);
+      p.process->Wait();
+    }
+    std::erase(graceful, p.process);
+  }
+}
+
+// `rounds` rounds of `run` on every proxy (taking turns), after one short warm-up each; returns
+// {direct, drover, haproxy, nginx}, each the median of its rounds.
+std::vector<Result> Rounds(const std::vector<Proxy>& proxies, Result direct, int rounds,
+                           const std::function<Result(const Proxy&, bool warm_up)>& run) {
+  std::vector<std::vector<Result>> per(proxies.size());
+  for (const Proxy& p : proxies) {
+    if (p.process) run(p, true);
+  }
+  for (int r = 0; r < rounds; ++r) {
+    for (std::size_t i = 0; i < proxies.size(); ++i) {
+      if (proxies[i].process) per[i].push_back(run(proxies[i], false));
+    }
+  }
+  std::vector<Result> results = {std::move(direct)};
+  for (std::size_t i = 0; i < proxies.size(); ++i) {
+    if (!proxies[i].process) {
+      results.push_back(
+          Result{.system = proxies[i].system, .skipped = true, .note = proxies[i].note});
+    } else {
+      results.push_back(Median(per[i]));
+    }
+  }
+  return results;
+}
+
+// Prints (or adds to `report`) one idle-memory table; rows[0] is Drover's.
+void ReportIdle(const std::string& title, const std::vector<std::pair<std::string, IdleCost>>& rows,
+                const Options& o, nlohmann::json& report) {
+  const double drover_bytes = rows.front().second.bytes_per_session;
+  if (!o.json) {
+    std::printf("%s\n%-22s %16s %16s %12s\n", title.c_str(), "system", "RSS B/conn",
+                "MB per 10,000", "drover/x");
+  }
+  for (const auto& [system, cost] : rows) {
+    nlohmann::json j = {{"bytes_per_session", cost.bytes_per_session}};
+    if (!cost.note.empty()) j["note"] = cost.note;
+    const bool peer = system != "drover" && cost.note.empty() && cost.bytes_per_session > 0;
+    if (peer) j["drover_ratio"] = drover_bytes / cost.bytes_per_session;
+    report[system] = j;
+    if (o.json) continue;
+    if (!cost.note.empty()) {
+      std::printf("%-22s failed: %s\n", system.c_str(), cost.note.c_str());
+      continue;
+    }
+    std::printf("%-22s %16.0f %16.1f", system.c_str(), cost.bytes_per_session,
+                cost.bytes_per_session * 10000 / 1e6);
+    if (peer) std::printf(" %11.2fx", drover_bytes / cost.bytes_per_session);
+    std::printf("\n");
+  }
+}
+
+void JudgeIdle(const std::string& figure,
+               const std::vector<std::pair<std::string, IdleCost>>& rows) {
+  Verdict v{figure, {}, 1.0, false};
+  const IdleCost& drover = rows.front().second;
+  for (const auto& [system, cost] : rows) {
+    if (system == "drover" || !cost.note.empty() || !drover.note.empty()) continue;
+    // A peer whose RSS did not grow measurably is taken at 1 byte: Drover meets it only at 0.
+    v.ratios.emplace_back(system,
+                          drover.bytes_per_session / std::max(cost.bytes_per_session, 1.0));
+  }
+  verdicts.push_back(std::move(v));
+}
+
+void PrintVerdicts(const Options& o, nlohmann::json& report) {
+  if (!o.json) std::printf("\nverdicts (each figure against each peer, on its own):\n");
+  for (const Verdict& v : verdicts) {
+    bool met = !v.ratios.empty();
+    std::string ratios;
+    for (const auto& [peer, ratio] : v.ratios) {
+      const bool ok = v.higher_is_better ? ratio >= v.goal : ratio <= v.goal;
+      met = met && ok;
+      ratios += fmt::format("{}{} {:.2f}x", ratios.empty() ? "" : ", ", peer, ratio);
+      report["verdicts"][v.figure][peer] = {{"ratio", ratio}, {"met", ok}};
+    }
+    report["verdicts"][v.figure]["met"] = met;
+    if (o.json) continue;
+    std::printf("verdict: %-44s goal drover/x %s %.2f: %s -- %s\n", v.figure.c_str(),
+                v.higher_is_better ? ">=" : "<=", v.goal,
+                ratios.empty() ? "no peer measured" : ratios.c_str(), met ? "met" : "NOT met");
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   Options o;
-  CLI::App app{"Drover's gateway against HAProxy and nginx: TCP sessions and HTTP requests"};
+  CLI::App app{
+      "Drover's gateway against HAProxy and nginx: TCP sessions, HTTP requests, bytes and idle "
+      "memory, at 1 and 2 threads per proxy, medians of rounds"};
   app.add_option("--clients", o.clients, "Concurrent players (closed loop)")->capture_default_str();
-  app.add_option("--seconds", o.seconds, "Measured time per system")->capture_default_str();
-  app.add_option("--upstreams", o.upstreams, "Zone server processes behind every proxy")
+  app.add_option("--seconds", o.seconds, "Measured TCP time per system and round")
       ->capture_default_str();
-  app.add_option("--threads", o.threads, "Worker threads of every proxy")->capture_default_str();
+  app.add_option("--upstreams", o.upstreams, "Zone server processes behind every TCP proxy")
+      ->capture_default_str();
+  app.add_option("--threads", o.threads,
+                 "Worker threads of every proxy; each count is one pass of every part")
+      ->delimiter(',')
+      ->capture_default_str()
+      ->check(CLI::Range(1, 64));
+  app.add_option("--rounds", o.rounds, "Rounds per figure (the median is reported)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 99));
   app.add_option("--haproxy", o.haproxy, "haproxy binary")->capture_default_str();
   app.add_option("--nginx", o.nginx, "nginx binary")->capture_default_str();
-  app.add_option("--http-connections", o.http_connections, "wrk keep-alive connections")
+  app.add_option("--http-connections", o.http_connections, "wrk connections")
       ->capture_default_str();
-  app.add_option("--http-seconds", o.http_seconds, "Measured wrk time per system")
+  app.add_option("--http-seconds", o.http_seconds, "Measured wrk time per system and round")
       ->capture_default_str();
   app.add_option("--wrk", o.wrk, "wrk binary")->capture_default_str();
-  app.add_flag("!--no-tcp", o.tcp, "Skip the TCP part");
-  app.add_flag("!--no-http", o.http, "Skip the HTTP part");
+  app.add_flag("!--no-tcp", o.tcp, "Skip the TCP parts (sessions and idle sessions)");
+  app.add_flag("!--no-http", o.http, "Skip the HTTP parts (requests, bytes and idle clients)");
   app.add_flag("--json", o.json, "Print the report as JSON");
   app.add_option("--idle-sessions", o.idle_sessions,
-                 "Idle TCP sessions held through every proxy for the memory figure (0: skip)")
-      ->capture_default_str();
+                 "Idle TCP sessions held through every proxy for the memory figure (0: skip; "
+                 "each takes two of the proxy's descriptors)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 9500));
+  app.add_option("--idle-http-clients", o.idle_http_clients,
+                 "Idle keep-alive HTTP clients held by every proxy for the memory figure (0: skip)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 9000));
   CLI11_PARSE(app, argc, argv);
 
   std::atexit(StopPeers);
@@ -511,10 +868,20 @@ int main(int argc, char** argv) {
   if (!reg_line) Fail("the registry did not start");
   const std::uint16_t grpc_port = PortIn(*reg_line, R"(grpc://127\.0\.0\.1:(\d+))");
   const std::uint16_t registry_http = PortIn(*reg_line, R"(http://127\.0\.0\.1:(\d+))");
+  const auto register_instance = [&](const std::string& service, const std::string& id,
+                                     std::uint16_t port) {
+    const auto put =
+        drover::testing::Http(registry_http, "PUT", "/v1/services/" + service + "/instances/" + id,
+                              R"({"address":"127.0.0.1:)" + std::to_string(port) +
+                                  R"(","generation":1,"state":"READY","ttl_ms":3600000})");
+    if (put.status != 200) Fail("registering " + service + "/" + id + " failed: " + put.body);
+  };
+  Proxies start(o, d, grpc_port, children);
   nlohmann::json report;
-  // TCP: the upstreams are zone servers registered through ServerHost.
+
+  // TCP upstreams: zone servers registered through ServerHost.
+  std::vector<std::uint16_t> zone_ports;
   if (o.tcp) {
-    std::vector<std::uint16_t> upstream_ports;
     for (int i = 0; i < o.upstreams; ++i) {
       auto& z = children.emplace_back(std::make_unique<ChildProcess>(std::vector<std::string>{
           o.zone_server, "--registry", "127.0.0.1:" + std::to_string(grpc_port), "--id",
@@ -523,287 +890,172 @@ int main(int argc, char** argv) {
       z->ReadLine(20s);
       const auto serving = z->ReadLine(20s);
       if (!serving) Fail("a zone server did not start");
-      upstream_ports.push_back(PortIn(*serving, R"(serving at 127\.0\.0\.1:(\d+))"));
-    }
-
-    std::vector<Result> results;
-    results.push_back(Run("direct", upstream_ports[0], o, 0.3));  // warm-up, discarded
-    results.back() = Run("direct (one upstream)", upstream_ports[0], o, o.seconds);
-
-    // Drover.
-    {
-      const std::string config = d + "/gateway.yaml";
-      std::ofstream(config) << "registry: 127.0.0.1:" << grpc_port << "\nthreads: " << o.threads
-                            << "\nadmin: ''\nlisteners:\n  - name: zone\n    address: 127.0.0.1:0\n"
-                            << "    service: zone\n    policy: p2c\n    slow_start_ms: 0\n";
-      auto& gw = children.emplace_back(std::make_unique<ChildProcess>(std::vector<std::string>{
-          o.drover, "--log-level", "warn", "gateway", "--config", config}));
-      const auto line = gw->ReadLine(20s);
-      if (!line) Fail("drover gateway did not start");
-      const std::uint16_t port = PortIn(*line, R"(zone=127\.0\.0\.1:(\d+))");
-      if (!Answers(port)) Fail("drover gateway does not route");
-      Run("drover", port, o, 0.3);
-      results.push_back(Run("drover", port, o, o.seconds));
-      gw->Signal(SIGTERM);
-      gw->Wait();
-    }
-    // HAProxy.
-    if (auto haproxy = FindInPath(o.haproxy)) {
-      const std::uint16_t port = FreePort();
-      const std::string config = d + "/haproxy.cfg";
-      std::ofstream cfg(config);
-      cfg << "global\n  maxconn 8000\n  nbthread " << o.threads
-          << "\ndefaults\n  mode tcp\n  timeout connect 1s\n  timeout client 60s\n"
-          << "  timeout server 60s\nfrontend zone\n  bind 127.0.0.1:" << port
-          << "\n  default_backend zones\nbackend zones\n  balance leastconn\n";
-      for (std::size_t i = 0; i < upstream_ports.size(); ++i) {
-        cfg << "  server u" << i << " 127.0.0.1:" << upstream_ports[i] << "\n";
-      }
-      cfg.close();
-      graceful.push_back(children
-                             .emplace_back(std::make_unique<ChildProcess>(
-                                 std::vector<std::string>{*haproxy, "-db", "-f", config}))
-                             .get());
-      if (!Answers(port)) Fail("haproxy does not route");
-      Run("haproxy", port, o, 0.3);
-      results.push_back(Run("haproxy", port, o, o.seconds));
-    } else {
-      results.push_back(Result{.system = "haproxy", .skipped = true, .note = "not installed"});
-    }
-    // nginx (stream module).
-    const std::string module = NginxStreamModule();
-    if (auto nginx = FindInPath(o.nginx); nginx && !module.empty()) {
-      const std::uint16_t port = FreePort();
-      std::filesystem::create_directories(d + "/nginx/logs");
-      const std::string config = d + "/nginx/nginx.conf";
-      std::ofstream cfg(config);
-      cfg << "load_module " << module << ";\nworker_processes " << o.threads
-          << ";\ndaemon off;\npid " << d << "/nginx/nginx.pid;\nerror_log stderr warn;\n"
-          << "events { worker_connections 20000; }\nstream {\n  upstream zones {\n    "
-             "least_conn;\n";
-      for (std::uint16_t p : upstream_ports) cfg << "    server 127.0.0.1:" << p << ";\n";
-      cfg << "  }\n  server {\n    listen 127.0.0.1:" << port
-          << ";\n    proxy_pass zones;\n    proxy_connect_timeout 1s;\n  }\n}\n";
-      cfg.close();
-      graceful.push_back(children
-                             .emplace_back(std::make_unique<ChildProcess>(std::vector<std::string>{
-                                 *nginx, "-p", d + "/nginx", "-c", config}))
-                             .get());
-      if (!Answers(port)) Fail("nginx does not route");
-      Run("nginx", port, o, 0.3);
-      results.push_back(Run("nginx", port, o, o.seconds));
-    } else {
-      results.push_back(
-          Result{.system = "nginx",
-                 .skipped = true,
-                 .note = module.empty() ? "stream module not installed" : "not installed"});
-    }
-
-    StopPeers();
-    Report(fmt::format(
-               "gateway_bench tcp: {} clients, {} upstreams, {} threads per proxy, {:.1f} s each",
-               o.clients, o.upstreams, o.threads, o.seconds)
-               .c_str(),
-           "sessions/s", results, o, report["tcp"]);
-  }
-
-  // Idle memory: sessions held open through each proxy to a sink in this process.
-  if (o.idle_sessions > 0) {
-    Sink sink;
-    const auto put =
-        drover::testing::Http(registry_http, "PUT", "/v1/services/sink/instances/s0",
-                              R"({"address":"127.0.0.1:)" + std::to_string(sink.port()) +
-                                  R"(","generation":1,"state":"READY","ttl_ms":3600000})");
-    if (put.status != 200) Fail("registering the idle sink failed: " + put.body);
-    // Until a connection through `port` reaches the sink.
-    const auto reaches_sink = [&](std::uint16_t port) {
-      for (int i = 0; i < 100; ++i) {
-        const int fd = ConnectLoopback(port);
-        const bool connected = fd >= 0;
-        std::this_thread::sleep_for(100ms);
-        if (connected) ::close(fd);
-        const bool reached = connected && sink.held() > 0;
-        sink.DropAll();
-        if (reached) return true;
-      }
-      return false;
-    };
-    struct Row {
-      std::string system;
-      IdleCost cost;
-    };
-    std::vector<Row> rows;
-    {
-      const std::string config = d + "/gateway-idle.yaml";
-      std::ofstream(config) << "registry: 127.0.0.1:" << grpc_port << "\nthreads: " << o.threads
-                            << "\nadmin: ''\nlisteners:\n  - name: idle\n    address: 127.0.0.1:0\n"
-                            << "    service: sink\n    policy: p2c\n    slow_start_ms: 0\n";
-      auto& gw = children.emplace_back(std::make_unique<ChildProcess>(std::vector<std::string>{
-          o.drover, "--log-level", "warn", "gateway", "--config", config}));
-      const auto line = gw->ReadLine(20s);
-      if (!line) Fail("drover gateway (idle) did not start");
-      const std::uint16_t port = PortIn(*line, R"(idle=127\.0\.0\.1:(\d+))");
-      if (!reaches_sink(port)) Fail("drover gateway does not reach the idle sink");
-      rows.push_back({"drover", MeasureIdle(gw->pid(), port, sink, o.idle_sessions)});
-      gw->Signal(SIGTERM);
-      gw->Wait();
-    }
-    if (auto haproxy = FindInPath(o.haproxy)) {
-      const std::uint16_t port = FreePort();
-      const std::string config = d + "/haproxy-idle.cfg";
-      std::ofstream(config) << "global\n  maxconn 8000\n  nbthread " << o.threads
-                            << "\ndefaults\n  mode tcp\n  timeout connect 1s\n"
-                            << "  timeout client 60s\n  timeout server 60s\nfrontend idle\n"
-                            << "  bind 127.0.0.1:" << port << "\n  default_backend sinks\n"
-                            << "backend sinks\n  server s0 127.0.0.1:" << sink.port() << "\n";
-      auto& peer = children.emplace_back(
-          std::make_unique<ChildProcess>(std::vector<std::string>{*haproxy, "-db", "-f", config}));
-      graceful.push_back(peer.get());
-      if (!reaches_sink(port)) Fail("haproxy does not reach the idle sink");
-      rows.push_back({"haproxy", MeasureIdle(peer->pid(), port, sink, o.idle_sessions)});
-      peer->Signal(SIGTERM);
-      peer->Wait();
-    }
-    const std::string module = NginxStreamModule();
-    if (auto nginx = FindInPath(o.nginx); nginx && !module.empty()) {
-      const std::uint16_t port = FreePort();
-      std::filesystem::create_directories(d + "/nginx-idle/logs");
-      const std::string config = d + "/nginx-idle/nginx.conf";
-      std::ofstream(config) << "load_module " << module << ";\nworker_processes " << o.threads
-                            << ";\nworker_rlimit_nofile 20000;\ndaemon off;\npid " << d
-                            << "/nginx-idle/nginx.pid;\nerror_log stderr warn;\n"
-                            << "events { worker_connections 20000; }\nstream {\n  server {\n"
-                            << "    listen 127.0.0.1:" << port
-                            << ";\n    proxy_pass 127.0.0.1:" << sink.port() << ";\n  }\n}\n";
-      auto& peer = children.emplace_back(std::make_unique<ChildProcess>(
-          std::vector<std::string>{*nginx, "-p", d + "/nginx-idle", "-c", config}));
-      graceful.push_back(peer.get());
-      if (!reaches_sink(port)) Fail("nginx does not reach the idle sink");
-      rows.push_back({"nginx", MeasureIdle(peer->pid(), port, sink, o.idle_sessions)});
-    }
-    StopPeers();
-    const double drover_bytes = rows.front().cost.bytes_per_session;
-    if (!o.json) {
-      std::printf(
-          "gateway_bench idle: %d idle TCP sessions held through each proxy, %d threads "
-          "per proxy\n%-22s %16s %16s\n",
-          o.idle_sessions, o.threads, "system", "RSS B/session", "drover/x");
-    }
-    for (const Row& r : rows) {
-      nlohmann::json j = {{"bytes_per_session", r.cost.bytes_per_session}};
-      if (!r.cost.note.empty()) j["note"] = r.cost.note;
-      const bool peer = r.system != "drover" && r.cost.note.empty() && r.cost.bytes_per_session > 0;
-      if (peer) j["drover_ratio"] = drover_bytes / r.cost.bytes_per_session;
-      report["idle"][r.system] = j;
-      if (o.json) continue;
-      if (!r.cost.note.empty()) {
-        std::printf("%-22s failed: %s\n", r.system.c_str(), r.cost.note.c_str());
-        continue;
-      }
-      std::printf("%-22s %16.0f", r.system.c_str(), r.cost.bytes_per_session);
-      if (peer) std::printf(" %15.2fx", drover_bytes / r.cost.bytes_per_session);
-      std::printf("\n");
+      zone_ports.push_back(PortIn(*serving, R"(serving at 127\.0\.0\.1:(\d+))"));
     }
   }
-
-  // HTTP: one small fast upstream (nginx, one worker, `return 200`), registered by hand.
+  std::optional<Sink> sink;
+  if (o.tcp && o.idle_sessions > 0) {
+    sink.emplace();
+    register_instance("sink", "s0", sink->port());
+  }
+  // HTTP upstream: one nginx worker answering `return 200` and serving a 1 MiB file.
   const auto nginx = FindInPath(o.nginx);
   const auto wrk = FindInPath(o.wrk);
-  if (o.http && (!nginx || !wrk)) {
+  const bool http = o.http && nginx && wrk;
+  std::uint16_t web_port = 0;
+  if (o.http && !http) {
     report["http"]["skipped"] = std::string(!wrk ? "wrk" : "nginx") + " not installed";
-    if (!o.json)
+    if (!o.json) {
       std::printf("gateway_bench http: skipped, %s not installed\n", !wrk ? "wrk" : "nginx");
-  } else if (o.http) {
-    const std::uint16_t upstream_port = FreePort();
+    }
+  } else if (http) {
+    web_port = FreePort();
     std::filesystem::create_directories(d + "/upstream/logs");
+    std::filesystem::create_directories(d + "/upstream/html");
+    // nginx's workers drop root: they must be able to reach the file.
+    for (const std::string& p : {d, d + "/upstream", d + "/upstream/html"}) {
+      std::filesystem::permissions(
+          p, std::filesystem::perms::owner_all | std::filesystem::perms::group_read |
+                 std::filesystem::perms::group_exec | std::filesystem::perms::others_read |
+                 std::filesystem::perms::others_exec);
+    }
     {
+      std::ofstream big(d + "/upstream/html/big.bin", std::ios::binary);
+      const std::string block(1024, 'x');
+      for (int i = 0; i < 1024; ++i) big << block;
       std::ofstream cfg(d + "/upstream/nginx.conf");
       cfg << "worker_processes 1;\ndaemon off;\npid " << d << "/upstream/nginx.pid;\n"
           << "error_log stderr warn;\nevents { worker_connections 4096; }\nhttp {\n"
-          << "  access_log off;\n  keepalive_requests 1000000;\n  server {\n    listen 127.0.0.1:"
-          << upstream_port << ";\n    location / { return 200 \"ok\"; }\n  }\n}\n";
+          << "  access_log off;\n  keepalive_requests 1000000;\n  sendfile on;\n  server {\n"
+          << "    listen 127.0.0.1:" << web_port << ";\n    location / { return 200 \"ok\"; }\n"
+          << "    location = /big.bin { root " << d << "/upstream/html; }\n  }\n}\n";
     }
-    graceful.push_back(children
-                           .emplace_back(std::make_unique<ChildProcess>(std::vector<std::string>{
-                               *nginx, "-p", d + "/upstream", "-c", d + "/upstream/nginx.conf"}))
-                           .get());
-    if (!HttpAnswers(upstream_port)) Fail("the nginx upstream does not answer");
-    const auto put =
-        drover::testing::Http(registry_http, "PUT", "/v1/services/web/instances/h0",
-                              R"({"address":"127.0.0.1:)" + std::to_string(upstream_port) +
-                                  R"(","generation":1,"state":"READY","ttl_ms":3600000})");
-    if (put.status != 200) Fail("registering the HTTP upstream failed: " + put.body);
-
-    std::vector<Result> results;
-    RunWrk(*wrk, "direct", upstream_port, o, 0.5);  // warm-up, discarded
-    results.push_back(RunWrk(*wrk, "direct (no proxy)", upstream_port, o, o.http_seconds));
-    // Drover.
-    {
-      const std::string config = d + "/gateway-http.yaml";
-      std::ofstream(config) << "registry: 127.0.0.1:" << grpc_port << "\nthreads: " << o.threads
-                            << "\nadmin: ''\nlisteners:\n  - name: web\n    protocol: http\n"
-                            << "    address: 127.0.0.1:0\n    slow_start_ms: 0\n"
-                            << "    health_check_interval_ms: 0\n    routes:\n"
-                            << "      - prefix: /\n        service: web\n";
-      auto& gw = children.emplace_back(std::make_unique<ChildProcess>(std::vector<std::string>{
-          o.drover, "--log-level", "warn", "gateway", "--config", config}));
-      const auto line = gw->ReadLine(20s);
-      if (!line) Fail("drover gateway (http) did not start");
-      const std::uint16_t port = PortIn(*line, R"(web=127\.0\.0\.1:(\d+))");
-      if (!HttpAnswers(port)) Fail("drover gateway does not route HTTP");
-      RunWrk(*wrk, "drover", port, o, 0.5);
-      results.push_back(RunWrk(*wrk, "drover", port, o, o.http_seconds));
-      gw->Signal(SIGTERM);
-      gw->Wait();
-    }
-    // HAProxy (mode http; it keeps server-side connections alive by default).
-    if (auto haproxy = FindInPath(o.haproxy)) {
-      const std::uint16_t port = FreePort();
-      const std::string config = d + "/haproxy-http.cfg";
-      std::ofstream(config) << "global\n  maxconn 8000\n  nbthread " << o.threads
-                            << "\ndefaults\n  mode http\n  timeout connect 1s\n"
-                            << "  timeout client 60s\n  timeout server 60s\nfrontend web\n"
-                            << "  bind 127.0.0.1:" << port
-                            << "\n  default_backend webs\nbackend webs\n  balance leastconn\n"
-                            << "  server h0 127.0.0.1:" << upstream_port << "\n";
-      auto& peer = children.emplace_back(
-          std::make_unique<ChildProcess>(std::vector<std::string>{*haproxy, "-db", "-f", config}));
-      graceful.push_back(peer.get());
-      if (!HttpAnswers(port)) Fail("haproxy does not route HTTP");
-      RunWrk(*wrk, "haproxy", port, o, 0.5);
-      results.push_back(RunWrk(*wrk, "haproxy", port, o, o.http_seconds));
-      peer->Signal(SIGTERM);
-      peer->Wait();
-    } else {
-      results.push_back(Result{.system = "haproxy", .skipped = true, .note = "not installed"});
-    }
-    // nginx (proxy_pass with upstream keepalive).
-    {
-      const std::uint16_t port = FreePort();
-      std::filesystem::create_directories(d + "/nginx-http/logs");
-      const std::string config = d + "/nginx-http/nginx.conf";
-      std::ofstream(config) << "worker_processes " << o.threads << ";\ndaemon off;\npid " << d
-                            << "/nginx-http/nginx.pid;\nerror_log stderr warn;\n"
-                            << "events { worker_connections 20000; }\nhttp {\n  access_log off;\n"
-                            << "  upstream webs {\n    least_conn;\n    server 127.0.0.1:"
-                            << upstream_port << ";\n    keepalive 256;\n  }\n  server {\n"
-                            << "    listen 127.0.0.1:" << port << ";\n    location / {\n"
-                            << "      proxy_pass http://webs;\n      proxy_http_version 1.1;\n"
-                            << "      proxy_set_header Connection \"\";\n    }\n  }\n}\n";
-      auto& peer = children.emplace_back(std::make_unique<ChildProcess>(
-          std::vector<std::string>{*nginx, "-p", d + "/nginx-http", "-c", config}));
-      graceful.push_back(peer.get());
-      if (!HttpAnswers(port)) Fail("nginx does not route HTTP");
-      RunWrk(*wrk, "nginx", port, o, 0.5);
-      results.push_back(RunWrk(*wrk, "nginx", port, o, o.http_seconds));
-    }
-    StopPeers();
-    Report(fmt::format("gateway_bench http: wrk -t2 -c{} keep-alive GET (2-byte body), {} threads "
-                       "per proxy, {:.1f} s each",
-                       o.http_connections, o.threads, o.http_seconds)
-               .c_str(),
-           "requests/s", results, o, report["http"]);
+    upstream_peer = children
+                        .emplace_back(std::make_unique<ChildProcess>(std::vector<std::string>{
+                            *nginx, "-p", d + "/upstream", "-c", d + "/upstream/nginx.conf"}))
+                        .get();
+    if (!HttpAnswers(web_port)) Fail("the nginx upstream does not answer");
+    register_instance("web", "h0", web_port);
   }
+
+  for (const int threads : o.threads) {
+    const std::string t = std::to_string(threads) + (threads == 1 ? " thread" : " threads");
+    nlohmann::json& pass = report["threads_" + std::to_string(threads)];
+
+    if (o.tcp) {
+      std::vector<Proxy> proxies = start.All(Kind::kTcp, threads, zone_ports);
+      for (const Proxy& p : proxies) {
+        if (p.process && !Answers(p.port)) Fail(p.system + " does not route TCP");
+      }
+      Run("direct", zone_ports[0], o, 0.3);  // warm-up, discarded
+      const std::vector<Result> results =
+          Rounds(proxies, Run("direct (one upstream)", zone_ports[0], o, o.seconds), o.rounds,
+                 [&](const Proxy& p, bool warm_up) {
+                   return Run(p.system, p.port, o, warm_up ? 0.3 : o.seconds);
+                 });
+      Stop(proxies);
+      Report(fmt::format("gateway_bench tcp: {} clients, {} upstreams, {} per proxy, median of "
+                         "{} rounds of {:.1f} s",
+                         o.clients, o.upstreams, t, o.rounds, o.seconds)
+                 .c_str(),
+             "sessions/s", results, o, pass["tcp"]);
+      Judge("tcp sessions/s, " + t, results, true, 1.0);
+    }
+
+    if (sink) {
+      // Until a connection through `port` reaches the sink.
+      const auto reaches_sink = [&](std::uint16_t port) {
+        for (int i = 0; i < 100; ++i) {
+          const int fd = ConnectLoopback(port);
+          const bool connected = fd >= 0;
+          std::this_thread::sleep_for(100ms);
+          if (connected) ::close(fd);
+          const bool reached = connected && sink->held() > 0;
+          sink->DropAll();
+          if (reached) return true;
+        }
+        return false;
+      };
+      std::vector<std::pair<std::string, IdleCost>> rows;
+      for (const Kind k : {Kind::kIdle}) {
+        const std::vector<std::uint16_t> to = {sink->port()};
+        for (Proxy p : {start.Drover(k, threads), start.Haproxy(k, threads, to),
+                        start.Nginx(k, threads, to)}) {
+          if (!p.process) continue;
+          if (!reaches_sink(p.port)) Fail(p.system + " does not reach the idle sink");
+          rows.emplace_back(p.system,
+                            MeasureIdle(p.process->pid(), p.port, *sink, o.idle_sessions));
+          std::vector<Proxy> one = {p};
+          Stop(one);
+        }
+      }
+      ReportIdle(fmt::format("gateway_bench idle tcp: {} idle TCP sessions held through each "
+                             "proxy, {} per proxy",
+                             o.idle_sessions, t),
+                 rows, o, pass["idle_tcp"]);
+      JudgeIdle("memory per idle tcp session, " + t, rows);
+    }
+
+    if (http) {
+      std::vector<Proxy> proxies = start.All(Kind::kHttp, threads, {web_port});
+      for (const Proxy& p : proxies) {
+        if (p.process && !HttpAnswers(p.port)) Fail(p.system + " does not route HTTP");
+      }
+      struct Mode {
+        const char* key;
+        const char* title;
+        WrkLoad load;
+        const char* unit;
+      };
+      for (const Mode& m :
+           {Mode{"http_keepalive", "keep-alive GET (2-byte body)", {}, "requests/s"},
+            Mode{"http_close",
+                 "GET with Connection: close (a new connection each)",
+                 {.close = true},
+                 "requests/s"},
+            Mode{"http_1mib",
+                 "keep-alive GET of 1 MiB",
+                 {.path = "/big.bin", .transfer = true},
+                 "MB/s"}}) {
+        RunWrk(*wrk, "direct", web_port, o, 0.5, m.load);  // warm-up, discarded
+        const std::vector<Result> results = Rounds(
+            proxies, RunWrk(*wrk, "direct (no proxy)", web_port, o, o.http_seconds, m.load),
+            o.rounds, [&](const Proxy& p, bool warm_up) {
+              return RunWrk(*wrk, p.system, p.port, o, warm_up ? 0.5 : o.http_seconds, m.load);
+            });
+        Report(fmt::format("gateway_bench http: wrk -t2 -c{} {}, {} per proxy, median of {} "
+                           "rounds of {:.0f} s",
+                           o.http_connections, m.title, t, o.rounds, o.http_seconds)
+                   .c_str(),
+               m.unit, results, o, pass[m.key]);
+        const std::string key = m.key;
+        if (key == "http_1mib") {
+          Judge("http 1 MiB MB/s, " + t, results, true, 0.9);
+        } else if (key == "http_close") {
+          Judge("http new-connection req/s, " + t, results, true, 1.0);
+        } else {
+          Judge("http keep-alive req/s, " + t, results, true, 1.0);
+          Judge("http keep-alive p99, " + t, results, false, 1.0);
+        }
+      }
+      if (o.idle_http_clients > 0) {
+        std::vector<std::pair<std::string, IdleCost>> rows;
+        for (const Proxy& p : proxies) {
+          if (!p.process) continue;
+          rows.emplace_back(p.system,
+                            MeasureIdleHttp(p.process->pid(), p.port, o.idle_http_clients));
+        }
+        ReportIdle(fmt::format("gateway_bench idle http: {} idle keep-alive HTTP clients held by "
+                               "each proxy (one request each), {} per proxy",
+                               o.idle_http_clients, t),
+                   rows, o, pass["idle_http"]);
+        JudgeIdle("memory per idle http client, " + t, rows);
+      }
+      Stop(proxies);
+    }
+  }
+  StopPeers();
+  PrintVerdicts(o, report);
   if (o.json) std::printf("%s\n", report.dump(2).c_str());
   return 0;
 }

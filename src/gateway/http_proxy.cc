@@ -66,45 +66,83 @@ void Close(beast::tcp_stream& s) {
 
 enum class RelayEnd { kDone, kReadFailed, kWriteFailed };
 
+// Feeds `parser` (in its body) what `input` holds, filling `body` as far as it has room; returns
+// the bytes consumed. Stops when the body is complete, its buffer is full, or more input is needed.
+template <bool isRequest>
+std::size_t PutBody(http::parser<isRequest, http::buffer_body>& parser, net::const_buffer input,
+                    error_code& ec) {
+  std::size_t used = 0;
+  while (!parser.is_done() && used < input.size()) {
+    const std::size_t n = parser.put(input + used, ec);
+    used += n;
+    if (ec == http::error::need_buffer || ec == http::error::need_more) ec = {};
+    if (ec || n == 0) break;
+  }
+  return used;
+}
+
 // Streams the body of the message `parser` has read the head of, from `in` to `out` through
-// `serializer` (built on the parser's message, head already written), one buffer at a time.
-// `body_read` turns true once a byte of body was taken from `in`; `read_error` says why reading
-// failed.
+// `serializer` (built on the parser's message, head not yet written), one 16 KiB chunk at a
+// time: the parser decodes what `in_buffer` holds into a borrowed chunk (relay_chunk.h) and the
+// serializer writes it (chunked stays chunked). Reads go straight to the socket in 16 KiB pieces,
+// and only when nothing buffered is left to decode or write; the buffer gives the extra room
+// back afterwards, so an idle connection keeps a small one. Bytes read past the message's end
+// stay in `in_buffer`, in front of the next message. `body_read` turns true once a byte of body
+// was taken from `in`; `read_error` says why reading failed.
 template <bool isRequest>
 net::awaitable<RelayEnd> RelayBody(http::parser<isRequest, http::buffer_body>& parser,
                                    beast::flat_buffer& in_buffer, beast::tcp_stream& in,
                                    http::serializer<isRequest, http::buffer_body>& serializer,
                                    beast::tcp_stream& out, Duration idle, bool& body_read,
                                    error_code& read_error) {
-  std::optional<RelayChunk> buf;  // borrowed once there is a body to move (relay_chunk.h)
+  constexpr std::size_t kKeptCapacity = 4096;
+  std::optional<RelayChunk> chunk;  // borrowed once there is a body to move
   auto& body = parser.get().body();
   while (!serializer.is_done()) {
     error_code ec;
+    body.data = nullptr;
+    body.size = 0;
+    body.more = false;
     if (!parser.is_done()) {
-      if (!buf) buf.emplace();
-      body.data = buf->data();
-      body.size = buf->size();
-      in.expires_after(idle);
-      co_await http::async_read(in, in_buffer, parser, net::redirect_error(net::use_awaitable, ec));
-      if (ec == http::error::need_buffer) ec = {};
-      if (ec) {
-        read_error = ec;
-        co_return RelayEnd::kReadFailed;
+      if (!chunk) chunk.emplace();
+      body.data = chunk->data();
+      body.size = chunk->size();
+      while (!parser.is_done() && body.size > 0) {
+        const std::size_t room = body.size;
+        if (in_buffer.size() > 0) in_buffer.consume(PutBody(parser, in_buffer.data(), ec));
+        if (ec) {
+          read_error = ec;
+          co_return RelayEnd::kReadFailed;
+        }
+        body_read = body_read || body.size < room;
+        if (parser.is_done() || body.size == 0) break;
+        if (body.size < room && in_buffer.size() > 0) continue;  // more decodable input
+        if (body.size < chunk->size()) break;  // something to write: write it before waiting
+        in.expires_after(idle);
+        const std::size_t n = co_await in.async_read_some(
+            in_buffer.prepare(RelayChunk::kSize), net::redirect_error(net::use_awaitable, ec));
+        in_buffer.commit(n);
+        if (ec == net::error::eof) {
+          ec = {};
+          parser.put_eof(ec);  // ends a body framed by the close; else partial_message
+        }
+        if (ec) {
+          read_error = ec;
+          co_return RelayEnd::kReadFailed;
+        }
       }
-      body.size = buf->size() - body.size;
-      body.data = buf->data();
+      body.size = chunk->size() - body.size;
+      // (Nothing to write is no buffer: an empty one would go out as a chunk, "0\r\n\r\n", which
+      // is the end of a chunked body.)
+      body.data = body.size > 0 ? chunk->data() : nullptr;
       body.more = !parser.is_done();
-      body_read = body_read || body.size > 0;
-    } else {
-      body.data = nullptr;
-      body.size = 0;
-      body.more = false;
     }
     out.expires_after(idle);
     co_await http::async_write(out, serializer, net::redirect_error(net::use_awaitable, ec));
     if (ec == http::error::need_buffer) ec = {};
     if (ec) co_return RelayEnd::kWriteFailed;
   }
+  if (in_buffer.capacity() > kKeptCapacity) in_buffer.shrink_to_fit();
   co_return RelayEnd::kDone;
 }
 

@@ -12,30 +12,41 @@ namespace {
 TEST(GatewayBenchTest, EveryProxyCarriesEverySession) {
   auto run = drover::testing::RunCommand(
       std::string(GATEWAY_BENCH) +
-          " --json --clients 4 --seconds 0.3 --upstreams 2 --http-connections 4 --http-seconds 1"
-          " --idle-sessions 200",
+          " --json --threads 1 --rounds 1 --clients 4 --seconds 0.3 --upstreams 2"
+          " --http-connections 4 --http-seconds 1 --idle-sessions 200 --idle-http-clients 200",
       /*with_stderr=*/false);
   ASSERT_EQ(run.exit_code, 0) << run.out;
   const auto start = run.out.find('{');
   ASSERT_NE(start, std::string::npos) << run.out;
   const auto report = nlohmann::json::parse(run.out.substr(start), nullptr, false);
   ASSERT_FALSE(report.is_discarded()) << run.out;
-  for (const char* part : {"tcp", "http"}) {
+  const auto& pass = report.at("threads_1");
+  for (const char* part : {"tcp", "http_keepalive", "http_close", "http_1mib"}) {
     for (const char* system : {"drover", "haproxy", "nginx"}) {
       SCOPED_TRACE(std::string(part) + " " + system);
-      const auto& r = report.at(part).at(system);
+      const auto& r = pass.at(part).at(system);
       EXPECT_FALSE(r.at("skipped").get<bool>());  // scripts/setup.sh installs both peers and wrk
       EXPECT_EQ(r.at("errors"), 0);
       EXPECT_GT(r.at("count").get<int>(), 0);
+      EXPECT_GT(r.at("rate_per_s").get<double>(), 0);
     }
-    EXPECT_GT(report[part]["haproxy"].at("drover_rate_ratio").get<double>(), 0);
+    EXPECT_GT(pass[part]["haproxy"].at("drover_rate_ratio").get<double>(), 0);
   }
-  // Idle memory: every proxy held every session to the sink (no note), and a cost was measured.
-  for (const char* system : {"drover", "haproxy", "nginx"}) {
-    SCOPED_TRACE(std::string("idle ") + system);
-    const auto& r = report.at("idle").at(system);
-    EXPECT_FALSE(r.contains("note")) << r.dump();
-    EXPECT_GE(r.at("bytes_per_session").get<double>(), 0);
+  // Idle memory: every proxy held every connection (no note), and a cost was measured.
+  for (const char* part : {"idle_tcp", "idle_http"}) {
+    for (const char* system : {"drover", "haproxy", "nginx"}) {
+      SCOPED_TRACE(std::string(part) + " " + system);
+      const auto& r = pass.at(part).at(system);
+      EXPECT_FALSE(r.contains("note")) << r.dump();
+      EXPECT_GE(r.at("bytes_per_session").get<double>(), 0);
+    }
+  }
+  // A verdict for every goal, each judged against both peers.
+  const auto& verdicts = report.at("verdicts");
+  EXPECT_EQ(verdicts.size(), 7u) << verdicts.dump();
+  for (const auto& [figure, v] : verdicts.items()) {
+    SCOPED_TRACE(figure);
+    EXPECT_TRUE(v.contains("haproxy") && v.contains("nginx") && v.contains("met")) << v.dump();
   }
 }
 
