@@ -151,20 +151,16 @@ net::awaitable<RelayEnd> RelayBody(http::parser<isRequest, http::buffer_body>& p
 // One client connection; touched only on its worker's thread.
 struct HttpConn {
   HttpConn(tcp::socket s, std::shared_ptr<UpstreamPool> p)
-      : client(std::move(s)),
-        upstream(client.get_executor()),
-        pool_owner(std::move(p)),
-        pool(*pool_owner) {}
+      : client(std::move(s)), pool_owner(std::move(p)), pool(*pool_owner) {}
   void CloseBoth() {
     Close(client);
-    Close(upstream);
+    if (upstream) Close(*upstream);
   }
 
   beast::tcp_stream client;
-  // The upstream connection of the request in flight, closed between requests. One stream for
-  // the client connection's life: a pooled socket moves in and out of it, so taking one from the
-  // pool allocates nothing.
-  beast::tcp_stream upstream;
+  // The upstream connection of the request in flight. Made per request rather than kept: a
+  // stream costs about 500 bytes, which an idle keep-alive client should not hold.
+  std::optional<beast::tcp_stream> upstream;
   std::shared_ptr<UpstreamPool> pool_owner;
   UpstreamPool& pool;       // its io thread's
   bool in_request = false;  // between a request head and its response's end
@@ -286,7 +282,10 @@ class HttpExchange {
   void Release(Target& t, bool upstream_keep);
   // The instance's fault: counts toward its ejection.
   void Failed(const Target& t);
-  void DropUpstream() { Close(c_.upstream); }
+  void DropUpstream() {
+    if (c_.upstream) Close(*c_.upstream);
+    c_.upstream.reset();
+  }
   bool KeepClient() const {
     return client_keep_ && parser_.is_done() && !s_.draining.load(std::memory_order_relaxed);
   }
@@ -524,7 +523,7 @@ net::awaitable<HttpExchange::AttemptEnd> HttpExchange::Attempt(std::size_t pick)
 bool HttpExchange::TakePooled(Target& t) {
   std::optional<tcp::socket> pooled = c_.pool.Take(t.pool_key, s_.clock.Now(), &t.retire_at);
   if (!pooled) return false;
-  c_.upstream.socket() = std::move(*pooled);
+  c_.upstream.emplace(std::move(*pooled));
   s_.counters.upstream_reused.fetch_add(1, std::memory_order_relaxed);
   return true;
 }
@@ -533,9 +532,10 @@ net::awaitable<HttpExchange::AttemptEnd> HttpExchange::Connect(Target& t) {
   const router::Endpoint& e = t.endpoint;
   error_code ec;
   const auto to = drover::net::ParseEndpoint(e.address, "instance address");
-  c_.upstream.expires_after(s_.config.connect_timeout);
+  c_.upstream.emplace(c_.client.get_executor());
+  c_.upstream->expires_after(s_.config.connect_timeout);
   if (to.ok()) {
-    co_await c_.upstream.async_connect(*to, net::redirect_error(net::use_awaitable, ec));
+    co_await c_.upstream->async_connect(*to, net::redirect_error(net::use_awaitable, ec));
   } else {
     ec = net::error::invalid_argument;
   }
@@ -548,7 +548,7 @@ net::awaitable<HttpExchange::AttemptEnd> HttpExchange::Connect(Target& t) {
     if (!c_.client.socket().is_open()) co_return AttemptEnd::kAbort;  // cut meanwhile (shutdown)
     co_return AttemptEnd::kRetry;  // nothing was sent: always safe to try another instance
   }
-  drover::net::SetKeepAlive(c_.upstream.socket());
+  drover::net::SetKeepAlive(c_.upstream->socket());
   t.retire_at = c_.pool.RetireAt(s_.clock.Now());
   s_.counters.upstream_connects.fetch_add(1, std::memory_order_relaxed);
   t.counters.connections.fetch_add(1, std::memory_order_relaxed);
@@ -574,7 +574,7 @@ net::awaitable<HttpExchange::AttemptEnd> HttpExchange::SendRequest() {
     }
   }
   error_code client_error;
-  const RelayEnd end = co_await RelayBody(parser_, buffer_, c_.client, out, c_.upstream,
+  const RelayEnd end = co_await RelayBody(parser_, buffer_, c_.client, out, *c_.upstream,
                                           s_.config.idle_timeout, body_read_, client_error);
   if (end == RelayEnd::kReadFailed) {  // the client left mid-body, or sent a broken one
     DropUpstream();
@@ -597,8 +597,8 @@ net::awaitable<error_code> HttpExchange::ReadResponseHead(
     response.emplace();
     response->body_limit(kNoLimit);
     if (head_) response->skip(true);
-    c_.upstream.expires_after(route_->response_timeout);
-    co_await http::async_read_header(c_.upstream, c_.upstream_buffer, *response,
+    c_.upstream->expires_after(route_->response_timeout);
+    co_await http::async_read_header(*c_.upstream, c_.upstream_buffer, *response,
                                      net::redirect_error(net::use_awaitable, ec));
     const unsigned status = ec ? 0 : response->get().result_int();
     if (status < 100 || status >= 200) break;
@@ -650,8 +650,9 @@ net::awaitable<HttpExchange::AttemptEnd> HttpExchange::RelayResponse(
   http::response_serializer<http::buffer_body> out{res};
   bool response_read = false;
   error_code upstream_error;
-  const RelayEnd end = co_await RelayBody(response, c_.upstream_buffer, c_.upstream, out, c_.client,
-                                          s_.config.idle_timeout, response_read, upstream_error);
+  const RelayEnd end =
+      co_await RelayBody(response, c_.upstream_buffer, *c_.upstream, out, c_.client,
+                         s_.config.idle_timeout, response_read, upstream_error);
   if (end != RelayEnd::kDone) {
     // Mid-response: the client already has the head, only closing tells it the rest is lost.
     if (end == RelayEnd::kReadFailed) {
@@ -666,11 +667,12 @@ net::awaitable<HttpExchange::AttemptEnd> HttpExchange::RelayResponse(
 }
 
 void HttpExchange::Release(Target& t, bool upstream_keep) {
-  if (upstream_keep && c_.upstream_buffer.size() == 0 && c_.upstream.socket().is_open()) {
-    c_.pool.Put(t.pool_key, c_.upstream.release_socket(), t.retire_at, s_.clock.Now());
+  if (upstream_keep && c_.upstream_buffer.size() == 0 && c_.upstream->socket().is_open()) {
+    c_.pool.Put(t.pool_key, c_.upstream->release_socket(), t.retire_at, s_.clock.Now());
   } else {
-    Close(c_.upstream);
+    Close(*c_.upstream);
   }
+  c_.upstream.reset();
 }
 
 void HttpExchange::Failed(const Target& t) {
