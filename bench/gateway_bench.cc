@@ -527,6 +527,19 @@ struct IdleCost {
   double bytes_per_session = 0;
   std::string note;
 };
+// Once every connection is held: the proxy's RSS growth since `before` (KiB) per connection
+// into `cost` (unless a note says the measure failed); then closes the connections.
+void Settle(pid_t proxy, std::uint64_t before, const std::vector<int>& clients, IdleCost& cost) {
+  std::this_thread::sleep_for(500ms);
+  const std::uint64_t after = TreeRssKb(proxy);
+  if (cost.note.empty() && !clients.empty()) {
+    cost.bytes_per_session = after > before ? 1024.0 * static_cast<double>(after - before) /
+                                                  static_cast<double>(clients.size())
+                                            : 0.0;
+  }
+  for (const int fd : clients) ::close(fd);
+}
+
 IdleCost MeasureIdle(pid_t proxy, std::uint16_t port, Sink& sink, int count) {
   sink.DropAll();
   std::this_thread::sleep_for(300ms);
@@ -550,13 +563,7 @@ IdleCost MeasureIdle(pid_t proxy, std::uint16_t port, Sink& sink, int count) {
     cost.note = "only " + std::to_string(sink.held()) + " of " + std::to_string(clients.size()) +
                 " sessions reached the sink";
   }
-  std::this_thread::sleep_for(500ms);
-  const std::uint64_t after = TreeRssKb(proxy);
-  if (cost.note.empty()) {
-    cost.bytes_per_session =
-        after > before ? 1024.0 * static_cast<double>(after - before) / count : 0.0;
-  }
-  for (const int fd : clients) ::close(fd);
+  Settle(proxy, before, clients, cost);
   sink.DropAll();
   return cost;
 }
@@ -599,13 +606,7 @@ IdleCost MeasureIdleHttp(pid_t proxy, std::uint16_t port, int count) {
       cost.note = "client " + std::to_string(i) + " got " + answer.substr(0, answer.find('\r'));
     }
   }
-  std::this_thread::sleep_for(500ms);
-  const std::uint64_t after = TreeRssKb(proxy);
-  if (cost.note.empty()) {
-    cost.bytes_per_session =
-        after > before ? 1024.0 * static_cast<double>(after - before) / count : 0.0;
-  }
-  for (const int fd : clients) ::close(fd);
+  Settle(proxy, before, clients, cost);
   return cost;
 }
 

@@ -82,9 +82,9 @@ std::size_t PutBody(http::parser<isRequest, http::buffer_body>& parser, net::con
 }
 
 // Streams the body of the message `parser` has read the head of, from `in` to `out` through
-// `serializer` (built on the parser's message, head not yet written), one 16 KiB chunk at a
+// `serializer` (built on the parser's message, head not yet written), one 64 KiB chunk at a
 // time: the parser decodes what `in_buffer` holds into a borrowed chunk (relay_chunk.h) and the
-// serializer writes it (chunked stays chunked). Reads go straight to the socket in 16 KiB pieces,
+// serializer writes it (chunked stays chunked). Reads go straight to the socket in 64 KiB pieces,
 // and only when nothing buffered is left to decode or write; the buffer gives the extra room
 // back afterwards, so an idle connection keeps a small one. Bytes read past the message's end
 // stay in `in_buffer`, in front of the next message. `body_read` turns true once a byte of body

@@ -8,7 +8,7 @@
 //   3. takes a pooled keep-alive connection to the instance or connects (connect_timeout), drops
 //      hop-by-hop headers (Connection and what it names, Keep-Alive, Proxy-Connection, TE,
 //      Trailer, Upgrade), appends the client's address to X-Forwarded-For, answers an
-//      `Expect: 100-continue` itself, and streams the body through a 16 KiB buffer (chunked stays
+//      `Expect: 100-continue` itself, and streams the body through a 64 KiB buffer (chunked stays
 //      chunked, Content-Length stays as sent: bodies of any size, never held whole);
 //   4. waits for the response head up to the route's response_timeout (504), streams the
 //      response back the same way (a response framed by connection close is re-framed chunked

@@ -1,4 +1,4 @@
-// RelayChunk: a 16 KiB buffer for moving bytes between two sockets, borrowed from a per-thread
+// RelayChunk: a 64 KiB buffer for moving bytes between two sockets, borrowed from a per-thread
 // free list. A relay holds one only while it has bytes to move and gives it back before it waits
 // again, so an idle connection holds no buffer at all (HAProxy allocates its buffers on demand
 // the same way) and a busy one costs no malloc per chunk.
@@ -14,8 +14,8 @@ namespace drover::gateway {
 
 class RelayChunk {
  public:
-  static constexpr std::size_t kSize = 16 * 1024;
-  static constexpr std::size_t kKeptPerThread = 256;  // 4 MiB per io thread at most
+  static constexpr std::size_t kSize = 64 * 1024;
+  static constexpr std::size_t kKeptPerThread = 64;  // 4 MiB per io thread at most
 
   RelayChunk();   // from this thread's list, or newly allocated
   ~RelayChunk();  // back to this thread's list, or freed when the list is full
