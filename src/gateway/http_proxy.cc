@@ -34,6 +34,8 @@ namespace {
 // as if the limit were below every length, so the largest value stands for none.
 constexpr std::uint64_t kNoLimit = std::numeric_limits<std::uint64_t>::max();
 constexpr const char* kForwardedFor = "X-Forwarded-For";
+// What a connection waiting for its next request reads at once (a typical request head).
+constexpr std::size_t kFirstRead = 512;
 
 std::string_view View(beast::string_view s) { return {s.data(), s.size()}; }
 
@@ -189,6 +191,10 @@ struct HttpProxy::State : std::enable_shared_from_this<State> {
 
   net::awaitable<void> Sweep(std::shared_ptr<UpstreamPool> pool, net::any_io_executor executor);
   net::awaitable<void> Serve(tcp::socket client, drover::net::Connection connection);
+  // One request from its head (what `buffer` holds first) to the end of its response; false
+  // when the client connection must close.
+  net::awaitable<bool> Request(HttpConn& c, beast::flat_buffer& buffer,
+                               const std::string& client_ip);
   // The worker whose io_context `executor` belongs to.
   std::size_t WorkerOf(const net::any_io_executor& executor) const {
     const auto& context = net::query(executor, net::execution::context);
@@ -363,36 +369,60 @@ net::awaitable<void> HttpProxy::State::Serve(tcp::socket socket,
     }
   });
 
+  // Between requests the connection waits in a plain read into its buffer: no parser, no
+  // exchange and no HTTP read operation exist until bytes arrive, so an idle keep-alive client
+  // costs little more than its socket and this frame.
   beast::flat_buffer buffer;
   while (!draining.load(std::memory_order_relaxed)) {
-    http::request_parser<http::buffer_body> parser;
-    parser.header_limit(static_cast<std::uint32_t>(config.max_header_bytes));
-    parser.body_limit(kNoLimit);  // streamed: no size is too large
-    c->client.expires_after(config.idle_timeout);
-    co_await http::async_read_header(c->client, buffer, parser,
-                                     net::redirect_error(net::use_awaitable, ec));
-    if (ec) {
-      if (ec == http::error::header_limit) {
-        counters.bad_requests.fetch_add(1, std::memory_order_relaxed);
-        co_await Reply(
-            *c, http::status::request_header_fields_too_large,
-            "request head larger than " + std::to_string(config.max_header_bytes) + " bytes",
-            false);
-      } else if (IsParseError(ec)) {
-        counters.bad_requests.fetch_add(1, std::memory_order_relaxed);
-        co_await Reply(*c, http::status::bad_request, "bad request: " + ec.message(), false);
-      } else if (ec == beast::error::timeout && buffer.size() == 0) {
-        counters.idle_timeouts.fetch_add(1, std::memory_order_relaxed);
+    if (buffer.size() == 0) {
+      c->client.expires_after(config.idle_timeout);
+      const std::size_t n = co_await c->client.async_read_some(
+          buffer.prepare(kFirstRead), net::redirect_error(net::use_awaitable, ec));
+      buffer.commit(n);
+      if (ec) {
+        if (ec == beast::error::timeout) {
+          counters.idle_timeouts.fetch_add(1, std::memory_order_relaxed);
+        }
+        break;
       }
-      break;
     }
-    c->in_request = true;
-    counters.requests.fetch_add(1, std::memory_order_relaxed);
-    const bool again = co_await HttpExchange(*this, *c, buffer, parser, client_ip).Run();
-    c->in_request = false;
-    if (!again) break;
+    if (!co_await Request(*c, buffer, client_ip)) break;
   }
   Close(c->client);
+}
+
+net::awaitable<bool> HttpProxy::State::Request(HttpConn& c, beast::flat_buffer& buffer,
+                                               const std::string& client_ip) {
+  http::request_parser<http::buffer_body> parser;
+  parser.header_limit(static_cast<std::uint32_t>(config.max_header_bytes));
+  parser.body_limit(kNoLimit);  // streamed: no size is too large
+  // The head from what was read, when it is all there (the usual case: no more I/O); else the
+  // rest is read.
+  error_code ec;
+  buffer.consume(parser.put(buffer.data(), ec));
+  if (ec == http::error::need_more) {
+    ec = {};
+    c.client.expires_after(config.idle_timeout);
+    co_await http::async_read_header(c.client, buffer, parser,
+                                     net::redirect_error(net::use_awaitable, ec));
+  }
+  if (ec) {
+    if (ec == http::error::header_limit) {
+      counters.bad_requests.fetch_add(1, std::memory_order_relaxed);
+      co_await Reply(
+          c, http::status::request_header_fields_too_large,
+          "request head larger than " + std::to_string(config.max_header_bytes) + " bytes", false);
+    } else if (IsParseError(ec)) {
+      counters.bad_requests.fetch_add(1, std::memory_order_relaxed);
+      co_await Reply(c, http::status::bad_request, "bad request: " + ec.message(), false);
+    }
+    co_return false;
+  }
+  c.in_request = true;
+  counters.requests.fetch_add(1, std::memory_order_relaxed);
+  const bool again = co_await HttpExchange(*this, c, buffer, parser, client_ip).Run();
+  c.in_request = false;
+  co_return again;
 }
 
 std::optional<HttpExchange::Reject> HttpExchange::Prepare() {
