@@ -352,7 +352,6 @@ net::awaitable<void> HttpProxy::State::Reply(HttpConn& c, http::status status, s
 net::awaitable<void> HttpProxy::State::Serve(tcp::socket socket,
                                              drover::net::Connection connection) {
   auto self = shared_from_this();
-  drover::net::SetKeepAlive(socket);
   error_code ec;
   const tcp::endpoint remote = socket.remote_endpoint(ec);
   const std::string client_ip = ec ? std::string() : remote.address().to_string();
@@ -725,6 +724,7 @@ Result<std::unique_ptr<HttpProxy>> HttpProxy::Start(const Workers& workers,
   options.address = config.address;
   options.max_connections = config.max_connections;
   options.refusal = kBusy;
+  options.keep_alive = true;  // keepalive probes and no-delay on every client connection
   // One thread per worker: a connection needs no strand.
   DROVER_ASSIGN_OR_RETURN(
       std::unique_ptr<drover::net::TcpListener> listener,

@@ -232,7 +232,6 @@ asio::awaitable<void> TcpProxy::State::Serve(tcp::socket client, net::Connection
   connection.OnClose([c](net::CloseReason reason) {
     if (reason == net::CloseReason::kCloseNow) c->CloseBoth();
   });
-  net::SetKeepAlive(c->client);
 
   std::string rest;  // bytes the client sent after its key line
   std::uint64_t key_hash = 0;
@@ -275,6 +274,7 @@ Result<std::unique_ptr<TcpProxy>> TcpProxy::Start(const Workers& workers,
   options.name = "gateway " + config.name;
   options.address = config.address;
   options.max_connections = config.max_connections;
+  options.keep_alive = true;  // keepalive probes and no-delay on every client connection
   // Over the limit the client sees its connection closed at once and may try another gateway.
   DROVER_ASSIGN_OR_RETURN(std::unique_ptr<net::TcpListener> listener,
                           net::TcpListener::Start(

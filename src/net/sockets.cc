@@ -35,12 +35,12 @@ boost::system::error_code Listen(asio::ip::tcp::acceptor& acceptor,
   return ec;
 }
 
-void SetKeepAlive(asio::ip::tcp::socket& socket) {
-  boost::system::error_code ec;
-  socket.set_option(asio::socket_base::keep_alive(true), ec);
-  socket.set_option(asio::ip::tcp::no_delay(true), ec);
-  const int fd = socket.native_handle();
-  const int idle = 30, interval = 10, count = 3;
+void SetKeepAlive(asio::ip::tcp::socket& socket) { SetKeepAlive(socket.native_handle()); }
+
+void SetKeepAlive(int fd) {
+  const int on = 1, idle = 30, interval = 10, count = 3;
+  ::setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof on);
+  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &on, sizeof on);
   ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
   ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval, sizeof interval);
   ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &count, sizeof count);

@@ -22,22 +22,10 @@ Result<boost::asio::ip::tcp::endpoint> ParseEndpoint(std::string_view address,
 boost::system::error_code Listen(boost::asio::ip::tcp::acceptor& acceptor,
                                  const boost::asio::ip::tcp::endpoint& endpoint, int backlog);
 
-// `socket` (accepted on the acceptor's io_context) re-homed on `executor`'s. Accepting straight
-// into another io_context's socket leaves that socket inside the acceptor context's pending
-// operations, which outlive the other context at shutdown; moving the descriptor after the
-// accept keeps every context's objects its own.
-template <typename Executor>
-boost::asio::ip::tcp::socket MoveTo(boost::asio::ip::tcp::socket socket, const Executor& executor) {
-  boost::system::error_code ec;
-  const auto protocol = socket.local_endpoint(ec).protocol();
-  boost::asio::ip::tcp::socket moved(executor);
-  const int fd = socket.release(ec);
-  if (!ec) moved.assign(protocol, fd, ec);
-  return moved;
-}
-
 // TCP_NODELAY and keepalive probes: after 30 s idle, every 10 s, 3 of them -- a peer that
 // vanished without a FIN is found within about a minute even when idle timeouts are longer.
+// (ListenerOptions::keep_alive sets them once on a listening socket, for all it accepts.)
 void SetKeepAlive(boost::asio::ip::tcp::socket& socket);
+void SetKeepAlive(int fd);
 
 }  // namespace drover::net

@@ -65,6 +65,9 @@ struct ListenerOptions {
   // Written to a client over max_connections before it is closed (empty: closed at once).
   std::string refusal;
   int backlog = boost::asio::socket_base::max_listen_connections;
+  // SetKeepAlive's options (TCP_NODELAY and keepalive probes) on every accepted connection, set
+  // once on the listening socket: Linux copies them to each socket it accepts.
+  bool keep_alive = false;
 };
 
 class TcpListener {

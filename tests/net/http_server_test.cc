@@ -5,6 +5,9 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
 
 #include <atomic>
 #include <boost/asio/co_spawn.hpp>
@@ -226,6 +229,53 @@ TEST(TcpListenerTest, DrainingAndClosingReachEveryConnection) {
   ::close(b);
   io.stop();
   runner.join();
+}
+
+TEST(TcpListenerTest, ABurstIsAcceptedWholeOntoTheWorkerWithTheListenersSocketOptions) {
+  // 200 connections at once (more than one accept batch) through a listener whose accepts run
+  // on one context and whose connections are served on another: every one is served, on the
+  // worker, with keepalive and no-delay inherited from the listening socket.
+  asio::io_context acceptor_io, worker_io;
+  ListenerOptions o;
+  o.name = "test";
+  o.address = "127.0.0.1:0";
+  o.keep_alive = true;
+  std::atomic<int> served{0}, on_worker{0}, with_options{0};
+  auto listener = TcpListener::Start(
+      acceptor_io, o, [&worker_io] { return asio::any_io_executor(worker_io.get_executor()); },
+      [&](asio::ip::tcp::socket socket, Connection) -> asio::awaitable<void> {
+        served.fetch_add(1);
+        const auto* context = &asio::query(socket.get_executor(), asio::execution::context);
+        if (context == &worker_io) on_worker.fetch_add(1);
+        int keep = 0, nodelay = 0, idle = 0;
+        socklen_t len = sizeof(int);
+        const int fd = socket.native_handle();
+        ::getsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &keep, &len);
+        ::getsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &nodelay, &len);
+        ::getsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, &len);
+        if (keep == 1 && nodelay == 1 && idle == 30) with_options.fetch_add(1);
+        co_return;
+      });
+  ASSERT_TRUE(listener.ok()) << listener.status().ToString();
+  std::vector<std::thread> runners;
+  for (asio::io_context* io : {&acceptor_io, &worker_io}) {
+    runners.emplace_back([io] {
+      auto work = asio::make_work_guard(*io);
+      io->run();
+    });
+  }
+  std::vector<int> clients;
+  for (int i = 0; i < 200; ++i) clients.push_back(testing::ConnectLoopback((*listener)->port()));
+  EXPECT_TRUE(Eventually([&] { return served.load() == 200; })) << served.load();
+  EXPECT_EQ(on_worker.load(), 200);
+  EXPECT_EQ(with_options.load(), 200);
+  EXPECT_EQ((*listener)->counters().accepted.load(), 200u);
+  for (const int fd : clients) ::close(fd);
+  (*listener)->StopAccepting();
+  listener->reset();
+  acceptor_io.stop();
+  worker_io.stop();
+  for (std::thread& t : runners) t.join();
 }
 
 TEST(TcpListenerTest, ABadAddressIsRefusedBeforeAnythingStarts) {
