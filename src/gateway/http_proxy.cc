@@ -139,8 +139,14 @@ net::awaitable<RelayEnd> RelayBody(http::parser<isRequest, http::buffer_body>& p
       body.data = body.size > 0 ? chunk->data() : nullptr;
       body.more = !parser.is_done();
     }
-    out.expires_after(idle);
-    co_await http::async_write(out, serializer, net::redirect_error(net::use_awaitable, ec));
+    // At once when the socket takes it all (the usual case, and no trip through the reactor:
+    // both sockets are in non-blocking mode), else the rest when it can.
+    http::write(out.socket(), serializer, ec);
+    if (ec == net::error::would_block) {
+      ec = {};
+      out.expires_after(idle);
+      co_await http::async_write(out, serializer, net::redirect_error(net::use_awaitable, ec));
+    }
     if (ec == http::error::need_buffer) ec = {};
     if (ec) co_return RelayEnd::kWriteFailed;
   }
@@ -357,6 +363,7 @@ net::awaitable<void> HttpProxy::State::Serve(tcp::socket socket,
   const std::string client_ip = ec ? std::string() : remote.address().to_string();
   std::shared_ptr<UpstreamPool> pool = pool_views[WorkerOf(socket.get_executor())].lock();
   if (!pool) co_return;  // its worker is shutting down
+  socket.non_blocking(true, ec);  // writes are tried at once (RelayBody)
   auto c = std::make_shared<HttpConn>(std::move(socket), std::move(pool));
   // Draining: keep-alive connections waiting for their next request close now; the others get
   // "Connection: close" on their response.
@@ -578,6 +585,7 @@ net::awaitable<HttpExchange::AttemptEnd> HttpExchange::Connect(Target& t) {
     co_return AttemptEnd::kRetry;  // nothing was sent: always safe to try another instance
   }
   drover::net::SetKeepAlive(c_.upstream->socket());
+  c_.upstream->socket().non_blocking(true, ec);  // writes are tried at once (RelayBody)
   t.retire_at = c_.pool.RetireAt(s_.clock.Now());
   s_.counters.upstream_connects.fetch_add(1, std::memory_order_relaxed);
   t.counters.connections.fetch_add(1, std::memory_order_relaxed);
