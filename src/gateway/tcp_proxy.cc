@@ -117,9 +117,7 @@ asio::awaitable<bool> TcpProxy::State::Connect(std::shared_ptr<Conn> c, const tc
 asio::awaitable<void> TcpProxy::State::Pump(std::shared_ptr<Conn> c, bool from_client) {
   tcp::socket& from = from_client ? c->client : c->upstream;
   tcp::socket& to = from_client ? c->upstream : c->client;
-  error_code ec;
-  from.non_blocking(true, ec);  // read_some below must never block the io thread
-  if (ec) c->CloseBoth();
+  error_code ec;  // both sockets are non-blocking (Serve)
   while (!ec) {
     // Move what is there, with a buffer borrowed for as long as there is something to move. The
     // reactor is edge-triggered: bytes that came before a wait was armed raise no event, so read
@@ -149,8 +147,14 @@ asio::awaitable<void> TcpProxy::State::Pump(std::shared_ptr<Conn> c, bool from_c
           c->awaiting_since = c->last_activity;
           c->timer.cancel();  // the watchdog recomputes its deadline
         }
-        co_await asio::async_write(to, asio::buffer(chunk.data(), n),
-                                   asio::redirect_error(asio::use_awaitable, ec));
+        // At once when the socket takes it all (both are non-blocking), else the rest when it
+        // can: most messages never go through the reactor to be written.
+        const std::size_t sent = asio::write(to, asio::buffer(chunk.data(), n), ec);
+        if (ec == asio::error::would_block || ec == asio::error::try_again) {
+          ec = {};
+          co_await asio::async_write(to, asio::buffer(chunk.data() + sent, n - sent),
+                                     asio::redirect_error(asio::use_awaitable, ec));
+        }
         if (ec) {
           c->CloseBoth();
           break;
@@ -259,6 +263,15 @@ asio::awaitable<void> TcpProxy::State::Serve(tcp::socket client, net::Connection
     }
   }
   c->last_activity = MonoClock::now();
+  // Both non-blocking before either pump runs: a pump reads its side with read_some and writes
+  // the other side at once where it can, and neither may ever block the io thread.
+  error_code nb_client, nb_upstream;
+  c->client.non_blocking(true, nb_client);
+  c->upstream.non_blocking(true, nb_upstream);
+  if (nb_client || nb_upstream) {
+    c->CloseBoth();
+    co_return;
+  }
   auto executor = c->client.get_executor();
   asio::co_spawn(executor, Pump(c, true), asio::detached);
   asio::co_spawn(executor, Pump(c, false), asio::detached);
