@@ -22,8 +22,8 @@
 // and 5xx answers feed the instance's outlier ejection.
 //
 // Threads: net::TcpListener accepts on the first worker (the connection limit -- a 503 over it --
-// and close-all are its) and spreads connections round robin over the workers (io_contexts run
-// by one thread each); a connection, its upstream connections and its thread's UpstreamPool never
+// and close-all are its) straight onto the workers, round robin (io_contexts run by one thread
+// each); a connection, its upstream connections and its thread's UpstreamPool never
 // meet another thread, so a pooled connection moves between client connections without a system
 // call. A sweeper per worker closes pooled connections past their idle timeout or age.
 #pragma once

@@ -16,6 +16,7 @@
 #include <future>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <vector>
 
 #include "drover/mutex.h"
@@ -108,30 +109,30 @@ asio::awaitable<void> TcpListener::State::Accept() {
         break;
       }
       counters.accepted.fetch_add(1, std::memory_order_relaxed);
+      // A socket for the descriptor on `on`'s context; nullopt (the descriptor closed) if the
+      // reactor will not take it.
+      const auto adopt = [&protocol, fd](const auto& on) -> std::optional<tcp::socket> {
+        tcp::socket socket(on);
+        error_code assign_ec;
+        socket.assign(protocol, fd, assign_ec);
+        if (!assign_ec) return socket;
+        ::close(fd);
+        return std::nullopt;
+      };
       if (counters.active.load(std::memory_order_relaxed) >= options.max_connections) {
         // The client learns at once and may try another server; the ones already here keep
         // their share of the process.
         counters.refused.fetch_add(1, std::memory_order_relaxed);
-        tcp::socket refused(strand);
-        refused.assign(protocol, fd, ec);
-        if (ec) {
-          ::close(fd);
-          ec = {};
-          continue;
+        if (auto refused = adopt(strand)) {
+          asio::co_spawn(strand, Refuse(std::move(*refused)), asio::detached);
         }
-        asio::co_spawn(strand, Refuse(std::move(refused)), asio::detached);
         continue;
       }
       const asio::any_io_executor executor = place();
-      tcp::socket socket(executor);
-      socket.assign(protocol, fd, ec);
-      if (ec) {
-        ::close(fd);
-        ec = {};
-        continue;
+      if (auto socket = adopt(executor)) {
+        counters.active.fetch_add(1, std::memory_order_relaxed);
+        asio::co_spawn(executor, Run(std::move(*socket)), asio::detached);
       }
-      counters.active.fetch_add(1, std::memory_order_relaxed);
-      asio::co_spawn(executor, Run(std::move(socket)), asio::detached);
     }
     if (ec) {  // out of descriptors or memory: give the process a moment
       if (!acceptor.is_open()) co_return;
