@@ -245,10 +245,10 @@ const std::string kBusy =
 // One request through the proxy, in the manner of Envoy's router: Prepare() checks and rewrites
 // the head and finds the route; Run() then makes attempts, each on one instance, until one ends
 // done or the retry policy (route.retries, the listener's RetryBudget, what was sent) says stop.
-// An attempt is: Acquire (a pooled connection, else Connect), SendRequest (100 Continue, head and
-// body), ReadResponseHead, RelayResponse, Release (back to the pool). The pieces that need no
-// I/O are plain functions, so a request with no body costs two coroutine frames (Run, Attempt)
-// and one for each body relayed.
+// An attempt is: TakePooled (else Connect), SendRequest (100 Continue, head and body),
+// ReadResponseHead, RelayResponse, Release (back to the pool), and ends done, retry, fail or
+// abort. The pieces that need no I/O (Prepare, StartRetry, TakePooled, HeadFailed, Release) are
+// plain functions, not coroutines.
 class HttpExchange {
  public:
   HttpExchange(HttpProxy::State& s, HttpConn& c, beast::flat_buffer& buffer,
@@ -280,7 +280,7 @@ class HttpExchange {
   };
 
   std::optional<Reject> Prepare();
-  // Claims a retry slot for attempt `attempt` (> 0); false when the budget is spent.
+  // Claims a retry slot before every attempt after the first; false when the budget is spent.
   bool StartRetry();
   net::awaitable<AttemptEnd> Attempt(std::size_t pick);
   bool TakePooled(Target& t);
