@@ -789,8 +789,7 @@ void JudgeIdle(const std::string& figure,
   for (const auto& [system, cost] : rows) {
     if (system == "drover" || !cost.note.empty() || !drover.note.empty()) continue;
     // A peer whose RSS did not grow measurably is taken at 1 byte: Drover meets it only at 0.
-    v.ratios.emplace_back(system,
-                          drover.bytes_per_session / std::max(cost.bytes_per_session, 1.0));
+    v.ratios.emplace_back(system, drover.bytes_per_session / std::max(cost.bytes_per_session, 1.0));
   }
   verdicts.push_back(std::move(v));
 }

@@ -362,7 +362,7 @@ net::awaitable<void> HttpProxy::State::Serve(tcp::socket socket,
   const tcp::endpoint remote = socket.remote_endpoint(ec);
   const std::string client_ip = ec ? std::string() : remote.address().to_string();
   std::shared_ptr<UpstreamPool> pool = pool_views[WorkerOf(socket.get_executor())].lock();
-  if (!pool) co_return;  // its worker is shutting down
+  if (!pool) co_return;           // its worker is shutting down
   socket.non_blocking(true, ec);  // writes are tried at once (RelayBody)
   auto c = std::make_shared<HttpConn>(std::move(socket), std::move(pool));
   // Draining: keep-alive connections waiting for their next request close now; the others get
