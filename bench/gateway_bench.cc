@@ -977,18 +977,13 @@ int main(int argc, char** argv) {
         return false;
       };
       std::vector<std::pair<std::string, IdleCost>> rows;
-      for (const Kind k : {Kind::kIdle}) {
-        const std::vector<std::uint16_t> to = {sink->port()};
-        for (Proxy p : {start.Drover(k, threads), start.Haproxy(k, threads, to),
-                        start.Nginx(k, threads, to)}) {
-          if (!p.process) continue;
-          if (!reaches_sink(p.port)) Fail(p.system + " does not reach the idle sink");
-          rows.emplace_back(p.system,
-                            MeasureIdle(p.process->pid(), p.port, *sink, o.idle_sessions));
-          std::vector<Proxy> one = {p};
-          Stop(one);
-        }
+      std::vector<Proxy> proxies = start.All(Kind::kIdle, threads, {sink->port()});
+      for (const Proxy& p : proxies) {
+        if (!p.process) continue;
+        if (!reaches_sink(p.port)) Fail(p.system + " does not reach the idle sink");
+        rows.emplace_back(p.system, MeasureIdle(p.process->pid(), p.port, *sink, o.idle_sessions));
       }
+      Stop(proxies);
       ReportIdle(fmt::format("gateway_bench idle tcp: {} idle TCP sessions held through each "
                              "proxy, {} per proxy",
                              o.idle_sessions, t),
