@@ -21,6 +21,8 @@ class RelayChunk {
   ~RelayChunk();  // back to this thread's list, or freed when the list is full
   RelayChunk(const RelayChunk&) = delete;
   RelayChunk& operator=(const RelayChunk&) = delete;
+  RelayChunk(RelayChunk&&) noexcept = default;  // e.g. into the handler of a pending write
+  RelayChunk& operator=(RelayChunk&&) = delete;
 
   char* data() { return data_.get(); }
   static constexpr std::size_t size() { return kSize; }

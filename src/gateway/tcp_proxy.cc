@@ -22,10 +22,17 @@ namespace asio = boost::asio;
 using tcp = asio::ip::tcp;
 using boost::system::error_code;
 
-// One proxied connection; every member is touched only on the connection's strand.
+// One proxied connection; every member is touched only on the connection's strand. Once both
+// sides are connected no coroutine holds it: its two pumps and its watchdog are plain handlers
+// of pending waits, each owning a reference, so an idle session costs its sockets, this object
+// and three pending operations.
 struct Conn {
-  explicit Conn(tcp::socket c)
-      : client(std::move(c)), upstream(client.get_executor()), timer(client.get_executor()) {}
+  Conn(tcp::socket c, std::shared_ptr<TcpProxy::State> s, net::Connection n)
+      : client(std::move(c)),
+        upstream(client.get_executor()),
+        timer(client.get_executor()),
+        state(std::move(s)),
+        connection(std::move(n)) {}
   ~Conn() {
     if (counters) counters->active.fetch_sub(1, std::memory_order_relaxed);
   }
@@ -44,7 +51,10 @@ struct Conn {
   bool awaiting_upstream = false;
   MonoClock::time_point awaiting_since{};
   int pumps_done = 0;
+  bool cut = false;                            // by the watchdog
   std::shared_ptr<InstanceCounters> counters;  // the instance this connection counts against
+  const std::shared_ptr<TcpProxy::State> state;
+  net::Connection connection;  // open (for the listener) while this lives
 };
 
 struct TcpProxy::State : std::enable_shared_from_this<State> {
@@ -58,8 +68,13 @@ struct TcpProxy::State : std::enable_shared_from_this<State> {
   // Picks and connects an instance (trying others after a failed connect); false when none
   // could be reached.
   asio::awaitable<bool> ConnectUpstream(std::shared_ptr<Conn> c, std::uint64_t key_hash);
-  asio::awaitable<void> Pump(std::shared_ptr<Conn> c, bool from_client);
-  asio::awaitable<void> Watchdog(std::shared_ptr<Conn> c);
+  // Moves what `from` has to the other side, then waits for more (or for the other side to take
+  // the rest); returns at once, and goes on in handlers until that direction ends.
+  void Pump(std::shared_ptr<Conn> c, bool from_client);
+  void PumpEnded(Conn& c);
+  // Cuts the connection after idle_timeout without a byte, or response_timeout without an
+  // answer; re-armed by its own handler until both pumps ended.
+  void Watchdog(std::shared_ptr<Conn> c);
 
   const Workers workers;
   std::size_t next_worker = 0;  // on the listener's accept strand
@@ -114,87 +129,95 @@ asio::awaitable<bool> TcpProxy::State::Connect(std::shared_ptr<Conn> c, const tc
   co_return !ec && c->upstream.is_open();
 }
 
-asio::awaitable<void> TcpProxy::State::Pump(std::shared_ptr<Conn> c, bool from_client) {
+void TcpProxy::State::Pump(std::shared_ptr<Conn> c, bool from_client) {
   tcp::socket& from = from_client ? c->client : c->upstream;
   tcp::socket& to = from_client ? c->upstream : c->client;
-  error_code ec;  // both sockets are non-blocking (Serve)
-  while (!ec) {
-    // Move what is there, with a buffer borrowed for as long as there is something to move. The
-    // reactor is edge-triggered: bytes that came before a wait was armed raise no event, so read
-    // until the socket has no more before each wait.
-    {
-      RelayChunk chunk;
-      while (true) {
-        const std::size_t n = from.read_some(asio::buffer(chunk.data(), chunk.size()), ec);
-        if (ec == asio::error::would_block || ec == asio::error::try_again) {
-          ec = {};
-          break;  // drained
-        }
-        if (ec == asio::error::eof) {
-          error_code ignored;
-          to.shutdown(tcp::socket::shutdown_send, ignored);  // half-close: pass the FIN on
-          break;
-        }
-        if (ec) {
-          c->CloseBoth();
-          break;
-        }
-        c->last_activity = MonoClock::now();
-        if (!from_client) {
-          c->awaiting_upstream = false;
-        } else if (!c->awaiting_upstream && config.response_timeout > Duration::zero()) {
-          c->awaiting_upstream = true;
-          c->awaiting_since = c->last_activity;
-          c->timer.cancel();  // the watchdog recomputes its deadline
-        }
-        // At once when the socket takes it all (both are non-blocking), else the rest when it
-        // can: most messages never go through the reactor to be written.
-        const std::size_t sent = asio::write(to, asio::buffer(chunk.data(), n), ec);
-        if (ec == asio::error::would_block || ec == asio::error::try_again) {
-          ec = {};
-          co_await asio::async_write(to, asio::buffer(chunk.data() + sent, n - sent),
-                                     asio::redirect_error(asio::use_awaitable, ec));
-        }
-        if (ec) {
-          c->CloseBoth();
-          break;
-        }
+  // Move what is there, with a buffer borrowed for as long as there is something to move. The
+  // reactor is edge-triggered: bytes that came before a wait was armed raise no event, so read
+  // until the socket has no more before each wait. Both sockets are non-blocking (Serve).
+  {
+    RelayChunk chunk;
+    while (true) {
+      error_code ec;
+      const std::size_t n = from.read_some(asio::buffer(chunk.data(), chunk.size()), ec);
+      if (ec == asio::error::would_block || ec == asio::error::try_again) break;  // drained
+      if (ec == asio::error::eof) {
+        error_code ignored;
+        to.shutdown(tcp::socket::shutdown_send, ignored);  // half-close: pass the FIN on
+        return PumpEnded(*c);
+      }
+      if (ec) {
+        c->CloseBoth();
+        return PumpEnded(*c);
+      }
+      c->last_activity = MonoClock::now();
+      if (!from_client) {
+        c->awaiting_upstream = false;
+      } else if (!c->awaiting_upstream && config.response_timeout > Duration::zero()) {
+        c->awaiting_upstream = true;
+        c->awaiting_since = c->last_activity;
+        c->timer.cancel();  // the watchdog recomputes its deadline
+      }
+      // At once when the socket takes it all, else the rest when it can (backpressure: nothing
+      // more is read this way meanwhile); most messages never go through the reactor.
+      const std::size_t sent = asio::write(to, asio::buffer(chunk.data(), n), ec);
+      if (ec == asio::error::would_block || ec == asio::error::try_again) {
+        const asio::const_buffer rest(chunk.data() + sent, n - sent);
+        asio::async_write(to, rest,
+                          [c = std::move(c), from_client, chunk = std::move(chunk)](
+                              error_code write_ec, std::size_t) mutable {
+                            if (write_ec) {
+                              c->CloseBoth();
+                              return c->state->PumpEnded(*c);
+                            }
+                            c->state->Pump(std::move(c), from_client);
+                          });
+        return;
+      }
+      if (ec) {
+        c->CloseBoth();
+        return PumpEnded(*c);
       }
     }
-    if (ec) break;
-    // Nothing to move: wait without a buffer (an idle session holds none).
-    co_await from.async_wait(tcp::socket::wait_read, asio::redirect_error(asio::use_awaitable, ec));
-    if (ec) c->CloseBoth();
   }
-  if (++c->pumps_done == 2) {
-    c->CloseBoth();
-    c->timer.cancel();  // wakes the watchdog
+  // Nothing to move: wait without a buffer (an idle session holds none).
+  from.async_wait(tcp::socket::wait_read, [c = std::move(c), from_client](error_code ec) mutable {
+    if (ec) {
+      c->CloseBoth();
+      return c->state->PumpEnded(*c);
+    }
+    c->state->Pump(std::move(c), from_client);
+  });
+}
+
+void TcpProxy::State::PumpEnded(Conn& c) {
+  if (++c.pumps_done == 2) {
+    c.CloseBoth();
+    c.timer.cancel();  // wakes the watchdog, which lets go
   }
 }
 
-asio::awaitable<void> TcpProxy::State::Watchdog(std::shared_ptr<Conn> c) {
-  ++c->timer_epoch;
-  bool cut = false;
-  while (c->pumps_done < 2) {
-    const auto now = MonoClock::now();
-    auto deadline = c->last_activity + config.idle_timeout;
-    bool response_due = false;
-    if (c->awaiting_upstream && c->awaiting_since + config.response_timeout < deadline) {
-      deadline = c->awaiting_since + config.response_timeout;
-      response_due = true;
-    }
-    if (!cut && now >= deadline) {
-      // Nothing either way for idle_timeout, or an upstream that stopped answering (a frozen
-      // process keeps its sockets open and its kernel keeps acknowledging).
-      cut = true;
-      (response_due ? counters.response_timeouts : counters.idle_timeouts)
-          .fetch_add(1, std::memory_order_relaxed);
-      c->CloseBoth();  // the pumps end; the last one cancels the timer
-    }
-    c->timer.expires_at(cut ? now + std::chrono::hours(1) : deadline);
-    error_code ec;
-    co_await c->timer.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+void TcpProxy::State::Watchdog(std::shared_ptr<Conn> c) {
+  if (c->pumps_done == 2) return;
+  const auto now = MonoClock::now();
+  auto deadline = c->last_activity + config.idle_timeout;
+  bool response_due = false;
+  if (c->awaiting_upstream && c->awaiting_since + config.response_timeout < deadline) {
+    deadline = c->awaiting_since + config.response_timeout;
+    response_due = true;
   }
+  if (!c->cut && now >= deadline) {
+    // Nothing either way for idle_timeout, or an upstream that stopped answering (a frozen
+    // process keeps its sockets open and its kernel keeps acknowledging). The pumps end; the
+    // last one cancels the timer, and this handler lets go.
+    (response_due ? counters.response_timeouts : counters.idle_timeouts)
+        .fetch_add(1, std::memory_order_relaxed);
+    c->CloseBoth();
+    c->cut = true;
+  }
+  if (c->cut) deadline = now + std::chrono::hours(1);
+  c->timer.expires_at(deadline);
+  c->timer.async_wait([c = std::move(c)](error_code) mutable { c->state->Watchdog(std::move(c)); });
 }
 
 asio::awaitable<bool> TcpProxy::State::ConnectUpstream(std::shared_ptr<Conn> c,
@@ -231,10 +254,10 @@ asio::awaitable<bool> TcpProxy::State::ConnectUpstream(std::shared_ptr<Conn> c,
 }
 
 asio::awaitable<void> TcpProxy::State::Serve(tcp::socket client, net::Connection connection) {
-  auto self = shared_from_this();
-  auto c = std::make_shared<Conn>(std::move(client));
-  connection.OnClose([c](net::CloseReason reason) {
-    if (reason == net::CloseReason::kCloseNow) c->CloseBoth();
+  auto c = std::make_shared<Conn>(std::move(client), shared_from_this(), std::move(connection));
+  c->connection.OnClose([weak = std::weak_ptr<Conn>(c)](net::CloseReason reason) {
+    if (reason != net::CloseReason::kCloseNow) return;
+    if (const std::shared_ptr<Conn> live = weak.lock()) live->CloseBoth();
   });
 
   std::string rest;  // bytes the client sent after its key line
@@ -272,10 +295,10 @@ asio::awaitable<void> TcpProxy::State::Serve(tcp::socket client, net::Connection
     c->CloseBoth();
     co_return;
   }
-  auto executor = c->client.get_executor();
-  asio::co_spawn(executor, Pump(c, true), asio::detached);
-  asio::co_spawn(executor, Pump(c, false), asio::detached);
-  co_await Watchdog(c);
+  ++c->timer_epoch;  // a timer callback of the connect phase must not act
+  Pump(c, true);
+  Pump(c, false);
+  Watchdog(std::move(c));
 }
 
 Result<std::unique_ptr<TcpProxy>> TcpProxy::Start(const Workers& workers,

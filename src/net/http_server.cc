@@ -110,7 +110,8 @@ struct HttpServer::Impl {
       : options(std::move(o)), handler(std::move(h)), io(std::max(1, options.threads)) {}
 
   Status LoadTls();
-  asio::awaitable<void> Session(tcp::socket socket);
+  // `connection` is open for as long as the session runs.
+  asio::awaitable<void> Session(tcp::socket socket, Connection connection);
   template <typename Stream>
   asio::awaitable<void> Serve(Stream& stream, const std::string& client);
   // Reads one request; nullopt when the connection is over (after an error reply, if one is due).
@@ -161,7 +162,7 @@ Status HttpServer::Impl::LoadTls() {
   return Status::Ok();
 }
 
-asio::awaitable<void> HttpServer::Impl::Session(tcp::socket socket) {
+asio::awaitable<void> HttpServer::Impl::Session(tcp::socket socket, Connection /*connection*/) {
   error_code address_ec;
   const auto remote = socket.remote_endpoint(address_ec);
   const std::string client = HostPort{remote.address().to_string(), remote.port(),
@@ -288,11 +289,12 @@ Result<std::unique_ptr<HttpServer>> HttpServer::Start(HttpServerOptions options,
   if (!raw->tls) lo.refusal = BusyReply(raw->options.name);
   // Each connection gets its own strand: its coroutine and the wake-ups of a stream it serves
   // never run concurrently.
-  DROVER_ASSIGN_OR_RETURN(
-      impl->listener,
-      TcpListener::Start(
-          raw->io, std::move(lo), [raw] { return asio::make_strand(raw->io); },
-          [raw](tcp::socket socket, Connection) { return raw->Session(std::move(socket)); }));
+  DROVER_ASSIGN_OR_RETURN(impl->listener,
+                          TcpListener::Start(
+                              raw->io, std::move(lo), [raw] { return asio::make_strand(raw->io); },
+                              [raw](tcp::socket socket, Connection connection) {
+                                return raw->Session(std::move(socket), std::move(connection));
+                              }));
   for (int i = 0; i < std::max(1, raw->options.threads); ++i) {
     impl->threads.emplace_back([raw] { raw->io.run(); });
   }

@@ -39,8 +39,16 @@ constexpr int kAcceptBatch = 1;
 constexpr auto kRefusalLimit = std::chrono::seconds(1);
 }  // namespace
 
+// A connection is open for as long as its Entry lives: the Connection handed to Serve holds the
+// only owning reference, and its last copy going (the coroutine ended, or whatever the owner moved
+// it into was destroyed, also with its io_context) unregisters it. No frame of the listener's
+// stays with a connection.
 struct Connection::Entry {
-  explicit Entry(asio::any_io_executor e) : executor(std::move(e)) {}
+  Entry(std::shared_ptr<TcpListener::State> s, std::uint64_t i, asio::any_io_executor e)
+      : state(std::move(s)), id(i), executor(std::move(e)) {}
+  ~Entry();
+  const std::shared_ptr<TcpListener::State> state;  // outlives every connection it accepted
+  const std::uint64_t id;
   const asio::any_io_executor executor;
   Mutex mu;
   Closer closer DROVER_GUARDED_BY(mu);
@@ -62,7 +70,8 @@ struct TcpListener::State : std::enable_shared_from_this<State> {
 
   asio::awaitable<void> Accept();
   asio::awaitable<void> Refuse(tcp::socket socket);
-  asio::awaitable<void> Run(tcp::socket socket);
+  // Registers a connection served on `executor`.
+  std::shared_ptr<Connection::Entry> Open(const asio::any_io_executor& executor);
   // Runs every open connection's closer with `reason`, each on its executor.
   void Notify(CloseReason reason);
 
@@ -130,8 +139,8 @@ asio::awaitable<void> TcpListener::State::Accept() {
       }
       const asio::any_io_executor executor = place();
       if (auto socket = adopt(executor)) {
-        counters.active.fetch_add(1, std::memory_order_relaxed);
-        asio::co_spawn(executor, Run(std::move(*socket)), asio::detached);
+        asio::co_spawn(executor, serve(std::move(*socket), Connection(Open(executor))),
+                       asio::detached);
       }
     }
     if (ec) {  // out of descriptors or memory: give the process a moment
@@ -160,28 +169,21 @@ asio::awaitable<void> TcpListener::State::Refuse(tcp::socket socket) {
   socket.close(ec);
 }
 
-asio::awaitable<void> TcpListener::State::Run(tcp::socket socket) {
-  auto self = shared_from_this();
-  auto entry = std::make_shared<Connection::Entry>(socket.get_executor());
-  std::uint64_t id = 0;
+std::shared_ptr<Connection::Entry> TcpListener::State::Open(const asio::any_io_executor& executor) {
+  counters.active.fetch_add(1, std::memory_order_relaxed);
+  MutexLock lock(mu);
+  const std::uint64_t id = next_id++;
+  auto entry = std::make_shared<Connection::Entry>(shared_from_this(), id, executor);
+  open.emplace(id, entry);
+  return entry;
+}
+
+Connection::Entry::~Entry() {
   {
-    MutexLock lock(mu);
-    id = next_id++;
-    open.emplace(id, entry);
+    MutexLock lock(state->mu);
+    state->open.erase(id);
   }
-  // Also when the frame is destroyed with its io_context, mid-connection.
-  struct Done {
-    State& state;
-    std::uint64_t id;
-    ~Done() {
-      {
-        MutexLock lock(state.mu);
-        state.open.erase(id);
-      }
-      state.counters.active.fetch_sub(1, std::memory_order_relaxed);
-    }
-  } done{*this, id};
-  co_await serve(std::move(socket), Connection(std::move(entry)));
+  state->counters.active.fetch_sub(1, std::memory_order_relaxed);
 }
 
 void TcpListener::State::Notify(CloseReason reason) {

@@ -3,7 +3,8 @@
 //
 // It binds "ip:port", accepts on a strand of one io_context, and hands each connection to the
 // owner's Serve coroutine on the executor the owner's Place picks (one of its io threads, a
-// strand). Around that it does what each server needs the same way:
+// strand); the listener itself keeps no frame per connection. Around that it does what each
+// server needs the same way:
 //   - a connection limit: a client over max_connections gets `refusal` (bytes written within a
 //     second, e.g. an HTTP 503; nothing: closed at once) and is closed, counted as refused;
 //   - accept errors (out of descriptors) pause the loop briefly instead of spinning;
@@ -42,7 +43,10 @@ enum class CloseReason : std::uint8_t {
   kCloseNow,  // the end of a drain: close
 };
 
-// One open connection, as its listener sees it; handed to the owner's Serve.
+// One open connection, as its listener sees it; handed to the owner's Serve. The connection counts
+// as open (counters().active, the closers StopAccepting and CloseAll run) until the last copy of
+// it is destroyed -- not when Serve's coroutine ends: an owner may keep a connection without a
+// coroutine (an idle HTTP keep-alive client waits in a plain readiness wait) by moving it along.
 class Connection {
  public:
   using Closer = std::function<void(CloseReason)>;
