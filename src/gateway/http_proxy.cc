@@ -156,10 +156,84 @@ net::awaitable<RelayEnd> RelayBody(http::parser<isRequest, http::buffer_body>& p
 
 }  // namespace
 
-// One client connection; touched only on its worker's thread.
+struct HttpClient;
+
+// The keep-alive clients of one worker waiting for their next request, oldest first: every client
+// of a listener has the same idle timeout, so the order they parked in is the order they expire
+// in, and the sweep looks at the front only. Intrusive (the links are the clients'); touched on
+// the worker's thread only.
+class IdleClients {
+ public:
+  void PushBack(HttpClient& c);
+  void Remove(HttpClient& c);
+  HttpClient* front() const { return head_; }
+  std::size_t size() const { return size_; }
+
+ private:
+  HttpClient* head_ = nullptr;
+  HttpClient* tail_ = nullptr;
+  std::size_t size_ = 0;
+};
+
+// What one worker thread keeps for the listener: its upstream connection pool and its idle
+// clients. Owned by the worker's sweeper and the clients on it; a pool's sockets belong to the
+// worker's io_context and must go with it.
+struct HttpWorker {
+  explicit HttpWorker(UpstreamPool::Options o) : pool(o) {}
+  UpstreamPool pool;
+  IdleClients idle;
+};
+
+// One client connection, for as long as it is open; touched only on its worker's thread. Between
+// requests nothing else exists for it: no coroutine, parser or buffer, only this object (owned by
+// the handler of its pending readiness wait) and the socket's reactor entry. A request takes the
+// socket into an HttpConn and gives it back.
+struct HttpClient {
+  HttpClient(tcp::socket s, std::shared_ptr<HttpProxy::State> st, std::shared_ptr<HttpWorker> w,
+             drover::net::Connection n, std::string ip)
+      : socket(std::move(s)),
+        state(std::move(st)),
+        worker(std::move(w)),
+        connection(std::move(n)),
+        client_ip(std::move(ip)) {}
+  ~HttpClient() {
+    if (parked) worker->idle.Remove(*this);
+  }
+
+  tcp::socket socket;  // while waiting for a request; in `active`'s stream while one runs
+  const std::shared_ptr<HttpProxy::State> state;
+  const std::shared_ptr<HttpWorker> worker;
+  drover::net::Connection connection;  // open (for the listener) while this lives
+  const std::string client_ip;
+  struct HttpConn* active = nullptr;  // the connection's requests, while they run
+  // On worker->idle while parked.
+  bool parked = false;
+  MonoTime idle_since{};
+  HttpClient* idle_prev = nullptr;
+  HttpClient* idle_next = nullptr;
+};
+
+void IdleClients::PushBack(HttpClient& c) {
+  c.idle_prev = tail_;
+  c.idle_next = nullptr;
+  (tail_ ? tail_->idle_next : head_) = &c;
+  tail_ = &c;
+  c.parked = true;
+  ++size_;
+}
+
+void IdleClients::Remove(HttpClient& c) {
+  (c.idle_prev ? c.idle_prev->idle_next : head_) = c.idle_next;
+  (c.idle_next ? c.idle_next->idle_prev : tail_) = c.idle_prev;
+  c.idle_prev = c.idle_next = nullptr;
+  c.parked = false;
+  --size_;
+}
+
+// A client connection's requests, from the first byte of one to the moment it waits again with
+// nothing to read; touched only on its worker's thread.
 struct HttpConn {
-  HttpConn(tcp::socket s, std::shared_ptr<UpstreamPool> p)
-      : client(std::move(s)), pool_owner(std::move(p)), pool(*pool_owner) {}
+  HttpConn(tcp::socket s, UpstreamPool& p) : client(std::move(s)), pool(p) {}
   void CloseBoth() {
     Close(client);
     if (upstream) Close(*upstream);
@@ -167,9 +241,8 @@ struct HttpConn {
 
   beast::tcp_stream client;
   // The upstream connection of the request in flight. Made per request rather than kept: a
-  // stream costs about 500 bytes, which an idle keep-alive client should not hold.
+  // stream costs about 500 bytes.
   std::optional<beast::tcp_stream> upstream;
-  std::shared_ptr<UpstreamPool> pool_owner;
   UpstreamPool& pool;       // its io thread's
   bool in_request = false;  // between a request head and its response's end
   // Per request, kept here so that their storage is reused from one request to the next.
@@ -185,7 +258,7 @@ struct HttpProxy::State : std::enable_shared_from_this<State> {
         clock(k),
         budget(c.retry_budget_percent, c.retry_budget_min) {
     for (std::size_t i = 0; i < workers.size(); ++i) {
-      pools.push_back(std::make_shared<UpstreamPool>(
+      per_worker.push_back(std::make_shared<HttpWorker>(
           UpstreamPool::Options{c.upstream_max_age, c.upstream_idle_timeout,
                                 static_cast<std::size_t>(c.max_idle_per_instance)}));
     }
@@ -195,8 +268,15 @@ struct HttpProxy::State : std::enable_shared_from_this<State> {
     });
   }
 
-  net::awaitable<void> Sweep(std::shared_ptr<UpstreamPool> pool, net::any_io_executor executor);
+  // Per worker: closes pooled upstream connections past their idle time or age, and clients idle
+  // past idle_timeout.
+  net::awaitable<void> Sweep(std::shared_ptr<HttpWorker> worker, net::any_io_executor executor);
   net::awaitable<void> Serve(tcp::socket client, drover::net::Connection connection);
+  // Serves the client's requests while it has bytes for one, then parks it (or closes it).
+  net::awaitable<void> Active(std::shared_ptr<HttpClient> client);
+  // Waits for the client's next request without a coroutine: a readiness wait whose handler
+  // starts Active() again, and a place on its worker's idle list.
+  void Park(std::shared_ptr<HttpClient> client);
   // One request from its head (what `buffer` holds first) to the end of its response; false
   // when the client connection must close.
   net::awaitable<bool> Request(HttpConn& c, beast::flat_buffer& buffer,
@@ -225,9 +305,9 @@ struct HttpProxy::State : std::enable_shared_from_this<State> {
   Clock& clock;
   ListenerCounters counters;
   // Per worker; the State keeps them only until Start() has handed them to the workers' sweepers
-  // and connections: a pool's sockets belong to its worker's io_context and must go with it.
-  std::vector<std::shared_ptr<UpstreamPool>> pools;
-  std::vector<std::weak_ptr<UpstreamPool>> pool_views;  // for stats
+  // and clients: a pool's sockets belong to its worker's io_context and must go with it.
+  std::vector<std::shared_ptr<HttpWorker>> per_worker;
+  std::vector<std::weak_ptr<HttpWorker>> worker_views;  // for stats and new clients
   RetryBudget budget;
   std::atomic<bool> draining{false};
 };
@@ -326,20 +406,33 @@ class HttpExchange {
   bool keep_ = false;  // after kDone: the client connection stays
 };
 
-net::awaitable<void> HttpProxy::State::Sweep(std::shared_ptr<UpstreamPool> pool,
+net::awaitable<void> HttpProxy::State::Sweep(std::shared_ptr<HttpWorker> worker,
                                              net::any_io_executor executor) {
   auto self = shared_from_this();
-  const Duration every = std::clamp<Duration>(
-      config.upstream_idle_timeout / 2, std::chrono::milliseconds(10), std::chrono::seconds(1));
+  // A client is closed between idle_timeout and an eighth of it later.
+  const Duration every =
+      std::clamp<Duration>(std::min(config.upstream_idle_timeout / 2, config.idle_timeout / 8),
+                           std::chrono::milliseconds(10), std::chrono::seconds(1));
   net::steady_timer timer(executor);
   while (!draining.load(std::memory_order_relaxed)) {
     timer.expires_after(every);
     error_code ec;
     co_await timer.async_wait(net::redirect_error(net::use_awaitable, ec));
     if (ec) co_return;
-    pool->Sweep(clock.Now());
+    const MonoTime now = clock.Now();
+    worker->pool.Sweep(now);
+    while (HttpClient* idle = worker->idle.front()) {
+      if (now - idle->idle_since < config.idle_timeout) break;
+      // Its wait ends (operation_aborted) and its handler lets go of it.
+      worker->idle.Remove(*idle);
+      error_code ignored;
+      idle->socket.shutdown(tcp::socket::shutdown_both, ignored);
+      idle->socket.close(ignored);
+      counters.idle_timeouts.fetch_add(1, std::memory_order_relaxed);
+    }
   }
-  // Draining: the pool lives on in the connections still using it.
+  // Draining: the pool lives on in the connections still using it; the idle clients were closed
+  // by their closers.
 }
 
 net::awaitable<void> HttpProxy::State::Reply(HttpConn& c, http::status status, std::string text,
@@ -357,44 +450,75 @@ net::awaitable<void> HttpProxy::State::Reply(HttpConn& c, http::status status, s
 
 net::awaitable<void> HttpProxy::State::Serve(tcp::socket socket,
                                              drover::net::Connection connection) {
-  auto self = shared_from_this();
   error_code ec;
   const tcp::endpoint remote = socket.remote_endpoint(ec);
-  const std::string client_ip = ec ? std::string() : remote.address().to_string();
-  std::shared_ptr<UpstreamPool> pool = pool_views[WorkerOf(socket.get_executor())].lock();
-  if (!pool) co_return;           // its worker is shutting down
-  socket.non_blocking(true, ec);  // writes are tried at once (RelayBody)
-  auto c = std::make_shared<HttpConn>(std::move(socket), std::move(pool));
+  std::string client_ip = ec ? std::string() : remote.address().to_string();
+  std::shared_ptr<HttpWorker> worker = worker_views[WorkerOf(socket.get_executor())].lock();
+  if (!worker) co_return;         // its worker is shutting down
+  socket.non_blocking(true, ec);  // reads and writes are tried at once (Active, RelayBody)
+  auto client =
+      std::make_shared<HttpClient>(std::move(socket), shared_from_this(), std::move(worker),
+                                   std::move(connection), std::move(client_ip));
   // Draining: keep-alive connections waiting for their next request close now; the others get
   // "Connection: close" on their response.
-  connection.OnClose([c](drover::net::CloseReason reason) {
-    if (reason == drover::net::CloseReason::kCloseNow) {
-      c->CloseBoth();
-    } else if (!c->in_request) {
-      Close(c->client);
-    }
-  });
-
-  // Between requests the connection waits in a plain read into its buffer: no parser, no
-  // exchange and no HTTP read operation exist until bytes arrive, so an idle keep-alive client
-  // costs little more than its socket and this frame.
-  beast::flat_buffer buffer;
-  while (!draining.load(std::memory_order_relaxed)) {
-    if (buffer.size() == 0) {
-      c->client.expires_after(config.idle_timeout);
-      const std::size_t n = co_await c->client.async_read_some(
-          buffer.prepare(kFirstRead), net::redirect_error(net::use_awaitable, ec));
-      buffer.commit(n);
-      if (ec) {
-        if (ec == beast::error::timeout) {
-          counters.idle_timeouts.fetch_add(1, std::memory_order_relaxed);
+  client->connection.OnClose(
+      [weak = std::weak_ptr<HttpClient>(client)](drover::net::CloseReason reason) {
+        const std::shared_ptr<HttpClient> c = weak.lock();
+        if (!c) return;
+        if (c->active == nullptr) {  // parked: its wait ends and its handler lets go of it
+          error_code ignored;
+          c->socket.shutdown(tcp::socket::shutdown_both, ignored);
+          c->socket.close(ignored);
+        } else if (reason == drover::net::CloseReason::kCloseNow) {
+          c->active->CloseBoth();
+        } else if (!c->active->in_request) {
+          Close(c->active->client);
         }
+      });
+  co_await Active(std::move(client));
+}
+
+net::awaitable<void> HttpProxy::State::Active(std::shared_ptr<HttpClient> client) {
+  HttpConn c(std::move(client->socket), client->worker->pool);
+  client->active = &c;
+  beast::flat_buffer buffer;
+  bool keep = true;
+  bool idle = false;
+  while (keep && !draining.load(std::memory_order_relaxed)) {
+    if (buffer.size() == 0) {
+      // What has come already: the reactor is edge-triggered, so bytes that arrived before the
+      // wait is armed would raise no event. Nothing: park.
+      error_code ec;
+      const std::size_t n = c.client.socket().read_some(buffer.prepare(kFirstRead), ec);
+      buffer.commit(n);
+      if (ec == net::error::would_block || ec == net::error::try_again) {
+        idle = true;
         break;
       }
+      if (ec) break;  // the client closed, or the closer did
     }
-    if (!co_await Request(*c, buffer, client_ip)) break;
+    keep = co_await Request(c, buffer, client->client_ip);
   }
-  Close(c->client);
+  client->active = nullptr;
+  if (idle && c.client.socket().is_open() && !draining.load(std::memory_order_relaxed)) {
+    client->socket = c.client.release_socket();
+    Park(std::move(client));
+  } else {
+    Close(c.client);
+  }
+}
+
+void HttpProxy::State::Park(std::shared_ptr<HttpClient> client) {
+  client->idle_since = clock.Now();
+  client->worker->idle.PushBack(*client);
+  tcp::socket& socket = client->socket;
+  socket.async_wait(tcp::socket::wait_read, [client = std::move(client)](error_code ec) mutable {
+    if (client->parked) client->worker->idle.Remove(*client);
+    if (ec || !client->socket.is_open()) return;  // closed: by the sweep, a closer or shutdown
+    const net::any_io_executor executor = client->socket.get_executor();
+    HttpProxy::State& state = *client->state;
+    net::co_spawn(executor, state.Active(std::move(client)), net::detached);
+  });
 }
 
 net::awaitable<bool> HttpProxy::State::Request(HttpConn& c, beast::flat_buffer& buffer,
@@ -726,7 +850,9 @@ Result<std::unique_ptr<HttpProxy>> HttpProxy::Start(const Workers& workers,
   }
   if (workers.empty()) return InvalidArgumentError("gateway " + config.name + ": no io threads");
   auto state = std::make_shared<State>(workers, config, std::move(routes), clock);
-  for (std::size_t w = 0; w < workers.size(); ++w) state->pool_views.push_back(state->pools[w]);
+  for (std::size_t w = 0; w < workers.size(); ++w) {
+    state->worker_views.push_back(state->per_worker[w]);
+  }
   drover::net::ListenerOptions options;
   options.name = "gateway " + config.name;
   options.address = config.address;
@@ -747,9 +873,9 @@ Result<std::unique_ptr<HttpProxy>> HttpProxy::Start(const Workers& workers,
           }));
   for (std::size_t w = 0; w < workers.size(); ++w) {
     net::co_spawn(workers[w]->get_executor(),
-                  state->Sweep(state->pools[w], workers[w]->get_executor()), net::detached);
+                  state->Sweep(state->per_worker[w], workers[w]->get_executor()), net::detached);
   }
-  state->pools.clear();  // from here on owned on their workers
+  state->per_worker.clear();  // from here on owned on their workers
   return std::unique_ptr<HttpProxy>(new HttpProxy(std::move(state), std::move(listener)));
 }
 
@@ -769,10 +895,10 @@ const drover::net::ConnectionCounters& HttpProxy::connections() const {
 const ListenerCounters& HttpProxy::counters() const { return state_->counters; }
 UpstreamPool::Stats HttpProxy::pool_stats() const {
   UpstreamPool::Stats sum;
-  for (const auto& view : state_->pool_views) {
-    const std::shared_ptr<UpstreamPool> pool = view.lock();
-    if (!pool) continue;
-    const UpstreamPool::Stats s = pool->stats();
+  for (const auto& view : state_->worker_views) {
+    const std::shared_ptr<HttpWorker> worker = view.lock();
+    if (!worker) continue;
+    const UpstreamPool::Stats s = worker->pool.stats();
     sum.idle += s.idle;
     sum.reused += s.reused;
     sum.retired_age += s.retired_age;

@@ -371,6 +371,31 @@ TEST_F(HttpProxyTest, AnIdlePooledConnectionIsClosedAfterTheIdleTimeout) {
   EXPECT_NE(second.conn, first.conn);
 }
 
+// An idle keep-alive client waits without a coroutine (parked on its worker's idle list); the
+// per-worker sweep closes it once it has been idle for idle_timeout, and only then.
+TEST_F(HttpProxyTest, AKeepAliveClientIdlePastTheIdleTimeoutIsClosedAndOneInUseIsNot) {
+  HttpBackend a("a");
+  ListenerConfig l;
+  l.idle_timeout = 400ms;
+  StartProxy(l);
+  SetTable({EndpointOf("a", a.address())});
+  Client busy(port());
+  Client idle(port());
+  Client silent(port());  // never sends a byte
+  ASSERT_EQ(idle.Send(http::verb::get, "/").status, 200);
+  // The busy client's requests come more often than the timeout, for three timeouts' worth.
+  const auto until = std::chrono::steady_clock::now() + 1200ms;
+  while (std::chrono::steady_clock::now() < until) {
+    ASSERT_EQ(busy.Send(http::verb::get, "/").status, 200);
+    std::this_thread::sleep_for(100ms);
+  }
+  EXPECT_TRUE(idle.Closed());
+  EXPECT_TRUE(silent.Closed());
+  EXPECT_EQ(counters().idle_timeouts.load(), 2u);
+  EXPECT_EQ(busy.Send(http::verb::get, "/").status, 200);
+  EXPECT_TRUE(Eventually([&] { return proxy_->connections().active.load() == 1; }));
+}
+
 TEST_F(HttpProxyTest, APooledConnectionTheUpstreamClosedIsNeverUsed) {
   HttpBackend a("a");
   a.close_after_answer = true;  // keep-alive framing, then a close the gateway must notice
