@@ -41,12 +41,16 @@ TEST(GatewayBenchTest, EveryProxyCarriesEverySession) {
       EXPECT_GE(r.at("bytes_per_session").get<double>(), 0);
     }
   }
-  // A verdict for every goal, each judged against both peers.
+  // A verdict for every goal, each judged against the peers its goal names: rates against both,
+  // p99 and idle memory against HAProxy only.
   const auto& verdicts = report.at("verdicts");
   EXPECT_EQ(verdicts.size(), 7u) << verdicts.dump();
   for (const auto& [figure, v] : verdicts.items()) {
     SCOPED_TRACE(figure);
-    EXPECT_TRUE(v.contains("haproxy") && v.contains("nginx") && v.contains("met")) << v.dump();
+    EXPECT_TRUE(v.contains("haproxy") && v.contains("met")) << v.dump();
+    const bool haproxy_only =
+        figure.find("p99") != std::string::npos || figure.find("memory") != std::string::npos;
+    EXPECT_EQ(v.contains("nginx"), !haproxy_only) << v.dump();
   }
 }
 
