@@ -5,9 +5,11 @@
 // clang-format on
 
 #include <spdlog/spdlog.h>
+#include <sys/socket.h>
 
 #include <array>
 #include <boost/asio.hpp>
+#include <cerrno>
 
 #include "drover/router.h"
 #include "gateway/key_line.h"
@@ -132,21 +134,23 @@ asio::awaitable<bool> TcpProxy::State::Connect(std::shared_ptr<Conn> c, const tc
 void TcpProxy::State::Pump(std::shared_ptr<Conn> c, bool from_client) {
   tcp::socket& from = from_client ? c->client : c->upstream;
   tcp::socket& to = from_client ? c->upstream : c->client;
-  // Move what is there, with a buffer borrowed for as long as there is something to move. The
-  // reactor is edge-triggered: bytes that came before a wait was armed raise no event, so read
-  // until the socket has no more before each wait. Both sockets are non-blocking (Serve).
+  // Move what is there, with a buffer borrowed for as long as there is something to move. Reads
+  // and writes are tried at once, non-blocking by flag (MSG_DONTWAIT: no ioctl per socket), and
+  // most messages never go through the reactor. A read shorter than the buffer took all there
+  // was; the wait after it re-arms the descriptor (Asio's EPOLL_CTL_MOD), which raises an event
+  // at once if bytes came meanwhile, so no read is spent to learn the socket is empty.
   {
     RelayChunk chunk;
     while (true) {
-      error_code ec;
-      const std::size_t n = from.read_some(asio::buffer(chunk.data(), chunk.size()), ec);
-      if (ec == asio::error::would_block || ec == asio::error::try_again) break;  // drained
-      if (ec == asio::error::eof) {
+      const ssize_t n = ::recv(from.native_handle(), chunk.data(), chunk.size(), MSG_DONTWAIT);
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;  // drained
+      if (n < 0 && errno == EINTR) continue;
+      if (n == 0) {
         error_code ignored;
         to.shutdown(tcp::socket::shutdown_send, ignored);  // half-close: pass the FIN on
         return PumpEnded(*c);
       }
-      if (ec) {
+      if (n < 0) {
         c->CloseBoth();
         return PumpEnded(*c);
       }
@@ -158,11 +162,22 @@ void TcpProxy::State::Pump(std::shared_ptr<Conn> c, bool from_client) {
         c->awaiting_since = c->last_activity;
         c->timer.cancel();  // the watchdog recomputes its deadline
       }
-      // At once when the socket takes it all, else the rest when it can (backpressure: nothing
-      // more is read this way meanwhile); most messages never go through the reactor.
-      const std::size_t sent = asio::write(to, asio::buffer(chunk.data(), n), ec);
-      if (ec == asio::error::would_block || ec == asio::error::try_again) {
-        const asio::const_buffer rest(chunk.data() + sent, n - sent);
+      const auto size = static_cast<std::size_t>(n);
+      std::size_t sent = 0;
+      int send_error = 0;
+      while (sent < size && send_error == 0) {
+        const ssize_t w = ::send(to.native_handle(), chunk.data() + sent, size - sent,
+                                 MSG_DONTWAIT | MSG_NOSIGNAL);
+        if (w > 0) {
+          sent += static_cast<std::size_t>(w);
+        } else if (w == 0 || errno != EINTR) {
+          send_error = w == 0 ? EPIPE : errno;
+        }
+      }
+      if (send_error == EAGAIN || send_error == EWOULDBLOCK) {
+        // The rest when the other side takes it (backpressure: nothing more is read this way
+        // meanwhile).
+        const asio::const_buffer rest(chunk.data() + sent, size - sent);
         asio::async_write(to, rest,
                           [c = std::move(c), from_client, chunk = std::move(chunk)](
                               error_code write_ec, std::size_t) mutable {
@@ -174,10 +189,11 @@ void TcpProxy::State::Pump(std::shared_ptr<Conn> c, bool from_client) {
                           });
         return;
       }
-      if (ec) {
+      if (send_error != 0) {
         c->CloseBoth();
         return PumpEnded(*c);
       }
+      if (size < chunk.size()) break;  // all there was
     }
   }
   // Nothing to move: wait without a buffer (an idle session holds none).
@@ -286,15 +302,6 @@ asio::awaitable<void> TcpProxy::State::Serve(tcp::socket client, net::Connection
     }
   }
   c->last_activity = MonoClock::now();
-  // Both non-blocking before either pump runs: a pump reads its side with read_some and writes
-  // the other side at once where it can, and neither may ever block the io thread.
-  error_code nb_client, nb_upstream;
-  c->client.non_blocking(true, nb_client);
-  c->upstream.non_blocking(true, nb_upstream);
-  if (nb_client || nb_upstream) {
-    c->CloseBoth();
-    co_return;
-  }
   ++c->timer_epoch;  // a timer callback of the connect phase must not act
   Pump(c, true);
   Pump(c, false);
