@@ -484,10 +484,18 @@ net::awaitable<void> HttpProxy::State::Active(std::shared_ptr<HttpClient> client
   beast::flat_buffer buffer;
   bool keep = true;
   bool idle = false;
+  bool served = false;
   while (keep && !draining.load(std::memory_order_relaxed)) {
+    if (buffer.size() == 0 && served) {
+      // After a response, wait rather than read to learn there is nothing yet (there seldom is):
+      // the wait re-arms the descriptor (Asio's EPOLL_CTL_MOD), which raises an event at once if
+      // the next request came meanwhile.
+      idle = true;
+      break;
+    }
     if (buffer.size() == 0) {
-      // What has come already: the reactor is edge-triggered, so bytes that arrived before the
-      // wait is armed would raise no event. Nothing: park.
+      // Woken, or new: read what has come (a new client's request may be here already). Nothing:
+      // park.
       error_code ec;
       const std::size_t n = c.client.socket().read_some(buffer.prepare(kFirstRead), ec);
       buffer.commit(n);
@@ -498,6 +506,7 @@ net::awaitable<void> HttpProxy::State::Active(std::shared_ptr<HttpClient> client
       if (ec) break;  // the client closed, or the closer did
     }
     keep = co_await Request(c, buffer, client->client_ip);
+    served = true;
   }
   client->active = nullptr;
   if (idle && c.client.socket().is_open() && !draining.load(std::memory_order_relaxed)) {
