@@ -451,8 +451,7 @@ net::awaitable<void> HttpProxy::State::Reply(HttpConn& c, http::status status, s
 net::awaitable<void> HttpProxy::State::Serve(tcp::socket socket,
                                              drover::net::Connection connection) {
   error_code ec;
-  const tcp::endpoint remote = socket.remote_endpoint(ec);
-  std::string client_ip = ec ? std::string() : remote.address().to_string();
+  std::string client_ip = connection.peer().address().to_string();
   std::shared_ptr<HttpWorker> worker = worker_views[WorkerOf(socket.get_executor())].lock();
   if (!worker) co_return;         // its worker is shutting down
   socket.non_blocking(true, ec);  // reads and writes are tried at once (Active, RelayBody)

@@ -162,9 +162,8 @@ Status HttpServer::Impl::LoadTls() {
   return Status::Ok();
 }
 
-asio::awaitable<void> HttpServer::Impl::Session(tcp::socket socket, Connection /*connection*/) {
-  error_code address_ec;
-  const auto remote = socket.remote_endpoint(address_ec);
+asio::awaitable<void> HttpServer::Impl::Session(tcp::socket socket, Connection connection) {
+  const tcp::endpoint& remote = connection.peer();
   const std::string client = HostPort{remote.address().to_string(), remote.port(),
                                       remote.address().is_v6() ? HostKind::kIpv6 : HostKind::kIpv4}
                                  .ToString();

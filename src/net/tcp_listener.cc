@@ -44,12 +44,14 @@ constexpr auto kRefusalLimit = std::chrono::seconds(1);
 // it into was destroyed, also with its io_context) unregisters it. No frame of the listener's
 // stays with a connection.
 struct Connection::Entry {
-  Entry(std::shared_ptr<TcpListener::State> s, std::uint64_t i, asio::any_io_executor e)
-      : state(std::move(s)), id(i), executor(std::move(e)) {}
+  Entry(std::shared_ptr<TcpListener::State> s, std::uint64_t i, asio::any_io_executor e,
+        const tcp::endpoint& p)
+      : state(std::move(s)), id(i), executor(std::move(e)), peer(p) {}
   ~Entry();
   const std::shared_ptr<TcpListener::State> state;  // outlives every connection it accepted
   const std::uint64_t id;
   const asio::any_io_executor executor;
+  const tcp::endpoint peer;
   Mutex mu;
   Closer closer DROVER_GUARDED_BY(mu);
 };
@@ -58,6 +60,8 @@ void Connection::OnClose(Closer closer) {
   MutexLock lock(entry_->mu);
   entry_->closer = std::move(closer);
 }
+
+const tcp::endpoint& Connection::peer() const { return entry_->peer; }
 
 struct TcpListener::State : std::enable_shared_from_this<State> {
   State(asio::io_context& context, ListenerOptions o, Place p, Serve s)
@@ -70,8 +74,9 @@ struct TcpListener::State : std::enable_shared_from_this<State> {
 
   asio::awaitable<void> Accept();
   asio::awaitable<void> Refuse(tcp::socket socket);
-  // Registers a connection served on `executor`.
-  std::shared_ptr<Connection::Entry> Open(const asio::any_io_executor& executor);
+  // Registers a connection from `peer` served on `executor`.
+  std::shared_ptr<Connection::Entry> Open(const asio::any_io_executor& executor,
+                                          const tcp::endpoint& peer);
   // Runs every open connection's closer with `reason`, each on its executor.
   void Notify(CloseReason reason);
 
@@ -106,8 +111,10 @@ asio::awaitable<void> TcpListener::State::Accept() {
                                  asio::redirect_error(asio::use_awaitable, ec));
     if (ec == asio::error::operation_aborted || !acceptor.is_open()) co_return;
     for (int taken = 0; !ec && taken < kAcceptBatch;) {
-      const int fd =
-          ::accept4(acceptor.native_handle(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+      tcp::endpoint peer;
+      auto peer_size = static_cast<socklen_t>(peer.capacity());
+      const int fd = ::accept4(acceptor.native_handle(), peer.data(), &peer_size,
+                               SOCK_NONBLOCK | SOCK_CLOEXEC);
       if (fd < 0) {
         const int err = errno;
         if (err == EAGAIN || err == EWOULDBLOCK) break;
@@ -138,7 +145,8 @@ asio::awaitable<void> TcpListener::State::Accept() {
       }
       const asio::any_io_executor executor = place();
       if (auto socket = adopt(executor)) {
-        asio::co_spawn(executor, serve(std::move(*socket), Connection(Open(executor))),
+        peer.resize(peer_size);
+        asio::co_spawn(executor, serve(std::move(*socket), Connection(Open(executor, peer))),
                        asio::detached);
       }
     }
@@ -168,11 +176,12 @@ asio::awaitable<void> TcpListener::State::Refuse(tcp::socket socket) {
   socket.close(ec);
 }
 
-std::shared_ptr<Connection::Entry> TcpListener::State::Open(const asio::any_io_executor& executor) {
+std::shared_ptr<Connection::Entry> TcpListener::State::Open(const asio::any_io_executor& executor,
+                                                            const tcp::endpoint& peer) {
   counters.active.fetch_add(1, std::memory_order_relaxed);
   MutexLock lock(mu);
   const std::uint64_t id = next_id++;
-  auto entry = std::make_shared<Connection::Entry>(shared_from_this(), id, executor);
+  auto entry = std::make_shared<Connection::Entry>(shared_from_this(), id, executor, peer);
   open.emplace(id, entry);
   return entry;
 }

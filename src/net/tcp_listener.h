@@ -53,6 +53,8 @@ class Connection {
   // What StopAccepting() and CloseAll() do to this connection; always run on the executor the
   // connection was placed on. Set it again whenever the connection's objects change.
   void OnClose(Closer closer);
+  // The client's address, as accept4 gave it (no getpeername per connection).
+  const boost::asio::ip::tcp::endpoint& peer() const;
 
   struct Entry;  // the listener's record of it
 
