@@ -5,6 +5,7 @@
 // clang-format on
 
 #include <spdlog/spdlog.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <boost/asio.hpp>
@@ -715,6 +716,22 @@ net::awaitable<HttpExchange::AttemptEnd> HttpExchange::Connect(Target& t) {
     DropUpstream();
     if (!c_.client.socket().is_open()) co_return AttemptEnd::kAbort;  // cut meanwhile (shutdown)
     co_return AttemptEnd::kRetry;  // nothing was sent: always safe to try another instance
+  }
+  {
+    // Asio leaves EPOLLOUT registered after a connect, so every ACK the instance sent would wake
+    // the reactor for nothing for as long as the connection is pooled: register the descriptor
+    // again, for reading only (two epoll_ctl calls per upstream connection, not per request).
+    tcp::socket& socket = c_.upstream->socket();
+    const int fd = socket.release(ec);
+    if (!ec) {
+      socket.assign(to->protocol(), fd, ec);
+      if (ec) ::close(fd);
+    }
+    if (ec) {
+      failure_text_ = "connect to " + e.id + " at " + e.address + " failed: " + ec.message();
+      DropUpstream();
+      co_return AttemptEnd::kRetry;
+    }
   }
   drover::net::SetKeepAlive(c_.upstream->socket());
   c_.upstream->socket().non_blocking(true, ec);  // writes are tried at once (RelayBody)
