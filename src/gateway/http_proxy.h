@@ -1,5 +1,7 @@
-// HttpProxy: one HTTP/1.1 listener of the gateway (GW-1, GW-2, GW-4). Per client connection, one
-// coroutine on the connection's strand reads request after request (keep-alive) and for each:
+// HttpProxy: one HTTP/1.1 listener of the gateway (GW-1, GW-2, GW-4). A client connection waiting
+// for its next request holds no coroutine: it is parked in a readiness wait, on its worker's idle
+// list (closed after idle_timeout). When bytes come, a coroutine reads request after request
+// while there are some (keep-alive, pipelining), parks the connection again, and for each:
 //   1. validates the head (Beast's parser plus: HTTP/1.0 or 1.1, origin-form target, Host on
 //      1.1); bad input is answered 400 (431 for a head over max_header_bytes) and the connection
 //      closed -- the listener keeps serving everyone else;
