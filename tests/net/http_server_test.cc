@@ -13,13 +13,16 @@
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/redirect_error.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/beast/http.hpp>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <thread>
+#include <vector>
 
 #include "common/http_error.h"
 #include "net/http_client.h"
@@ -227,6 +230,57 @@ TEST(TcpListenerTest, DrainingAndClosingReachEveryConnection) {
   EXPECT_EQ((*listener)->counters().accepted.load(), 2u);
   ::close(a);
   ::close(b);
+  io.stop();
+  runner.join();
+}
+
+// A connection is open for as long as a copy of its Connection lives, not while Serve runs: an
+// owner may end its coroutine and keep the connection in a plain object (the gateway parks idle
+// HTTP clients this way). Its closer still reaches it, and it closes when the object goes. The
+// peer is the client's address as accept4 gave it.
+TEST(TcpListenerTest, AConnectionKeptPastItsCoroutineStaysOpenUntilItsLastCopyGoes) {
+  asio::io_context io;
+  struct Kept {
+    asio::ip::tcp::socket socket;
+    Connection connection;
+  };
+  std::vector<std::shared_ptr<Kept>> kept;  // on the io thread only
+  std::atomic<int> closers_run{0};
+  std::atomic<int> served{0};
+  std::atomic<std::uint16_t> peer_port{0};
+  ListenerOptions o;
+  o.name = "test";
+  o.address = "127.0.0.1:0";
+  auto listener = TcpListener::Start(
+      io, o, [&io] { return asio::any_io_executor(io.get_executor()); },
+      [&](asio::ip::tcp::socket socket, Connection connection) -> asio::awaitable<void> {
+        peer_port = connection.peer().port();
+        auto k = std::make_shared<Kept>(Kept{std::move(socket), std::move(connection)});
+        k->connection.OnClose([&closers_run](CloseReason) { closers_run.fetch_add(1); });
+        kept.push_back(std::move(k));
+        served.fetch_add(1);
+        co_return;  // the coroutine ends; the connection lives on in `kept`
+      });
+  ASSERT_TRUE(listener.ok()) << listener.status().ToString();
+  std::thread runner([&io] {
+    auto work = asio::make_work_guard(io);
+    io.run();
+  });
+  const int client = testing::ConnectLoopback((*listener)->port());
+  ASSERT_GE(client, 0);
+  sockaddr_in local{};
+  socklen_t size = sizeof local;
+  ::getsockname(client, reinterpret_cast<sockaddr*>(&local), &size);
+  ASSERT_TRUE(Eventually([&] { return served.load() == 1; }));
+  EXPECT_EQ(peer_port.load(), ntohs(local.sin_port));
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_EQ((*listener)->counters().active.load(), 1u);  // its coroutine ended long ago
+  (*listener)->CloseAll();
+  EXPECT_TRUE(Eventually([&] { return closers_run.load() == 1; }));
+  EXPECT_EQ((*listener)->counters().active.load(), 1u);
+  asio::post(io, [&kept] { kept.clear(); });
+  EXPECT_TRUE(Eventually([&] { return (*listener)->counters().active.load() == 0; }));
+  ::close(client);
   io.stop();
   runner.join();
 }
