@@ -168,12 +168,10 @@ class IdleClients {
   void PushBack(HttpClient& c);
   void Remove(HttpClient& c);
   HttpClient* front() const { return head_; }
-  std::size_t size() const { return size_; }
 
  private:
   HttpClient* head_ = nullptr;
   HttpClient* tail_ = nullptr;
-  std::size_t size_ = 0;
 };
 
 // What one worker thread keeps for the listener: its upstream connection pool and its idle
@@ -220,7 +218,6 @@ void IdleClients::PushBack(HttpClient& c) {
   (tail_ ? tail_->idle_next : head_) = &c;
   tail_ = &c;
   c.parked = true;
-  ++size_;
 }
 
 void IdleClients::Remove(HttpClient& c) {
@@ -228,7 +225,6 @@ void IdleClients::Remove(HttpClient& c) {
   (c.idle_next ? c.idle_next->idle_prev : tail_) = c.idle_prev;
   c.idle_prev = c.idle_next = nullptr;
   c.parked = false;
-  --size_;
 }
 
 // A client connection's requests, from the first byte of one to the moment it waits again with
