@@ -46,18 +46,25 @@ struct Conn {
 
   tcp::socket client;
   tcp::socket upstream;
-  asio::steady_timer timer;       // connect timeout, key timeout, then the idle watchdog
+  asio::steady_timer timer;       // key timeout, then the idle watchdog
   std::uint64_t timer_epoch = 0;  // a timer callback from an older phase must not act
   MonoClock::time_point last_activity{};
   // The client sent data the upstream has not answered since (response_timeout).
   bool awaiting_upstream = false;
   MonoClock::time_point awaiting_since{};
   int pumps_done = 0;
+  // When the upstream socket gets its keepalive probe timing, until it has it.
+  std::optional<MonoClock::time_point> tune_probes_at;
   bool cut = false;                            // by the watchdog
   std::shared_ptr<InstanceCounters> counters;  // the instance this connection counts against
   const std::shared_ptr<TcpProxy::State> state;
   net::Connection connection;  // open (for the listener) while this lives
 };
+
+// A session this old gets the upstream's keepalive probe timing (net::TuneKeepAliveProbes): most
+// sessions are shorter, and skip its 3 setsockopt; the ones that last learn of a vanished
+// upstream host within about a minute of silence, as the client side does.
+constexpr auto kTuneProbesAfter = std::chrono::seconds(10);
 
 struct TcpProxy::State : std::enable_shared_from_this<State> {
   State(const Workers& w, const ListenerConfig& c, Upstream& u, Clock& k)
@@ -73,6 +80,8 @@ struct TcpProxy::State : std::enable_shared_from_this<State> {
   // Moves what `from` has to the other side, then waits for more (or for the other side to take
   // the rest); returns at once, and goes on in handlers until that direction ends.
   void Pump(std::shared_ptr<Conn> c, bool from_client);
+  // Pump()'s wait for `from_client`'s side to have bytes (or its end).
+  void Wait(std::shared_ptr<Conn> c, bool from_client);
   void PumpEnded(Conn& c);
   // Cuts the connection after idle_timeout without a byte, or response_timeout without an
   // answer; re-armed by its own handler until both pumps ended.
@@ -115,19 +124,9 @@ asio::awaitable<std::optional<std::string>> TcpProxy::State::ReadKeyLine(std::sh
 }
 
 asio::awaitable<bool> TcpProxy::State::Connect(std::shared_ptr<Conn> c, const tcp::endpoint& to) {
-  const std::uint64_t epoch = ++c->timer_epoch;
-  c->timer.expires_after(config.connect_timeout);
-  c->timer.async_wait([c, epoch](error_code ec) {
-    if (!ec && c->timer_epoch == epoch) {
-      error_code ignored;
-      c->upstream.close(ignored);  // the pending connect completes with an error
-    }
-  });
-  error_code ec;
+  // (CloseBoth() from the listener's closer ends a pending connect too.)
   c->upstream = tcp::socket(c->client.get_executor());
-  co_await c->upstream.async_connect(to, asio::redirect_error(asio::use_awaitable, ec));
-  ++c->timer_epoch;
-  c->timer.cancel();
+  const error_code ec = co_await net::Connect(c->upstream, to, config.connect_timeout);
   co_return !ec && c->upstream.is_open();
 }
 
@@ -146,8 +145,13 @@ void TcpProxy::State::Pump(std::shared_ptr<Conn> c, bool from_client) {
       if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;  // drained
       if (n < 0 && errno == EINTR) continue;
       if (n == 0) {
-        error_code ignored;
-        to.shutdown(tcp::socket::shutdown_send, ignored);  // half-close: pass the FIN on
+        // Half-close: pass the FIN on. When the other way has ended already, the close that
+        // follows sends it (both sides were read to their end, so nothing unread turns it into
+        // a reset).
+        if (c->pumps_done == 0) {
+          error_code ignored;
+          to.shutdown(tcp::socket::shutdown_send, ignored);
+        }
         return PumpEnded(*c);
       }
       if (n < 0) {
@@ -196,7 +200,12 @@ void TcpProxy::State::Pump(std::shared_ptr<Conn> c, bool from_client) {
       if (size < chunk.size()) break;  // all there was
     }
   }
+  Wait(std::move(c), from_client);
+}
+
+void TcpProxy::State::Wait(std::shared_ptr<Conn> c, bool from_client) {
   // Nothing to move: wait without a buffer (an idle session holds none).
+  tcp::socket& from = from_client ? c->client : c->upstream;
   from.async_wait(tcp::socket::wait_read, [c = std::move(c), from_client](error_code ec) mutable {
     if (ec) {
       c->CloseBoth();
@@ -232,6 +241,14 @@ void TcpProxy::State::Watchdog(std::shared_ptr<Conn> c) {
     c->cut = true;
   }
   if (c->cut) deadline = now + std::chrono::hours(1);
+  if (c->tune_probes_at && !c->cut) {
+    if (now >= *c->tune_probes_at) {
+      net::TuneKeepAliveProbes(c->upstream.native_handle());
+      c->tune_probes_at.reset();
+    } else {
+      deadline = std::min(deadline, *c->tune_probes_at);
+    }
+  }
   c->timer.expires_at(deadline);
   c->timer.async_wait([c = std::move(c)](error_code) mutable { c->state->Watchdog(std::move(c)); });
 }
@@ -291,7 +308,8 @@ asio::awaitable<void> TcpProxy::State::Serve(tcp::socket client, net::Connection
     c->CloseBoth();
     co_return;
   }
-  net::SetKeepAlive(c->upstream);
+  // The probe timing comes from the watchdog once the session has lasted kTuneProbesAfter.
+  net::EnableKeepAlive(c->upstream.native_handle());
   if (!rest.empty()) {
     error_code ec;
     co_await asio::async_write(c->upstream, asio::buffer(rest),
@@ -302,9 +320,13 @@ asio::awaitable<void> TcpProxy::State::Serve(tcp::socket client, net::Connection
     }
   }
   c->last_activity = MonoClock::now();
-  ++c->timer_epoch;  // a timer callback of the connect phase must not act
+  c->tune_probes_at = c->last_activity + kTuneProbesAfter;
+  ++c->timer_epoch;  // a timer callback of the key phase must not act
+  // The client's first bytes usually came with its connection: read them. A just-connected
+  // upstream has rarely sent anything yet: wait for it rather than spend a read learning so (the
+  // wait's re-arm raises an event at once for a greeting already there).
   Pump(c, true);
-  Pump(c, false);
+  Wait(c, false);
   Watchdog(std::move(c));
 }
 

@@ -128,11 +128,8 @@ asio::awaitable<void> TcpListener::State::Accept() {
       // reactor will not take it.
       const auto adopt = [&protocol, fd](const auto& on) -> std::optional<tcp::socket> {
         tcp::socket socket(on);
-        error_code assign_ec;
-        socket.assign(protocol, fd, assign_ec);
-        if (!assign_ec) return socket;
-        ::close(fd);
-        return std::nullopt;
+        if (Adopt(socket, protocol, fd)) return std::nullopt;
+        return socket;
       };
       if (counters.active.load(std::memory_order_relaxed) >= options.max_connections) {
         // The client learns at once and may try another server; the ones already here keep

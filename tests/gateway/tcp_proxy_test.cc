@@ -1,10 +1,14 @@
 // TcpProxy over real loopback sockets, with zone-protocol backends and hand-made routing tables.
 #include "gateway/tcp_proxy.h"
 
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/socket.h>
 
 #include <boost/asio/io_context.hpp>
+#include <filesystem>
 #include <thread>
 
 #include "gateway/upstream.h"
@@ -98,6 +102,47 @@ TEST_F(TcpProxyTest, CarriesBothDirectionsAndCountsAgainstTheInstance) {
   }  // the client closes its side too: the connection is over
   EXPECT_TRUE(Eventually([&] { return CountersOf("a").active.load() == 0; }));
   EXPECT_EQ(CountersOf("a").connections.load(), 1u);
+}
+
+// This process's descriptor of a TCP connection to `address` ("ip:port"), or -1.
+int SocketConnectedTo(const std::string& address) {
+  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd")) {
+    const int fd = std::atoi(entry.path().filename().c_str());
+    sockaddr_in peer{};
+    socklen_t size = sizeof peer;
+    if (::getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &size) != 0) continue;
+    if (peer.sin_family != AF_INET) continue;
+    char ip[INET_ADDRSTRLEN];
+    ::inet_ntop(AF_INET, &peer.sin_addr, ip, sizeof ip);
+    if (std::string(ip) + ":" + std::to_string(ntohs(peer.sin_port)) == address) return fd;
+  }
+  return -1;
+}
+
+int IntOption(int fd, int level, int name) {
+  int value = -1;
+  socklen_t size = sizeof value;
+  ::getsockopt(fd, level, name, &value, &size);
+  return value;
+}
+
+TEST_F(TcpProxyTest, TheUpstreamSideHasNoDelayAndKeepaliveAndALastingOneTheProbeTiming) {
+  Backend a("a");
+  StartProxy({});
+  SetTable({a.Endpoint()});
+  LineClient player(port());
+  EXPECT_EQ(player.Ask("HELLO ann"), "WELCOME a");
+  const int fd = SocketConnectedTo(a.server.address());
+  ASSERT_GE(fd, 0);
+  EXPECT_EQ(IntOption(fd, IPPROTO_TCP, TCP_NODELAY), 1);
+  EXPECT_EQ(IntOption(fd, SOL_SOCKET, SO_KEEPALIVE), 1);
+  // A short session skips the probe timing (3 setsockopt); one that lasts 10 s gets it, so a
+  // vanished upstream host is found within about a minute of silence.
+  EXPECT_NE(IntOption(fd, IPPROTO_TCP, TCP_KEEPIDLE), 30);
+  EXPECT_TRUE(Eventually([&] { return IntOption(fd, IPPROTO_TCP, TCP_KEEPIDLE) == 30; }, 15s));
+  EXPECT_EQ(IntOption(fd, IPPROTO_TCP, TCP_KEEPINTVL), 10);
+  EXPECT_EQ(IntOption(fd, IPPROTO_TCP, TCP_KEEPCNT), 3);
+  EXPECT_EQ(player.Ask("PING"), "PONG");
 }
 
 TEST_F(TcpProxyTest, AHalfCloseStillGetsItsAnswer) {
