@@ -360,7 +360,7 @@ class HttpExchange {
   // Claims a retry slot before every attempt after the first; false when the budget is spent.
   bool StartRetry();
   net::awaitable<AttemptEnd> Attempt(std::size_t pick);
-  bool TakePooled(Target& t);
+  bool TakePooled(Target& t, bool check_closed);
   net::awaitable<AttemptEnd> Connect(Target& t);
   net::awaitable<AttemptEnd> SendRequest();
   net::awaitable<error_code> ReadResponseHead(
@@ -665,27 +665,50 @@ bool HttpExchange::StartRetry() {
 net::awaitable<HttpExchange::AttemptEnd> HttpExchange::Attempt(std::size_t pick) {
   Target t{pick, snapshot_->router->table->at(pick), *snapshot_->counters[pick],
            snapshot_->pool_keys[pick]};
-  if (!TakePooled(t)) {
-    if (const AttemptEnd end = co_await Connect(t); end != AttemptEnd::kDone) co_return end;
-  }
-  t.counters.requests.fetch_add(1, std::memory_order_relaxed);
-  t.counters.active.fetch_add(1, std::memory_order_relaxed);
+  // A request that can go again unharmed -- idempotent, and all of it in hand -- takes a pooled
+  // connection without the pool's liveness peek (a system call per request). If the instance
+  // had closed that connection, the first read finds its end (or its reset) before a byte of
+  // answer: not the instance's failure and not a retry, the request just goes again on a checked
+  // or new connection to the same instance.
+  bool unchecked = idempotent_ && parser_.is_done() && !expect_continue_;
+  std::optional<InstanceCounters*> counted;
   struct InFlight {
-    InstanceCounters& ic;
-    ~InFlight() { ic.active.fetch_sub(1, std::memory_order_relaxed); }
-  } in_flight{t.counters};
-
-  const AttemptEnd sent = co_await SendRequest();
-  if (sent == AttemptEnd::kAbort) co_return sent;
+    std::optional<InstanceCounters*>& ic;
+    ~InFlight() {
+      if (ic) (*ic)->active.fetch_sub(1, std::memory_order_relaxed);
+    }
+  } in_flight{counted};
   std::optional<http::response_parser<http::buffer_body>> response;
-  const error_code ec = sent == AttemptEnd::kDone ? co_await ReadResponseHead(response)
-                                                  : error_code(net::error::connection_reset);
+  error_code ec;
+  while (true) {
+    if (!TakePooled(t, !unchecked)) {
+      unchecked = false;
+      if (const AttemptEnd end = co_await Connect(t); end != AttemptEnd::kDone) co_return end;
+    }
+    if (!counted) {
+      t.counters.requests.fetch_add(1, std::memory_order_relaxed);
+      t.counters.active.fetch_add(1, std::memory_order_relaxed);
+      counted = &t.counters;
+    }
+    const AttemptEnd sent = co_await SendRequest();
+    if (sent == AttemptEnd::kAbort) co_return sent;
+    ec = sent == AttemptEnd::kDone ? co_await ReadResponseHead(response)
+                                   : error_code(net::error::connection_reset);
+    const bool closed_before_answer = ec == http::error::end_of_stream ||
+                                      ec == net::error::connection_reset ||
+                                      ec == net::error::broken_pipe;
+    if (!unchecked || !closed_before_answer || c_.upstream_buffer.size() > 0) break;
+    c_.pool.FoundClosed();
+    DropUpstream();
+    unchecked = false;
+  }
   if (ec) co_return HeadFailed(t, ec);
   co_return co_await RelayResponse(t, *response);
 }
 
-bool HttpExchange::TakePooled(Target& t) {
-  std::optional<tcp::socket> pooled = c_.pool.Take(t.pool_key, s_.clock.Now(), &t.retire_at);
+bool HttpExchange::TakePooled(Target& t, bool check_closed) {
+  std::optional<tcp::socket> pooled =
+      c_.pool.Take(t.pool_key, s_.clock.Now(), &t.retire_at, check_closed);
   if (!pooled) return false;
   c_.upstream.emplace(std::move(*pooled));
   s_.counters.upstream_reused.fetch_add(1, std::memory_order_relaxed);

@@ -29,7 +29,7 @@ MonoTime UpstreamPool::RetireAt(MonoTime now) {
 }
 
 std::optional<tcp::socket> UpstreamPool::Take(const std::string& key, MonoTime now,
-                                              MonoTime* retire_at) {
+                                              MonoTime* retire_at, bool check_closed) {
   auto it = idle_.find(key);
   if (it == idle_.end()) return std::nullopt;
   std::deque<Idle>& list = it->second;
@@ -42,7 +42,7 @@ std::optional<tcp::socket> UpstreamPool::Take(const std::string& key, MonoTime n
       Bump(stats_.retired_age);
     } else if (now - c.idle_since >= options_.idle_timeout) {
       Bump(stats_.retired_idle);
-    } else if (Stale(c.socket.native_handle())) {
+    } else if (check_closed && Stale(c.socket.native_handle())) {
       Bump(stats_.retired_closed);
     } else {
       *retire_at = c.retire_at;

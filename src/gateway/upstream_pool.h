@@ -11,7 +11,9 @@
 //   - a connection unused for idle_timeout is closed by Sweep();
 //   - Take() checks that the peer has not closed the connection while it sat idle (a
 //     non-blocking peek), which catches most stale keep-alive connections before a request is
-//     written to them; the proxy's retry covers the rest.
+//     written to them; the proxy's retry covers the rest. A caller that can send its request
+//     again unharmed (idempotent, held whole) skips the peek -- a system call per request -- and
+//     reports a connection it then finds closed with FoundClosed().
 // Used by its own thread only, without a lock; stats() may be read from any (relaxed counters).
 #pragma once
 
@@ -54,9 +56,16 @@ class UpstreamPool {
   MonoTime RetireAt(MonoTime now);
 
   // A live idle connection for `key` (the most recently used: warm, and lets the others idle
-  // out), or nullopt. Expired or closed ones met on the way are closed.
+  // out), or nullopt. Expired or closed ones met on the way are closed. Without `check_closed`
+  // a connection the peer closed is not looked for: the caller finds out by using it.
   std::optional<boost::asio::ip::tcp::socket> Take(const std::string& key, MonoTime now,
-                                                   MonoTime* retire_at);
+                                                   MonoTime* retire_at, bool check_closed = true);
+  // A connection Take() gave without the check was found closed by the peer before it carried
+  // anything: counted as retired_closed, not as reused.
+  void FoundClosed() {
+    Bump(stats_.reused, -1);
+    Bump(stats_.retired_closed);
+  }
   // Gives a connection back after a complete exchange; closes it instead when it is past its
   // age or the key's list is full.
   void Put(const std::string& key, boost::asio::ip::tcp::socket socket, MonoTime retire_at,

@@ -415,6 +415,32 @@ TEST_F(HttpProxyTest, APooledConnectionTheUpstreamClosedIsNeverUsed) {
   EXPECT_EQ(counters().retries.load(), 0u);
 }
 
+TEST_F(HttpProxyTest, AGetOnAPooledConnectionTheUpstreamClosedGoesAgainUncounted) {
+  HttpBackend a("a");
+  a.close_after_answer = true;
+  StartProxy(ListenerConfig{});
+  SetTable({EndpointOf("a", a.address())});
+  Client client(port());
+  for (int i = 1; i <= 5; ++i) {
+    // A GET takes the pooled connection without the liveness peek. Finding it closed is neither
+    // the instance's failure nor a retry: the GET goes again, on a new connection.
+    const Reply r = client.Send(http::verb::get, "/thing");
+    ASSERT_EQ(r.status, 200) << i << ": " << r.body;
+    ASSERT_TRUE(Eventually([&] { return a.closed.load() == i; }, 3s));
+  }
+  EXPECT_EQ(a.connections.load(), 5);
+  EXPECT_EQ(a.requests.load(), 5);
+  EXPECT_EQ(proxy_->pool_stats().reused, 0u);
+  EXPECT_EQ(proxy_->pool_stats().retired_closed, 4u);  // the fifth is still in the pool
+  // Taken without the peek: each of the four was written to, then found closed.
+  EXPECT_EQ(counters().upstream_reused.load(), 4u);
+  EXPECT_EQ(counters().retries.load(), 0u);
+  EXPECT_EQ(CountersOf("a").requests.load(), 5u);
+  EXPECT_EQ(CountersOf("a").failed_requests.load(), 0u);
+  // (The client has the answer a moment before the attempt ends.)
+  EXPECT_TRUE(Eventually([&] { return CountersOf("a").active.load() == 0; }));
+}
+
 TEST_F(HttpProxyTest, ChunkedAndLargeBodiesStreamBothWays) {
   HttpBackend a("a");
   StartProxy({});
