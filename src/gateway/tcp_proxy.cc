@@ -7,9 +7,11 @@
 #include <spdlog/spdlog.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <array>
 #include <boost/asio.hpp>
 #include <cerrno>
+#include <optional>
 
 #include "drover/router.h"
 #include "gateway/key_line.h"

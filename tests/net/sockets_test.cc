@@ -46,6 +46,23 @@ struct Listening {
   tcp::endpoint endpoint;
 };
 
+// Connections that fill a never-accepting listener's queue (backlog 0), so the kernel drops
+// further SYNs unanswered and a connect gets no answer.
+struct Fillers {
+  explicit Fillers(const Listening& server) {
+    for (int i = 0; i < 4; ++i) {
+      const int f = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+      ::connect(f, server.endpoint.data(), static_cast<socklen_t>(server.endpoint.size()));
+      fds.push_back(f);
+    }
+    std::this_thread::sleep_for(50ms);  // the handshakes that will happen have happened
+  }
+  ~Fillers() {
+    for (const int f : fds) ::close(f);
+  }
+  std::vector<int> fds;
+};
+
 error_code RunConnect(asio::io_context& io, tcp::socket& socket, const tcp::endpoint& to,
                       std::chrono::nanoseconds timeout) {
   std::future<error_code> done = asio::co_spawn(io, Connect(socket, to, timeout), asio::use_future);
@@ -139,15 +156,8 @@ TEST(SocketsTest, ConnectToAClosedPortIsRefusedAndLeavesTheSocketClosed) {
 
 TEST(SocketsTest, ConnectThatGetsNoAnswerEndsAtItsTimeout) {
   asio::io_context io;
-  // A listener that never accepts, its queue full: the kernel drops further SYNs unanswered.
   Listening server(0);
-  std::vector<int> fillers;
-  for (int i = 0; i < 4; ++i) {
-    const int f = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    ::connect(f, server.endpoint.data(), static_cast<socklen_t>(server.endpoint.size()));
-    fillers.push_back(f);
-  }
-  std::this_thread::sleep_for(50ms);  // the handshakes that will happen have happened
+  const Fillers fillers(server);
   tcp::socket socket(io);
   const auto start = std::chrono::steady_clock::now();
   const error_code ec = RunConnect(io, socket, server.endpoint, 200ms);
@@ -156,19 +166,12 @@ TEST(SocketsTest, ConnectThatGetsNoAnswerEndsAtItsTimeout) {
   EXPECT_GE(took, 200ms);
   EXPECT_LT(took, 3s);
   EXPECT_FALSE(socket.is_open());
-  for (const int f : fillers) ::close(f);
 }
 
 TEST(SocketsTest, ClosingTheSocketEndsAPendingConnect) {
   asio::io_context io;
   Listening server(0);
-  std::vector<int> fillers;
-  for (int i = 0; i < 4; ++i) {
-    const int f = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    ::connect(f, server.endpoint.data(), static_cast<socklen_t>(server.endpoint.size()));
-    fillers.push_back(f);
-  }
-  std::this_thread::sleep_for(50ms);
+  const Fillers fillers(server);
   tcp::socket socket(io);
   asio::steady_timer closer(io, 100ms);
   closer.async_wait([&](error_code) { socket.close(); });
@@ -177,7 +180,6 @@ TEST(SocketsTest, ClosingTheSocketEndsAPendingConnect) {
   EXPECT_EQ(ec, asio::error::operation_aborted) << ec.message();
   EXPECT_LT(std::chrono::steady_clock::now() - start, 3s);
   EXPECT_FALSE(socket.is_open());
-  for (const int f : fillers) ::close(f);
 }
 
 }  // namespace
