@@ -791,6 +791,11 @@ net::awaitable<HttpExchange::AttemptEnd> HttpExchange::SendRequest() {
 net::awaitable<error_code> HttpExchange::ReadResponseHead(
     std::optional<http::response_parser<http::buffer_body>>& response) {
   c_.upstream_buffer.clear();
+  // The instance has only just been sent the request: reading now would answer EAGAIN (a system
+  // call) and then wait. Let the worker serve what else is ready first (a post: no system call);
+  // under load the answer has come by then and one read takes it. Idle, the post costs a turn
+  // of the loop.
+  co_await net::post(c_.upstream->get_executor(), net::use_awaitable);
   error_code ec;
   while (!ec) {
     response.emplace();
