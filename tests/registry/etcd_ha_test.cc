@@ -31,12 +31,27 @@ struct RegistryProcess {
   std::uint16_t port = 0;
 };
 
-RegistryProcess StartRegistry(const EtcdCluster& etcd, const std::string& prefix) {
+RegistryProcess StartRegistry(const EtcdCluster& etcd, const std::string& prefix,
+                              const std::vector<std::string>& extra = {}) {
   RegistryProcess r;
-  r.child = std::make_unique<ChildProcess>(
-      std::vector<std::string>{DROVER_BINARY, "registry", "--store", "etcd", "--etcd-endpoints",
-                               etcd.endpoints_csv(), "--etcd-prefix", prefix, "--etcd-session-ttl",
-                               "2", "--http", "127.0.0.1:0", "--grpc", "off", "--tick-ms", "100"});
+  std::vector<std::string> args{DROVER_BINARY,
+                                "registry",
+                                "--store",
+                                "etcd",
+                                "--etcd-endpoints",
+                                etcd.endpoints_csv(),
+                                "--etcd-prefix",
+                                prefix,
+                                "--etcd-session-ttl",
+                                "2",
+                                "--http",
+                                "127.0.0.1:0",
+                                "--grpc",
+                                "off",
+                                "--tick-ms",
+                                "100"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  r.child = std::make_unique<ChildProcess>(std::move(args));
   auto line = r.child->ReadLine(20s);
   std::smatch m;
   if (line && std::regex_search(*line, m, std::regex(R"(http://127\.0\.0\.1:(\d+))"))) {
@@ -276,10 +291,14 @@ TEST_F(EtcdHaTest, HeartbeatsThroughTheOtherRegistryKeepTheExpirersLease) {
 TEST_F(EtcdHaTest, SelfPreservationDecidedByOneRegistryIsSeenThroughTheOther) {
   EtcdCluster etcd(1);
   ASSERT_TRUE(etcd.ok()) << etcd.error();
-  RegistryProcess a = StartRegistry(etcd, "/sp");
+  // Registered one after another, the four leases lapse a few milliseconds apart, and an expiry
+  // tick can fall between them: at the default fraction (0.5) the first two would then expire
+  // before the rest freezes. At 0.2 the first lapse alone freezes expiry.
+  const std::vector<std::string> freeze_early{"--self-preservation", "0.2"};
+  RegistryProcess a = StartRegistry(etcd, "/sp", freeze_early);
   ASSERT_NE(a.port, 0);
   ASSERT_TRUE(testing::Eventually([&] { return IsExpirer(a.port); }, 10s));
-  RegistryProcess b = StartRegistry(etcd, "/sp");
+  RegistryProcess b = StartRegistry(etcd, "/sp", freeze_early);
   ASSERT_NE(b.port, 0);
   EXPECT_FALSE(IsExpirer(b.port));
 
