@@ -670,11 +670,11 @@ net::awaitable<HttpExchange::AttemptEnd> HttpExchange::Attempt(std::size_t pick)
   // answer: not the instance's failure and not a retry, the request just goes again on a checked
   // or new connection to the same instance.
   bool unchecked = idempotent_ && parser_.is_done() && !expect_continue_;
-  std::optional<InstanceCounters*> counted;
+  InstanceCounters* counted = nullptr;  // once the request went to the instance
   struct InFlight {
-    std::optional<InstanceCounters*>& ic;
+    InstanceCounters*& ic;
     ~InFlight() {
-      if (ic) (*ic)->active.fetch_sub(1, std::memory_order_relaxed);
+      if (ic) ic->active.fetch_sub(1, std::memory_order_relaxed);
     }
   } in_flight{counted};
   std::optional<http::response_parser<http::buffer_body>> response;
@@ -693,9 +693,9 @@ net::awaitable<HttpExchange::AttemptEnd> HttpExchange::Attempt(std::size_t pick)
     if (sent == AttemptEnd::kAbort) co_return sent;
     ec = sent == AttemptEnd::kDone ? co_await ReadResponseHead(response)
                                    : error_code(net::error::connection_reset);
-    const bool closed_before_answer = ec == http::error::end_of_stream ||
-                                      ec == net::error::connection_reset ||
-                                      ec == net::error::broken_pipe;
+    // (A failed write arrives here as connection_reset.)
+    const bool closed_before_answer =
+        ec == http::error::end_of_stream || ec == net::error::connection_reset;
     if (!unchecked || !closed_before_answer || c_.upstream_buffer.size() > 0) break;
     c_.pool.FoundClosed();
     DropUpstream();

@@ -91,23 +91,26 @@ asio::awaitable<error_code> Connect(tcp::socket& socket, const tcp::endpoint& to
   if (error_code ec = Adopt(socket, to.protocol(), fd)) co_return ec;
   if (rc == 0) co_return error_code{};  // at once (loopback may)
 
-  // The timer's handler can outlive this frame (queued as the wait ends): it acts only through
-  // `pending`, which it shares.
+  // The timer's handler can outlive this frame (queued as the wait ends): it touches the socket
+  // only while the wait is pending, and what it says goes through the state it shares.
+  struct Deadline {
+    bool pending = true;
+    bool timed_out = false;
+  };
+  const auto deadline = std::make_shared<Deadline>();
   asio::steady_timer timer(socket.get_executor());
-  auto pending = std::make_shared<bool>(true);
-  bool timed_out = false;
   if (timeout > std::chrono::nanoseconds::zero()) {
     timer.expires_after(timeout);
-    timer.async_wait([&socket, &timed_out, pending](error_code ec) {
-      if (ec || !*pending) return;
-      timed_out = true;
+    timer.async_wait([&socket, deadline](error_code ec) {
+      if (ec || !deadline->pending) return;
+      deadline->timed_out = true;
       socket.cancel(ec);  // the wait below ends with operation_aborted
     });
   }
   error_code ec;
   co_await socket.async_wait(tcp::socket::wait_write,
                              asio::redirect_error(asio::use_awaitable, ec));
-  *pending = false;
+  deadline->pending = false;
   timer.cancel();
   if (!ec && socket.is_open()) {
     int so_error = 0;
@@ -119,7 +122,7 @@ asio::awaitable<error_code> Connect(tcp::socket& socket, const tcp::endpoint& to
   } else if (!ec) {
     ec = asio::error::operation_aborted;  // closed meanwhile
   }
-  if (timed_out) ec = asio::error::timed_out;
+  if (deadline->timed_out) ec = asio::error::timed_out;
   if (ec) {
     error_code ignored;
     socket.close(ignored);

@@ -30,8 +30,9 @@ boost::system::error_code Listen(boost::asio::ip::tcp::acceptor& acceptor,
 // Asio is told both, as it knows them of the sockets it opens itself, so neither costs a system
 // call later: it would set O_NONBLOCK again (ioctl FIONBIO) before the first wait, and, taking
 // any assigned descriptor for a possible duplicate, remove it from the epoll set (EPOLL_CTL_DEL)
-// before closing it -- the kernel drops a closed descriptor that has no duplicate by itself. Synchronous operations still wait, as on
-// any Asio socket, unless MarkNonBlocking() says otherwise. On error `fd` is closed.
+// before closing it -- the kernel drops a closed descriptor that has no duplicate by itself.
+// Synchronous operations still wait, as on any Asio socket, unless MarkNonBlocking() says
+// otherwise. On error `fd` is closed.
 boost::system::error_code Adopt(boost::asio::ip::tcp::socket& socket,
                                 const boost::asio::ip::tcp& protocol, int fd);
 
