@@ -491,7 +491,8 @@ net::awaitable<void> HttpProxy::State::Active(std::shared_ptr<HttpClient> client
         break;
       }
       error_code ec;
-      const std::size_t n = c.client.socket().read_some(buffer.prepare(kFirstRead), ec);
+      const std::size_t n =
+          drover::net::ReadSome(c.client.socket(), buffer.prepare(kFirstRead), ec);
       buffer.commit(n);
       if (ec == net::error::would_block || ec == net::error::try_again) {
         idle = true;  // a wake-up without bytes (or a new connection with none yet)
@@ -515,7 +516,9 @@ void HttpProxy::State::Park(std::shared_ptr<HttpClient> client) {
   client->idle_since = clock.Now();
   client->worker->idle.PushBack(*client);
   tcp::socket& socket = client->socket;
-  socket.async_wait(tcp::socket::wait_read, [client = std::move(client)](error_code ec) mutable {
+  // No system call when the last read took all there was (net::WaitReadable): a request-response
+  // exchange parks for free.
+  drover::net::WaitReadable(socket, [client = std::move(client)](error_code ec) mutable {
     if (client->parked) client->worker->idle.Remove(*client);
     if (ec || !client->socket.is_open()) return;  // closed: by the sweep, a closer or shutdown
     const net::any_io_executor executor = client->socket.get_executor();

@@ -138,15 +138,15 @@ void TcpProxy::State::Pump(std::shared_ptr<Conn> c, bool from_client) {
   // Move what is there, with a buffer borrowed for as long as there is something to move. Reads
   // and writes are tried at once, non-blocking by flag (MSG_DONTWAIT: no ioctl per socket), and
   // most messages never go through the reactor. A read shorter than the buffer took all there
-  // was; the wait after it re-arms the descriptor (Asio's EPOLL_CTL_MOD), which raises an event
-  // at once if bytes came meanwhile, so no read is spent to learn the socket is empty.
+  // was, and tells the reactor so (net::ReadSome): the wait after it costs no system call, and
+  // an edge raised by bytes that came since completes it.
   {
     RelayChunk chunk;
     while (true) {
-      const ssize_t n = ::recv(from.native_handle(), chunk.data(), chunk.size(), MSG_DONTWAIT);
-      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;  // drained
-      if (n < 0 && errno == EINTR) continue;
-      if (n == 0) {
+      error_code read_ec;
+      const std::size_t n = net::ReadSome(from, asio::buffer(chunk.data(), chunk.size()), read_ec);
+      if (read_ec == asio::error::would_block || read_ec == asio::error::try_again) break;
+      if (read_ec == asio::error::eof) {
         // Half-close: pass the FIN on. When the other way has ended already, the close that
         // follows sends it (both sides were read to their end, so nothing unread turns it into
         // a reset).
@@ -156,7 +156,7 @@ void TcpProxy::State::Pump(std::shared_ptr<Conn> c, bool from_client) {
         }
         return PumpEnded(*c);
       }
-      if (n < 0) {
+      if (read_ec) {
         c->CloseBoth();
         return PumpEnded(*c);
       }
@@ -168,7 +168,7 @@ void TcpProxy::State::Pump(std::shared_ptr<Conn> c, bool from_client) {
         c->awaiting_since = c->last_activity;
         c->timer.cancel();  // the watchdog recomputes its deadline
       }
-      const auto size = static_cast<std::size_t>(n);
+      const std::size_t size = n;
       std::size_t sent = 0;
       int send_error = 0;
       while (sent < size && send_error == 0) {
@@ -208,7 +208,7 @@ void TcpProxy::State::Pump(std::shared_ptr<Conn> c, bool from_client) {
 void TcpProxy::State::Wait(std::shared_ptr<Conn> c, bool from_client) {
   // Nothing to move: wait without a buffer (an idle session holds none).
   tcp::socket& from = from_client ? c->client : c->upstream;
-  from.async_wait(tcp::socket::wait_read, [c = std::move(c), from_client](error_code ec) mutable {
+  net::WaitReadable(from, [c = std::move(c), from_client](error_code ec) mutable {
     if (ec) {
       c->CloseBoth();
       return c->state->PumpEnded(*c);
@@ -325,8 +325,9 @@ asio::awaitable<void> TcpProxy::State::Serve(tcp::socket client, net::Connection
   c->tune_probes_at = c->last_activity + kTuneProbesAfter;
   ++c->timer_epoch;  // a timer callback of the key phase must not act
   // The client's first bytes usually came with its connection: read them. A just-connected
-  // upstream has rarely sent anything yet: wait for it rather than spend a read learning so (the
-  // wait's re-arm raises an event at once for a greeting already there).
+  // upstream has rarely sent anything yet: wait for it rather than spend a read learning so (a
+  // greeting already there raised its event when the connect completed, or raises it as it
+  // comes; net::Connect left the reactor knowing the socket for drained until then).
   Pump(c, true);
   Wait(c, false);
   Watchdog(std::move(c));

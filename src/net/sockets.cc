@@ -5,6 +5,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/address.hpp>
 #include <boost/asio/redirect_error.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -50,15 +51,151 @@ using tcp = asio::ip::tcp;
 // (Boost 1.74's reactive_socket_service_base), which only a class derived from the socket can
 // name: the pointer to the protected member is formed here and applied to any socket.
 struct SocketState : tcp::socket {
-  static asio::detail::socket_ops::state_type& Of(tcp::socket& s) {
+  static asio::detail::reactive_socket_service_base::base_implementation_type& Impl(
+      tcp::socket& s) {
     constexpr auto impl = &SocketState::impl_;
-    return (s.*impl).get_implementation().state_;
+    return (s.*impl).get_implementation();
   }
+  static asio::detail::socket_ops::state_type& Of(tcp::socket& s) { return Impl(s).state_; }
 };
 
 error_code Errno(int err) { return {err, boost::system::system_category()}; }
 
+#if BOOST_VERSION == 107400 && defined(BOOST_ASIO_HAS_EPOLL)
+#define DROVER_NET_QUIET_WAIT 1
+
+// The reactor's record of a descriptor (see WaitReadable in sockets.h). Its members are private;
+// an explicit instantiation may name them (access is not checked in its template arguments), and
+// the pointers to members it is given are handed out by friend functions.
+using Reactor = asio::detail::epoll_reactor;
+using DescriptorState = Reactor::descriptor_state;
+
+template <typename Tag, typename Tag::Type kMember>
+struct Expose {
+  friend typename Tag::Type MemberOf(Tag) { return kMember; }
+};
+struct MutexOf {
+  using Type = asio::detail::conditionally_enabled_mutex DescriptorState::*;
+  friend Type MemberOf(MutexOf);
+};
+struct ReactorOf {
+  using Type = Reactor* DescriptorState::*;
+  friend Type MemberOf(ReactorOf);
+};
+struct OpQueuesOf {
+  using Type =
+      asio::detail::op_queue<asio::detail::reactor_op> (DescriptorState::*)[Reactor::max_ops];
+  friend Type MemberOf(OpQueuesOf);
+};
+struct MayBeReadyOf {
+  using Type = bool (DescriptorState::*)[Reactor::max_ops];
+  friend Type MemberOf(MayBeReadyOf);
+};
+template struct Expose<MutexOf, &DescriptorState::mutex_>;
+template struct Expose<ReactorOf, &DescriptorState::reactor_>;
+template struct Expose<OpQueuesOf, &DescriptorState::op_queue_>;
+template struct Expose<MayBeReadyOf, &DescriptorState::try_speculative_>;
+
+// The reactor's record of `socket` when its waits can consult the flag: registered, and held for
+// non-blocking (else Asio's own start would set O_NONBLOCK first).
+DescriptorState* QuietState(tcp::socket& socket) {
+  const auto& impl = SocketState::Impl(socket);
+  if ((impl.state_ & asio::detail::socket_ops::non_blocking) == 0) return nullptr;
+  return impl.reactor_data_;
+}
+
+// Whether this thread runs `socket`'s io_context and is the one thread that may (concurrency
+// hint 1): then nothing the reactor does for the socket happens before this handler returns.
+bool OnlyThread(tcp::socket& socket) {
+  const auto* executor = socket.get_executor().target<asio::io_context::executor_type>();
+  if (executor == nullptr || !executor->running_in_this_thread()) return false;
+  return asio::use_service<asio::detail::scheduler>(executor->context()).concurrency_hint() == 1;
+}
+
+// Under the descriptor's lock: the socket's receive queue was found empty, so no edge since
+// needs a read; a pending read operation keeps the flag as the reactor left it.
+void MarkDrainedLocked(DescriptorState& state) {
+  if ((state.*MemberOf(OpQueuesOf{}))[Reactor::read_op].empty()) {
+    (state.*MemberOf(MayBeReadyOf{}))[Reactor::read_op] = false;
+  }
+}
+#endif
+
 }  // namespace
+
+std::size_t ReadSome(tcp::socket& socket, asio::mutable_buffer buffer, error_code& ec) {
+  ec = {};
+  if (buffer.size() == 0) return 0;
+  const auto read = [&] {
+    ssize_t n = 0;
+    do {
+      n = ::recv(socket.native_handle(), buffer.data(), buffer.size(), MSG_DONTWAIT);
+    } while (n < 0 && errno == EINTR);
+    return n;
+  };
+  ssize_t n = 0;
+  int err = 0;
+#ifdef DROVER_NET_QUIET_WAIT
+  if (DescriptorState* state = QuietState(socket)) {
+    const asio::detail::conditionally_enabled_mutex::scoped_lock lock((*state).*
+                                                                      MemberOf(MutexOf{}));
+    n = read();
+    err = n < 0 ? errno : 0;
+    const bool drained = n < 0 ? (err == EAGAIN || err == EWOULDBLOCK)
+                               : (n > 0 && static_cast<std::size_t>(n) < buffer.size());
+    if (drained) MarkDrainedLocked(*state);
+  } else
+#endif
+  {
+    n = read();
+    err = n < 0 ? errno : 0;
+  }
+  if (n < 0) {
+    ec = Errno(err);
+    return 0;
+  }
+  if (n == 0) ec = asio::error::eof;
+  return static_cast<std::size_t>(n);
+}
+
+bool KnownDrained(tcp::socket& socket) {
+#ifdef DROVER_NET_QUIET_WAIT
+  if (DescriptorState* state = QuietState(socket)) {
+    const asio::detail::conditionally_enabled_mutex::scoped_lock lock((*state).*
+                                                                      MemberOf(MutexOf{}));
+    return !((*state).*MemberOf(MayBeReadyOf{}))[Reactor::read_op];
+  }
+#endif
+  (void)socket;
+  return false;
+}
+
+namespace internal {
+
+bool CanWaitQuietly(tcp::socket& socket) {
+#ifdef DROVER_NET_QUIET_WAIT
+  return QuietState(socket) != nullptr;
+#else
+  (void)socket;
+  return false;
+#endif
+}
+
+void StartQuietWait(tcp::socket& socket, asio::detail::reactor_op* op) {
+#ifdef DROVER_NET_QUIET_WAIT
+  auto& impl = SocketState::Impl(socket);
+  Reactor& reactor = *((*impl.reactor_data_).*MemberOf(ReactorOf{}));
+  // Speculation allowed: with the flag set the wait completes at once (a wait operation has
+  // nothing to try), with it clear it is queued without touching the registration.
+  reactor.start_op(Reactor::read_op, impl.socket_, impl.reactor_data_, op,
+                   /*is_continuation=*/false, /*allow_speculative=*/true);
+#else
+  (void)socket;
+  (void)op;
+#endif
+}
+
+}  // namespace internal
 
 error_code Adopt(tcp::socket& socket, const tcp& protocol, int fd) {
   error_code ec;
@@ -70,6 +207,17 @@ error_code Adopt(tcp::socket& socket, const tcp& protocol, int fd) {
   auto& state = SocketState::Of(socket);
   state |= asio::detail::socket_ops::internal_non_blocking;
   state &= ~asio::detail::socket_ops::possible_dup;
+#ifdef DROVER_NET_QUIET_WAIT
+  // Registering the descriptor (EPOLL_CTL_ADD) queued an event if bytes are there already, and
+  // every later arrival raises an edge: the reactor needs no read to learn either -- provided it
+  // has not taken in that event yet, which holds when the only thread that runs the socket's
+  // context is this one, between two of its handlers.
+  if (DescriptorState* reactor_state = QuietState(socket); reactor_state && OnlyThread(socket)) {
+    const asio::detail::conditionally_enabled_mutex::scoped_lock lock((*reactor_state).*
+                                                                      MemberOf(MutexOf{}));
+    MarkDrainedLocked(*reactor_state);
+  }
+#endif
   return ec;
 }
 

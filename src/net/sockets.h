@@ -8,8 +8,11 @@
 // clang-format on
 
 #include <boost/asio/awaitable.hpp>
+#include <boost/asio/detail/reactive_wait_op.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/version.hpp>
 #include <chrono>
+#include <memory>
 #include <string_view>
 
 #include "drover/status.h"
@@ -40,6 +43,40 @@ boost::system::error_code Adopt(boost::asio::ip::tcp::socket& socket,
 // synchronous reads and writes answer would_block instead of waiting.
 void MarkNonBlocking(boost::asio::ip::tcp::socket& socket);
 
+// Waiting for bytes without a system call per wait.
+//
+// Asio's epoll reactor registers a descriptor once, edge-triggered, and keeps for it a flag that
+// an edge may have come since a read last found the socket empty (Boost 1.74's
+// epoll_reactor::descriptor_state::try_speculative_). Its async_wait ignores the flag and
+// re-arms the registration (EPOLL_CTL_MOD) every time; its reads, while the flag is set, try the
+// socket before queueing, which in a request-response exchange is a read that answers EAGAIN.
+// Either way a wait cost one system call. ReadSome() clears the flag when its read leaves the
+// receive queue empty, inside the reactor's lock for the descriptor, so no edge the reactor
+// takes in can fall between the read and the clearing; WaitReadable() queues on the descriptor
+// at no cost while the flag is clear, and completes at once while it is set. Edge triggering
+// makes it sound: whatever arrives after the read raises a new edge, which sets the flag and
+// completes the queued wait. Asio's own operations keep working on such a socket (its reads
+// then queue at once instead of trying). Other Boost versions and reactors get Asio's plain
+// wait and read.
+
+// Reads what is there into `buffer`, without waiting: the byte count; would_block when nothing
+// is there, eof when the peer ended its side (0 bytes), else the error. A read that answers
+// would_block or fewer bytes than `buffer` holds found the socket drained, and says so to the
+// reactor (above).
+std::size_t ReadSome(boost::asio::ip::tcp::socket& socket, boost::asio::mutable_buffer buffer,
+                     boost::system::error_code& ec);
+
+// Calls `handler(error_code)` once bytes (or the peer's end, or an error) may be there to read,
+// as `socket.async_wait(wait_read, handler)` does, but with no system call when ReadSome() last
+// found the socket drained. A wait pending when the socket is closed or cancelled ends with
+// operation_aborted. The socket needs Adopt(), Connect() or TcpListener to have made it.
+template <typename Handler>
+void WaitReadable(boost::asio::ip::tcp::socket& socket, Handler handler);
+
+// Whether the reactor holds `socket` for drained: its next WaitReadable() queues without a
+// system call. For tests and diagnostics.
+bool KnownDrained(boost::asio::ip::tcp::socket& socket);
+
 // Connects `socket` (closed; its executor picks the reactor) to `to`: a non-blocking socket(),
 // connect(), then a wait for writability and SO_ERROR -- no ioctl, and none of the poll() Asio's
 // own connect adds. After `timeout` (> 0) the attempt ends with timed_out; closing `socket`
@@ -59,5 +96,33 @@ void SetKeepAlive(int fd);
 // that last. Tuning an established connection re-arms its keepalive timer by the new idle time.
 void EnableKeepAlive(int fd);
 void TuneKeepAliveProbes(int fd);
+
+// ---- WaitReadable's template body.
+
+namespace internal {
+// Whether `socket`'s wait can go straight to the reactor with the flag consulted (Boost 1.74's
+// epoll reactor, a registered descriptor Asio already holds for non-blocking).
+bool CanWaitQuietly(boost::asio::ip::tcp::socket& socket);
+// Queues `op` as a read-readiness operation that the reactor completes at once while the flag
+// says an edge may have come.
+void StartQuietWait(boost::asio::ip::tcp::socket& socket, boost::asio::detail::reactor_op* op);
+}  // namespace internal
+
+template <typename Handler>
+void WaitReadable(boost::asio::ip::tcp::socket& socket, Handler handler) {
+#if BOOST_VERSION == 107400
+  if (internal::CanWaitQuietly(socket)) {
+    // The operation Asio's async_wait allocates (its recycling allocator, its outstanding-work
+    // tracking), started as its reads are.
+    using Op = boost::asio::detail::reactive_wait_op<Handler, boost::asio::any_io_executor>;
+    typename Op::ptr p = {std::addressof(handler), Op::ptr::allocate(handler), nullptr};
+    p.p = new (p.v) Op(boost::system::error_code(), handler, socket.get_executor());
+    internal::StartQuietWait(socket, p.p);
+    p.v = p.p = nullptr;
+    return;
+  }
+#endif
+  socket.async_wait(boost::asio::ip::tcp::socket::wait_read, std::move(handler));
+}
 
 }  // namespace drover::net
