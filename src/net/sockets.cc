@@ -238,6 +238,10 @@ asio::awaitable<error_code> Connect(tcp::socket& socket, const tcp::endpoint& to
   }
   if (error_code ec = Adopt(socket, to.protocol(), fd)) co_return ec;
   if (rc == 0) co_return error_code{};  // at once (loopback may)
+  // When the reactor holds the new socket for drained, the event that ends the connect tells
+  // success from failure: a failure carries EPOLLERR/EPOLLHUP, which marks the socket readable,
+  // and a success without a greeting does not -- then SO_ERROR need not be asked.
+  const bool event_tells = KnownDrained(socket);
 
   // The timer's handler can outlive this frame (queued as the wait ends): it touches the socket
   // only while the wait is pending, and what it says goes through the state it shares.
@@ -260,7 +264,9 @@ asio::awaitable<error_code> Connect(tcp::socket& socket, const tcp::endpoint& to
                              asio::redirect_error(asio::use_awaitable, ec));
   deadline->pending = false;
   timer.cancel();
-  if (!ec && socket.is_open()) {
+  if (!ec && socket.is_open() && event_tells && KnownDrained(socket)) {
+    // connected, nothing sent yet
+  } else if (!ec && socket.is_open()) {
     int so_error = 0;
     socklen_t size = sizeof so_error;
     if (::getsockopt(socket.native_handle(), SOL_SOCKET, SO_ERROR, &so_error, &size) != 0) {

@@ -79,9 +79,10 @@ bool KnownDrained(boost::asio::ip::tcp::socket& socket);
 
 // Connects `socket` (closed; its executor picks the reactor) to `to`: a non-blocking socket(),
 // connect(), then a wait for writability and SO_ERROR -- no ioctl, and none of the poll() Asio's
-// own connect adds. After `timeout` (> 0) the attempt ends with timed_out; closing `socket`
-// meanwhile ends it with operation_aborted. On error `socket` is closed. Asio leaves EPOLLOUT in
-// the descriptor's epoll registration after the wait.
+// own connect adds; run by the only thread of a one-thread context, not even SO_ERROR unless the
+// event that ended the wait marked the socket readable (a failure does). After `timeout` (> 0) the
+// attempt ends with timed_out; closing `socket` meanwhile ends it with operation_aborted. On error
+// `socket` is closed. Asio leaves EPOLLOUT in the descriptor's epoll registration after the wait.
 boost::asio::awaitable<boost::system::error_code> Connect(boost::asio::ip::tcp::socket& socket,
                                                           const boost::asio::ip::tcp::endpoint& to,
                                                           std::chrono::nanoseconds timeout);

@@ -13,6 +13,7 @@
 #include <array>
 #include <atomic>
 #include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -21,6 +22,7 @@
 #include <chrono>
 #include <functional>
 #include <future>
+#include <optional>
 #include <random>
 #include <string_view>
 #include <thread>
@@ -156,6 +158,43 @@ TEST(SocketsTest, ConnectToAClosedPortIsRefusedAndLeavesTheSocketClosed) {
   }
   tcp::socket socket(io);
   const error_code ec = RunConnect(io, socket, closed, 1s);
+  EXPECT_EQ(ec, asio::error::connection_refused) << ec.message();
+  EXPECT_FALSE(socket.is_open());
+}
+
+// Connect run by a one-thread context's only thread, where the event that ends the wait tells
+// success from failure without SO_ERROR.
+error_code RunConnectInside(asio::io_context& io, tcp::socket& socket, const tcp::endpoint& to) {
+  std::optional<error_code> result;
+  asio::co_spawn(
+      io, [&]() -> asio::awaitable<void> { result = co_await Connect(socket, to, 1s); },
+      asio::detached);
+  io.restart();
+  io.run_for(5s);
+  return result.value_or(asio::error::in_progress);
+}
+
+TEST(SocketsTest, ConnectInsideAOneThreadContextStillTellsSuccessFromRefusal) {
+  Listening server;
+  {
+    asio::io_context io(1);
+    tcp::socket socket(io);
+    const error_code ec = RunConnectInside(io, socket, server.endpoint);
+    ASSERT_FALSE(ec) << ec.message();
+    EXPECT_TRUE(socket.is_open());
+    EXPECT_TRUE(KnownDrained(socket));  // no greeting: the first wait will cost nothing
+    const int peer = ::accept4(server.fd, nullptr, nullptr, SOCK_CLOEXEC);
+    ASSERT_GE(peer, 0);
+    ::close(peer);
+  }
+  tcp::endpoint closed;
+  {
+    Listening gone;
+    closed = gone.endpoint;
+  }
+  asio::io_context io(1);
+  tcp::socket socket(io);
+  const error_code ec = RunConnectInside(io, socket, closed);
   EXPECT_EQ(ec, asio::error::connection_refused) << ec.message();
   EXPECT_FALSE(socket.is_open());
 }
