@@ -9,9 +9,12 @@
 #include <boost/asio/ip/address.hpp>
 #include <boost/asio/redirect_error.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <boost/asio/strand.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <cerrno>
 #include <memory>
+#include <optional>
+#include <typeinfo>
 
 #include "common/host_port.h"
 
@@ -106,9 +109,19 @@ DescriptorState* QuietState(tcp::socket& socket) {
 
 // Whether this thread runs `socket`'s io_context and is the one thread that may (concurrency
 // hint 1): then nothing the reactor does for the socket happens before this handler returns.
+// The socket's executor is the context's own or a strand of it. (Boost 1.74's any_executor
+// target<T>() casts without checking the type, so the type is compared first.)
 bool OnlyThread(tcp::socket& socket) {
-  const auto* executor = socket.get_executor().target<asio::io_context::executor_type>();
-  if (executor == nullptr || !executor->running_in_this_thread()) return false;
+  using IoExecutor = asio::io_context::executor_type;
+  using Strand = asio::strand<IoExecutor>;
+  const asio::any_io_executor& any = socket.get_executor();
+  std::optional<IoExecutor> executor;
+  if (any.target_type() == typeid(IoExecutor)) {
+    executor = *any.target<IoExecutor>();
+  } else if (any.target_type() == typeid(Strand)) {
+    executor = any.target<Strand>()->get_inner_executor();
+  }
+  if (!executor || !executor->running_in_this_thread()) return false;
   return asio::use_service<asio::detail::scheduler>(executor->context()).concurrency_hint() == 1;
 }
 

@@ -17,6 +17,7 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <boost/asio/strand.hpp>
 #include <boost/asio/use_future.hpp>
 #include <boost/asio/write.hpp>
 #include <chrono>
@@ -411,6 +412,45 @@ TEST(SocketsTest, ADescriptorAdoptedByTheContextsOnlyThreadIsKnownDrainedYetAGre
   error_code ec;
   EXPECT_EQ(ReadSome(near, asio::buffer(buf), ec), 2u);
   ::close(far);
+}
+
+TEST(SocketsTest, AdoptionKnowsTheSocketDrainedOnlyOnTheOneThreadOfItsOwnContext) {
+  // On a strand of a one-thread context, run by that thread: drained.
+  asio::io_context io(1);
+  asio::io_context other(1);
+  Listening server;
+  std::vector<int> fars;
+  const auto accepted = [&] {
+    const int far = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    EXPECT_EQ(
+        ::connect(far, server.endpoint.data(), static_cast<socklen_t>(server.endpoint.size())), 0);
+    fars.push_back(far);
+    return ::accept4(server.fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+  };
+  const asio::any_io_executor strand = asio::make_strand(io);
+  tcp::socket on_strand(strand);
+  tcp::socket elsewhere(other);  // adopted by a thread that runs `io`, not `other`
+  std::optional<bool> strand_drained, elsewhere_drained;
+  asio::post(strand, [&] {
+    ASSERT_FALSE(Adopt(on_strand, tcp::v4(), accepted()));
+    strand_drained = KnownDrained(on_strand);
+    ASSERT_FALSE(Adopt(elsewhere, tcp::v4(), accepted()));
+    elsewhere_drained = KnownDrained(elsewhere);
+  });
+  io.run_for(1s);
+  EXPECT_EQ(strand_drained, true);
+  EXPECT_EQ(elsewhere_drained, false);
+  // A context any number of threads may run: never assumed.
+  asio::io_context shared;
+  tcp::socket on_shared(shared);
+  std::optional<bool> shared_drained;
+  asio::post(shared, [&] {
+    ASSERT_FALSE(Adopt(on_shared, tcp::v4(), accepted()));
+    shared_drained = KnownDrained(on_shared);
+  });
+  shared.run_for(1s);
+  EXPECT_EQ(shared_drained, false);
+  for (const int far : fars) ::close(far);
 }
 
 // Bytes sent at random moments from another thread, each answered, while the socket's context
