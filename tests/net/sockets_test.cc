@@ -258,15 +258,36 @@ void RunUntil(asio::io_context& io, const bool& done) {
   while (!done && std::chrono::steady_clock::now() < until) io.run_for(10ms);
 }
 
-TEST(SocketsTest, AReadThatTakesAllThereIsLetsTheNextWaitQueueAndNewBytesStillWakeIt) {
-  asio::io_context io(1);
-  Pair pair(io);
-  EXPECT_FALSE(KnownDrained(pair.near));  // adopted from outside the context: not assumed
-  pair.Send("abc");
+// Starts WaitReadable on `socket` and runs `io` until it completes or 5 s pass: the wait's
+// error code, or nullopt if it never completed.
+std::optional<error_code> WaitAndRun(asio::io_context& io, tcp::socket& socket) {
+  std::optional<error_code> result;
+  bool done = false;
+  WaitReadable(socket, [&](error_code e) {
+    result = e;
+    done = true;
+  });
+  RunUntil(io, done);
+  return result;
+}
+
+// A pair on a one-thread context, and a 16-byte buffer to read its near end into.
+class QuietWaitTest : public ::testing::Test {
+ protected:
+  std::size_t Read() { return ReadSome(pair.near, asio::buffer(buf), ec); }
+  std::optional<error_code> Wait() { return WaitAndRun(io, pair.near); }
+
+  asio::io_context io{1};
+  Pair pair{io};
   std::array<char, 16> buf{};
   error_code ec;
+};
+
+TEST_F(QuietWaitTest, AReadThatTakesAllThereIsLetsTheNextWaitQueueAndNewBytesStillWakeIt) {
+  EXPECT_FALSE(KnownDrained(pair.near));  // adopted from outside the context: not assumed
+  pair.Send("abc");
   // Blocking or not as Asio holds it, ReadSome never waits.
-  EXPECT_EQ(ReadSome(pair.near, asio::buffer(buf), ec), 3u);
+  EXPECT_EQ(Read(), 3u);
   EXPECT_FALSE(ec) << ec.message();
   EXPECT_TRUE(KnownDrained(pair.near));  // fewer bytes than asked: all there was
 
@@ -284,33 +305,22 @@ TEST(SocketsTest, AReadThatTakesAllThereIsLetsTheNextWaitQueueAndNewBytesStillWa
   ASSERT_TRUE(woke);
   EXPECT_FALSE(wait_ec) << wait_ec.message();
   EXPECT_FALSE(KnownDrained(pair.near));  // the edge said bytes may be there
-  EXPECT_EQ(ReadSome(pair.near, asio::buffer(buf), ec), 1u);
+  EXPECT_EQ(Read(), 1u);
   EXPECT_EQ(buf[0], 'd');
 }
 
-TEST(SocketsTest, BytesThatComeBetweenTheReadAndTheWaitCompleteTheWait) {
-  asio::io_context io(1);
-  Pair pair(io);
+TEST_F(QuietWaitTest, BytesThatComeBetweenTheReadAndTheWaitCompleteTheWait) {
   pair.Send("abc");
-  std::array<char, 16> buf{};
-  error_code ec;
-  ASSERT_EQ(ReadSome(pair.near, asio::buffer(buf), ec), 3u);
+  ASSERT_EQ(Read(), 3u);
   ASSERT_TRUE(KnownDrained(pair.near));
   pair.Send("later");  // its edge is waiting in the epoll set; the reactor has not run
-  bool woke = false;
-  WaitReadable(pair.near, [&](error_code) { woke = true; });
-  RunUntil(io, woke);
-  EXPECT_TRUE(woke);
-  EXPECT_EQ(ReadSome(pair.near, asio::buffer(buf), ec), 5u);
+  EXPECT_EQ(Wait(), error_code{});
+  EXPECT_EQ(Read(), 5u);
   EXPECT_EQ(std::string(buf.data(), 5), "later");
 }
 
-TEST(SocketsTest, AnEdgeTheReactorTookInBeforeTheWaitCompletesItAtOnce) {
-  asio::io_context io(1);
-  Pair pair(io);
-  std::array<char, 16> buf{};
-  error_code ec;
-  ReadSome(pair.near, asio::buffer(buf), ec);
+TEST_F(QuietWaitTest, AnEdgeTheReactorTookInBeforeTheWaitCompletesItAtOnce) {
+  Read();
   ASSERT_TRUE(KnownDrained(pair.near));
   pair.Send("x");
   // The reactor takes the edge in, with no operation to give it to (a timer keeps it running).
@@ -318,70 +328,41 @@ TEST(SocketsTest, AnEdgeTheReactorTookInBeforeTheWaitCompletesItAtOnce) {
   keep.async_wait([](error_code) {});
   io.run();
   EXPECT_FALSE(KnownDrained(pair.near));
-  bool woke = false;
-  WaitReadable(pair.near, [&](error_code) { woke = true; });
-  RunUntil(io, woke);
-  EXPECT_TRUE(woke);
-  EXPECT_EQ(ReadSome(pair.near, asio::buffer(buf), ec), 1u);
+  EXPECT_EQ(Wait(), error_code{});
+  EXPECT_EQ(Read(), 1u);
 }
 
-TEST(SocketsTest, AReadThatFillsTheBufferDoesNotAssumeTheSocketDrained) {
-  asio::io_context io(1);
-  Pair pair(io);
+TEST_F(QuietWaitTest, AReadThatFillsTheBufferDoesNotAssumeTheSocketDrained) {
   pair.Send("0123456789abcdefXYZ");
-  std::array<char, 16> buf{};
-  error_code ec;
-  ASSERT_EQ(ReadSome(pair.near, asio::buffer(buf), ec), 16u);
+  ASSERT_EQ(Read(), 16u);
   EXPECT_FALSE(KnownDrained(pair.near));
   // So the wait completes at once, and the rest is read.
-  bool woke = false;
-  WaitReadable(pair.near, [&](error_code) { woke = true; });
-  RunUntil(io, woke);
-  EXPECT_TRUE(woke);
-  EXPECT_EQ(ReadSome(pair.near, asio::buffer(buf), ec), 3u);
+  EXPECT_EQ(Wait(), error_code{});
+  EXPECT_EQ(Read(), 3u);
   EXPECT_TRUE(KnownDrained(pair.near));
   // Nothing left: would_block, and still drained.
-  EXPECT_EQ(ReadSome(pair.near, asio::buffer(buf), ec), 0u);
+  EXPECT_EQ(Read(), 0u);
   EXPECT_EQ(ec, asio::error::would_block);
   EXPECT_TRUE(KnownDrained(pair.near));
 }
 
-TEST(SocketsTest, TheEndOfThePeerWakesAWaitAndReadsAsEof) {
-  asio::io_context io(1);
-  Pair pair(io);
-  std::array<char, 16> buf{};
-  error_code ec;
-  EXPECT_EQ(ReadSome(pair.near, asio::buffer(buf), ec), 0u);
+TEST_F(QuietWaitTest, TheEndOfThePeerWakesAWaitAndReadsAsEof) {
+  EXPECT_EQ(Read(), 0u);
   EXPECT_EQ(ec, asio::error::would_block);
-  bool woke = false;
-  WaitReadable(pair.near, [&](error_code) { woke = true; });
-  ::close(pair.far);
+  ::close(pair.far);  // its FIN comes after the read found nothing
   pair.far = -1;
-  RunUntil(io, woke);
-  EXPECT_TRUE(woke);
-  EXPECT_EQ(ReadSome(pair.near, asio::buffer(buf), ec), 0u);
+  EXPECT_EQ(Wait(), error_code{});
+  EXPECT_EQ(Read(), 0u);
   EXPECT_EQ(ec, asio::error::eof);
 }
 
-TEST(SocketsTest, ClosingTheSocketEndsAQueuedWaitWithOperationAborted) {
-  asio::io_context io(1);
-  Pair pair(io);
-  std::array<char, 16> buf{};
-  error_code ec;
-  ReadSome(pair.near, asio::buffer(buf), ec);
+TEST_F(QuietWaitTest, ClosingTheSocketEndsAQueuedWaitWithOperationAborted) {
+  Read();
   ASSERT_TRUE(KnownDrained(pair.near));
-  bool woke = false;
-  error_code wait_ec;
-  WaitReadable(pair.near, [&](error_code e) {
-    wait_ec = e;
-    woke = true;
-  });
-  asio::post(io, [&] { pair.near.close(); });
-  RunUntil(io, woke);
-  EXPECT_TRUE(woke);
-  EXPECT_EQ(wait_ec, asio::error::operation_aborted);
+  asio::post(io, [&] { pair.near.close(); });  // runs once the wait below is queued
+  EXPECT_EQ(Wait(), asio::error::operation_aborted);
   // A closed socket reads as such, and never counts as drained.
-  EXPECT_EQ(ReadSome(pair.near, asio::buffer(buf), ec), 0u);
+  EXPECT_EQ(Read(), 0u);
   EXPECT_EQ(ec, asio::error::bad_descriptor);
   EXPECT_FALSE(KnownDrained(pair.near));
 }
