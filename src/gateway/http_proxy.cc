@@ -494,7 +494,7 @@ net::awaitable<void> HttpProxy::State::Active(std::shared_ptr<HttpClient> client
       const std::size_t n =
           drover::net::ReadSome(c.client.socket(), buffer.prepare(kFirstRead), ec);
       buffer.commit(n);
-      if (ec == net::error::would_block || ec == net::error::try_again) {
+      if (ec == net::error::would_block) {
         idle = true;  // a wake-up without bytes (or a new connection with none yet)
         break;
       }

@@ -144,8 +144,9 @@ void TcpProxy::State::Pump(std::shared_ptr<Conn> c, bool from_client) {
     RelayChunk chunk;
     while (true) {
       error_code read_ec;
-      const std::size_t n = net::ReadSome(from, asio::buffer(chunk.data(), chunk.size()), read_ec);
-      if (read_ec == asio::error::would_block || read_ec == asio::error::try_again) break;
+      const std::size_t size =
+          net::ReadSome(from, asio::buffer(chunk.data(), chunk.size()), read_ec);
+      if (read_ec == asio::error::would_block) break;
       if (read_ec == asio::error::eof) {
         // Half-close: pass the FIN on. When the other way has ended already, the close that
         // follows sends it (both sides were read to their end, so nothing unread turns it into
@@ -168,7 +169,6 @@ void TcpProxy::State::Pump(std::shared_ptr<Conn> c, bool from_client) {
         c->awaiting_since = c->last_activity;
         c->timer.cancel();  // the watchdog recomputes its deadline
       }
-      const std::size_t size = n;
       std::size_t sent = 0;
       int send_error = 0;
       while (sent < size && send_error == 0) {

@@ -107,6 +107,49 @@ DescriptorState* QuietState(tcp::socket& socket) {
   return impl.reactor_data_;
 }
 
+// The reactor's record of a socket, under its lock for as long as this lives; false (nothing
+// locked) when QuietState() has none.
+class LockedRecord {
+ public:
+  explicit LockedRecord(tcp::socket& socket) : state_(QuietState(socket)) {
+    if (state_) Mutex().lock();
+  }
+  ~LockedRecord() {
+    if (state_) Mutex().unlock();
+  }
+  LockedRecord(const LockedRecord&) = delete;
+  LockedRecord& operator=(const LockedRecord&) = delete;
+
+  explicit operator bool() const { return state_ != nullptr; }
+  // Whether an edge may have come since a read last found the socket empty.
+  bool MayBeReadable() const { return ((*state_).*MemberOf(MayBeReadyOf{}))[Reactor::read_op]; }
+  // The socket's receive queue was found empty, so no edge since needs a read; a pending read
+  // operation keeps the flag as the reactor left it.
+  void MarkDrained() {
+    if (((*state_).*MemberOf(OpQueuesOf{}))[Reactor::read_op].empty()) {
+      ((*state_).*MemberOf(MayBeReadyOf{}))[Reactor::read_op] = false;
+    }
+  }
+
+ private:
+  asio::detail::conditionally_enabled_mutex& Mutex() { return (*state_).*MemberOf(MutexOf{}); }
+
+  DescriptorState* state_;
+};
+#else
+struct DescriptorState;
+DescriptorState* QuietState(tcp::socket&) { return nullptr; }
+
+// Other Boost versions and reactors: no record to consult.
+class LockedRecord {
+ public:
+  explicit LockedRecord(tcp::socket&) {}
+  explicit operator bool() const { return false; }
+  bool MayBeReadable() const { return true; }
+  void MarkDrained() {}
+};
+#endif
+
 // Whether this thread runs `socket`'s io_context and is the one thread that may (concurrency
 // hint 1): then nothing the reactor does for the socket happens before this handler returns.
 // The socket's executor is the context's own or a strand of it. (Boost 1.74's any_executor
@@ -125,46 +168,21 @@ bool OnlyThread(tcp::socket& socket) {
   return asio::use_service<asio::detail::scheduler>(executor->context()).concurrency_hint() == 1;
 }
 
-// Under the descriptor's lock: the socket's receive queue was found empty, so no edge since
-// needs a read; a pending read operation keeps the flag as the reactor left it.
-void MarkDrainedLocked(DescriptorState& state) {
-  if ((state.*MemberOf(OpQueuesOf{}))[Reactor::read_op].empty()) {
-    (state.*MemberOf(MayBeReadyOf{}))[Reactor::read_op] = false;
-  }
-}
-#endif
-
 }  // namespace
 
 std::size_t ReadSome(tcp::socket& socket, asio::mutable_buffer buffer, error_code& ec) {
   ec = {};
   if (buffer.size() == 0) return 0;
-  const auto read = [&] {
-    ssize_t n = 0;
-    do {
-      n = ::recv(socket.native_handle(), buffer.data(), buffer.size(), MSG_DONTWAIT);
-    } while (n < 0 && errno == EINTR);
-    return n;
-  };
+  LockedRecord record(socket);  // the read and what it says about the socket, as one step
   ssize_t n = 0;
-  int err = 0;
-#ifdef DROVER_NET_QUIET_WAIT
-  if (DescriptorState* state = QuietState(socket)) {
-    const asio::detail::conditionally_enabled_mutex::scoped_lock lock((*state).*
-                                                                      MemberOf(MutexOf{}));
-    n = read();
-    err = n < 0 ? errno : 0;
-    const bool drained = n < 0 ? (err == EAGAIN || err == EWOULDBLOCK)
-                               : (n > 0 && static_cast<std::size_t>(n) < buffer.size());
-    if (drained) MarkDrainedLocked(*state);
-  } else
-#endif
-  {
-    n = read();
-    err = n < 0 ? errno : 0;
-  }
+  do {
+    n = ::recv(socket.native_handle(), buffer.data(), buffer.size(), MSG_DONTWAIT);
+  } while (n < 0 && errno == EINTR);
+  const int err = n < 0 ? errno : 0;
+  const bool drained = n < 0 ? err == EAGAIN : 0 < n && static_cast<std::size_t>(n) < buffer.size();
+  if (record && drained) record.MarkDrained();
   if (n < 0) {
-    ec = Errno(err);
+    ec = Errno(err);  // EAGAIN is would_block
     return 0;
   }
   if (n == 0) ec = asio::error::eof;
@@ -172,27 +190,13 @@ std::size_t ReadSome(tcp::socket& socket, asio::mutable_buffer buffer, error_cod
 }
 
 bool KnownDrained(tcp::socket& socket) {
-#ifdef DROVER_NET_QUIET_WAIT
-  if (DescriptorState* state = QuietState(socket)) {
-    const asio::detail::conditionally_enabled_mutex::scoped_lock lock((*state).*
-                                                                      MemberOf(MutexOf{}));
-    return !((*state).*MemberOf(MayBeReadyOf{}))[Reactor::read_op];
-  }
-#endif
-  (void)socket;
-  return false;
+  const LockedRecord record(socket);
+  return record && !record.MayBeReadable();
 }
 
 namespace internal {
 
-bool CanWaitQuietly(tcp::socket& socket) {
-#ifdef DROVER_NET_QUIET_WAIT
-  return QuietState(socket) != nullptr;
-#else
-  (void)socket;
-  return false;
-#endif
-}
+bool CanWaitQuietly(tcp::socket& socket) { return QuietState(socket) != nullptr; }
 
 void StartQuietWait(tcp::socket& socket, asio::detail::reactor_op* op) {
 #ifdef DROVER_NET_QUIET_WAIT
@@ -220,17 +224,11 @@ error_code Adopt(tcp::socket& socket, const tcp& protocol, int fd) {
   auto& state = SocketState::Of(socket);
   state |= asio::detail::socket_ops::internal_non_blocking;
   state &= ~asio::detail::socket_ops::possible_dup;
-#ifdef DROVER_NET_QUIET_WAIT
   // Registering the descriptor (EPOLL_CTL_ADD) queued an event if bytes are there already, and
   // every later arrival raises an edge: the reactor needs no read to learn either -- provided it
   // has not taken in that event yet, which holds when the only thread that runs the socket's
   // context is this one, between two of its handlers.
-  if (DescriptorState* reactor_state = QuietState(socket); reactor_state && OnlyThread(socket)) {
-    const asio::detail::conditionally_enabled_mutex::scoped_lock lock((*reactor_state).*
-                                                                      MemberOf(MutexOf{}));
-    MarkDrainedLocked(*reactor_state);
-  }
-#endif
+  if (QuietState(socket) != nullptr && OnlyThread(socket)) LockedRecord(socket).MarkDrained();
   return ec;
 }
 
@@ -277,17 +275,15 @@ asio::awaitable<error_code> Connect(tcp::socket& socket, const tcp::endpoint& to
                              asio::redirect_error(asio::use_awaitable, ec));
   deadline->pending = false;
   timer.cancel();
-  if (!ec && socket.is_open() && event_tells && KnownDrained(socket)) {
-    // connected, nothing sent yet
-  } else if (!ec && socket.is_open()) {
+  if (!ec && !socket.is_open()) {
+    ec = asio::error::operation_aborted;  // closed meanwhile
+  } else if (!ec && !(event_tells && KnownDrained(socket))) {
     int so_error = 0;
     socklen_t size = sizeof so_error;
     if (::getsockopt(socket.native_handle(), SOL_SOCKET, SO_ERROR, &so_error, &size) != 0) {
       so_error = errno;
     }
     ec = so_error != 0 ? Errno(so_error) : error_code{};
-  } else if (!ec) {
-    ec = asio::error::operation_aborted;  // closed meanwhile
   }
   if (deadline->timed_out) ec = asio::error::timed_out;
   if (ec) {
