@@ -8,14 +8,14 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
-#include <boost/beast/http.hpp>
-#include <limits>
+#include <span>
 
 #include "drover/router.h"
+#include "gateway/http1.h"
 #include "gateway/http_check.h"
-#include "gateway/relay_chunk.h"
 #include "gateway/retry_budget.h"
 #include "gateway/thread_random.h"
 #include "gateway/upstream.h"
@@ -25,39 +25,31 @@ namespace drover::gateway {
 
 namespace net = boost::asio;
 namespace beast = boost::beast;
-namespace http = beast::http;
 using tcp = net::ip::tcp;
 using boost::system::error_code;
+using http1::Framing;
 
 namespace {
 
-// "No body limit": Boost 1.74's parser compares a Content-Length against an empty optional limit
-// as if the limit were below every length, so the largest value stands for none.
-constexpr std::uint64_t kNoLimit = std::numeric_limits<std::uint64_t>::max();
-constexpr const char* kForwardedFor = "X-Forwarded-For";
 // What a connection waiting for its next request reads at once (a typical request head).
 constexpr std::size_t kFirstRead = 512;
-
-std::string_view View(beast::string_view s) { return {s.data(), s.size()}; }
-
-bool IsParseError(const error_code& ec) {
-  return ec.category() == make_error_code(http::error::bad_method).category() &&
-         ec != http::error::end_of_stream && ec != http::error::partial_message;
-}
+// What a body relay reads at once.
+constexpr std::size_t kBodyRead = 64 * 1024;
+// A buffer that grew past this for a large head or body is given back afterwards.
+constexpr std::size_t kKeptCapacity = 4096;
+// The largest response head read from an instance.
+constexpr std::size_t kMaxResponseHead = 64 * 1024;
 
 // RFC 9110 9.2.2; a request whose body was not streamed yet can be sent again.
-bool Idempotent(http::verb method) {
-  switch (method) {
-    case http::verb::get:
-    case http::verb::head:
-    case http::verb::options:
-    case http::verb::trace:
-    case http::verb::put:
-    case http::verb::delete_:
-      return true;
-    default:
-      return false;
+bool Idempotent(std::string_view method) {
+  for (const std::string_view m : {"GET", "HEAD", "OPTIONS", "TRACE", "PUT", "DELETE"}) {
+    if (method == m) return true;
   }
+  return false;
+}
+
+std::string_view View(const beast::flat_buffer& b) {
+  return {static_cast<const char*>(b.data().data()), b.size()};
 }
 
 // A closed socket's error: the client vanished or the gateway cut it.
@@ -67,93 +59,140 @@ void Close(beast::tcp_stream& s) {
   s.close();
 }
 
-enum class RelayEnd { kDone, kReadFailed, kWriteFailed };
+// An instance's response head that could not be read for what it held (HttpExchange::bad_head_
+// says what), beside the socket's own errors.
+const error_code kBadHead = make_error_code(boost::system::errc::protocol_error);
 
-// Feeds `parser` (in its body) what `input` holds, filling `body` as far as it has room; returns
-// the bytes consumed. Stops when the body is complete, its buffer is full, or more input is needed.
-template <bool isRequest>
-std::size_t PutBody(http::parser<isRequest, http::buffer_body>& parser, net::const_buffer input,
-                    error_code& ec) {
-  std::size_t used = 0;
-  while (!parser.is_done() && used < input.size()) {
-    const std::size_t n = parser.put(input + used, ec);
-    used += n;
-    if (ec == http::error::need_buffer || ec == http::error::need_more) ec = {};
-    if (ec || n == 0) break;
+enum class RelayEnd {
+  kDone,
+  kRead,         // (Relay::Push only) the body needs more input
+  kWrite,        // (Relay::Push only) the output must take what is pending first
+  kBadInput,     // the body's framing is broken (the decoder says why)
+  kReadFailed,   // the input ended or failed mid-body
+  kWriteFailed,  // the output failed
+};
+
+// Moves one message to `out`: its head (a string written by the proxy's rules) and its body,
+// decoded from `in_buffer` (then from what more `in` sends) and framed again as chunked or
+// passed as it is. Push() does all it can without waiting -- the whole of a small message, in
+// one gathered write -- and says what it waits for; Finish() does the rest. Input is consumed
+// from `in_buffer` only once what was decoded from it was written, so the payload is never
+// copied; bytes after the body stay in front of the next message.
+class Relay {
+ public:
+  void Start(std::string_view head, http1::BodyDecoder& body, beast::flat_buffer& in_buffer,
+             bool chunk_out) {
+    head_ = head;
+    body_ = &body;
+    in_ = &in_buffer;
+    chunk_out_ = chunk_out;
+    last_chunk_sent_ = false;
+    taken_ = false;
+    count_ = first_ = used_ = 0;
   }
-  return used;
-}
 
-// Streams the body of the message `parser` has read the head of, from `in` to `out` through
-// `serializer` (built on the parser's message, head not yet written), one 64 KiB chunk at a
-// time: the parser decodes what `in_buffer` holds into a borrowed chunk (relay_chunk.h) and the
-// serializer writes it (chunked stays chunked). Reads go straight to the socket in 64 KiB pieces,
-// and only when nothing buffered is left to decode or write; the buffer gives the extra room
-// back afterwards, so an idle connection keeps a small one. Bytes read past the message's end
-// stay in `in_buffer`, in front of the next message. `body_read` turns true once a byte of body
-// was taken from `in`; `read_error` says why reading failed.
-template <bool isRequest>
-net::awaitable<RelayEnd> RelayBody(http::parser<isRequest, http::buffer_body>& parser,
-                                   beast::flat_buffer& in_buffer, beast::tcp_stream& in,
-                                   http::serializer<isRequest, http::buffer_body>& serializer,
-                                   beast::tcp_stream& out, Duration idle, bool& body_read,
-                                   error_code& read_error) {
-  constexpr std::size_t kKeptCapacity = 4096;
-  std::optional<RelayChunk> chunk;  // borrowed once there is a body to move
-  auto& body = parser.get().body();
-  while (!serializer.is_done()) {
-    error_code ec;
-    body.data = nullptr;
-    body.size = 0;
-    body.more = false;
-    if (!parser.is_done()) {
-      if (!chunk) chunk.emplace();
-      body.data = chunk->data();
-      body.size = chunk->size();
-      while (!parser.is_done() && body.size > 0) {
-        const std::size_t room = body.size;
-        if (in_buffer.size() > 0) in_buffer.consume(PutBody(parser, in_buffer.data(), ec));
-        if (ec) {
-          read_error = ec;
-          co_return RelayEnd::kReadFailed;
-        }
-        body_read = body_read || body.size < room;
-        if (parser.is_done() || body.size == 0) break;
-        if (body.size < room && in_buffer.size() > 0) continue;  // more decodable input
-        if (body.size < chunk->size()) break;  // something to write: write it before waiting
+  RelayEnd Push(tcp::socket& out) {
+    while (true) {
+      if (first_ == count_) Fill();
+      if (first_ == count_) {
+        if (body_->bad()) return RelayEnd::kBadInput;
+        return body_->done() ? RelayEnd::kDone : RelayEnd::kRead;
+      }
+      error_code ec;
+      const std::size_t n = out.write_some(Pending(), ec);
+      if (ec == net::error::would_block) return RelayEnd::kWrite;
+      if (ec) return RelayEnd::kWriteFailed;
+      Wrote(n);
+    }
+  }
+
+  // The rest of the message, waiting for `in` and `out` (each wait up to `idle`).
+  net::awaitable<RelayEnd> Finish(RelayEnd next, beast::tcp_stream& in, beast::tcp_stream& out,
+                                  Duration idle) {
+    while (next == RelayEnd::kRead || next == RelayEnd::kWrite) {
+      error_code ec;
+      if (next == RelayEnd::kWrite) {
+        out.expires_after(idle);
+        const std::size_t n =
+            co_await net::async_write(out, Pending(), net::redirect_error(net::use_awaitable, ec));
+        if (ec) co_return RelayEnd::kWriteFailed;
+        Wrote(n);
+      } else {
         in.expires_after(idle);
         const std::size_t n = co_await in.async_read_some(
-            in_buffer.prepare(RelayChunk::kSize), net::redirect_error(net::use_awaitable, ec));
-        in_buffer.commit(n);
-        if (ec == net::error::eof) {
-          ec = {};
-          parser.put_eof(ec);  // ends a body framed by the close; else partial_message
-        }
-        if (ec) {
-          read_error = ec;
-          co_return RelayEnd::kReadFailed;
-        }
+            in_->prepare(kBodyRead), net::redirect_error(net::use_awaitable, ec));
+        in_->commit(n);
+        // The end of the input ends a body framed by it; any other it cuts short.
+        if (ec == net::error::eof && body_->End()) ec = {};
+        if (ec) co_return RelayEnd::kReadFailed;
       }
-      body.size = chunk->size() - body.size;
-      // (Nothing to write is no buffer: an empty one would go out as a chunk, "0\r\n\r\n", which
-      // is the end of a chunked body.)
-      body.data = body.size > 0 ? chunk->data() : nullptr;
-      body.more = !parser.is_done();
+      next = Push(out.socket());
     }
-    // At once when the socket takes it all (the usual case, and no trip through the reactor:
-    // both sockets are in non-blocking mode), else the rest when it can.
-    http::write(out.socket(), serializer, ec);
-    if (ec == net::error::would_block) {
-      ec = {};
-      out.expires_after(idle);
-      co_await http::async_write(out, serializer, net::redirect_error(net::use_awaitable, ec));
-    }
-    if (ec == http::error::need_buffer) ec = {};
-    if (ec) co_return RelayEnd::kWriteFailed;
+    if (in_->size() == 0 && in_->capacity() > kKeptCapacity) in_->shrink_to_fit();
+    co_return next;
   }
-  if (in_buffer.capacity() > kKeptCapacity) in_buffer.shrink_to_fit();
-  co_return RelayEnd::kDone;
-}
+
+  // A byte of the body was taken from the input.
+  bool taken() const { return taken_; }
+
+ private:
+  static constexpr std::size_t kPieces = 16;  // payload pieces per write
+
+  // The head (the first time) and what the body decodes from `in_` now, framed for `out`.
+  void Fill() {
+    count_ = first_ = used_ = 0;
+    if (!head_.empty()) {
+      Add(head_);
+      head_ = {};
+    }
+    std::string_view input = View(*in_);
+    for (std::size_t piece = 0; piece < kPieces && !body_->done() && !body_->bad();) {
+      const http1::BodyDecoder::Step step = body_->Next(input);
+      if (step.used == 0) break;
+      input.remove_prefix(step.used);
+      used_ += step.used;
+      taken_ = true;
+      if (step.data.empty()) continue;
+      if (chunk_out_) Add(http1::AppendChunkHeader(step.data.size(), chunk_headers_[piece]));
+      Add(step.data);
+      if (chunk_out_) Add(http1::kCrlf);
+      ++piece;
+    }
+    if (chunk_out_ && body_->done() && !last_chunk_sent_) {
+      Add(http1::kLastChunk);
+      last_chunk_sent_ = true;
+    }
+    if (count_ == 0) Consume();  // framing only (a chunk-size line split by the read)
+  }
+  void Add(std::string_view s) { buffers_[count_++] = net::const_buffer(s.data(), s.size()); }
+  std::span<const net::const_buffer> Pending() const {
+    return {buffers_.data() + first_, count_ - first_};
+  }
+  void Wrote(std::size_t n) {
+    while (first_ < count_ && n >= buffers_[first_].size()) n -= buffers_[first_++].size();
+    if (first_ < count_) {
+      buffers_[first_] += n;
+    } else {
+      Consume();
+    }
+  }
+  void Consume() {
+    in_->consume(used_);
+    used_ = 0;
+  }
+
+  std::string_view head_;  // not yet written
+  http1::BodyDecoder* body_ = nullptr;
+  beast::flat_buffer* in_ = nullptr;
+  bool chunk_out_ = false;
+  bool last_chunk_sent_ = false;
+  bool taken_ = false;
+  std::array<net::const_buffer, 3 * kPieces + 2> buffers_;
+  std::size_t count_ = 0;  // buffers_ filled
+  std::size_t first_ = 0;  // the first not yet written
+  std::size_t used_ = 0;   // input bytes they were decoded from
+  char chunk_headers_[kPieces][18];
+};
 
 }  // namespace
 
@@ -174,13 +213,43 @@ class IdleClients {
   HttpClient* tail_ = nullptr;
 };
 
-// What one worker thread keeps for the listener: its upstream connection pool and its idle
-// clients. Owned by the worker's sweeper and the clients on it; a pool's sockets belong to the
-// worker's io_context and must go with it.
+// What an active connection works in: its buffers, parsed heads, written heads and relay. Kept
+// on its worker's spare list between uses, so that their storage is reused from one request (and
+// one connection) to the next instead of allocated for each.
+struct HttpScratch {
+  beast::flat_buffer client_in;    // read from the client, not yet taken
+  beast::flat_buffer upstream_in;  // read from the instance, not yet taken
+  http1::Head request, response;   // views into client_in / upstream_in
+  http1::BodyDecoder request_body, response_body;
+  std::string request_head, response_head;  // as sent
+  Relay relay;
+  std::vector<std::size_t> tried;  // instances tried for the request in flight
+};
+
+// What one worker thread keeps for the listener: its upstream connection pool, its idle clients
+// and its spare scratch. Owned by the worker's sweeper and the clients on it; a pool's sockets
+// belong to the worker's io_context and must go with it.
 struct HttpWorker {
+  static constexpr std::size_t kSpareScratch = 128;
   explicit HttpWorker(UpstreamPool::Options o) : pool(o) {}
+  std::unique_ptr<HttpScratch> TakeScratch() {
+    if (spare.empty()) return std::make_unique<HttpScratch>();
+    std::unique_ptr<HttpScratch> s = std::move(spare.back());
+    spare.pop_back();
+    return s;
+  }
+  void GiveBack(std::unique_ptr<HttpScratch> s) {
+    if (spare.size() >= kSpareScratch) return;
+    s->client_in.clear();
+    s->upstream_in.clear();
+    if (s->client_in.capacity() > kKeptCapacity) s->client_in.shrink_to_fit();
+    if (s->upstream_in.capacity() > kKeptCapacity) s->upstream_in.shrink_to_fit();
+    spare.push_back(std::move(s));
+  }
+
   UpstreamPool pool;
   IdleClients idle;
+  std::vector<std::unique_ptr<HttpScratch>> spare;
 };
 
 // One client connection, for as long as it is open; touched only on its worker's thread. Between
@@ -230,7 +299,11 @@ void IdleClients::Remove(HttpClient& c) {
 // A client connection's requests, from the first byte of one to the moment it waits again with
 // nothing to read; touched only on its worker's thread.
 struct HttpConn {
-  HttpConn(tcp::socket s, UpstreamPool& p) : client(std::move(s)), pool(p) {}
+  HttpConn(tcp::socket s, HttpWorker& w)
+      : client(std::move(s)), pool(w.pool), worker(w), scratch(w.TakeScratch()) {}
+  ~HttpConn() { worker.GiveBack(std::move(scratch)); }
+  HttpConn(const HttpConn&) = delete;
+  HttpConn& operator=(const HttpConn&) = delete;
   void CloseBoth() {
     Close(client);
     if (upstream) Close(*upstream);
@@ -240,11 +313,10 @@ struct HttpConn {
   // The upstream connection of the request in flight. Made per request rather than kept: a
   // stream costs about 500 bytes.
   std::optional<beast::tcp_stream> upstream;
-  UpstreamPool& pool;       // its io thread's
+  UpstreamPool& pool;  // its io thread's
+  HttpWorker& worker;
   bool in_request = false;  // between a request head and its response's end
-  // Per request, kept here so that their storage is reused from one request to the next.
-  beast::flat_buffer upstream_buffer;  // what was read from the upstream past the response head
-  std::vector<std::size_t> tried;      // instances tried for the request in flight
+  std::unique_ptr<HttpScratch> scratch;
 };
 
 struct HttpProxy::State : std::enable_shared_from_this<State> {
@@ -274,10 +346,9 @@ struct HttpProxy::State : std::enable_shared_from_this<State> {
   // Waits for the client's next request without a coroutine: a readiness wait whose handler
   // starts Active() again, and a place on its worker's idle list.
   void Park(std::shared_ptr<HttpClient> client);
-  // One request from its head (what `buffer` holds first) to the end of its response; false
-  // when the client connection must close.
-  net::awaitable<bool> Request(HttpConn& c, beast::flat_buffer& buffer,
-                               const std::string& client_ip);
+  // One request from its head (what the connection's client_in holds first) to the end of its
+  // response; false when the client connection must close.
+  net::awaitable<bool> Request(HttpConn& c, const std::string& client_ip);
   // The worker whose io_context `executor` belongs to.
   std::size_t WorkerOf(const net::any_io_executor& executor) const {
     const auto& context = net::query(executor, net::execution::context);
@@ -286,7 +357,8 @@ struct HttpProxy::State : std::enable_shared_from_this<State> {
     }
     return 0;
   }
-  net::awaitable<void> Reply(HttpConn& c, http::status status, std::string text, bool keep_alive);
+  // A plain-text answer of the gateway's own (`text` and a newline).
+  net::awaitable<void> Reply(HttpConn& c, unsigned status, std::string_view text, bool keep_alive);
   std::optional<std::size_t> MatchRoute(std::string_view path) const {
     for (const std::size_t i : route_order) {
       if (path.starts_with(config.routes[i].prefix)) return i;
@@ -319,18 +391,17 @@ const std::string kBusy =
 
 }  // namespace
 
-// One request through the proxy, in the manner of Envoy's router: Prepare() checks and rewrites
-// the head and finds the route; Run() then makes attempts, each on one instance, until one ends
-// done or the retry policy (route.retries, the listener's RetryBudget, what was sent) says stop.
-// An attempt is: TakePooled (else Connect), SendRequest (100 Continue, head and body),
-// ReadResponseHead, RelayResponse, Release (back to the pool), and ends done, retry, fail or
-// abort. The pieces that need no I/O (Prepare, StartRetry, TakePooled, HeadFailed, Release) are
-// plain functions, not coroutines.
+// One request through the proxy, in the manner of Envoy's router: Prepare() checks the head,
+// writes the one sent upstream and finds the route; Run() then makes attempts, each on one
+// instance, until one ends done or the retry policy (route.retries, the listener's RetryBudget,
+// what was sent) says stop. An attempt is: TakePooled (else Connect), SendRequest (100 Continue,
+// head and body), ReadResponseHead, the response relayed (StartResponse, EndResponse), Release
+// (back to the pool), and ends done, retry, fail or abort. Only waits are coroutines: a request
+// and response that fit the sockets' buffers go through Relay::Push with none.
 class HttpExchange {
  public:
-  HttpExchange(HttpProxy::State& s, HttpConn& c, beast::flat_buffer& buffer,
-               http::request_parser<http::buffer_body>& parser, const std::string& client_ip)
-      : s_(s), c_(c), buffer_(buffer), parser_(parser), client_ip_(client_ip) {}
+  HttpExchange(HttpProxy::State& s, HttpConn& c, const std::string& client_ip)
+      : s_(s), c_(c), x_(*c.scratch), client_ip_(client_ip) {}
 
   // False when the client connection must close.
   net::awaitable<bool> Run();
@@ -343,7 +414,7 @@ class HttpExchange {
     kAbort,  // the client connection is gone or holds part of a response: close it, no answer
   };
   struct Reject {
-    http::status status;
+    unsigned status;
     std::string text;
     bool keep;
   };
@@ -363,11 +434,14 @@ class HttpExchange {
   bool TakePooled(Target& t, bool check_closed);
   net::awaitable<AttemptEnd> Connect(Target& t);
   net::awaitable<AttemptEnd> SendRequest();
-  net::awaitable<error_code> ReadResponseHead(
-      std::optional<http::response_parser<http::buffer_body>>& response);
+  AttemptEnd SendEnd(RelayEnd end);
+  // Reads the response head into x_.response (its bytes still in upstream_in), interim 1xx
+  // answers skipped.
+  net::awaitable<error_code> ReadResponseHead();
   AttemptEnd HeadFailed(const Target& t, const error_code& ec);
-  net::awaitable<AttemptEnd> RelayResponse(Target& t,
-                                           http::response_parser<http::buffer_body>& response);
+  // Reports the answer, writes the head for the client and starts relaying the response.
+  void StartResponse(Target& t);
+  AttemptEnd EndResponse(Target& t, RelayEnd end);
   void Release(Target& t, bool upstream_keep);
   // The instance's fault: counts toward its ejection.
   void Failed(const Target& t);
@@ -376,18 +450,17 @@ class HttpExchange {
     c_.upstream.reset();
   }
   bool KeepClient() const {
-    return client_keep_ && parser_.is_done() && !s_.draining.load(std::memory_order_relaxed);
+    return client_keep_ && x_.request_body.done() && !s_.draining.load(std::memory_order_relaxed);
   }
 
   HttpProxy::State& s_;
   HttpConn& c_;
-  beast::flat_buffer& buffer_;
-  http::request_parser<http::buffer_body>& parser_;
+  HttpScratch& x_;
   const std::string& client_ip_;
 
   // Set by Prepare().
   unsigned version_ = 11;
-  std::string_view path_;
+  std::string_view method_, path_;  // in x_.request_head once it is written
   const RouteConfig* route_ = nullptr;
   Upstream* upstream_ = nullptr;
   bool client_keep_ = false;
@@ -398,9 +471,11 @@ class HttpExchange {
   // Across attempts.
   std::shared_ptr<const UpstreamSnapshot> snapshot_;
   bool body_read_ = false;  // a byte of the request body was taken from the client
-  http::status failure_ = http::status::bad_gateway;
+  unsigned failure_ = 502;
   std::string failure_text_;
-  bool keep_ = false;  // after kDone: the client connection stays
+  std::string_view bad_head_;      // why the response head was malformed
+  std::size_t response_size_ = 0;  // of the response head, in upstream_in
+  bool keep_ = false;              // after kDone: the client connection stays
 };
 
 net::awaitable<void> HttpProxy::State::Sweep(std::shared_ptr<HttpWorker> worker,
@@ -432,17 +507,28 @@ net::awaitable<void> HttpProxy::State::Sweep(std::shared_ptr<HttpWorker> worker,
   // by their closers.
 }
 
-net::awaitable<void> HttpProxy::State::Reply(HttpConn& c, http::status status, std::string text,
+net::awaitable<void> HttpProxy::State::Reply(HttpConn& c, unsigned status, std::string_view text,
                                              bool keep_alive) {
-  http::response<http::string_body> res{status, 11};
-  res.set(http::field::content_type, "text/plain; charset=utf-8");
-  res.keep_alive(keep_alive);
-  res.body() = std::move(text);
-  res.body() += '\n';
-  res.prepare_payload();
-  c.client.expires_after(config.idle_timeout);
+  std::string& out = c.scratch->response_head;
+  out.clear();
+  out.append("HTTP/1.1 ")
+      .append(std::to_string(status))
+      .append(" ")
+      .append(http1::ReasonPhrase(status))
+      .append("\r\nContent-Type: text/plain; charset=utf-8\r\n")
+      .append(keep_alive ? "" : "Connection: close\r\n")
+      .append("Content-Length: ")
+      .append(std::to_string(text.size() + 1))
+      .append("\r\n\r\n")
+      .append(text)
+      .append("\n");
   error_code ec;
-  co_await http::async_write(c.client, res, net::redirect_error(net::use_awaitable, ec));
+  const std::size_t n = c.client.socket().write_some(net::buffer(out), ec);
+  if (ec == net::error::would_block || (!ec && n < out.size())) {
+    c.client.expires_after(config.idle_timeout);
+    co_await net::async_write(c.client, net::buffer(out) + n,
+                              net::redirect_error(net::use_awaitable, ec));
+  }
 }
 
 net::awaitable<void> HttpProxy::State::Serve(tcp::socket socket,
@@ -450,7 +536,7 @@ net::awaitable<void> HttpProxy::State::Serve(tcp::socket socket,
   std::string client_ip = connection.peer().address().to_string();
   std::shared_ptr<HttpWorker> worker = worker_views[WorkerOf(socket.get_executor())].lock();
   if (!worker) co_return;                // its worker is shutting down
-  drover::net::MarkNonBlocking(socket);  // reads and writes are tried at once (Active, RelayBody)
+  drover::net::MarkNonBlocking(socket);  // reads and writes are tried at once (Active, Relay)
   auto client =
       std::make_shared<HttpClient>(std::move(socket), shared_from_this(), std::move(worker),
                                    std::move(connection), std::move(client_ip));
@@ -474,9 +560,9 @@ net::awaitable<void> HttpProxy::State::Serve(tcp::socket socket,
 }
 
 net::awaitable<void> HttpProxy::State::Active(std::shared_ptr<HttpClient> client) {
-  HttpConn c(std::move(client->socket), client->worker->pool);
+  HttpConn c(std::move(client->socket), *client->worker);
   client->active = &c;
-  beast::flat_buffer buffer;
+  beast::flat_buffer& buffer = c.scratch->client_in;
   bool keep = true;
   bool idle = false;
   // Woken by readiness (or just accepted): the request is usually there. After a response the
@@ -501,7 +587,7 @@ net::awaitable<void> HttpProxy::State::Active(std::shared_ptr<HttpClient> client
       if (ec) break;  // the client closed, or the closer did
     }
     read = false;
-    keep = co_await Request(c, buffer, client->client_ip);
+    keep = co_await Request(c, client->client_ip);
   }
   client->active = nullptr;
   if (idle && c.client.socket().is_open() && !draining.load(std::memory_order_relaxed)) {
@@ -527,90 +613,87 @@ void HttpProxy::State::Park(std::shared_ptr<HttpClient> client) {
   });
 }
 
-net::awaitable<bool> HttpProxy::State::Request(HttpConn& c, beast::flat_buffer& buffer,
-                                               const std::string& client_ip) {
-  http::request_parser<http::buffer_body> parser;
-  parser.header_limit(static_cast<std::uint32_t>(config.max_header_bytes));
-  parser.body_limit(kNoLimit);  // streamed: no size is too large
+net::awaitable<bool> HttpProxy::State::Request(HttpConn& c, const std::string& client_ip) {
+  HttpScratch& x = *c.scratch;
+  beast::flat_buffer& buffer = x.client_in;
   // The head from what was read, when it is all there (the usual case: no more I/O); else the
   // rest is read.
-  error_code ec;
-  buffer.consume(parser.put(buffer.data(), ec));
-  if (ec == http::error::need_more) {
-    ec = {};
+  http1::HeadParser parser(config.max_header_bytes);
+  http1::ParseResult parsed;
+  while ((parsed = parser.Request(View(buffer), x.request)) == http1::ParseResult::kNeedMore) {
+    error_code ec;
     c.client.expires_after(config.idle_timeout);
-    co_await http::async_read_header(c.client, buffer, parser,
-                                     net::redirect_error(net::use_awaitable, ec));
+    const std::size_t n = co_await c.client.async_read_some(
+        buffer.prepare(std::max<std::size_t>(kFirstRead, buffer.size())),
+        net::redirect_error(net::use_awaitable, ec));
+    buffer.commit(n);
+    if (ec) co_return false;  // gone (or silent past the idle timeout) before a whole head
   }
-  if (ec) {
-    if (ec == http::error::header_limit) {
-      counters.bad_requests.fetch_add(1, std::memory_order_relaxed);
-      co_await Reply(
-          c, http::status::request_header_fields_too_large,
-          "request head larger than " + std::to_string(config.max_header_bytes) + " bytes", false);
-    } else if (IsParseError(ec)) {
-      counters.bad_requests.fetch_add(1, std::memory_order_relaxed);
-      co_await Reply(c, http::status::bad_request, "bad request: " + ec.message(), false);
-    }
+  if (parsed == http1::ParseResult::kTooLarge) {
+    counters.bad_requests.fetch_add(1, std::memory_order_relaxed);
+    co_await Reply(c, 431,
+                   "request head larger than " + std::to_string(config.max_header_bytes) + " bytes",
+                   false);
+    co_return false;
+  }
+  if (parsed == http1::ParseResult::kBad) {
+    counters.bad_requests.fetch_add(1, std::memory_order_relaxed);
+    co_await Reply(c, 400, "bad request: " + std::string(parser.error()), false);
     co_return false;
   }
   c.in_request = true;
   counters.requests.fetch_add(1, std::memory_order_relaxed);
-  const bool again = co_await HttpExchange(*this, c, buffer, parser, client_ip).Run();
+  HttpExchange exchange(*this, c, client_ip);
+  // (The head's views stay valid until the buffer is written to: Prepare() is done with them
+  // before the body is read.)
+  buffer.consume(parser.size());
+  const bool again = co_await exchange.Run();
   c.in_request = false;
+  if (buffer.size() == 0 && buffer.capacity() > kKeptCapacity) buffer.shrink_to_fit();
   co_return again;
 }
 
 std::optional<HttpExchange::Reject> HttpExchange::Prepare() {
-  auto& req = parser_.get();
-  version_ = req.version();
-  const std::string_view target = View(req.target());
-  std::string invalid = CheckRequestHead(req.base(), parser_.chunked());
-  if (!invalid.empty()) {
+  const http1::Head& req = x_.request;
+  version_ = req.version;
+  if (const std::string_view invalid = CheckRequestHead(req); !invalid.empty()) {
     s_.counters.bad_requests.fetch_add(1, std::memory_order_relaxed);
-    return Reject{http::status::bad_request, "bad request: " + std::move(invalid), false};
+    return Reject{400, "bad request: " + std::string(invalid), false};
   }
-  path_ = target.substr(0, target.find('?'));
-  const std::optional<std::size_t> route = s_.MatchRoute(path_);
+  x_.request_body.Start(req.framing, req.content_length);
+  const std::string_view path = req.target.substr(0, req.target.find('?'));
+  const std::optional<std::size_t> route = s_.MatchRoute(path);
   if (!route) {
     s_.counters.no_route.fetch_add(1, std::memory_order_relaxed);
     // An unread body would be taken for the next request: close instead.
-    return Reject{http::status::not_found, "no route for " + std::string(path_),
-                  req.keep_alive() && parser_.is_done()};
+    return Reject{404, "no route for " + std::string(path),
+                  req.keep_alive && x_.request_body.done()};
   }
   route_ = &s_.config.routes[*route];
   upstream_ = s_.routes[*route];
 
-  client_keep_ = req.keep_alive();
-  idempotent_ = Idempotent(req.method());
-  head_ = req.method() == http::verb::head;
-  if (const auto it = req.find(http::field::expect); it != req.end()) {
-    if (!beast::iequals(it->value(), "100-continue")) {
-      return Reject{http::status::expectation_failed, "only 100-continue is supported", false};
+  client_keep_ = req.keep_alive;
+  idempotent_ = Idempotent(req.method);
+  head_ = req.method == "HEAD";
+  if (const http1::Field* expect = req.Find("expect")) {
+    if (!http1::EqualsIgnoreCase(expect->value, "100-continue")) {
+      return Reject{417, "only 100-continue is supported", false};
     }
-    expect_continue_ = !parser_.is_done();
-    req.erase(http::field::expect);  // answered here: the upstream just gets the body
+    expect_continue_ = !x_.request_body.done();  // answered here: the upstream just gets the body
   }
-  DropHopByHop(req);
-  if (const auto [first, last] = req.equal_range(kForwardedFor); first == last) {
-    req.set(kForwardedFor, client_ip_);
-  } else {
-    std::string forwarded;
-    for (auto f = first; f != last; ++f) forwarded.append(View(f->value())).append(", ");
-    req.set(kForwardedFor, forwarded + client_ip_);
-  }
-  req.version(11);  // no Connection header left: keep-alive to the upstream
-
   if (route_->policy == Policy::kHash) {
-    const auto it = req.find(route_->hash_header);
-    key_hash_ = it != req.end() ? router::HashKey(View(it->value())) : ThreadRandom().Next();
+    const http1::Field* key = req.Find(route_->hash_header);
+    key_hash_ = key != nullptr ? router::HashKey(key->value) : ThreadRandom().Next();
   }
+  WriteRequestHead(req, client_ip_, x_.request_head);
+  method_ = std::string_view(x_.request_head).substr(0, req.method.size());
+  path_ = std::string_view(x_.request_head).substr(req.method.size() + 1, path.size());
   return std::nullopt;
 }
 
 net::awaitable<bool> HttpExchange::Run() {
   if (std::optional<Reject> reject = Prepare()) {
-    co_await s_.Reply(c_, reject->status, std::move(reject->text), reject->keep);
+    co_await s_.Reply(c_, reject->status, reject->text, reject->keep);
     co_return reject->keep;
   }
   RetryBudget& budget = s_.budget;
@@ -621,7 +704,7 @@ net::awaitable<bool> HttpExchange::Run() {
   } request_done{budget};
 
   snapshot_ = upstream_->Snapshot();
-  c_.tried.clear();
+  x_.tried.clear();
   for (int attempt = 0; attempt <= route_->retries; ++attempt) {
     if (attempt > 0 && !StartRetry()) break;
     struct RetryDone {
@@ -633,13 +716,13 @@ net::awaitable<bool> HttpExchange::Run() {
     } retry_done{budget, attempt > 0};
 
     const Result<std::size_t> pick =
-        upstream_->Pick(*snapshot_, key_hash_, c_.tried, s_.clock.Now(), ThreadRandom());
+        upstream_->Pick(*snapshot_, key_hash_, x_.tried, s_.clock.Now(), ThreadRandom());
     if (!pick.ok()) {
-      if (c_.tried.empty()) failure_ = http::status::service_unavailable;
-      failure_text_ = pick.status().message() + (c_.tried.empty() ? "" : "; " + failure_text_);
+      if (x_.tried.empty()) failure_ = 503;
+      failure_text_ = pick.status().message() + (x_.tried.empty() ? "" : "; " + failure_text_);
       break;
     }
-    c_.tried.push_back(*pick);
+    x_.tried.push_back(*pick);
     const AttemptEnd end = co_await Attempt(*pick);
     if (end == AttemptEnd::kDone) co_return keep_;
     if (end == AttemptEnd::kAbort) co_return false;
@@ -647,8 +730,8 @@ net::awaitable<bool> HttpExchange::Run() {
   }
 
   s_.counters.no_upstream.fetch_add(1, std::memory_order_relaxed);
-  spdlog::debug("gateway {}: {} {}: {} {}", s_.config.name, View(parser_.get().method_string()),
-                path_, static_cast<unsigned>(failure_), failure_text_);
+  spdlog::debug("gateway {}: {} {}: {} {}", s_.config.name, method_, path_, failure_,
+                failure_text_);
   const bool keep = KeepClient();
   co_await s_.Reply(c_, failure_, failure_text_, keep);
   co_return keep;
@@ -672,7 +755,7 @@ net::awaitable<HttpExchange::AttemptEnd> HttpExchange::Attempt(std::size_t pick)
   // had closed that connection, the first read finds its end (or its reset) before a byte of
   // answer: not the instance's failure and not a retry, the request just goes again on a checked
   // or new connection to the same instance.
-  bool unchecked = idempotent_ && parser_.is_done() && !expect_continue_;
+  bool unchecked = idempotent_ && x_.request_body.done() && !expect_continue_;
   InstanceCounters* counted = nullptr;  // once the request went to the instance
   struct InFlight {
     InstanceCounters*& ic;
@@ -680,7 +763,6 @@ net::awaitable<HttpExchange::AttemptEnd> HttpExchange::Attempt(std::size_t pick)
       if (ic) ic->active.fetch_sub(1, std::memory_order_relaxed);
     }
   } in_flight{counted};
-  std::optional<http::response_parser<http::buffer_body>> response;
   error_code ec;
   while (true) {
     if (!TakePooled(t, !unchecked)) {
@@ -694,18 +776,22 @@ net::awaitable<HttpExchange::AttemptEnd> HttpExchange::Attempt(std::size_t pick)
     }
     const AttemptEnd sent = co_await SendRequest();
     if (sent == AttemptEnd::kAbort) co_return sent;
-    ec = sent == AttemptEnd::kDone ? co_await ReadResponseHead(response)
+    ec = sent == AttemptEnd::kDone ? co_await ReadResponseHead()
                                    : error_code(net::error::connection_reset);
     // (A failed write arrives here as connection_reset.)
-    const bool closed_before_answer =
-        ec == http::error::end_of_stream || ec == net::error::connection_reset;
-    if (!unchecked || !closed_before_answer || c_.upstream_buffer.size() > 0) break;
+    const bool closed_before_answer = ec == net::error::eof || ec == net::error::connection_reset;
+    if (!unchecked || !closed_before_answer || x_.upstream_in.size() > 0) break;
     c_.pool.FoundClosed();
     DropUpstream();
     unchecked = false;
   }
   if (ec) co_return HeadFailed(t, ec);
-  co_return co_await RelayResponse(t, *response);
+  StartResponse(t);
+  RelayEnd end = x_.relay.Push(c_.client.socket());
+  if (end == RelayEnd::kRead || end == RelayEnd::kWrite) {
+    end = co_await x_.relay.Finish(end, *c_.upstream, c_.client, s_.config.idle_timeout);
+  }
+  co_return EndResponse(t, end);
 }
 
 bool HttpExchange::TakePooled(Target& t, bool check_closed) {
@@ -750,7 +836,7 @@ net::awaitable<HttpExchange::AttemptEnd> HttpExchange::Connect(Target& t) {
     }
   }
   drover::net::SetKeepAlive(c_.upstream->socket());
-  drover::net::MarkNonBlocking(c_.upstream->socket());  // writes are tried at once (RelayBody)
+  drover::net::MarkNonBlocking(c_.upstream->socket());  // writes are tried at once (Relay::Push)
   t.retire_at = c_.pool.RetireAt(s_.clock.Now());
   s_.counters.upstream_connects.fetch_add(1, std::memory_order_relaxed);
   t.counters.connections.fetch_add(1, std::memory_order_relaxed);
@@ -762,7 +848,6 @@ net::awaitable<HttpExchange::AttemptEnd> HttpExchange::Connect(Target& t) {
 net::awaitable<HttpExchange::AttemptEnd> HttpExchange::SendRequest() {
   // (After 100 Continue, if the client asked) the head and the body, together where they fit:
   // a request without a body is one write.
-  http::request_serializer<http::buffer_body> out{parser_.get()};
   if (expect_continue_) {
     expect_continue_ = false;
     static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
@@ -775,43 +860,74 @@ net::awaitable<HttpExchange::AttemptEnd> HttpExchange::SendRequest() {
       co_return AttemptEnd::kAbort;
     }
   }
-  error_code client_error;
-  const RelayEnd end = co_await RelayBody(parser_, buffer_, c_.client, out, *c_.upstream,
-                                          s_.config.idle_timeout, body_read_, client_error);
-  if (end == RelayEnd::kReadFailed) {  // the client left mid-body, or sent a broken one
+  x_.relay.Start(x_.request_head, x_.request_body, x_.client_in,
+                 x_.request.framing == Framing::kChunked);
+  RelayEnd end = x_.relay.Push(c_.upstream->socket());
+  if (end == RelayEnd::kRead || end == RelayEnd::kWrite) {
+    end = co_await x_.relay.Finish(end, c_.client, *c_.upstream, s_.config.idle_timeout);
+  }
+  body_read_ = body_read_ || x_.relay.taken();
+  if (end == RelayEnd::kBadInput) {  // a broken body: the client hears why
     DropUpstream();
-    if (IsParseError(client_error)) {
-      s_.counters.bad_requests.fetch_add(1, std::memory_order_relaxed);
-      co_await s_.Reply(c_, http::status::bad_request,
-                        "bad request body: " + client_error.message(), false);
-    }
+    s_.counters.bad_requests.fetch_add(1, std::memory_order_relaxed);
+    co_await s_.Reply(c_, 400, "bad request body: " + std::string(x_.request_body.error()), false);
     co_return AttemptEnd::kAbort;
   }
-  co_return end == RelayEnd::kDone ? AttemptEnd::kDone : AttemptEnd::kRetry;
+  co_return SendEnd(end);
 }
 
-// The response head, interim 1xx answers skipped.
-net::awaitable<error_code> HttpExchange::ReadResponseHead(
-    std::optional<http::response_parser<http::buffer_body>>& response) {
-  c_.upstream_buffer.clear();
+HttpExchange::AttemptEnd HttpExchange::SendEnd(RelayEnd end) {
+  if (end == RelayEnd::kReadFailed) {  // the client left mid-body
+    DropUpstream();
+    return AttemptEnd::kAbort;
+  }
+  return end == RelayEnd::kDone ? AttemptEnd::kDone : AttemptEnd::kRetry;
+}
+
+net::awaitable<error_code> HttpExchange::ReadResponseHead() {
+  beast::flat_buffer& in = x_.upstream_in;
+  in.clear();
   // The instance has only just been sent the request: reading now would answer EAGAIN (a system
   // call) and then wait. Let the worker serve what else is ready first (a post: no system call);
   // under load the answer has come by then and one read takes it. Idle, the post costs a turn
   // of the loop.
   co_await net::post(c_.upstream->get_executor(), net::use_awaitable);
-  error_code ec;
-  while (!ec) {
-    response.emplace();
-    response->body_limit(kNoLimit);
-    if (head_) response->skip(true);
+  http1::HeadParser parser(kMaxResponseHead);
+  while (true) {
+    if (in.size() > 0) {
+      switch (parser.Response(View(in), head_, x_.response)) {
+        case http1::ParseResult::kDone:
+          if (x_.response.status == 101) {
+            bad_head_ = "101 Switching Protocols to a request that asked for no upgrade";
+            co_return kBadHead;
+          }
+          if (x_.response.status >= 200) {
+            response_size_ = parser.size();
+            co_return error_code{};
+          }
+          in.consume(parser.size());  // an interim answer: the final one follows
+          parser.Reset();
+          continue;
+        case http1::ParseResult::kNeedMore:
+          break;
+        case http1::ParseResult::kBad:
+        case http1::ParseResult::kTooLarge:
+          bad_head_ = parser.error().empty() ? "a response head over 64 KiB" : parser.error();
+          co_return kBadHead;
+      }
+    }
+    error_code ec;
     c_.upstream->expires_after(route_->response_timeout);
-    co_await http::async_read_header(*c_.upstream, c_.upstream_buffer, *response,
-                                     net::redirect_error(net::use_awaitable, ec));
-    const unsigned status = ec ? 0 : response->get().result_int();
-    if (status < 100 || status >= 200) break;
-    if (status == 101) ec = net::error::operation_not_supported;  // Upgrade was not forwarded
+    const std::size_t n = co_await c_.upstream->async_read_some(
+        in.prepare(std::max<std::size_t>(kFirstRead * 8, in.size())),
+        net::redirect_error(net::use_awaitable, ec));
+    in.commit(n);
+    if (ec == net::error::eof && in.size() > 0) {
+      bad_head_ = "the connection closed in the middle of the response head";
+      co_return kBadHead;
+    }
+    if (ec) co_return ec;
   }
-  co_return ec;
 }
 
 // No response head: a timeout is final (the instance may be working on it: never sent twice);
@@ -821,7 +937,7 @@ HttpExchange::AttemptEnd HttpExchange::HeadFailed(const Target& t, const error_c
   Failed(t);
   if (ec == beast::error::timeout) {
     s_.counters.response_timeouts.fetch_add(1, std::memory_order_relaxed);
-    failure_ = http::status::gateway_timeout;
+    failure_ = 504;
     failure_text_ = e.id + " did not answer within " +
                     std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(
                                        route_->response_timeout)
@@ -829,52 +945,40 @@ HttpExchange::AttemptEnd HttpExchange::HeadFailed(const Target& t, const error_c
                     " ms";
     return AttemptEnd::kFail;
   }
-  failure_text_ = e.id + " at " + e.address + " failed before answering: " + ec.message();
+  failure_text_ = e.id + " at " + e.address + " failed before answering: ";
+  failure_text_ += ec == kBadHead ? bad_head_ : ec.message();
   // It cannot have acted on a request it never got.
   return idempotent_ && !body_read_ ? AttemptEnd::kRetry : AttemptEnd::kFail;
 }
 
-net::awaitable<HttpExchange::AttemptEnd> HttpExchange::RelayResponse(
-    Target& t, http::response_parser<http::buffer_body>& response) {
-  auto& res = response.get();
-  const unsigned status = res.result_int();
-  upstream_->ReportConnect(*snapshot_, t.index, status < 500, s_.clock.Now());
-  if (status >= 500) t.counters.failed_requests.fetch_add(1, std::memory_order_relaxed);
-  const bool upstream_keep = !res.need_eof();
-  const bool framed_by_close =
-      !res.has_content_length() && !res.chunked() && !head_ && status != 204 && status != 304;
-  keep_ = KeepClient();
-  DropHopByHop(res);
-  if (framed_by_close) {
-    if (version_ == 11) {
-      res.chunked(true);
-    } else {
-      keep_ = false;  // HTTP/1.0 knows no chunks: the close frames it for the client too
-    }
-  }
-  res.version(version_);
-  res.keep_alive(keep_);
-  http::response_serializer<http::buffer_body> out{res};
-  bool response_read = false;
-  error_code upstream_error;
-  const RelayEnd end =
-      co_await RelayBody(response, c_.upstream_buffer, *c_.upstream, out, c_.client,
-                         s_.config.idle_timeout, response_read, upstream_error);
+void HttpExchange::StartResponse(Target& t) {
+  const http1::Head& res = x_.response;
+  upstream_->ReportConnect(*snapshot_, t.index, res.status < 500, s_.clock.Now());
+  if (res.status >= 500) t.counters.failed_requests.fetch_add(1, std::memory_order_relaxed);
+  const Framing framing = ClientFraming(res, version_);
+  keep_ = KeepClient() && framing != Framing::kClose;
+  WriteResponseHead(res, version_, framing, keep_, x_.response_head);
+  x_.response_body.Start(res.framing, res.content_length);
+  x_.upstream_in.consume(response_size_);  // the head's views are done with
+  x_.relay.Start(x_.response_head, x_.response_body, x_.upstream_in, framing == Framing::kChunked);
+}
+
+HttpExchange::AttemptEnd HttpExchange::EndResponse(Target& t, RelayEnd end) {
   if (end != RelayEnd::kDone) {
     // Mid-response: the client already has the head, only closing tells it the rest is lost.
-    if (end == RelayEnd::kReadFailed) {
+    if (end == RelayEnd::kReadFailed || end == RelayEnd::kBadInput) {
       Failed(t);
     } else {
       DropUpstream();
     }
-    co_return AttemptEnd::kAbort;
+    return AttemptEnd::kAbort;
   }
-  Release(t, upstream_keep);
-  co_return AttemptEnd::kDone;
+  Release(t, x_.response.keep_alive);
+  return AttemptEnd::kDone;
 }
 
 void HttpExchange::Release(Target& t, bool upstream_keep) {
-  if (upstream_keep && c_.upstream_buffer.size() == 0 && c_.upstream->socket().is_open()) {
+  if (upstream_keep && x_.upstream_in.size() == 0 && c_.upstream->socket().is_open()) {
     c_.pool.Put(t.pool_key, c_.upstream->release_socket(), t.retire_at, s_.clock.Now());
   } else {
     Close(*c_.upstream);

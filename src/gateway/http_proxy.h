@@ -2,16 +2,18 @@
 // for its next request holds no coroutine: it is parked in a readiness wait, on its worker's idle
 // list (closed after idle_timeout). When bytes come, a coroutine reads request after request
 // while there are some (keep-alive, pipelining), parks the connection again, and for each:
-//   1. validates the head (Beast's parser plus: HTTP/1.0 or 1.1, origin-form target, Host on
-//      1.1); bad input is answered 400 (431 for a head over max_header_bytes) and the connection
-//      closed -- the listener keeps serving everyone else;
+//   1. parses the head in place and validates it (http1.h: strict framing, HTTP/1.0 or 1.1;
+//      http_check.h: origin-form target, Host on 1.1); bad input is answered 400 (431 for a head
+//      over max_header_bytes) and the connection closed -- the listener keeps serving everyone
+//      else;
 //   2. routes by the longest matching path prefix (404 when none matches), picks an instance on
 //      the route's Upstream (p2c, or hash on the route's key header);
 //   3. takes a pooled keep-alive connection to the instance or connects (connect_timeout), drops
 //      hop-by-hop headers (Connection and what it names, Keep-Alive, Proxy-Connection, TE,
 //      Trailer, Upgrade), appends the client's address to X-Forwarded-For, answers an
-//      `Expect: 100-continue` itself, and streams the body through a 64 KiB buffer (chunked stays
-//      chunked, Content-Length stays as sent: bodies of any size, never held whole);
+//      `Expect: 100-continue` itself, and streams the body as it comes, 64 KiB reads at most
+//      (chunked stays chunked, Content-Length stays as sent: bodies of any size, never held
+//      whole, the payload never copied); a small request is one write of head and body;
 //   4. waits for the response head up to the route's response_timeout (504), streams the
 //      response back the same way (a response framed by connection close is re-framed chunked
 //      for HTTP/1.1 clients), and returns the upstream connection to the pool when both sides
