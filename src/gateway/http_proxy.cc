@@ -52,12 +52,10 @@ std::string_view View(const beast::flat_buffer& b) {
   return {static_cast<const char*>(b.data().data()), b.size()};
 }
 
-// A closed socket's error: the client vanished or the gateway cut it.
-void Close(beast::tcp_stream& s) {
-  error_code ec;
-  s.socket().shutdown(tcp::socket::shutdown_both, ec);
-  s.close();
-}
+// Closes a connection of the proxy's for good: the client vanished, its exchange ended, or the
+// gateway cuts it. No shutdown first: close() alone sends the FIN (or a reset, when bytes are left
+// unread, as a shutdown would not prevent), and ends the operations pending on it.
+void Close(beast::tcp_stream& s) { s.close(); }
 
 // An instance's response head that could not be read for what it held (HttpExchange::bad_head_
 // says what), beside the socket's own errors.
@@ -556,7 +554,10 @@ net::awaitable<void> HttpProxy::State::Serve(tcp::socket socket,
           Close(c->active->client);
         }
       });
-  co_await Active(std::move(client));
+  if (draining.load(std::memory_order_relaxed)) co_return;  // (accepted as the drain began)
+  // A new connection's request rarely came with its handshake: reading now would mostly answer
+  // EAGAIN. Its first readiness starts Active(), as for a client between requests.
+  Park(std::move(client));
 }
 
 net::awaitable<void> HttpProxy::State::Active(std::shared_ptr<HttpClient> client) {
@@ -565,7 +566,7 @@ net::awaitable<void> HttpProxy::State::Active(std::shared_ptr<HttpClient> client
   beast::flat_buffer& buffer = c.scratch->client_in;
   bool keep = true;
   bool idle = false;
-  // Woken by readiness (or just accepted): the request is usually there. After a response the
+  // Woken by readiness: the request is usually there. After a response the
   // client parks again unless it already sent more (pipelining): a read now would find nothing
   // in a request-response exchange, and that empty read was a system call per request (perf
   // stat: 8.05 -> 7.07 calls per keep-alive request).
