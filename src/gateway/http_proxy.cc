@@ -256,12 +256,11 @@ struct HttpWorker {
 // socket into an HttpConn and gives it back.
 struct HttpClient {
   HttpClient(tcp::socket s, std::shared_ptr<HttpProxy::State> st, std::shared_ptr<HttpWorker> w,
-             drover::net::Connection n, std::string ip)
+             drover::net::Connection n)
       : socket(std::move(s)),
         state(std::move(st)),
         worker(std::move(w)),
-        connection(std::move(n)),
-        client_ip(std::move(ip)) {}
+        connection(std::move(n)) {}
   ~HttpClient() {
     if (parked) worker->idle.Remove(*this);
   }
@@ -269,9 +268,8 @@ struct HttpClient {
   tcp::socket socket;  // while waiting for a request; in `active`'s stream while one runs
   const std::shared_ptr<HttpProxy::State> state;
   const std::shared_ptr<HttpWorker> worker;
-  drover::net::Connection connection;  // open (for the listener) while this lives
-  const std::string client_ip;
-  struct HttpConn* active = nullptr;  // the connection's requests, while they run
+  drover::net::Connection connection;  // open (for the listener) while this lives; its peer
+  struct HttpConn* active = nullptr;   // the connection's requests, while they run
   // On worker->idle while parked.
   bool parked = false;
   MonoTime idle_since{};
@@ -297,8 +295,8 @@ void IdleClients::Remove(HttpClient& c) {
 // A client connection's requests, from the first byte of one to the moment it waits again with
 // nothing to read; touched only on its worker's thread.
 struct HttpConn {
-  HttpConn(tcp::socket s, HttpWorker& w)
-      : client(std::move(s)), pool(w.pool), worker(w), scratch(w.TakeScratch()) {}
+  HttpConn(tcp::socket s, HttpWorker& w, const tcp::endpoint& p)
+      : client(std::move(s)), pool(w.pool), worker(w), peer(p), scratch(w.TakeScratch()) {}
   ~HttpConn() { worker.GiveBack(std::move(scratch)); }
   HttpConn(const HttpConn&) = delete;
   HttpConn& operator=(const HttpConn&) = delete;
@@ -313,7 +311,8 @@ struct HttpConn {
   std::optional<beast::tcp_stream> upstream;
   UpstreamPool& pool;  // its io thread's
   HttpWorker& worker;
-  bool in_request = false;  // between a request head and its response's end
+  const tcp::endpoint& peer;  // the client's (its HttpClient's Connection outlives this)
+  bool in_request = false;    // between a request head and its response's end
   std::unique_ptr<HttpScratch> scratch;
 };
 
@@ -346,7 +345,7 @@ struct HttpProxy::State : std::enable_shared_from_this<State> {
   void Park(std::shared_ptr<HttpClient> client);
   // One request from its head (what the connection's client_in holds first) to the end of its
   // response; false when the client connection must close.
-  net::awaitable<bool> Request(HttpConn& c, const std::string& client_ip);
+  net::awaitable<bool> Request(HttpConn& c);
   // The worker whose io_context `executor` belongs to.
   std::size_t WorkerOf(const net::any_io_executor& executor) const {
     const auto& context = net::query(executor, net::execution::context);
@@ -398,8 +397,7 @@ const std::string kBusy =
 // and response that fit the sockets' buffers go through Relay::Push with none.
 class HttpExchange {
  public:
-  HttpExchange(HttpProxy::State& s, HttpConn& c, const std::string& client_ip)
-      : s_(s), c_(c), x_(*c.scratch), client_ip_(client_ip) {}
+  HttpExchange(HttpProxy::State& s, HttpConn& c) : s_(s), c_(c), x_(*c.scratch) {}
 
   // False when the client connection must close.
   net::awaitable<bool> Run();
@@ -454,7 +452,6 @@ class HttpExchange {
   HttpProxy::State& s_;
   HttpConn& c_;
   HttpScratch& x_;
-  const std::string& client_ip_;
 
   // Set by Prepare().
   unsigned version_ = 11;
@@ -531,13 +528,11 @@ net::awaitable<void> HttpProxy::State::Reply(HttpConn& c, unsigned status, std::
 
 net::awaitable<void> HttpProxy::State::Serve(tcp::socket socket,
                                              drover::net::Connection connection) {
-  std::string client_ip = connection.peer().address().to_string();
   std::shared_ptr<HttpWorker> worker = worker_views[WorkerOf(socket.get_executor())].lock();
   if (!worker) co_return;                // its worker is shutting down
   drover::net::MarkNonBlocking(socket);  // reads and writes are tried at once (Active, Relay)
-  auto client =
-      std::make_shared<HttpClient>(std::move(socket), shared_from_this(), std::move(worker),
-                                   std::move(connection), std::move(client_ip));
+  auto client = std::make_shared<HttpClient>(std::move(socket), shared_from_this(),
+                                             std::move(worker), std::move(connection));
   // Draining: keep-alive connections waiting for their next request close now; the others get
   // "Connection: close" on their response.
   client->connection.OnClose(
@@ -561,7 +556,7 @@ net::awaitable<void> HttpProxy::State::Serve(tcp::socket socket,
 }
 
 net::awaitable<void> HttpProxy::State::Active(std::shared_ptr<HttpClient> client) {
-  HttpConn c(std::move(client->socket), *client->worker);
+  HttpConn c(std::move(client->socket), *client->worker, client->connection.peer());
   client->active = &c;
   beast::flat_buffer& buffer = c.scratch->client_in;
   bool keep = true;
@@ -588,7 +583,7 @@ net::awaitable<void> HttpProxy::State::Active(std::shared_ptr<HttpClient> client
       if (ec) break;  // the client closed, or the closer did
     }
     read = false;
-    keep = co_await Request(c, client->client_ip);
+    keep = co_await Request(c);
   }
   client->active = nullptr;
   if (idle && c.client.socket().is_open() && !draining.load(std::memory_order_relaxed)) {
@@ -614,7 +609,7 @@ void HttpProxy::State::Park(std::shared_ptr<HttpClient> client) {
   });
 }
 
-net::awaitable<bool> HttpProxy::State::Request(HttpConn& c, const std::string& client_ip) {
+net::awaitable<bool> HttpProxy::State::Request(HttpConn& c) {
   HttpScratch& x = *c.scratch;
   beast::flat_buffer& buffer = x.client_in;
   // The head from what was read, when it is all there (the usual case: no more I/O); else the
@@ -644,7 +639,7 @@ net::awaitable<bool> HttpProxy::State::Request(HttpConn& c, const std::string& c
   }
   c.in_request = true;
   counters.requests.fetch_add(1, std::memory_order_relaxed);
-  HttpExchange exchange(*this, c, client_ip);
+  HttpExchange exchange(*this, c);
   // (The head's views stay valid until the buffer is written to: Prepare() is done with them
   // before the body is read.)
   buffer.consume(parser.size());
@@ -686,7 +681,8 @@ std::optional<HttpExchange::Reject> HttpExchange::Prepare() {
     const http1::Field* key = req.Find(route_->hash_header);
     key_hash_ = key != nullptr ? router::HashKey(key->value) : ThreadRandom().Next();
   }
-  WriteRequestHead(req, client_ip_, x_.request_head);
+  // (Formatted per request rather than kept by every idle client: 32 bytes each.)
+  WriteRequestHead(req, c_.peer.address().to_string(), x_.request_head);
   method_ = std::string_view(x_.request_head).substr(0, req.method.size());
   path_ = std::string_view(x_.request_head).substr(req.method.size() + 1, path.size());
   return std::nullopt;
