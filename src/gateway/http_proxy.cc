@@ -343,9 +343,6 @@ struct HttpProxy::State : std::enable_shared_from_this<State> {
   // Waits for the client's next request without a coroutine: a readiness wait whose handler
   // starts Active() again, and a place on its worker's idle list.
   void Park(std::shared_ptr<HttpClient> client);
-  // One request from its head (what the connection's client_in holds first) to the end of its
-  // response; false when the client connection must close.
-  net::awaitable<bool> Request(HttpConn& c);
   // The worker whose io_context `executor` belongs to.
   std::size_t WorkerOf(const net::any_io_executor& executor) const {
     const auto& context = net::query(executor, net::execution::context);
@@ -388,18 +385,20 @@ const std::string kBusy =
 
 }  // namespace
 
-// One request through the proxy, in the manner of Envoy's router: Prepare() checks the head,
-// writes the one sent upstream and finds the route; Run() then makes attempts, each on one
-// instance, until one ends done or the retry policy (route.retries, the listener's RetryBudget,
-// what was sent) says stop. An attempt is: TakePooled (else Connect), SendRequest (100 Continue,
-// head and body), ReadResponseHead, the response relayed (StartResponse, EndResponse), Release
-// (back to the pool), and ends done, retry, fail or abort. Only waits are coroutines: a request
-// and response that fit the sockets' buffers go through Relay::Push with none.
+// One request through the proxy, in the manner of Envoy's router: Run() reads the head (ReadHead),
+// Prepare() checks it, writes the one sent upstream and finds the route; Run() then makes
+// attempts, each on one instance, until one ends done or the retry policy (route.retries, the
+// listener's RetryBudget, what was sent) says stop. An attempt is: TakePooled (else Connect), the
+// request sent (StartRequest, then FinishRequest when it must wait; SendRequest after a 100
+// Continue), ReadResponseHead, the response relayed (StartResponse, EndResponse), Release (back
+// to the pool), and ends done, retry, fail or abort. Only waits are coroutines: a request and
+// response that fit the sockets' buffers go through Relay::Push with none.
 class HttpExchange {
  public:
   HttpExchange(HttpProxy::State& s, HttpConn& c) : s_(s), c_(c), x_(*c.scratch) {}
 
-  // False when the client connection must close.
+  // One request from its head (what the connection's client_in holds first) to the end of its
+  // response; false when the client connection must close.
   net::awaitable<bool> Run();
 
  private:
@@ -423,14 +422,27 @@ class HttpExchange {
     MonoTime retire_at{};
   };
 
+  // The request head into x_.request, read further while it is not all in client_in; false
+  // when the connection must close (the client left, or was answered 400 or 431).
+  net::awaitable<bool> ReadHead(http1::HeadParser& parser);
   std::optional<Reject> Prepare();
   // Claims a retry slot before every attempt after the first; false when the budget is spent.
   bool StartRetry();
   net::awaitable<AttemptEnd> Attempt(std::size_t pick);
   bool TakePooled(Target& t, bool check_closed);
   net::awaitable<AttemptEnd> Connect(Target& t);
+  // The request, after a 100 Continue to the client.
   net::awaitable<AttemptEnd> SendRequest();
-  AttemptEnd SendEnd(RelayEnd end);
+  // Starts sending the request (head and body); what it needs next, see Relay::Push.
+  RelayEnd StartRequest();
+  static bool Waits(RelayEnd end) {
+    return end == RelayEnd::kRead || end == RelayEnd::kWrite || end == RelayEnd::kBadInput;
+  }
+  // The rest of the request (Waits), and a broken body answered 400.
+  net::awaitable<AttemptEnd> FinishRequest(RelayEnd end);
+  // kDone: sent; kRetry: the upstream failed while taking it (the caller reads no answer);
+  // kAbort: the client left mid-body.
+  AttemptEnd RequestEnd(RelayEnd end);
   // Reads the response head into x_.response (its bytes still in upstream_in), interim 1xx
   // answers skipped.
   net::awaitable<error_code> ReadResponseHead();
@@ -583,7 +595,7 @@ net::awaitable<void> HttpProxy::State::Active(std::shared_ptr<HttpClient> client
       if (ec) break;  // the client closed, or the closer did
     }
     read = false;
-    keep = co_await Request(c);
+    keep = co_await HttpExchange(*this, c).Run();
   }
   client->active = nullptr;
   if (idle && c.client.socket().is_open() && !draining.load(std::memory_order_relaxed)) {
@@ -609,44 +621,33 @@ void HttpProxy::State::Park(std::shared_ptr<HttpClient> client) {
   });
 }
 
-net::awaitable<bool> HttpProxy::State::Request(HttpConn& c) {
-  HttpScratch& x = *c.scratch;
-  beast::flat_buffer& buffer = x.client_in;
+net::awaitable<bool> HttpExchange::ReadHead(http1::HeadParser& parser) {
+  beast::flat_buffer& buffer = x_.client_in;
   // The head from what was read, when it is all there (the usual case: no more I/O); else the
   // rest is read.
-  http1::HeadParser parser(config.max_header_bytes);
   http1::ParseResult parsed;
-  while ((parsed = parser.Request(View(buffer), x.request)) == http1::ParseResult::kNeedMore) {
+  while ((parsed = parser.Request(View(buffer), x_.request)) == http1::ParseResult::kNeedMore) {
     error_code ec;
-    c.client.expires_after(config.idle_timeout);
-    const std::size_t n = co_await c.client.async_read_some(
+    c_.client.expires_after(s_.config.idle_timeout);
+    const std::size_t n = co_await c_.client.async_read_some(
         buffer.prepare(std::max<std::size_t>(kFirstRead, buffer.size())),
         net::redirect_error(net::use_awaitable, ec));
     buffer.commit(n);
     if (ec) co_return false;  // gone (or silent past the idle timeout) before a whole head
   }
   if (parsed == http1::ParseResult::kTooLarge) {
-    counters.bad_requests.fetch_add(1, std::memory_order_relaxed);
-    co_await Reply(c, 431,
-                   "request head larger than " + std::to_string(config.max_header_bytes) + " bytes",
-                   false);
+    s_.counters.bad_requests.fetch_add(1, std::memory_order_relaxed);
+    co_await s_.Reply(
+        c_, 431,
+        "request head larger than " + std::to_string(s_.config.max_header_bytes) + " bytes", false);
     co_return false;
   }
   if (parsed == http1::ParseResult::kBad) {
-    counters.bad_requests.fetch_add(1, std::memory_order_relaxed);
-    co_await Reply(c, 400, "bad request: " + std::string(parser.error()), false);
+    s_.counters.bad_requests.fetch_add(1, std::memory_order_relaxed);
+    co_await s_.Reply(c_, 400, "bad request: " + std::string(parser.error()), false);
     co_return false;
   }
-  c.in_request = true;
-  counters.requests.fetch_add(1, std::memory_order_relaxed);
-  HttpExchange exchange(*this, c);
-  // (The head's views stay valid until the buffer is written to: Prepare() is done with them
-  // before the body is read.)
-  buffer.consume(parser.size());
-  const bool again = co_await exchange.Run();
-  c.in_request = false;
-  if (buffer.size() == 0 && buffer.capacity() > kKeptCapacity) buffer.shrink_to_fit();
-  co_return again;
+  co_return true;
 }
 
 std::optional<HttpExchange::Reject> HttpExchange::Prepare() {
@@ -689,6 +690,25 @@ std::optional<HttpExchange::Reject> HttpExchange::Prepare() {
 }
 
 net::awaitable<bool> HttpExchange::Run() {
+  http1::HeadParser parser(s_.config.max_header_bytes);
+  // (A whole head in the buffer takes no wait: no coroutine frame for ReadHead.)
+  if (parser.Request(View(x_.client_in), x_.request) != http1::ParseResult::kDone &&
+      !co_await ReadHead(parser)) {
+    co_return false;
+  }
+  s_.counters.requests.fetch_add(1, std::memory_order_relaxed);
+  c_.in_request = true;
+  struct InRequest {
+    HttpConn& c;
+    ~InRequest() {
+      c.in_request = false;
+      beast::flat_buffer& b = c.scratch->client_in;
+      if (b.size() == 0 && b.capacity() > kKeptCapacity) b.shrink_to_fit();
+    }
+  } in_request{c_};
+  // (The head's views stay valid until the buffer is written to: Prepare() is done with them
+  // before the body is read.)
+  x_.client_in.consume(parser.size());
   if (std::optional<Reject> reject = Prepare()) {
     co_await s_.Reply(c_, reject->status, reject->text, reject->keep);
     co_return reject->keep;
@@ -771,7 +791,14 @@ net::awaitable<HttpExchange::AttemptEnd> HttpExchange::Attempt(std::size_t pick)
       t.counters.active.fetch_add(1, std::memory_order_relaxed);
       counted = &t.counters;
     }
-    const AttemptEnd sent = co_await SendRequest();
+    AttemptEnd sent;
+    if (expect_continue_) {
+      sent = co_await SendRequest();
+    } else if (const RelayEnd end = StartRequest(); Waits(end)) {
+      sent = co_await FinishRequest(end);
+    } else {
+      sent = RequestEnd(end);
+    }
     if (sent == AttemptEnd::kAbort) co_return sent;
     ec = sent == AttemptEnd::kDone ? co_await ReadResponseHead()
                                    : error_code(net::error::connection_reset);
@@ -840,40 +867,43 @@ net::awaitable<HttpExchange::AttemptEnd> HttpExchange::Connect(Target& t) {
   co_return AttemptEnd::kDone;
 }
 
-// kDone: sent; kRetry: the upstream failed while taking it (the caller reads no answer);
-// kAbort: the client failed (left, or sent a broken body, answered 400 here).
 net::awaitable<HttpExchange::AttemptEnd> HttpExchange::SendRequest() {
-  // (After 100 Continue, if the client asked) the head and the body, together where they fit:
-  // a request without a body is one write.
-  if (expect_continue_) {
-    expect_continue_ = false;
-    static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
-    error_code ec;
-    c_.client.expires_after(s_.config.idle_timeout);
-    co_await net::async_write(c_.client, net::buffer(kContinue),
-                              net::redirect_error(net::use_awaitable, ec));
-    if (ec) {
-      DropUpstream();
-      co_return AttemptEnd::kAbort;
-    }
+  expect_continue_ = false;
+  static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
+  error_code ec;
+  c_.client.expires_after(s_.config.idle_timeout);
+  co_await net::async_write(c_.client, net::buffer(kContinue),
+                            net::redirect_error(net::use_awaitable, ec));
+  if (ec) {
+    DropUpstream();
+    co_return AttemptEnd::kAbort;
   }
+  co_return co_await FinishRequest(StartRequest());
+}
+
+RelayEnd HttpExchange::StartRequest() {
+  // The head and the body, together where they fit: a request without a body is one write.
   x_.relay.Start(x_.request_head, x_.request_body, x_.client_in,
                  x_.request.framing == Framing::kChunked);
-  RelayEnd end = x_.relay.Push(c_.upstream->socket());
+  return x_.relay.Push(c_.upstream->socket());
+}
+
+net::awaitable<HttpExchange::AttemptEnd> HttpExchange::FinishRequest(RelayEnd end) {
   if (end == RelayEnd::kRead || end == RelayEnd::kWrite) {
     end = co_await x_.relay.Finish(end, c_.client, *c_.upstream, s_.config.idle_timeout);
   }
-  body_read_ = body_read_ || x_.relay.taken();
   if (end == RelayEnd::kBadInput) {  // a broken body: the client hears why
+    body_read_ = true;
     DropUpstream();
     s_.counters.bad_requests.fetch_add(1, std::memory_order_relaxed);
     co_await s_.Reply(c_, 400, "bad request body: " + std::string(x_.request_body.error()), false);
     co_return AttemptEnd::kAbort;
   }
-  co_return SendEnd(end);
+  co_return RequestEnd(end);
 }
 
-HttpExchange::AttemptEnd HttpExchange::SendEnd(RelayEnd end) {
+HttpExchange::AttemptEnd HttpExchange::RequestEnd(RelayEnd end) {
+  body_read_ = body_read_ || x_.relay.taken();
   if (end == RelayEnd::kReadFailed) {  // the client left mid-body
     DropUpstream();
     return AttemptEnd::kAbort;
