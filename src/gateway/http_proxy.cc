@@ -676,7 +676,9 @@ std::optional<HttpExchange::Reject> HttpExchange::Prepare() {
     if (!http1::EqualsIgnoreCase(expect->value, "100-continue")) {
       return Reject{417, "only 100-continue is supported", false};
     }
-    expect_continue_ = !x_.request_body.done();  // answered here: the upstream just gets the body
+    // Answered here (the upstream just gets the body); HTTP/1.0 knows no interim answers (RFC
+    // 9110 10.1.1): its body just goes on.
+    expect_continue_ = version_ == 11 && !x_.request_body.done();
   }
   if (route_->policy == Policy::kHash) {
     const http1::Field* key = req.Find(route_->hash_header);
@@ -904,6 +906,9 @@ net::awaitable<HttpExchange::AttemptEnd> HttpExchange::FinishRequest(RelayEnd en
 
 HttpExchange::AttemptEnd HttpExchange::RequestEnd(RelayEnd end) {
   body_read_ = body_read_ || x_.relay.taken();
+  // Body bytes the decoder took but no write carried are still in the client's buffer: kept, the
+  // connection would read them as its next request. Whatever answer follows, it closes.
+  if (end != RelayEnd::kDone && x_.relay.taken()) client_keep_ = false;
   if (end == RelayEnd::kReadFailed) {  // the client left mid-body
     DropUpstream();
     return AttemptEnd::kAbort;
