@@ -46,8 +46,8 @@ unsigned HexValue(char c) {
 
 // "HTTP/1.0" or "HTTP/1.1" -> 10 or 11; another HTTP/d.d -> 1; anything else -> 0.
 unsigned Version(std::string_view v) {
-  if (v.size() != 8 || v.substr(0, 5) != "HTTP/" || v[6] != '.' || !Is(v[5], kHex) ||
-      !Is(v[7], kHex) || v[5] > '9' || v[7] > '9') {
+  const auto digit = [](char c) { return c >= '0' && c <= '9'; };
+  if (v.size() != 8 || v.substr(0, 5) != "HTTP/" || v[6] != '.' || !digit(v[5]) || !digit(v[7])) {
     return 0;
   }
   if (v[5] == '1' && (v[7] == '0' || v[7] == '1')) return v[7] == '0' ? 10 : 11;
@@ -211,60 +211,60 @@ ParseResult HeadParser::Fields(std::string_view lines, Head& head) {
   return ParseResult::kDone;
 }
 
-ParseResult HeadParser::Request(std::string_view input, Head& head) {
+template <typename StartLine>
+ParseResult HeadParser::Parse(std::string_view input, Head& head, StartLine&& start_line) {
   std::size_t size = 0;
   if (const ParseResult end = FindEnd(input, size); end != ParseResult::kDone) return end;
   head.Clear();
-  const std::size_t line_end = input.find('\n') - 1;
-  const std::string_view line = input.substr(0, line_end);
-  std::size_t i = 0;
-  while (i < line.size() && Is(line[i], kToken)) ++i;
-  if (i == 0 || i == line.size() || line[i] != ' ') return Bad("a malformed request line");
-  head.method = line.substr(0, i);
-  const std::size_t target_start = ++i;
-  while (i < line.size() && Is(line[i], kTarget)) ++i;
-  if (i == target_start || i == line.size() || line[i] != ' ') {
-    return Bad("a malformed request line");
-  }
-  head.target = line.substr(target_start, i - target_start);
-  const unsigned version = Version(line.substr(i + 1));
-  if (version == 0) return Bad("a malformed request line");
-  if (version == 1) return Bad("HTTP/1.0 or HTTP/1.1 only");
-  head.version = version;
+  const std::size_t line_end = input.find('\n') - 1;  // FindEnd saw it, after a CR
+  if (const char* why = start_line(input.substr(0, line_end))) return Bad(why);
   const ParseResult r = Fields(input.substr(line_end + 2, size - line_end - 2), head);
   if (r == ParseResult::kDone) size_ = size;
   return r;
 }
 
+ParseResult HeadParser::Request(std::string_view input, Head& head) {
+  return Parse(input, head, [&head](std::string_view line) -> const char* {
+    std::size_t i = 0;
+    while (i < line.size() && Is(line[i], kToken)) ++i;
+    if (i == 0 || i == line.size() || line[i] != ' ') return "a malformed request line";
+    head.method = line.substr(0, i);
+    const std::size_t target_start = ++i;
+    while (i < line.size() && Is(line[i], kTarget)) ++i;
+    if (i == target_start || i == line.size() || line[i] != ' ') return "a malformed request line";
+    head.target = line.substr(target_start, i - target_start);
+    const unsigned version = Version(line.substr(i + 1));
+    if (version == 0) return "a malformed request line";
+    if (version == 1) return "HTTP/1.0 or HTTP/1.1 only";
+    head.version = version;
+    return nullptr;
+  });
+}
+
 ParseResult HeadParser::Response(std::string_view input, bool to_head, Head& head) {
-  std::size_t size = 0;
-  if (const ParseResult end = FindEnd(input, size); end != ParseResult::kDone) return end;
-  head.Clear();
-  const std::size_t line_end = input.find('\n') - 1;
-  const std::string_view line = input.substr(0, line_end);
-  // HTTP/1.x SP 3DIGIT [SP reason]
-  const unsigned version = line.size() >= 12 ? Version(line.substr(0, 8)) : 0;
-  if (version < 10 || line[8] != ' ') return Bad("not an HTTP/1.0 or HTTP/1.1 status line");
-  unsigned status = 0;
-  for (std::size_t d = 9; d < 12; ++d) {
-    if (line[d] < '0' || line[d] > '9') return Bad("a malformed status code");
-    status = status * 10 + static_cast<unsigned>(line[d] - '0');
-  }
-  if (status < 100) return Bad("a malformed status code");
-  if (line.size() > 12) {
-    if (line[12] != ' ') return Bad("a malformed status line");
-    for (const char c : line.substr(13)) {
-      if (!Is(c, kValue)) return Bad("a control byte in the reason phrase");
+  return Parse(input, head, [&head, to_head](std::string_view line) -> const char* {
+    // HTTP/1.x SP 3DIGIT [SP reason]
+    const unsigned version = line.size() >= 12 ? Version(line.substr(0, 8)) : 0;
+    if (version < 10 || line[8] != ' ') return "not an HTTP/1.0 or HTTP/1.1 status line";
+    unsigned status = 0;
+    for (std::size_t d = 9; d < 12; ++d) {
+      if (line[d] < '0' || line[d] > '9') return "a malformed status code";
+      status = status * 10 + static_cast<unsigned>(line[d] - '0');
     }
-    head.reason = line.substr(13);
-  }
-  head.version = version;
-  head.status = status;
-  const bool bodyless = to_head || status < 200 || status == 204 || status == 304;
-  head.framing = bodyless ? Framing::kNone : Framing::kClose;  // Fields() settles the rest
-  const ParseResult r = Fields(input.substr(line_end + 2, size - line_end - 2), head);
-  if (r == ParseResult::kDone) size_ = size;
-  return r;
+    if (status < 100) return "a malformed status code";
+    if (line.size() > 12) {
+      if (line[12] != ' ') return "a malformed status line";
+      for (const char c : line.substr(13)) {
+        if (!Is(c, kValue)) return "a control byte in the reason phrase";
+      }
+      head.reason = line.substr(13);
+    }
+    head.version = version;
+    head.status = status;
+    const bool bodyless = to_head || status < 200 || status == 204 || status == 304;
+    head.framing = bodyless ? Framing::kNone : Framing::kClose;  // Fields() settles the rest
+    return nullptr;
+  });
 }
 
 void BodyDecoder::Start(Framing framing, std::uint64_t content_length) {

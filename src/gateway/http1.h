@@ -113,6 +113,9 @@ class HeadParser {
   // kDone with `size` the head's length through its empty line, or why there is none yet.
   ParseResult FindEnd(std::string_view input, std::size_t& size);
   ParseResult Fields(std::string_view lines, Head& head);
+  // FindEnd, then `start_line(line)` (nullptr, or why the line is bad), then Fields.
+  template <typename StartLine>
+  ParseResult Parse(std::string_view input, Head& head, StartLine&& start_line);
   ParseResult Bad(const char* why) {
     error_ = why;
     return ParseResult::kBad;

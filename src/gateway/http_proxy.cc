@@ -52,11 +52,6 @@ std::string_view View(const beast::flat_buffer& b) {
   return {static_cast<const char*>(b.data().data()), b.size()};
 }
 
-// Closes a connection of the proxy's for good: the client vanished, its exchange ended, or the
-// gateway cuts it. No shutdown first: close() alone sends the FIN (or a reset, when bytes are left
-// unread, as a shutdown would not prevent), and ends the operations pending on it.
-void Close(beast::tcp_stream& s) { s.close(); }
-
 // An instance's response head that could not be read for what it held (HttpExchange::bad_head_
 // says what), beside the socket's own errors.
 const error_code kBadHead = make_error_code(boost::system::errc::protocol_error);
@@ -300,9 +295,11 @@ struct HttpConn {
   ~HttpConn() { worker.GiveBack(std::move(scratch)); }
   HttpConn(const HttpConn&) = delete;
   HttpConn& operator=(const HttpConn&) = delete;
+  // Connections close with close() alone, no shutdown first: close sends the FIN (or a reset, when
+  // bytes are left unread, as a shutdown would not prevent), and ends the operations pending on it.
   void CloseBoth() {
-    Close(client);
-    if (upstream) Close(*upstream);
+    client.close();
+    if (upstream) upstream->close();
   }
 
   beast::tcp_stream client;
@@ -454,7 +451,7 @@ class HttpExchange {
   // The instance's fault: counts toward its ejection.
   void Failed(const Target& t);
   void DropUpstream() {
-    if (c_.upstream) Close(*c_.upstream);
+    if (c_.upstream) c_.upstream->close();
     c_.upstream.reset();
   }
   bool KeepClient() const {
@@ -505,7 +502,6 @@ net::awaitable<void> HttpProxy::State::Sweep(std::shared_ptr<HttpWorker> worker,
       // Its wait ends (operation_aborted) and its handler lets go of it.
       worker->idle.Remove(*idle);
       error_code ignored;
-      idle->socket.shutdown(tcp::socket::shutdown_both, ignored);
       idle->socket.close(ignored);
       counters.idle_timeouts.fetch_add(1, std::memory_order_relaxed);
     }
@@ -553,12 +549,11 @@ net::awaitable<void> HttpProxy::State::Serve(tcp::socket socket,
         if (!c) return;
         if (c->active == nullptr) {  // parked: its wait ends and its handler lets go of it
           error_code ignored;
-          c->socket.shutdown(tcp::socket::shutdown_both, ignored);
           c->socket.close(ignored);
         } else if (reason == drover::net::CloseReason::kCloseNow) {
           c->active->CloseBoth();
         } else if (!c->active->in_request) {
-          Close(c->active->client);
+          c->active->client.close();
         }
       });
   if (draining.load(std::memory_order_relaxed)) co_return;  // (accepted as the drain began)
@@ -602,7 +597,7 @@ net::awaitable<void> HttpProxy::State::Active(std::shared_ptr<HttpClient> client
     client->socket = c.client.release_socket();
     Park(std::move(client));
   } else {
-    Close(c.client);
+    c.client.close();
   }
 }
 
@@ -1013,7 +1008,7 @@ void HttpExchange::Release(Target& t, bool upstream_keep) {
   if (upstream_keep && x_.upstream_in.size() == 0 && c_.upstream->socket().is_open()) {
     c_.pool.Put(t.pool_key, c_.upstream->release_socket(), t.retire_at, s_.clock.Now());
   } else {
-    Close(*c_.upstream);
+    c_.upstream->close();
   }
   c_.upstream.reset();
 }
