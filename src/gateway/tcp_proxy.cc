@@ -26,7 +26,7 @@ namespace asio = boost::asio;
 using tcp = asio::ip::tcp;
 using boost::system::error_code;
 
-// One proxied connection; every member is touched only on the connection's strand. Once both
+// One proxied connection; every member is touched only on its worker's thread. Once both
 // sides are connected no coroutine holds it: its two pumps and its watchdog are plain handlers
 // of pending waits, each owning a reference, so an idle session costs its sockets, this object
 // and three pending operations.
@@ -344,16 +344,19 @@ Result<std::unique_ptr<TcpProxy>> TcpProxy::Start(const Workers& workers,
   options.max_connections = config.max_connections;
   options.keep_alive = true;  // keepalive probes and no-delay on every client connection
   // Over the limit the client sees its connection closed at once and may try another gateway.
-  DROVER_ASSIGN_OR_RETURN(std::unique_ptr<net::TcpListener> listener,
-                          net::TcpListener::Start(
-                              *workers[0], std::move(options),
-                              [raw = state.get()] {
-                                return asio::any_io_executor(asio::make_strand(
-                                    *raw->workers[raw->next_worker++ % raw->workers.size()]));
-                              },
-                              [state](tcp::socket socket, net::Connection connection) {
-                                return state->Serve(std::move(socket), std::move(connection));
-                              }));
+  DROVER_ASSIGN_OR_RETURN(
+      std::unique_ptr<net::TcpListener> listener,
+      net::TcpListener::Start(
+          *workers[0], std::move(options),
+          // One thread per worker: a session needs no strand (a strand
+          // would pass each of its handlers through a second queue).
+          [raw = state.get()] {
+            return asio::any_io_executor(
+                raw->workers[raw->next_worker++ % raw->workers.size()]->get_executor());
+          },
+          [state](tcp::socket socket, net::Connection connection) {
+            return state->Serve(std::move(socket), std::move(connection));
+          }));
   return std::unique_ptr<TcpProxy>(new TcpProxy(std::move(state), std::move(listener)));
 }
 

@@ -57,8 +57,9 @@ class TcpProxyTest : public ::testing::Test {
     l.address = "127.0.0.1:0";
     l.service = "zone";
     upstream_ = Upstream::ForTables(l, clock_);
-    proxy_ = TcpProxy::Start({&io_}, l, *upstream_, clock_).value();
-    for (int i = 0; i < 2; ++i) threads_.emplace_back([this] { io_.run(); });
+    // Two workers, one thread each, as in the gateway.
+    proxy_ = TcpProxy::Start({&io0_, &io1_}, l, *upstream_, clock_).value();
+    for (boost::asio::io_context* io : {&io0_, &io1_}) threads_.emplace_back([io] { io->run(); });
   }
   void SetTable(std::vector<router::Endpoint> endpoints) {
     upstream_->Apply(router::RoutingTable::Create(++version_, std::move(endpoints)).value());
@@ -67,8 +68,10 @@ class TcpProxyTest : public ::testing::Test {
     proxy_->StopAccepting();
     proxy_->CloseAll();
     EXPECT_TRUE(Eventually([&] { return proxy_->connections().active.load() == 0; }));
-    work_.reset();
-    io_.stop();
+    work0_.reset();
+    work1_.reset();
+    io0_.stop();
+    io1_.stop();
     for (auto& t : threads_) t.join();
     proxy_.reset();
   }
@@ -79,9 +82,10 @@ class TcpProxyTest : public ::testing::Test {
   }
 
   RealClock clock_;
-  boost::asio::io_context io_;
-  boost::asio::executor_work_guard<boost::asio::io_context::executor_type> work_{
-      io_.get_executor()};
+  boost::asio::io_context io0_{1}, io1_{1};
+  boost::asio::executor_work_guard<boost::asio::io_context::executor_type> work0_{
+      io0_.get_executor()},
+      work1_{io1_.get_executor()};
   std::vector<std::thread> threads_;
   std::unique_ptr<Upstream> upstream_;
   std::unique_ptr<TcpProxy> proxy_;
