@@ -201,6 +201,10 @@ ParseResult HeadParser::Fields(std::string_view lines, Head& head) {
     if (head.version == 10) return Bad("Transfer-Encoding in an HTTP/1.0 response");
     if (fr.chunked > 0 && !chunked) return Bad("chunked not applied last, or more than once");
     head.framing = chunked ? Framing::kChunked : Framing::kClose;
+    // Both framings: the sender is broken or something between tried to split the stream
+    // (RFC 9112 6.3 says to treat it as an error); this response is relayed by its coding, and
+    // the connection is not used again.
+    if (fr.lengths > 0) head.keep_alive = false;
   } else if (fr.lengths == 1) {
     head.framing = Framing::kLength;
     head.content_length = fr.length;

@@ -17,8 +17,12 @@ bool Named(std::string_view name, std::string_view a) { return EqualsIgnoreCase(
 
 std::string_view CheckRequestHead(const http1::Head& req) {
   if (req.target.empty() || req.target[0] != '/') return "the target must be a path (origin form)";
-  if (req.version == 11 && req.Count("host") != 1)
-    return "HTTP/1.1 requires exactly one Host header";
+  // (RFC 9112 3.2: more than one Host is refused in any version; HTTP/1.0 may have none.)
+  const std::size_t hosts = req.Count("host");
+  if (hosts > 1 || (req.version == 11 && hosts == 0)) {
+    return req.version == 11 ? "HTTP/1.1 requires exactly one Host header"
+                             : "more than one Host header";
+  }
   return {};
 }
 
@@ -89,9 +93,10 @@ void WriteResponseHead(const http1::Head& res, unsigned client_version, Framing 
       .append(res.reason)
       .append("\r\n");
   // Beside a Transfer-Encoding a Content-Length is wrong (RFC 9112 6.3), and an HTTP/1.0 client
-  // is sent no Transfer-Encoding (RFC 9112 6.1).
+  // is sent no Transfer-Encoding (RFC 9112 6.1), whatever the body: none (HEAD, 304), chunked
+  // (sent framed by the close) or other codings framed by the close.
   const bool drop_length = res.framing == Framing::kChunked || res.framing == Framing::kClose;
-  const bool drop_coding = res.framing == Framing::kChunked && framing == Framing::kClose;
+  const bool drop_coding = client_version == 10;
   for (const http1::Field& f : res.fields) {
     if (IsHopByHop(res, f.name)) continue;
     if (drop_length && Named(f.name, "content-length")) continue;

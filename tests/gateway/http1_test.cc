@@ -148,8 +148,11 @@ TEST(HeadParserTest, ResponsesAreFramedByStatusCodingsLengthOrTheClose) {
            {"HTTP/1.1 304 Not Modified\r\nContent-Length: 9\r\n\r\n", false, Framing::kNone, 0,
             true},
            {"HTTP/1.1 100 Continue\r\n\r\n", false, Framing::kNone, 0, true},
+           // Both framings: the coding wins, and the connection is not used again.
            {"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n", false,
-            Framing::kChunked, 0, true},
+            Framing::kChunked, 0, false},
+           {"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n", false, Framing::kChunked, 0,
+            true},
            {"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\n", false, Framing::kClose, 0, false},
            {"HTTP/1.1 200 OK\r\n\r\n", false, Framing::kClose, 0, false},
            {"HTTP/1.0 200 OK\r\nContent-Length: 1\r\n\r\n", false, Framing::kLength, 1, false},

@@ -73,6 +73,9 @@ TEST(CheckRequestHeadTest, NamesWhatIsWrong) {
             "HTTP/1.1 requires exactly one Host header");
   EXPECT_EQ(CheckRequestHead(Request("GET /a HTTP/1.1\r\nHost: h\r\n\r\n")), "");
   EXPECT_EQ(CheckRequestHead(Request("GET /a HTTP/1.0\r\n\r\n")), "");  // 1.0 needs no Host
+  EXPECT_EQ(CheckRequestHead(Request("GET /a HTTP/1.0\r\nHost: a\r\n\r\n")), "");
+  EXPECT_EQ(CheckRequestHead(Request("GET /a HTTP/1.0\r\nHost: a\r\nHost: b\r\n\r\n")),
+            "more than one Host header");
   EXPECT_EQ(CheckRequestHead(Request("GET http://h/a HTTP/1.1\r\nHost: h\r\n\r\n")),
             "the target must be a path (origin form)");
   EXPECT_EQ(CheckRequestHead(Request("OPTIONS * HTTP/1.1\r\nHost: h\r\n\r\n")),
@@ -139,6 +142,23 @@ TEST(WriteResponseHeadTest, AChunkedBodyGoesToHttpOneZeroFramedByTheCloseWithout
   EXPECT_EQ(out, "HTTP/1.0 200 OK\r\nX-A: 1\r\n\r\n");
   WriteResponseHead(res, 11, Framing::kChunked, true, out);
   EXPECT_EQ(out, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nX-A: 1\r\n\r\n");
+}
+
+TEST(WriteResponseHeadTest, HttpOneZeroClientsAreSentNoTransferEncodingWhateverTheBody) {
+  std::string out;
+  // Codings other than chunked, framed by the close.
+  const Head gzip = Response("HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\nX-A: 1\r\n\r\n");
+  ASSERT_EQ(ClientFraming(gzip, 10), Framing::kClose);
+  WriteResponseHead(gzip, 10, Framing::kClose, false, out);
+  EXPECT_EQ(out, "HTTP/1.0 200 OK\r\nX-A: 1\r\n\r\n");
+  // No body (the answer to a HEAD): the coding it would have had is not named to HTTP/1.0 ...
+  const Head head = Response("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n", true);
+  ASSERT_EQ(head.framing, Framing::kNone);
+  WriteResponseHead(head, 10, ClientFraming(head, 10), true, out);
+  EXPECT_EQ(out, "HTTP/1.0 200 OK\r\nConnection: keep-alive\r\n\r\n");
+  // ... and is to HTTP/1.1.
+  WriteResponseHead(head, 11, ClientFraming(head, 11), true, out);
+  EXPECT_EQ(out, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n");
 }
 
 }  // namespace
