@@ -265,6 +265,7 @@ struct HttpClient {
   const std::shared_ptr<HttpWorker> worker;
   drover::net::Connection connection;  // open (for the listener) while this lives; its peer
   struct HttpConn* active = nullptr;   // the connection's requests, while they run
+  bool watched = false;                // for the peer's end (net::WatchPeerEnd)
   // On worker->idle while parked.
   bool parked = false;
   MonoTime idle_since{};
@@ -595,6 +596,12 @@ net::awaitable<void> HttpProxy::State::Active(std::shared_ptr<HttpClient> client
   client->active = nullptr;
   if (idle && c.client.socket().is_open() && !draining.load(std::memory_order_relaxed)) {
     client->socket = c.client.release_socket();
+    // A request read with the client's end behind it leaves no edge for that end, so on an
+    // unwatched socket only a read that finds nothing counts as drained (net::ReadSome): watched,
+    // a read that takes all there is does, and parking costs no system call. Watched once the
+    // connection has been kept for a second request (one EPOLL_CTL_MOD per connection); one
+    // closed after its first costs nothing.
+    if (!client->watched) client->watched = drover::net::WatchPeerEnd(client->socket);
     Park(std::move(client));
   } else {
     c.client.close();

@@ -84,6 +84,8 @@ struct TcpProxy::State : std::enable_shared_from_this<State> {
   void Pump(std::shared_ptr<Conn> c, bool from_client);
   // Pump()'s wait for `from_client`'s side to have bytes (or its end).
   void Wait(std::shared_ptr<Conn> c, bool from_client);
+  // One way has ended: its end passed on to `to`.
+  void InputEnded(Conn& c, tcp::socket& to);
   void PumpEnded(Conn& c);
   // Cuts the connection after idle_timeout without a byte, or response_timeout without an
   // answer; re-armed by its own handler until both pumps ended.
@@ -144,19 +146,11 @@ void TcpProxy::State::Pump(std::shared_ptr<Conn> c, bool from_client) {
     RelayChunk chunk;
     while (true) {
       error_code read_ec;
+      bool end_follows = false;  // these bytes are the last this way (net::WatchPeerEnd)
       const std::size_t size =
-          net::ReadSome(from, asio::buffer(chunk.data(), chunk.size()), read_ec);
+          net::ReadSome(from, asio::buffer(chunk.data(), chunk.size()), read_ec, &end_follows);
       if (read_ec == asio::error::would_block) break;
-      if (read_ec == asio::error::eof) {
-        // Half-close: pass the FIN on. When the other way has ended already, the close that
-        // follows sends it (both sides were read to their end, so nothing unread turns it into
-        // a reset).
-        if (c->pumps_done == 0) {
-          error_code ignored;
-          to.shutdown(tcp::socket::shutdown_send, ignored);
-        }
-        return PumpEnded(*c);
-      }
+      if (read_ec == asio::error::eof) return InputEnded(*c, to);
       if (read_ec) {
         c->CloseBoth();
         return PumpEnded(*c);
@@ -169,11 +163,14 @@ void TcpProxy::State::Pump(std::shared_ptr<Conn> c, bool from_client) {
         c->awaiting_since = c->last_activity;
         c->timer.cancel();  // the watchdog recomputes its deadline
       }
+      // The last bytes wait in the kernel for the FIN that follows them (MSG_MORE; the
+      // shutdown or close sends both in one segment).
+      const int more = end_follows ? MSG_MORE : 0;
       std::size_t sent = 0;
       int send_error = 0;
       while (sent < size && send_error == 0) {
         const ssize_t w = ::send(to.native_handle(), chunk.data() + sent, size - sent,
-                                 MSG_DONTWAIT | MSG_NOSIGNAL);
+                                 MSG_DONTWAIT | MSG_NOSIGNAL | more);
         if (w > 0) {
           sent += static_cast<std::size_t>(w);
         } else if (w == 0 || errno != EINTR) {
@@ -182,7 +179,7 @@ void TcpProxy::State::Pump(std::shared_ptr<Conn> c, bool from_client) {
       }
       if (send_error == EAGAIN || send_error == EWOULDBLOCK) {
         // The rest when the other side takes it (backpressure: nothing more is read this way
-        // meanwhile).
+        // meanwhile; the end, if it follows, is then read as usual).
         const asio::const_buffer rest(chunk.data() + sent, size - sent);
         asio::async_write(to, rest,
                           [c = std::move(c), from_client, chunk = std::move(chunk)](
@@ -199,6 +196,7 @@ void TcpProxy::State::Pump(std::shared_ptr<Conn> c, bool from_client) {
         c->CloseBoth();
         return PumpEnded(*c);
       }
+      if (end_follows) return InputEnded(*c, to);
       if (size < chunk.size()) break;  // all there was
     }
   }
@@ -215,6 +213,16 @@ void TcpProxy::State::Wait(std::shared_ptr<Conn> c, bool from_client) {
     }
     c->state->Pump(std::move(c), from_client);
   });
+}
+
+void TcpProxy::State::InputEnded(Conn& c, tcp::socket& to) {
+  // Half-close: pass the FIN on. When the other way has ended already, the close that follows
+  // sends it (both sides were read to their end, so nothing unread turns it into a reset).
+  if (c.pumps_done == 0) {
+    error_code ignored;
+    to.shutdown(tcp::socket::shutdown_send, ignored);
+  }
+  PumpEnded(c);
 }
 
 void TcpProxy::State::PumpEnded(Conn& c) {
@@ -312,6 +320,9 @@ asio::awaitable<void> TcpProxy::State::Serve(tcp::socket client, net::Connection
   }
   // The probe timing comes from the watchdog once the session has lasted kTuneProbesAfter.
   net::EnableKeepAlive(c->upstream.native_handle());
+  // Each side's last bytes go on with their FIN (net::WatchPeerEnd).
+  net::WatchPeerEnd(c->client);
+  net::WatchPeerEnd(c->upstream);
   if (!rest.empty()) {
     error_code ec;
     co_await asio::async_write(c->upstream, asio::buffer(rest),

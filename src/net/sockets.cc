@@ -2,6 +2,7 @@
 
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <sys/epoll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -12,6 +13,7 @@
 #include <boost/asio/strand.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <cerrno>
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <typeinfo>
@@ -94,6 +96,21 @@ struct MayBeReadyOf {
   using Type = bool (DescriptorState::*)[Reactor::max_ops];
   friend Type MemberOf(MayBeReadyOf);
 };
+struct EventsOf {
+  using Type = std::uint32_t DescriptorState::*;
+  friend Type MemberOf(EventsOf);
+};
+struct ReportedOf {  // the events of the reactor's last report of the descriptor
+  using Type = unsigned int asio::detail::scheduler_operation::*;
+  friend Type MemberOf(ReportedOf);
+};
+struct EpollOf {
+  using Type = int Reactor::*;
+  friend Type MemberOf(EpollOf);
+};
+template struct Expose<EventsOf, &DescriptorState::registered_events_>;
+template struct Expose<ReportedOf, &asio::detail::scheduler_operation::task_result_>;
+template struct Expose<EpollOf, &Reactor::epoll_fd_>;
 template struct Expose<MutexOf, &DescriptorState::mutex_>;
 template struct Expose<ReactorOf, &DescriptorState::reactor_>;
 template struct Expose<OpQueuesOf, &DescriptorState::op_queue_>;
@@ -130,9 +147,47 @@ class LockedRecord {
       ((*state_).*MemberOf(MayBeReadyOf{}))[Reactor::read_op] = false;
     }
   }
+  // Whether the peer's end was reported: EPOLLRDHUP is in the registration (WatchPeerEnd) and in
+  // the reactor's last report of the descriptor. Once the FIN came every report carries it (it
+  // is the socket's state, not an edge), and the reactor, run by the socket's one thread, made
+  // that report before this handler ran.
+  bool PeerEndReported() { return WatchesPeerEnd() && (Reported() & EPOLLRDHUP) != 0; }
+  bool WatchesPeerEnd() { return (Registered() & EPOLLRDHUP) != 0; }
+  // Adds EPOLLRDHUP to the registration (one EPOLL_CTL_MOD, kept by the reactor's own later
+  // modifications); false if epoll refused.
+  bool WatchPeerEnd(int fd) {
+    if ((Registered() & EPOLLRDHUP) != 0) return true;
+    if (Registered() == 0) return false;  // not in the epoll set
+    ForgetPeerEnd();
+    epoll_event ev{};
+    ev.events = Registered() | EPOLLRDHUP;
+    ev.data.ptr = state_;
+    const Reactor& reactor = *((*state_).*MemberOf(ReactorOf{}));
+    if (::epoll_ctl(reactor.*MemberOf(EpollOf{}), EPOLL_CTL_MOD, fd, &ev) != 0) return false;
+    Registered() = ev.events;
+    // A modified registration is reported again for whatever is ready when the reactor next
+    // asks: nothing there now needs a read to be found.
+    MarkDrained();
+    return true;
+  }
+  // EPOLLRDHUP goes into the registration with the reactor's next modification of it (a wait for
+  // writability adds EPOLLOUT), at no cost of its own.
+  void WatchPeerEndWithNextChange() {
+    if ((Registered() & EPOLLRDHUP) != 0 || Registered() == 0) return;
+    ForgetPeerEnd();
+    Registered() |= EPOLLRDHUP;
+  }
 
  private:
   asio::detail::conditionally_enabled_mutex& Mutex() { return (*state_).*MemberOf(MutexOf{}); }
+  // The record may have served a closed descriptor before; nothing it reported is this one's.
+  void ForgetPeerEnd() { Reported() &= ~static_cast<unsigned int>(EPOLLRDHUP); }
+  std::uint32_t& Registered() { return (*state_).*MemberOf(EventsOf{}); }
+  unsigned int& Reported() {
+    // (A private base: only a C-style cast may convert to it.)
+    auto& op = (asio::detail::scheduler_operation&)(*state_);  // NOLINT(google-readability-casting)
+    return op.*MemberOf(ReportedOf{});
+  }
 
   DescriptorState* state_;
 };
@@ -147,6 +202,10 @@ class LockedRecord {
   explicit operator bool() const { return false; }
   bool MayBeReadable() const { return true; }
   void MarkDrained() {}
+  bool PeerEndReported() { return false; }
+  bool WatchesPeerEnd() { return false; }
+  bool WatchPeerEnd(int) { return false; }
+  void WatchPeerEndWithNextChange() {}
 };
 #endif
 
@@ -170,8 +229,10 @@ bool OnlyThread(tcp::socket& socket) {
 
 }  // namespace
 
-std::size_t ReadSome(tcp::socket& socket, asio::mutable_buffer buffer, error_code& ec) {
+std::size_t ReadSome(tcp::socket& socket, asio::mutable_buffer buffer, error_code& ec,
+                     bool* end_follows) {
   ec = {};
+  if (end_follows) *end_follows = false;
   if (buffer.size() == 0) return 0;
   LockedRecord record(socket);  // the read and what it says about the socket, as one step
   ssize_t n = 0;
@@ -179,14 +240,32 @@ std::size_t ReadSome(tcp::socket& socket, asio::mutable_buffer buffer, error_cod
     n = ::recv(socket.native_handle(), buffer.data(), buffer.size(), MSG_DONTWAIT);
   } while (n < 0 && errno == EINTR);
   const int err = n < 0 ? errno : 0;
-  const bool drained = n < 0 ? err == EAGAIN : 0 < n && static_cast<std::size_t>(n) < buffer.size();
-  if (record && drained) record.MarkDrained();
+  if (record && n < 0 && err == EAGAIN) {
+    record.MarkDrained();
+  } else if (record && 0 < n && static_cast<std::size_t>(n) < buffer.size() &&
+             record.WatchesPeerEnd()) {
+    // Fewer bytes than asked: all there were -- and maybe the peer's end too, which a read that
+    // returns bytes takes without saying so (the next one answers eof). No edge will come for
+    // an end already taken, so the socket counts as drained only when the end is known to be
+    // yet to come: not in the reactor's last report, so its arrival, if any, raises an edge.
+    if (record.PeerEndReported()) {
+      if (end_follows) *end_follows = true;
+    } else {
+      record.MarkDrained();
+    }
+  }
   if (n < 0) {
     ec = Errno(err);  // EAGAIN is would_block
     return 0;
   }
   if (n == 0) ec = asio::error::eof;
   return static_cast<std::size_t>(n);
+}
+
+bool WatchPeerEnd(tcp::socket& socket) {
+  if (!OnlyThread(socket)) return false;  // a report could come between a read and its check
+  LockedRecord record(socket);
+  return record && record.WatchPeerEnd(socket.native_handle());
 }
 
 bool KnownDrained(tcp::socket& socket) {
@@ -253,6 +332,8 @@ asio::awaitable<error_code> Connect(tcp::socket& socket, const tcp::endpoint& to
   // success from failure: a failure carries EPOLLERR/EPOLLHUP, which marks the socket readable,
   // and a success without a greeting does not -- then SO_ERROR need not be asked.
   const bool event_tells = KnownDrained(socket);
+  // The wait's EPOLL_CTL_MOD also asks for the peer's end: WatchPeerEnd() costs nothing after.
+  if (LockedRecord record(socket); record) record.WatchPeerEndWithNextChange();
 
   // The timer's handler can outlive this frame (queued as the wait ends): it touches the socket
   // only while the wait is pending, and what it says goes through the state it shares.

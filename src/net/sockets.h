@@ -55,16 +55,33 @@ void MarkNonBlocking(boost::asio::ip::tcp::socket& socket);
 // takes in can fall between the read and the clearing; WaitReadable() queues on the descriptor
 // at no cost while the flag is clear, and completes at once while it is set. Edge triggering
 // makes it sound: whatever arrives after the read raises a new edge, which sets the flag and
-// completes the queued wait. Asio's own operations keep working on such a socket (its reads
+// completes the queued wait. The one thing a read can take without saying so is the peer's end
+// (a read that returns the last bytes also consumes the FIN behind them, and no edge follows):
+// a read that returned bytes counts as draining the socket only when WatchPeerEnd() lets the
+// reactor's reports say that the end has not come yet; otherwise only a read that answers
+// EAGAIN does. Asio's own operations keep working on such a socket (its reads
 // then queue at once instead of trying). Other Boost versions and reactors get Asio's plain
 // wait and read.
 
 // Reads what is there into `buffer`, without waiting: the byte count; would_block when nothing
 // is there, eof when the peer ended its side (0 bytes), else the error. A read that answers
-// would_block or fewer bytes than `buffer` holds found the socket drained, and says so to the
-// reactor (above).
+// would_block, or (on a socket WatchPeerEnd() watches, its end not reported) fewer bytes than
+// `buffer` holds, found the socket drained, and says so to the reactor (above). `end_follows`, if
+// given, is set when the bytes read are the last: the socket was drained, WatchPeerEnd() returned
+// true for it, and the reactor has reported the peer's end (its FIN came before the read, so the
+// next read would answer eof).
 std::size_t ReadSome(boost::asio::ip::tcp::socket& socket, boost::asio::mutable_buffer buffer,
-                     boost::system::error_code& ec);
+                     boost::system::error_code& ec, bool* end_follows = nullptr);
+
+// Has the reactor report the peer's end of its side (EPOLLRDHUP) with the socket's events, for
+// ReadSome()'s `end_follows`: a relay that knows the last bytes are the last can send them with
+// its own end (MSG_MORE, then shutdown: one segment where two and an ACK would go, and no read
+// that answers eof). One EPOLL_CTL_MOD, after which the socket counts as drained (epoll reports a
+// modified registration again for whatever is ready). Called by the only thread of the socket's
+// one-thread context, and the socket read by that thread only: a report the reactor made on another
+// thread could fall between a read and its check. False (not watched, `end_follows` stays false)
+// from any other thread, or where unsupported.
+bool WatchPeerEnd(boost::asio::ip::tcp::socket& socket);
 
 // Calls `handler(error_code)` once bytes (or the peer's end, or an error) may be there to read,
 // as `socket.async_wait(wait_read, handler)` does, but with no system call when ReadSome() last
@@ -78,11 +95,12 @@ void WaitReadable(boost::asio::ip::tcp::socket& socket, Handler handler);
 bool KnownDrained(boost::asio::ip::tcp::socket& socket);
 
 // Connects `socket` (closed; its executor picks the reactor) to `to`: a non-blocking socket(),
-// connect(), then a wait for writability and SO_ERROR -- no ioctl, and none of the poll() Asio's
-// own connect adds; run by the only thread of a one-thread context, not even SO_ERROR unless the
-// event that ended the wait marked the socket readable (a failure does). After `timeout` (> 0) the
-// attempt ends with timed_out; closing `socket` meanwhile ends it with operation_aborted. On error
-// `socket` is closed. Asio leaves EPOLLOUT in the descriptor's epoll registration after the wait.
+// connect(), then a wait for writability (whose registration change also watches the peer's
+// end, see WatchPeerEnd) and SO_ERROR -- no ioctl, and none of the poll() Asio's own connect adds;
+// run by the only thread of a one-thread context, not even SO_ERROR unless the event that ended the
+// wait marked the socket readable (a failure does). After `timeout` (> 0) the attempt ends with
+// timed_out; closing `socket` meanwhile ends it with operation_aborted. On error `socket` is
+// closed. Asio leaves EPOLLOUT in the descriptor's epoll registration after the wait.
 boost::asio::awaitable<boost::system::error_code> Connect(boost::asio::ip::tcp::socket& socket,
                                                           const boost::asio::ip::tcp::endpoint& to,
                                                           std::chrono::nanoseconds timeout);

@@ -396,6 +396,27 @@ TEST_F(HttpProxyTest, AKeepAliveClientIdlePastTheIdleTimeoutIsClosedAndOneInUseI
   EXPECT_TRUE(Eventually([&] { return proxy_->connections().active.load() == 1; }));
 }
 
+TEST_F(HttpProxyTest, AClientThatEndsItsSideAfterARequestIsAnsweredThenClosedAtOnce) {
+  // The request and the client's FIN are often taken by one read; the connection must still
+  // close after the answer, not linger until the idle timeout.
+  HttpBackend a("a");
+  ListenerConfig l;
+  l.idle_timeout = 30s;
+  StartProxy(l);
+  SetTable({EndpointOf("a", a.address())});
+  for (int i = 0; i < 20; ++i) {
+    Client c(port());
+    net::write(c.socket(), net::buffer(std::string("GET / HTTP/1.1\r\nHost: h\r\n\r\n")));
+    c.socket().shutdown(net::ip::tcp::socket::shutdown_send);
+    const auto start = std::chrono::steady_clock::now();
+    ASSERT_EQ(c.Read().status, 200) << "request " << i;
+    EXPECT_TRUE(c.Closed());
+    EXPECT_LT(std::chrono::steady_clock::now() - start, 2s) << "request " << i;
+  }
+  EXPECT_TRUE(Eventually([&] { return proxy_->connections().active.load() == 0; }));
+  EXPECT_EQ(counters().idle_timeouts.load(), 0u);
+}
+
 TEST_F(HttpProxyTest, APooledConnectionTheUpstreamClosedIsNeverUsed) {
   HttpBackend a("a");
   a.close_after_answer = true;  // keep-alive framing, then a close the gateway must notice

@@ -165,6 +165,37 @@ TEST_F(TcpProxyTest, AHalfCloseStillGetsItsAnswer) {
   EXPECT_EQ(got, "PONG\n");  // then EOF: the backend's FIN came through too
 }
 
+TEST_F(TcpProxyTest, AnUpstreamThatSendsItsLastBytesAndClosesEndsTheClientAtOnce) {
+  // Bytes and the FIN right behind them are often taken by one read: the end must still come
+  // through at once, not at the idle timeout.
+  sdk::SessionServer closer;
+  ASSERT_TRUE(closer.Open("127.0.0.1:0").ok());
+  closer.Serve([](Session& s) { ::send(s.fd(), "hello\n", 6, MSG_NOSIGNAL); });
+  ListenerConfig l;
+  l.idle_timeout = 30s;
+  StartProxy(l);
+  router::Endpoint e;
+  e.id = "closer";
+  e.address = closer.address();
+  e.state = router::EndpointState::kReady;
+  SetTable({e});
+  for (int i = 0; i < 50; ++i) {
+    const int fd = testing::ConnectLoopback(port());
+    ASSERT_GE(fd, 0);
+    timeval limit{5, 0};
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof limit);
+    const auto start = std::chrono::steady_clock::now();
+    std::string got;
+    char buf[64];
+    ssize_t n = 0;
+    while ((n = ::recv(fd, buf, sizeof buf, 0)) > 0) got.append(buf, static_cast<std::size_t>(n));
+    ::close(fd);
+    ASSERT_EQ(n, 0) << "no end within 5 s, session " << i;
+    EXPECT_EQ(got, "hello\n");
+    EXPECT_LT(std::chrono::steady_clock::now() - start, 2s);
+  }
+}
+
 TEST_F(TcpProxyTest, AFailedConnectIsRetriedOnADifferentInstance) {
   Backend live("live");
   ListenerConfig l;

@@ -271,10 +271,26 @@ std::optional<error_code> WaitAndRun(asio::io_context& io, tcp::socket& socket) 
   return result;
 }
 
-// A pair on a one-thread context, and a 16-byte buffer to read its near end into.
+// A pair on a one-thread context, its near end watched for the peer's end (which lets a read
+// that returns bytes count as draining it), and a 16-byte buffer to read its near end into.
 class QuietWaitTest : public ::testing::Test {
  protected:
+  void SetUp() override {
+    bool watched = false;
+    asio::post(io, [&] { watched = WatchPeerEnd(pair.near); });  // on the context's thread
+    io.run();
+    io.restart();
+    ASSERT_TRUE(watched);
+  }
   std::size_t Read() { return ReadSome(pair.near, asio::buffer(buf), ec); }
+  // The reactor takes in the edges there are, with no operation to give them to (a timer keeps
+  // it running).
+  void TakeInEdges() {
+    asio::steady_timer keep(io, 100ms);
+    keep.async_wait([](error_code) {});
+    io.restart();
+    io.run();
+  }
   std::optional<error_code> Wait() { return WaitAndRun(io, pair.near); }
 
   asio::io_context io{1};
@@ -284,8 +300,12 @@ class QuietWaitTest : public ::testing::Test {
 };
 
 TEST_F(QuietWaitTest, AReadThatTakesAllThereIsLetsTheNextWaitQueueAndNewBytesStillWakeIt) {
-  EXPECT_FALSE(KnownDrained(pair.near));  // adopted from outside the context: not assumed
+  // Adopted from outside the context, then watched: the watch's registration change counts it
+  // drained (epoll reports a changed registration again for whatever is there).
+  EXPECT_TRUE(KnownDrained(pair.near));
   pair.Send("abc");
+  TakeInEdges();
+  EXPECT_FALSE(KnownDrained(pair.near));
   // Blocking or not as Asio holds it, ReadSome never waits.
   EXPECT_EQ(Read(), 3u);
   EXPECT_FALSE(ec) << ec.message();
@@ -323,10 +343,7 @@ TEST_F(QuietWaitTest, AnEdgeTheReactorTookInBeforeTheWaitCompletesItAtOnce) {
   Read();
   ASSERT_TRUE(KnownDrained(pair.near));
   pair.Send("x");
-  // The reactor takes the edge in, with no operation to give it to (a timer keeps it running).
-  asio::steady_timer keep(io, 100ms);
-  keep.async_wait([](error_code) {});
-  io.run();
+  TakeInEdges();
   EXPECT_FALSE(KnownDrained(pair.near));
   EXPECT_EQ(Wait(), error_code{});
   EXPECT_EQ(Read(), 1u);
@@ -334,6 +351,7 @@ TEST_F(QuietWaitTest, AnEdgeTheReactorTookInBeforeTheWaitCompletesItAtOnce) {
 
 TEST_F(QuietWaitTest, AReadThatFillsTheBufferDoesNotAssumeTheSocketDrained) {
   pair.Send("0123456789abcdefXYZ");
+  TakeInEdges();
   ASSERT_EQ(Read(), 16u);
   EXPECT_FALSE(KnownDrained(pair.near));
   // So the wait completes at once, and the rest is read.
@@ -485,6 +503,188 @@ void PingPong(int threads) {
 TEST(SocketsTest, QuietWaitsLoseNoEdgeOnAContextsOnlyThread) { PingPong(1); }
 
 TEST(SocketsTest, QuietWaitsLoseNoEdgeWhenTwoThreadsRunTheContext) { PingPong(2); }
+
+// The peer's end (WatchPeerEnd, ReadSome's end_follows), read on the one thread of the pair's
+// context: what each read in `reads` returned, once a wait says bytes are there before each.
+class PeerEndTest : public ::testing::Test {
+ protected:
+  struct Got {
+    std::size_t n;
+    bool end_follows;
+    error_code ec;
+  };
+  // On the context's thread: watches `socket` (the pair's near end by default).
+  bool Watch(tcp::socket* socket = nullptr) {
+    tcp::socket& s = socket ? *socket : pair.near;
+    bool done = false;
+    asio::post(io, [&] {
+      watched = WatchPeerEnd(s);
+      done = true;
+    });
+    RunUntil(io, done);
+    return watched;
+  }
+  // On the context's thread: waits and reads `reads` times.
+  std::vector<Got> WaitRead(int reads, tcp::socket* socket = nullptr) {
+    tcp::socket& s = socket ? *socket : pair.near;
+    std::vector<Got> got;
+    bool done = false;
+    asio::post(io, [&] { ReadNext(s, reads, got, done); });
+    RunUntil(io, done);
+    EXPECT_TRUE(done);
+    return got;
+  }
+  void ReadNext(tcp::socket& s, int left, std::vector<Got>& got, bool& done) {
+    if (left == 0) {
+      done = true;
+      return;
+    }
+    WaitReadable(s, [&, left](error_code) {
+      Got g{};
+      g.n = ReadSome(s, asio::buffer(buf), g.ec, &g.end_follows);
+      got.push_back(g);
+      ReadNext(s, left - 1, got, done);
+    });
+  }
+  void EndFar() { ::shutdown(pair.far, SHUT_WR); }
+
+  asio::io_context io{1};
+  Pair pair{io};  // not watched until Watch()
+  std::array<char, 16> buf{};
+  bool watched = false;
+};
+
+TEST_F(PeerEndTest, TheLastBytesBeforeThePeersEndSaySoAndTheNextReadIsTheEnd) {
+  ASSERT_TRUE(Watch());
+  pair.Send("bye");
+  EndFar();
+  const std::vector<Got> got = WaitRead(2);
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_EQ(got[0].n, 3u);
+  EXPECT_TRUE(got[0].end_follows);
+  EXPECT_EQ(got[1].n, 0u);
+  EXPECT_EQ(got[1].ec, asio::error::eof);
+}
+
+TEST_F(PeerEndTest, BytesWithoutTheEndDoNotSaySo) {
+  ASSERT_TRUE(Watch());
+  pair.Send("abc");
+  std::vector<Got> got = WaitRead(1);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].n, 3u);
+  EXPECT_FALSE(got[0].end_follows);
+  pair.Send("de");
+  EndFar();
+  got = WaitRead(1);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].n, 2u);
+  EXPECT_TRUE(got[0].end_follows);
+}
+
+TEST_F(PeerEndTest, AReadThatFillsTheBufferIsNotTheLastEvenWithTheEndReported) {
+  ASSERT_TRUE(Watch());
+  pair.Send("0123456789abcdefXYZ");
+  EndFar();
+  const std::vector<Got> got = WaitRead(2);
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_EQ(got[0].n, 16u);
+  EXPECT_FALSE(got[0].end_follows);  // more may follow before the end
+  EXPECT_EQ(got[1].n, 3u);
+  EXPECT_TRUE(got[1].end_follows);
+}
+
+TEST_F(PeerEndTest, AnUnwatchedSocketNeverSaysSoYetItsEndTakenWithTheLastBytesStillWakes) {
+  // The read that returns the last bytes consumes the FIN behind them, and no edge follows: the
+  // next wait must not queue on a socket taken for drained.
+  pair.Send("bye");
+  EndFar();
+  const std::vector<Got> got = WaitRead(2);
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_EQ(got[0].n, 3u);
+  EXPECT_FALSE(got[0].end_follows);
+  EXPECT_FALSE(KnownDrained(pair.near));
+  EXPECT_EQ(got[1].ec, asio::error::eof);
+}
+
+TEST_F(PeerEndTest, AWatchedSocketsEndTakenWithTheLastBytesWakesTheNextWait) {
+  // Bytes and end there before the watch: the reactor's report of them may predate it (no
+  // EPOLLRDHUP in it), and the read that takes them takes the end. The watch's registration
+  // change has the socket reported again, so the next wait still completes.
+  pair.Send("bye");
+  EndFar();
+  ASSERT_TRUE(Watch());
+  const std::vector<Got> got = WaitRead(2);
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_EQ(got[0].n, 3u);
+  EXPECT_EQ(got[1].ec, asio::error::eof);  // the wait before it completed
+}
+
+TEST_F(PeerEndTest, AShortReadOnAnUnwatchedSocketIsNotTakenForDrainedButEagainIs) {
+  pair.Send("abc");
+  std::vector<Got> got = WaitRead(1);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].n, 3u);
+  EXPECT_FALSE(KnownDrained(pair.near));  // the end may have come with the bytes
+  error_code ec;
+  EXPECT_EQ(ReadSome(pair.near, asio::buffer(buf), ec), 0u);
+  EXPECT_EQ(ec, asio::error::would_block);
+  EXPECT_TRUE(KnownDrained(pair.near));
+}
+
+TEST_F(PeerEndTest, OnlyTheContextsOneThreadMayWatch) {
+  EXPECT_FALSE(WatchPeerEnd(pair.near));  // this thread does not run `io`
+  pair.Send("bye");
+  EndFar();
+  // (Refused, the socket reads as unwatched.)
+  error_code read_ec;
+  bool end_follows = true;
+  io.run_for(100ms);  // lets the reactor take the event in
+  EXPECT_EQ(ReadSome(pair.near, asio::buffer(buf), read_ec, &end_follows), 3u);
+  EXPECT_FALSE(end_follows);
+}
+
+TEST_F(PeerEndTest, ARecordLeftByAWatchedSocketThatEndedSaysNothingOfTheNextOne) {
+  ASSERT_TRUE(Watch());
+  pair.Send("x");
+  EndFar();
+  ASSERT_TRUE(WaitRead(1).at(0).end_follows);
+  pair.near.close();  // the reactor's record of it goes back to the reactor's pool ...
+  Pair next(io);      // ... and is likely the next socket's
+  ASSERT_TRUE(Watch(&next.near));
+  next.Send("y");
+  std::vector<Got> got = WaitRead(1, &next.near);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].n, 1u);
+  EXPECT_FALSE(got[0].end_follows);
+}
+
+TEST(SocketsTest, AConnectedSocketWatchesThePeersEndWithoutAChangeOfItsOwn) {
+  // Connect's wait for writability carried EPOLLRDHUP into the registration.
+  Listening server;
+  asio::io_context io(1);
+  tcp::socket socket(io);
+  ASSERT_FALSE(RunConnectInside(io, socket, server.endpoint));
+  const int peer = ::accept4(server.fd, nullptr, nullptr, SOCK_CLOEXEC);
+  ASSERT_GE(peer, 0);
+  ASSERT_EQ(::send(peer, "end", 3, MSG_NOSIGNAL), 3);
+  ::shutdown(peer, SHUT_WR);
+  std::optional<bool> watched, end_follows;
+  std::array<char, 16> buf{};
+  asio::post(io, [&] {
+    watched = WatchPeerEnd(socket);
+    WaitReadable(socket, [&](error_code) {
+      error_code ec;
+      bool end = false;
+      EXPECT_EQ(ReadSome(socket, asio::buffer(buf), ec, &end), 3u);
+      end_follows = end;
+    });
+  });
+  io.restart();
+  io.run_for(2s);
+  EXPECT_EQ(watched, true);
+  EXPECT_EQ(end_follows, true);
+  ::close(peer);
+}
 
 }  // namespace
 }  // namespace drover::net
