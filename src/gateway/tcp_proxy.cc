@@ -359,8 +359,8 @@ Result<std::unique_ptr<TcpProxy>> TcpProxy::Start(const Workers& workers,
       std::unique_ptr<net::TcpListener> listener,
       net::TcpListener::Start(
           *workers[0], std::move(options),
-          // One thread per worker: a session needs no strand (a strand
-          // would pass each of its handlers through a second queue).
+          // One thread per worker: a session needs no strand (which would pass each of its
+          // handlers through a second queue).
           [raw = state.get()] {
             return asio::any_io_executor(
                 raw->workers[raw->next_worker++ % raw->workers.size()]->get_executor());

@@ -184,8 +184,11 @@ class LockedRecord {
   void ForgetPeerEnd() { Reported() &= ~static_cast<unsigned int>(EPOLLRDHUP); }
   std::uint32_t& Registered() { return (*state_).*MemberOf(EventsOf{}); }
   unsigned int& Reported() {
-    // (A private base: only a C-style cast may convert to it.)
+    // A private base: only a C-style cast may convert to it ([expr.cast]/4).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wold-style-cast"
     auto& op = (asio::detail::scheduler_operation&)(*state_);  // NOLINT(google-readability-casting)
+#pragma GCC diagnostic pop
     return op.*MemberOf(ReportedOf{});
   }
 

@@ -59,9 +59,8 @@ void MarkNonBlocking(boost::asio::ip::tcp::socket& socket);
 // (a read that returns the last bytes also consumes the FIN behind them, and no edge follows):
 // a read that returned bytes counts as draining the socket only when WatchPeerEnd() lets the
 // reactor's reports say that the end has not come yet; otherwise only a read that answers
-// EAGAIN does. Asio's own operations keep working on such a socket (its reads
-// then queue at once instead of trying). Other Boost versions and reactors get Asio's plain
-// wait and read.
+// EAGAIN does. Asio's own operations keep working on such a socket (its reads then queue at once
+// instead of trying). Other Boost versions and reactors get Asio's plain wait and read.
 
 // Reads what is there into `buffer`, without waiting: the byte count; would_block when nothing
 // is there, eof when the peer ended its side (0 bytes), else the error. A read that answers
@@ -76,11 +75,12 @@ std::size_t ReadSome(boost::asio::ip::tcp::socket& socket, boost::asio::mutable_
 // Has the reactor report the peer's end of its side (EPOLLRDHUP) with the socket's events, for
 // ReadSome()'s `end_follows`: a relay that knows the last bytes are the last can send them with
 // its own end (MSG_MORE, then shutdown: one segment where two and an ACK would go, and no read
-// that answers eof). One EPOLL_CTL_MOD, after which the socket counts as drained (epoll reports a
-// modified registration again for whatever is ready). Called by the only thread of the socket's
-// one-thread context, and the socket read by that thread only: a report the reactor made on another
-// thread could fall between a read and its check. False (not watched, `end_follows` stays false)
-// from any other thread, or where unsupported.
+// that answers eof). One EPOLL_CTL_MOD (none for a socket Connect() made: already watched), after
+// which the socket counts as drained (epoll reports a modified registration again for whatever is
+// ready). Called by the only thread of the socket's one-thread context, and the socket read by
+// that thread only: a report the reactor made on another thread could fall between a read and its
+// check. False (not watched, `end_follows` stays false) from any other thread, or where
+// unsupported.
 bool WatchPeerEnd(boost::asio::ip::tcp::socket& socket);
 
 // Calls `handler(error_code)` once bytes (or the peer's end, or an error) may be there to read,

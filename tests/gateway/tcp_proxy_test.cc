@@ -42,6 +42,14 @@ struct Backend {
   sdk::SessionServer server;
 };
 
+router::Endpoint Ready(std::string id, std::string address) {
+  router::Endpoint e;
+  e.id = std::move(id);
+  e.address = std::move(address);
+  e.state = router::EndpointState::kReady;
+  return e;
+}
+
 router::Endpoint Dead(std::string id) {
   router::Endpoint e;
   e.id = std::move(id);
@@ -174,11 +182,7 @@ TEST_F(TcpProxyTest, AnUpstreamThatSendsItsLastBytesAndClosesEndsTheClientAtOnce
   ListenerConfig l;
   l.idle_timeout = 30s;
   StartProxy(l);
-  router::Endpoint e;
-  e.id = "closer";
-  e.address = closer.address();
-  e.state = router::EndpointState::kReady;
-  SetTable({e});
+  SetTable({Ready("closer", closer.address())});
   for (int i = 0; i < 50; ++i) {
     const int fd = testing::ConnectLoopback(port());
     ASSERT_GE(fd, 0);
@@ -256,11 +260,7 @@ TEST_F(TcpProxyTest, AnUpstreamThatStopsAnsweringIsCutAfterTheResponseTimeout) {
   l.response_timeout = 300ms;
   l.idle_timeout = 60s;
   StartProxy(l);
-  router::Endpoint e;
-  e.id = "mute";
-  e.address = mute.address();
-  e.state = router::EndpointState::kReady;
-  SetTable({e});
+  SetTable({Ready("mute", mute.address())});
   LineClient player(port());
   ASSERT_EQ(player.Ask("HELLO p"), "WELCOME mute");
   EXPECT_EQ(player.Ask("PING"), std::nullopt);  // cut, long before the idle timeout
