@@ -1,8 +1,8 @@
 // Gateway benchmark: Drover's gateway against HAProxy and nginx, each configured alike (the same
 // upstreams, least-connections-style balancing, keep-alive to the upstream, the same number of
 // worker threads), all on loopback, at each of --threads (default 1 and 2 threads per proxy).
-// Every figure is the median of --rounds rounds; within a round the systems take turns, so a
-// slow spell of the machine hits them alike. Drover runs with its defaults (health checks,
+// Every figure is the median of --rounds rounds; within a round the systems take turns (each
+// round led by the next one), so a slow spell of the machine hits them alike. Drover runs with its defaults (health checks,
 // outlier ejection, retry budget, admin port and metrics on).
 //
 // TCP -- Drover (tcp listener), HAProxy (mode tcp), nginx (stream module) in front of the same
@@ -743,7 +743,8 @@ void Stop(std::vector<Proxy>& proxies) {
   }
 }
 
-// `rounds` rounds of `run` on every proxy (taking turns), after one short warm-up each; returns
+// `rounds` rounds of `run` on every proxy (taking turns, each round starting with the next proxy,
+// so that none always runs right after the same one), after one short warm-up each; returns
 // {direct, drover, haproxy, nginx}, each the median of its rounds.
 std::vector<Result> Rounds(const std::vector<Proxy>& proxies, Result direct, int rounds,
                            const std::function<Result(const Proxy&, bool warm_up)>& run) {
@@ -752,7 +753,8 @@ std::vector<Result> Rounds(const std::vector<Proxy>& proxies, Result direct, int
     if (p.process) run(p, true);
   }
   for (int r = 0; r < rounds; ++r) {
-    for (std::size_t i = 0; i < proxies.size(); ++i) {
+    for (std::size_t k = 0; k < proxies.size(); ++k) {
+      const std::size_t i = (static_cast<std::size_t>(r) + k) % proxies.size();
       if (proxies[i].process) per[i].push_back(run(proxies[i], false));
     }
   }
