@@ -2,8 +2,8 @@
 // upstreams, least-connections-style balancing, keep-alive to the upstream, the same number of
 // worker threads), all on loopback, at each of --threads (default 1 and 2 threads per proxy).
 // Every figure is the median of --rounds rounds; within a round the systems take turns (each
-// round led by the next one), so a slow spell of the machine hits them alike. Drover runs with its defaults (health checks,
-// outlier ejection, retry budget, admin port and metrics on).
+// round led by the next one), so a slow spell of the machine hits them alike. Drover runs with
+// its defaults (health checks, outlier ejection, retry budget, admin port and metrics on).
 //
 // TCP -- Drover (tcp listener), HAProxy (mode tcp), nginx (stream module) in front of the same
 // zone-server processes:

@@ -151,7 +151,7 @@ class LockedRecord {
   // the reactor's last report of the descriptor. Once the FIN came every report carries it (it
   // is the socket's state, not an edge), and the reactor, run by the socket's one thread, made
   // that report before this handler ran.
-  bool PeerEndReported() { return WatchesPeerEnd() && (Reported() & EPOLLRDHUP) != 0; }
+  bool PeerEndReported() { return (Reported() & EPOLLRDHUP) != 0; }  // (on a watched socket)
   bool WatchesPeerEnd() { return (Registered() & EPOLLRDHUP) != 0; }
   // Adds EPOLLRDHUP to the registration (one EPOLL_CTL_MOD, kept by the reactor's own later
   // modifications); false if epoll refused.
@@ -336,7 +336,10 @@ asio::awaitable<error_code> Connect(tcp::socket& socket, const tcp::endpoint& to
   // and a success without a greeting does not -- then SO_ERROR need not be asked.
   const bool event_tells = KnownDrained(socket);
   // The wait's EPOLL_CTL_MOD also asks for the peer's end: WatchPeerEnd() costs nothing after.
-  if (LockedRecord record(socket); record) record.WatchPeerEndWithNextChange();
+  // (Only on the context's one thread, as WatchPeerEnd() itself.)
+  if (OnlyThread(socket)) {
+    if (LockedRecord record(socket); record) record.WatchPeerEndWithNextChange();
+  }
 
   // The timer's handler can outlive this frame (queued as the wait ends): it touches the socket
   // only while the wait is pending, and what it says goes through the state it shares.
