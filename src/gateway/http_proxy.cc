@@ -92,7 +92,7 @@ class Relay {
         return body_->done() ? RelayEnd::kDone : RelayEnd::kRead;
       }
       error_code ec;
-      const std::size_t n = out.write_some(Pending(), ec);
+      const std::size_t n = drover::net::WriteSome(out, Pending(), ec);
       if (ec == net::error::would_block) return RelayEnd::kWrite;
       if (ec) return RelayEnd::kWriteFailed;
       Wrote(n);
@@ -527,7 +527,8 @@ net::awaitable<void> HttpProxy::State::Reply(HttpConn& c, unsigned status, std::
       .append(text)
       .append("\n");
   error_code ec;
-  const std::size_t n = c.client.socket().write_some(net::buffer(out), ec);
+  const net::const_buffer all = net::buffer(out);
+  const std::size_t n = drover::net::WriteSome(c.client.socket(), {&all, 1}, ec);
   if (ec == net::error::would_block || (!ec && n < out.size())) {
     c.client.expires_after(config.idle_timeout);
     co_await net::async_write(c.client, net::buffer(out) + n,
@@ -951,10 +952,16 @@ net::awaitable<error_code> HttpExchange::ReadResponseHead() {
       }
     }
     error_code ec;
-    c_.upstream->expires_after(route_->response_timeout);
-    const std::size_t n = co_await c_.upstream->async_read_some(
-        in.prepare(std::max<std::size_t>(kFirstRead * 8, in.size())),
-        net::redirect_error(net::use_awaitable, ec));
+    const std::size_t want = std::max<std::size_t>(kFirstRead * 8, in.size());
+    // What is there, read at once: under load the answer usually is, and a read that finds it
+    // costs no turn of the loop (Asio's read would try the socket, then queue its completion).
+    // Nothing there: the socket is marked drained, so the wait below queues with no system call.
+    std::size_t n = drover::net::ReadSome(c_.upstream->socket(), in.prepare(want), ec);
+    if (ec == net::error::would_block) {
+      c_.upstream->expires_after(route_->response_timeout);
+      n = co_await c_.upstream->async_read_some(in.prepare(want),
+                                                net::redirect_error(net::use_awaitable, ec));
+    }
     in.commit(n);
     if (ec == net::error::eof && in.size() > 0) {
       bad_head_ = "the connection closed in the middle of the response head";

@@ -6,6 +6,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <array>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/address.hpp>
 #include <boost/asio/redirect_error.hpp>
@@ -14,6 +15,7 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <cerrno>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <optional>
 #include <typeinfo>
@@ -262,6 +264,51 @@ std::size_t ReadSome(tcp::socket& socket, asio::mutable_buffer buffer, error_cod
     return 0;
   }
   if (n == 0) ec = asio::error::eof;
+  return static_cast<std::size_t>(n);
+}
+
+std::size_t WriteSome(tcp::socket& socket, std::span<const asio::const_buffer> pieces,
+                      error_code& ec) {
+  ec = {};
+  const int fd = socket.native_handle();
+  constexpr int kFlags = MSG_DONTWAIT | MSG_NOSIGNAL;
+  std::size_t total = 0;
+  for (const asio::const_buffer& b : pieces) total += b.size();
+  if (total == 0) return 0;
+  ssize_t n = 0;
+  if (pieces.size() == 1 || total <= kCoalescedWrite) {
+    char joined[kCoalescedWrite];
+    const void* data = pieces[0].data();
+    if (pieces.size() > 1) {
+      std::size_t at = 0;
+      for (const asio::const_buffer& b : pieces) {
+        std::memcpy(joined + at, b.data(), b.size());
+        at += b.size();
+      }
+      data = joined;
+    }
+    do {
+      n = ::send(fd, data, total, kFlags);
+    } while (n < 0 && errno == EINTR);
+  } else {
+    std::array<iovec, 64> iov;
+    std::size_t count = 0;
+    for (const asio::const_buffer& b : pieces) {
+      if (count == iov.size()) break;  // the rest with the next call
+      if (b.size() == 0) continue;
+      iov[count++] = {const_cast<void*>(b.data()), b.size()};
+    }
+    msghdr message{};
+    message.msg_iov = iov.data();
+    message.msg_iovlen = count;
+    do {
+      n = ::sendmsg(fd, &message, kFlags);
+    } while (n < 0 && errno == EINTR);
+  }
+  if (n < 0) {
+    ec = Errno(errno);  // EAGAIN is would_block
+    return 0;
+  }
   return static_cast<std::size_t>(n);
 }
 

@@ -1,6 +1,7 @@
 // The socket helpers every server and proxy shares (net/sockets.h), over real loopback sockets on
 // 127.0.0.2: a descriptor adopted into Asio; Connect's success, refusal, timeout and abort; and
-// waits that cost no system call after a read that took all there was, and lose no edge.
+// waits that cost no system call after a read that took all there was, and lose no edge; and writes
+// of one piece, a few small ones and many large ones.
 #include "net/sockets.h"
 
 #include <fcntl.h>
@@ -25,6 +26,7 @@
 #include <future>
 #include <optional>
 #include <random>
+#include <string>
 #include <string_view>
 #include <thread>
 #include <vector>
@@ -684,6 +686,76 @@ TEST(SocketsTest, AConnectedSocketWatchesThePeersEndWithoutAChangeOfItsOwn) {
   EXPECT_EQ(watched, true);
   EXPECT_EQ(end_follows, true);
   ::close(peer);
+}
+
+// All `far` holds now, read without waiting.
+std::string Drain(int far) {
+  std::string got;
+  std::array<char, 65536> buf{};
+  while (true) {
+    ::pollfd p{far, POLLIN, 0};
+    if (::poll(&p, 1, 200) <= 0) break;
+    const ssize_t n = ::recv(far, buf.data(), buf.size(), MSG_DONTWAIT);
+    if (n <= 0) break;
+    got.append(buf.data(), static_cast<std::size_t>(n));
+  }
+  return got;
+}
+
+TEST(WriteSomeTest, OnePieceSmallPiecesAndLargePiecesArriveWholeAndInOrder) {
+  asio::io_context io;
+  Pair pair(io);
+  error_code ec;
+  // One piece (one send).
+  const std::string one = "HTTP/1.1 200 OK\r\n\r\n";
+  const asio::const_buffer single = asio::buffer(one);
+  EXPECT_EQ(WriteSome(pair.near, {&single, 1}, ec), one.size());
+  EXPECT_FALSE(ec) << ec.message();
+  EXPECT_EQ(Drain(pair.far), one);
+  // Small pieces, empty ones among them (joined into one send).
+  const std::array<asio::const_buffer, 4> small = {asio::buffer("head;", 5), asio::const_buffer(),
+                                                   asio::buffer("a", 1), asio::buffer("bc", 2)};
+  EXPECT_EQ(WriteSome(pair.near, small, ec), 8u);
+  EXPECT_EQ(Drain(pair.far), "head;abc");
+  // Pieces together past kCoalescedWrite (gathered).
+  const std::string a(kCoalescedWrite, 'a'), b(100, 'b');
+  const std::array<asio::const_buffer, 2> large = {asio::buffer(a), asio::buffer(b)};
+  EXPECT_EQ(WriteSome(pair.near, large, ec), a.size() + b.size());
+  EXPECT_EQ(Drain(pair.far), a + b);
+  // Nothing to write is no write.
+  EXPECT_EQ(WriteSome(pair.near, {}, ec), 0u);
+  EXPECT_FALSE(ec);
+}
+
+TEST(WriteSomeTest, AFullSocketTakesPartThenAnswersWouldBlock) {
+  asio::io_context io;
+  Pair pair(io);
+  const int small = 4096;
+  ::setsockopt(pair.near.native_handle(), SOL_SOCKET, SO_SNDBUF, &small, sizeof small);
+  ::setsockopt(pair.far, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
+  const std::string chunk(64 * 1024, 'x');
+  const std::array<asio::const_buffer, 2> pieces = {asio::buffer(chunk), asio::buffer(chunk)};
+  error_code ec;
+  std::size_t total = 0;
+  for (int i = 0; i < 64 && !ec; ++i) total += WriteSome(pair.near, pieces, ec);
+  EXPECT_EQ(ec, asio::error::would_block);
+  EXPECT_GT(total, 0u);
+  EXPECT_LT(total, 64 * pieces.size() * chunk.size());
+}
+
+TEST(WriteSomeTest, APeerThatIsGoneIsAnErrorNotASignal) {
+  asio::io_context io;
+  Pair pair(io);
+  const linger reset{1, 0};  // close with a reset
+  ::setsockopt(pair.far, SOL_SOCKET, SO_LINGER, &reset, sizeof reset);
+  ::close(pair.far);
+  pair.far = -1;
+  std::this_thread::sleep_for(20ms);
+  const asio::const_buffer piece = asio::buffer("late", 4);
+  error_code ec;
+  for (int i = 0; i < 3 && !ec; ++i) WriteSome(pair.near, {&piece, 1}, ec);  // (no SIGPIPE)
+  EXPECT_TRUE(ec == asio::error::connection_reset || ec == asio::error::broken_pipe)
+      << ec.message();
 }
 
 }  // namespace
