@@ -240,9 +240,15 @@ struct HttpWorker {
     spare.push_back(std::move(s));
   }
 
+  // A server coroutine (HttpProxy::State::Server) waiting for the next client to serve: the
+  // handler that resumes it, given the client (nullptr: end).
+  using Resume = net::detail::awaitable_handler<net::any_io_executor, std::shared_ptr<HttpClient>>;
+  static constexpr std::size_t kSpareServers = 256;
+
   UpstreamPool pool;
   IdleClients idle;
   std::vector<std::unique_ptr<HttpScratch>> spare;
+  std::vector<Resume> servers;  // waiting, the most recent last
 };
 
 // One client connection, for as long as it is open; touched only on its worker's thread. Between
@@ -339,8 +345,17 @@ struct HttpProxy::State : std::enable_shared_from_this<State> {
   // Serves the client's requests while it has bytes for one, then parks it (or closes it).
   net::awaitable<void> Active(std::shared_ptr<HttpClient> client);
   // Waits for the client's next request without a coroutine: a readiness wait whose handler
-  // starts Active() again, and a place on its worker's idle list.
+  // hands the client to a server (Wake), and a place on its worker's idle list.
   void Park(std::shared_ptr<HttpClient> client);
+  // Serves `client` (Active) on a server coroutine of its worker: a waiting one, resumed on this
+  // thread before Wake returns (no spawn, no post: the request is read and sent upstream in the
+  // turn of the loop that found it), else a new one. Called by a handler, never by a coroutine.
+  void Wake(std::shared_ptr<HttpClient> client);
+  // One server: Active for a client, then waits on its worker for the next (up to
+  // HttpWorker::kSpareServers wait; the others end). Ends when the listener drains.
+  net::awaitable<void> Server(std::shared_ptr<HttpClient> client);
+  // The next client for a server to serve (nullptr: end), from Wake.
+  static net::awaitable<std::shared_ptr<HttpClient>> NextClient(HttpWorker& worker);
   // The worker whose io_context `executor` belongs to.
   std::size_t WorkerOf(const net::any_io_executor& executor) const {
     const auto& context = net::query(executor, net::execution::context);
@@ -508,7 +523,10 @@ net::awaitable<void> HttpProxy::State::Sweep(std::shared_ptr<HttpWorker> worker,
     }
   }
   // Draining: the pool lives on in the connections still using it; the idle clients were closed
-  // by their closers.
+  // by their closers. The waiting servers end (each on its own turn of the loop).
+  for (HttpWorker::Resume& resume : std::exchange(worker->servers, {})) {
+    net::post(executor, [resume = std::move(resume)]() mutable { resume(nullptr); });
+  }
 }
 
 net::awaitable<void> HttpProxy::State::Reply(HttpConn& c, unsigned status, std::string_view text,
@@ -618,10 +636,52 @@ void HttpProxy::State::Park(std::shared_ptr<HttpClient> client) {
   drover::net::WaitReadable(socket, [client = std::move(client)](error_code ec) mutable {
     if (client->parked) client->worker->idle.Remove(*client);
     if (ec || !client->socket.is_open()) return;  // closed: by the sweep, a closer or shutdown
-    const net::any_io_executor executor = client->socket.get_executor();
     HttpProxy::State& state = *client->state;
-    net::co_spawn(executor, state.Active(std::move(client)), net::detached);
+    state.Wake(std::move(client));
   });
+}
+
+void HttpProxy::State::Wake(std::shared_ptr<HttpClient> client) {
+  std::vector<HttpWorker::Resume>& servers = client->worker->servers;
+  if (servers.empty()) {
+    const net::any_io_executor executor = client->socket.get_executor();
+    net::co_spawn(executor, Server(std::move(client)), net::detached);
+    return;
+  }
+  HttpWorker::Resume resume = std::move(servers.back());
+  servers.pop_back();
+  resume(std::move(client));  // runs the server until its first wait
+}
+
+net::awaitable<std::shared_ptr<HttpClient>> HttpProxy::State::NextClient(HttpWorker& worker) {
+  return net::async_initiate<const net::use_awaitable_t<>, void(std::shared_ptr<HttpClient>)>(
+      [&worker](auto resume) {
+        static_assert(std::is_same_v<decltype(resume), HttpWorker::Resume>);
+        worker.servers.push_back(std::move(resume));
+      },
+      net::use_awaitable);
+}
+
+net::awaitable<void> HttpProxy::State::Server(std::shared_ptr<HttpClient> client) {
+  auto self = shared_from_this();
+  std::shared_ptr<HttpWorker> worker = client->worker;
+  while (true) {
+    co_await Active(std::move(client));
+    if (draining.load(std::memory_order_relaxed) ||
+        worker->servers.size() >= HttpWorker::kSpareServers) {
+      co_return;
+    }
+    // While it waits a server owns nothing: a worker that goes (the io_context shutting down)
+    // destroys the waiting servers with it. (The sweep, which ends only on this thread and only
+    // when draining, keeps the worker until then.)
+    HttpWorker& w = *worker;
+    worker.reset();
+    self.reset();
+    client = co_await NextClient(w);
+    if (!client) co_return;
+    worker = client->worker;
+    self = client->state;
+  }
 }
 
 net::awaitable<bool> HttpExchange::ReadHead(http1::HeadParser& parser) {
