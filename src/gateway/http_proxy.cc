@@ -11,6 +11,7 @@
 #include <array>
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
+#include <optional>
 #include <span>
 
 #include "drover/router.h"
@@ -217,6 +218,17 @@ struct HttpScratch {
   std::string request_head, response_head;  // as sent
   Relay relay;
   std::vector<std::size_t> tried;  // instances tried for the request in flight
+  // The streams the client's and the instance's sockets go into while a request runs, kept like
+  // the rest: a Beast stream's state is one shared allocation with two timers, and made for every
+  // request the two were two malloc and free per request. Between uses their sockets are closed.
+  std::optional<beast::tcp_stream> client_stream, upstream_stream;
+
+  // `slot`'s stream (made the first time with `socket`'s executor: its worker's), over `socket`.
+  static beast::tcp_stream& Over(std::optional<beast::tcp_stream>& slot, tcp::socket socket) {
+    if (!slot) slot.emplace(socket.get_executor());
+    slot->socket() = std::move(socket);
+    return *slot;
+  }
 };
 
 // What one worker thread keeps for the listener: its upstream connection pool, its idle clients
@@ -298,8 +310,18 @@ void IdleClients::Remove(HttpClient& c) {
 // nothing to read; touched only on its worker's thread.
 struct HttpConn {
   HttpConn(tcp::socket s, HttpWorker& w, const tcp::endpoint& p)
-      : client(std::move(s)), pool(w.pool), worker(w), peer(p), scratch(w.TakeScratch()) {}
-  ~HttpConn() { worker.GiveBack(std::move(scratch)); }
+      : scratch(w.TakeScratch()),
+        client(HttpScratch::Over(scratch->client_stream, std::move(s))),
+        pool(w.pool),
+        worker(w),
+        peer(p) {}
+  ~HttpConn() {
+    // (Both are closed or given away by now; a socket left in a spare stream would stay open.)
+    error_code ignored;
+    client.socket().close(ignored);
+    if (upstream) upstream->socket().close(ignored);
+    worker.GiveBack(std::move(scratch));
+  }
   HttpConn(const HttpConn&) = delete;
   HttpConn& operator=(const HttpConn&) = delete;
   // Connections close with close() alone, no shutdown first: close sends the FIN (or a reset, when
@@ -309,15 +331,14 @@ struct HttpConn {
     if (upstream) upstream->close();
   }
 
-  beast::tcp_stream client;
-  // The upstream connection of the request in flight. Made per request rather than kept: a
-  // stream costs about 500 bytes.
-  std::optional<beast::tcp_stream> upstream;
+  std::unique_ptr<HttpScratch> scratch;
+  beast::tcp_stream& client;  // scratch's client_stream
+  // The upstream connection of the request in flight (scratch's upstream_stream), or none.
+  beast::tcp_stream* upstream = nullptr;
   UpstreamPool& pool;  // its io thread's
   HttpWorker& worker;
   const tcp::endpoint& peer;  // the client's (its HttpClient's Connection outlives this)
   bool in_request = false;    // between a request head and its response's end
-  std::unique_ptr<HttpScratch> scratch;
 };
 
 struct HttpProxy::State : std::enable_shared_from_this<State> {
@@ -342,16 +363,15 @@ struct HttpProxy::State : std::enable_shared_from_this<State> {
   // past idle_timeout.
   net::awaitable<void> Sweep(std::shared_ptr<HttpWorker> worker, net::any_io_executor executor);
   net::awaitable<void> Serve(tcp::socket client, drover::net::Connection connection);
-  // Serves the client's requests while it has bytes for one, then parks it (or closes it).
-  net::awaitable<void> Active(std::shared_ptr<HttpClient> client);
   // Waits for the client's next request without a coroutine: a readiness wait whose handler
   // hands the client to a server (Wake), and a place on its worker's idle list.
   void Park(std::shared_ptr<HttpClient> client);
-  // Serves `client` (Active) on a server coroutine of its worker: a waiting one, resumed on this
+  // Serves `client` on a server coroutine of its worker: a waiting one, resumed on this
   // thread before Wake returns (no spawn, no post: the request is read and sent upstream in the
   // turn of the loop that found it), else a new one. Called by a handler, never by a coroutine.
   void Wake(std::shared_ptr<HttpClient> client);
-  // One server: Active for a client, then waits on its worker for the next (up to
+  // One server: serves a client's requests while it has bytes for one and parks it again (or
+  // closes it), then waits on its worker for the next client (up to
   // HttpWorker::kSpareServers wait; the others end). Ends when the listener drains.
   net::awaitable<void> Server(std::shared_ptr<HttpClient> client);
   // The next client for a server to serve (nullptr: end), from Wake.
@@ -468,7 +488,7 @@ class HttpExchange {
   void Failed(const Target& t);
   void DropUpstream() {
     if (c_.upstream) c_.upstream->close();
-    c_.upstream.reset();
+    c_.upstream = nullptr;
   }
   bool KeepClient() const {
     return client_keep_ && x_.request_body.done() && !s_.draining.load(std::memory_order_relaxed);
@@ -558,7 +578,7 @@ net::awaitable<void> HttpProxy::State::Serve(tcp::socket socket,
                                              drover::net::Connection connection) {
   std::shared_ptr<HttpWorker> worker = worker_views[WorkerOf(socket.get_executor())].lock();
   if (!worker) co_return;                // its worker is shutting down
-  drover::net::MarkNonBlocking(socket);  // reads and writes are tried at once (Active, Relay)
+  drover::net::MarkNonBlocking(socket);  // reads and writes are tried at once (Server, Relay)
   auto client = std::make_shared<HttpClient>(std::move(socket), shared_from_this(),
                                              std::move(worker), std::move(connection));
   // Draining: keep-alive connections waiting for their next request close now; the others get
@@ -578,53 +598,8 @@ net::awaitable<void> HttpProxy::State::Serve(tcp::socket socket,
       });
   if (draining.load(std::memory_order_relaxed)) co_return;  // (accepted as the drain began)
   // A new connection's request rarely came with its handshake: reading now would mostly answer
-  // EAGAIN. Its first readiness starts Active(), as for a client between requests.
+  // EAGAIN. Its first readiness wakes a server (Wake), as for a client between requests.
   Park(std::move(client));
-}
-
-net::awaitable<void> HttpProxy::State::Active(std::shared_ptr<HttpClient> client) {
-  HttpConn c(std::move(client->socket), *client->worker, client->connection.peer());
-  client->active = &c;
-  beast::flat_buffer& buffer = c.scratch->client_in;
-  bool keep = true;
-  bool idle = false;
-  // Woken by readiness: the request is usually there. After a response the
-  // client parks again unless it already sent more (pipelining): a read now would find nothing
-  // in a request-response exchange, and that empty read was a system call per request (perf
-  // stat: 8.05 -> 7.07 calls per keep-alive request).
-  bool read = true;
-  while (keep && !draining.load(std::memory_order_relaxed)) {
-    if (buffer.size() == 0) {
-      if (!read) {
-        idle = true;
-        break;
-      }
-      error_code ec;
-      const std::size_t n =
-          drover::net::ReadSome(c.client.socket(), buffer.prepare(kFirstRead), ec);
-      buffer.commit(n);
-      if (ec == net::error::would_block) {
-        idle = true;  // a wake-up without bytes (or a new connection with none yet)
-        break;
-      }
-      if (ec) break;  // the client closed, or the closer did
-    }
-    read = false;
-    keep = co_await HttpExchange(*this, c).Run();
-  }
-  client->active = nullptr;
-  if (idle && c.client.socket().is_open() && !draining.load(std::memory_order_relaxed)) {
-    client->socket = c.client.release_socket();
-    // A request read with the client's end behind it leaves no edge for that end, so on an
-    // unwatched socket only a read that finds nothing counts as drained (net::ReadSome): watched,
-    // a read that takes all there is does, and parking costs no system call. Watched once the
-    // connection has been kept for a second request (one EPOLL_CTL_MOD per connection); one
-    // closed after its first costs nothing.
-    if (!client->watched) client->watched = drover::net::WatchPeerEnd(client->socket);
-    Park(std::move(client));
-  } else {
-    c.client.close();
-  }
 }
 
 void HttpProxy::State::Park(std::shared_ptr<HttpClient> client) {
@@ -666,7 +641,51 @@ net::awaitable<void> HttpProxy::State::Server(std::shared_ptr<HttpClient> client
   auto self = shared_from_this();
   std::shared_ptr<HttpWorker> worker = client->worker;
   while (true) {
-    co_await Active(std::move(client));
+    {  // The client's requests while it has bytes for one; then it parks (or closes).
+      HttpConn c(std::move(client->socket), *client->worker, client->connection.peer());
+      client->active = &c;
+      beast::flat_buffer& buffer = c.scratch->client_in;
+      bool keep = true;
+      bool idle = false;
+      // Woken by readiness: the request is usually there. After a response the
+      // client parks again unless it already sent more (pipelining): a read now would find nothing
+      // in a request-response exchange, and that empty read was a system call per request (perf
+      // stat: 8.05 -> 7.07 calls per keep-alive request).
+      bool read = true;
+      while (keep && !draining.load(std::memory_order_relaxed)) {
+        if (buffer.size() == 0) {
+          if (!read) {
+            idle = true;
+            break;
+          }
+          error_code ec;
+          const std::size_t n =
+              drover::net::ReadSome(c.client.socket(), buffer.prepare(kFirstRead), ec);
+          buffer.commit(n);
+          if (ec == net::error::would_block) {
+            idle = true;  // a wake-up without bytes (or a new connection with none yet)
+            break;
+          }
+          if (ec) break;  // the client closed, or the closer did
+        }
+        read = false;
+        keep = co_await HttpExchange(*this, c).Run();
+      }
+      client->active = nullptr;
+      if (idle && c.client.socket().is_open() && !draining.load(std::memory_order_relaxed)) {
+        client->socket = c.client.release_socket();
+        // A request read with the client's end behind it leaves no edge for that end, so on an
+        // unwatched socket only a read that finds nothing counts as drained (net::ReadSome):
+        // watched, a read that takes all there is does, and parking costs no system call. Watched
+        // once the connection has been kept for a second request (one EPOLL_CTL_MOD per
+        // connection); one closed after its first costs nothing.
+        if (!client->watched) client->watched = drover::net::WatchPeerEnd(client->socket);
+        Park(std::move(client));
+      } else {
+        c.client.close();
+      }
+    }
+    client.reset();  // (closed: its Connection ends with it)
     if (draining.load(std::memory_order_relaxed) ||
         worker->servers.size() >= HttpWorker::kSpareServers) {
       co_return;
@@ -887,7 +906,7 @@ bool HttpExchange::TakePooled(Target& t, bool check_closed) {
   std::optional<tcp::socket> pooled =
       c_.pool.Take(t.pool_key, s_.clock.Now(), &t.retire_at, check_closed);
   if (!pooled) return false;
-  c_.upstream.emplace(std::move(*pooled));
+  c_.upstream = &HttpScratch::Over(x_.upstream_stream, std::move(*pooled));
   s_.counters.upstream_reused.fetch_add(1, std::memory_order_relaxed);
   return true;
 }
@@ -896,7 +915,7 @@ net::awaitable<HttpExchange::AttemptEnd> HttpExchange::Connect(Target& t) {
   const router::Endpoint& e = t.endpoint;
   error_code ec;
   const auto to = drover::net::ParseEndpoint(e.address, "instance address");
-  c_.upstream.emplace(c_.client.get_executor());
+  c_.upstream = &HttpScratch::Over(x_.upstream_stream, tcp::socket(c_.client.get_executor()));
   if (to.ok()) {
     ec = co_await drover::net::Connect(c_.upstream->socket(), *to, s_.config.connect_timeout);
   } else {
@@ -1084,7 +1103,7 @@ void HttpExchange::Release(Target& t, bool upstream_keep) {
   } else {
     c_.upstream->close();
   }
-  c_.upstream.reset();
+  c_.upstream = nullptr;
 }
 
 void HttpExchange::Failed(const Target& t) {
