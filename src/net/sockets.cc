@@ -282,6 +282,7 @@ std::size_t WriteSome(tcp::socket& socket, std::span<const asio::const_buffer> p
     if (pieces.size() > 1) {
       std::size_t at = 0;
       for (const asio::const_buffer& b : pieces) {
+        if (b.size() == 0) continue;  // (an empty buffer's data may be null)
         std::memcpy(joined + at, b.data(), b.size());
         at += b.size();
       }
