@@ -167,17 +167,12 @@ void TcpProxy::State::Pump(std::shared_ptr<Conn> c, bool from_client) {
       // shutdown or close sends both in one segment).
       const int more = end_follows ? MSG_MORE : 0;
       std::size_t sent = 0;
-      int send_error = 0;
-      while (sent < size && send_error == 0) {
-        const ssize_t w = ::send(to.native_handle(), chunk.data() + sent, size - sent,
-                                 MSG_DONTWAIT | MSG_NOSIGNAL | more);
-        if (w > 0) {
-          sent += static_cast<std::size_t>(w);
-        } else if (w == 0 || errno != EINTR) {
-          send_error = w == 0 ? EPIPE : errno;
-        }
+      error_code send_ec;
+      while (sent < size && !send_ec) {
+        const asio::const_buffer piece(chunk.data() + sent, size - sent);
+        sent += net::WriteSome(to, {&piece, 1}, send_ec, more);
       }
-      if (send_error == EAGAIN || send_error == EWOULDBLOCK) {
+      if (send_ec == asio::error::would_block) {
         // The rest when the other side takes it (backpressure: nothing more is read this way
         // meanwhile; the end, if it follows, is then read as usual).
         const asio::const_buffer rest(chunk.data() + sent, size - sent);
@@ -192,7 +187,7 @@ void TcpProxy::State::Pump(std::shared_ptr<Conn> c, bool from_client) {
                           });
         return;
       }
-      if (send_error != 0) {
+      if (send_ec) {
         c->CloseBoth();
         return PumpEnded(*c);
       }

@@ -268,10 +268,10 @@ std::size_t ReadSome(tcp::socket& socket, asio::mutable_buffer buffer, error_cod
 }
 
 std::size_t WriteSome(tcp::socket& socket, std::span<const asio::const_buffer> pieces,
-                      error_code& ec) {
+                      error_code& ec, int flags) {
   ec = {};
   const int fd = socket.native_handle();
-  constexpr int kFlags = MSG_DONTWAIT | MSG_NOSIGNAL;
+  const int all_flags = MSG_DONTWAIT | MSG_NOSIGNAL | flags;
   std::size_t total = 0;
   for (const asio::const_buffer& b : pieces) total += b.size();
   if (total == 0) return 0;
@@ -289,7 +289,7 @@ std::size_t WriteSome(tcp::socket& socket, std::span<const asio::const_buffer> p
       data = joined;
     }
     do {
-      n = ::send(fd, data, total, kFlags);
+      n = ::send(fd, data, total, all_flags);
     } while (n < 0 && errno == EINTR);
   } else {
     std::array<iovec, 64> iov;
@@ -303,7 +303,7 @@ std::size_t WriteSome(tcp::socket& socket, std::span<const asio::const_buffer> p
     message.msg_iov = iov.data();
     message.msg_iovlen = count;
     do {
-      n = ::sendmsg(fd, &message, kFlags);
+      n = ::sendmsg(fd, &message, all_flags);
     } while (n < 0 && errno == EINTR);
   }
   if (n < 0) {

@@ -78,11 +78,12 @@ std::size_t ReadSome(boost::asio::ip::tcp::socket& socket, boost::asio::mutable_
 // One piece is one send(); a few small ones (together at most kCoalescedWrite bytes) are copied
 // into one buffer and sent with one send(); more go out gathered by sendmsg(). (perf on the HTTP
 // keep-alive path: sendmsg's message-header and iovec copies cost about 3% of the proxy's CPU
-// where send() costs none, and a head with a small body is two pieces.)
+// where send() costs none, and a head with a small body is two pieces.) `flags` are added to
+// every call (MSG_MORE: the bytes wait for what follows, e.g. a FIN).
 inline constexpr std::size_t kCoalescedWrite = 2048;
 std::size_t WriteSome(boost::asio::ip::tcp::socket& socket,
                       std::span<const boost::asio::const_buffer> pieces,
-                      boost::system::error_code& ec);
+                      boost::system::error_code& ec, int flags = 0);
 
 // Has the reactor report the peer's end of its side (EPOLLRDHUP) with the socket's events, for
 // ReadSome()'s `end_follows`: a relay that knows the last bytes are the last can send them with
