@@ -362,7 +362,8 @@ struct HttpProxy::State : std::enable_shared_from_this<State> {
   // Per worker: closes pooled upstream connections past their idle time or age, and clients idle
   // past idle_timeout.
   net::awaitable<void> Sweep(std::shared_ptr<HttpWorker> worker, net::any_io_executor executor);
-  net::awaitable<void> Serve(tcp::socket client, drover::net::Connection connection);
+  // A new client: parked until its first request (net::TcpListener::Serve).
+  void Serve(tcp::socket client, drover::net::Connection connection);
   // Waits for the client's next request without a coroutine: a readiness wait whose handler
   // hands the client to a server (Wake), and a place on its worker's idle list.
   void Park(std::shared_ptr<HttpClient> client);
@@ -574,10 +575,9 @@ net::awaitable<void> HttpProxy::State::Reply(HttpConn& c, unsigned status, std::
   }
 }
 
-net::awaitable<void> HttpProxy::State::Serve(tcp::socket socket,
-                                             drover::net::Connection connection) {
+void HttpProxy::State::Serve(tcp::socket socket, drover::net::Connection connection) {
   std::shared_ptr<HttpWorker> worker = worker_views[WorkerOf(socket.get_executor())].lock();
-  if (!worker) co_return;                // its worker is shutting down
+  if (!worker) return;                   // its worker is shutting down
   drover::net::MarkNonBlocking(socket);  // reads and writes are tried at once (Server, Relay)
   auto client = std::make_shared<HttpClient>(std::move(socket), shared_from_this(),
                                              std::move(worker), std::move(connection));
@@ -596,7 +596,7 @@ net::awaitable<void> HttpProxy::State::Serve(tcp::socket socket,
           c->active->client.close();
         }
       });
-  if (draining.load(std::memory_order_relaxed)) co_return;  // (accepted as the drain began)
+  if (draining.load(std::memory_order_relaxed)) return;  // (accepted as the drain began)
   // A new connection's request rarely came with its handshake: reading now would mostly answer
   // EAGAIN. Its first readiness wakes a server (Wake), as for a client between requests.
   Park(std::move(client));

@@ -68,17 +68,35 @@ struct Conn {
 // upstream host within about a minute of silence, as the client side does.
 constexpr auto kTuneProbesAfter = std::chrono::seconds(10);
 
+// A session's connect phase; owned by the pending connect's handler.
+struct Dialing {
+  std::shared_ptr<Conn> c;
+  std::shared_ptr<const UpstreamSnapshot> snapshot;  // loaded once for the session
+  std::uint64_t key_hash = 0;
+  std::string rest;  // bytes the client sent after its key line
+  std::vector<std::size_t> tried;
+  std::string last_error;
+  std::size_t pick = 0;  // the instance being connected
+};
+
 struct TcpProxy::State : std::enable_shared_from_this<State> {
   State(const Workers& w, const ListenerConfig& c, Upstream& u, Clock& k)
       : workers(w), config(c), upstream(u), clock(k) {}
 
-  asio::awaitable<void> Serve(tcp::socket client, net::Connection connection);
+  // A new client (net::TcpListener::Serve): connects upstream at once, or (policy hash) reads
+  // the key line first.
+  void Serve(tcp::socket client, net::Connection connection);
+  asio::awaitable<void> ReadKeyThenDial(std::shared_ptr<Conn> c);
   asio::awaitable<std::optional<std::string>> ReadKeyLine(std::shared_ptr<Conn> c,
                                                           std::string& rest);
-  asio::awaitable<bool> Connect(std::shared_ptr<Conn> c, const tcp::endpoint& to);
-  // Picks and connects an instance (trying others after a failed connect); false when none
+  // Picks an instance and connects to it, trying others after a failed connect (up to
+  // connect_attempts); the session starts (Started) on the first that answers, or ends when none
   // could be reached.
-  asio::awaitable<bool> ConnectUpstream(std::shared_ptr<Conn> c, std::uint64_t key_hash);
+  void Dial(std::unique_ptr<Dialing> d);
+  void Dialed(std::unique_ptr<Dialing> d, bool ok);
+  void GiveUp(Dialing& d);  // no instance answered: the client is closed
+  // Connected: the key line's leftover bytes go first, then the pumps and the watchdog start.
+  void Started(std::shared_ptr<Conn> c, std::string rest);
   // Moves what `from` has to the other side, then waits for more (or for the other side to take
   // the rest); returns at once, and goes on in handlers until that direction ends.
   void Pump(std::shared_ptr<Conn> c, bool from_client);
@@ -125,13 +143,6 @@ asio::awaitable<std::optional<std::string>> TcpProxy::State::ReadKeyLine(std::sh
   ++c->timer_epoch;
   c->timer.cancel();
   co_return ParseKeyLine(line);
-}
-
-asio::awaitable<bool> TcpProxy::State::Connect(std::shared_ptr<Conn> c, const tcp::endpoint& to) {
-  // (CloseBoth() from the listener's closer ends a pending connect too.)
-  c->upstream = tcp::socket(c->client.get_executor());
-  const error_code ec = co_await net::Connect(c->upstream, to, config.connect_timeout);
-  co_return !ec && c->upstream.is_open();
 }
 
 void TcpProxy::State::Pump(std::shared_ptr<Conn> c, bool from_client) {
@@ -258,75 +269,75 @@ void TcpProxy::State::Watchdog(std::shared_ptr<Conn> c) {
   c->timer.async_wait([c = std::move(c)](error_code) mutable { c->state->Watchdog(std::move(c)); });
 }
 
-asio::awaitable<bool> TcpProxy::State::ConnectUpstream(std::shared_ptr<Conn> c,
-                                                       std::uint64_t key_hash) {
-  const std::shared_ptr<const UpstreamSnapshot> snapshot = upstream.Snapshot();
-  std::vector<std::size_t> tried;
-  std::string last_error;
-  for (int attempt = 0; attempt < config.connect_attempts; ++attempt) {
+void TcpProxy::State::Dial(std::unique_ptr<Dialing> d) {
+  Conn& c = *d->c;
+  while (static_cast<int>(d->tried.size()) < config.connect_attempts) {
     const Result<std::size_t> pick =
-        upstream.Pick(*snapshot, key_hash, tried, clock.Now(), ThreadRandom());
+        upstream.Pick(*d->snapshot, d->key_hash, d->tried, clock.Now(), ThreadRandom());
     if (!pick.ok()) {
-      last_error = pick.status().message();
+      d->last_error = pick.status().message();
       break;
     }
-    const router::Endpoint& e = snapshot->router->table->at(*pick);
-    const std::shared_ptr<InstanceCounters>& counters_of = snapshot->counters[*pick];
-    tried.push_back(*pick);
+    const router::Endpoint& e = d->snapshot->router->table->at(*pick);
+    d->tried.push_back(*pick);
+    d->pick = *pick;
     const auto to = net::ParseEndpoint(e.address, "instance address");
-    const bool ok = to.ok() && co_await Connect(c, *to);
-    upstream.ReportConnect(*snapshot, *pick, ok, clock.Now());
-    if (ok) {
-      c->counters = counters_of;
-      counters_of->active.fetch_add(1, std::memory_order_relaxed);
-      counters_of->connections.fetch_add(1, std::memory_order_relaxed);
-      co_return true;
+    if (!to.ok()) {
+      Dialed(std::move(d), false);
+      return;
     }
-    counters_of->connect_failures.fetch_add(1, std::memory_order_relaxed);
-    last_error = "connect to " + e.id + " at " + e.address + " failed";
-    if (!c->client.is_open()) break;  // cut meanwhile (shutdown)
+    // (CloseBoth() from the listener's closer ends a pending connect too.)
+    c.upstream = tcp::socket(c.client.get_executor());
+    net::StartConnect(c.upstream, *to, config.connect_timeout,
+                      [this, d = std::move(d)](error_code ec) mutable {
+                        const bool ok = !ec && d->c->upstream.is_open();
+                        Dialed(std::move(d), ok);
+                      });
+    return;
   }
-  counters.no_upstream.fetch_add(1, std::memory_order_relaxed);
-  spdlog::debug("gateway {}: closing a client: {}", config.name, last_error);
-  co_return false;
+  GiveUp(*d);
 }
 
-asio::awaitable<void> TcpProxy::State::Serve(tcp::socket client, net::Connection connection) {
-  auto c = std::make_shared<Conn>(std::move(client), shared_from_this(), std::move(connection));
-  c->connection.OnClose([weak = std::weak_ptr<Conn>(c)](net::CloseReason reason) {
-    if (reason != net::CloseReason::kCloseNow) return;
-    if (const std::shared_ptr<Conn> live = weak.lock()) live->CloseBoth();
-  });
+void TcpProxy::State::GiveUp(Dialing& d) {
+  counters.no_upstream.fetch_add(1, std::memory_order_relaxed);
+  spdlog::debug("gateway {}: closing a client: {}", config.name, d.last_error);
+  d.c->CloseBoth();
+}
 
-  std::string rest;  // bytes the client sent after its key line
-  std::uint64_t key_hash = 0;
-  if (config.policy == Policy::kHash) {
-    const std::optional<std::string> key = co_await ReadKeyLine(c, rest);
-    if (!key) {
-      counters.bad_key.fetch_add(1, std::memory_order_relaxed);
-      c->CloseBoth();
-      co_return;
-    }
-    key_hash = router::HashKey(*key);
+void TcpProxy::State::Dialed(std::unique_ptr<Dialing> d, bool ok) {
+  const std::size_t pick = d->pick;
+  upstream.ReportConnect(*d->snapshot, pick, ok, clock.Now());
+  const std::shared_ptr<InstanceCounters>& counters_of = d->snapshot->counters[pick];
+  if (ok) {
+    d->c->counters = counters_of;
+    counters_of->active.fetch_add(1, std::memory_order_relaxed);
+    counters_of->connections.fetch_add(1, std::memory_order_relaxed);
+    Started(std::move(d->c), std::move(d->rest));
+    return;
   }
-  if (!co_await ConnectUpstream(c, key_hash)) {
-    c->CloseBoth();
-    co_return;
+  counters_of->connect_failures.fetch_add(1, std::memory_order_relaxed);
+  const router::Endpoint& e = d->snapshot->router->table->at(pick);
+  d->last_error = "connect to " + e.id + " at " + e.address + " failed";
+  if (!d->c->client.is_open()) return GiveUp(*d);  // cut meanwhile (shutdown)
+  Dial(std::move(d));
+}
+
+void TcpProxy::State::Started(std::shared_ptr<Conn> c, std::string rest) {
+  if (!rest.empty()) {
+    auto owned = std::make_unique<std::string>(std::move(rest));
+    const asio::const_buffer bytes = asio::buffer(*owned);
+    asio::async_write(c->upstream, bytes,
+                      [c, owned = std::move(owned)](error_code ec, std::size_t) mutable {
+                        if (ec) return c->CloseBoth();
+                        c->state->Started(std::move(c), {});
+                      });
+    return;
   }
   // The probe timing comes from the watchdog once the session has lasted kTuneProbesAfter.
   net::EnableKeepAlive(c->upstream.native_handle());
   // Each side's last bytes go on with their FIN (net::WatchPeerEnd).
   net::WatchPeerEnd(c->client);
   net::WatchPeerEnd(c->upstream);
-  if (!rest.empty()) {
-    error_code ec;
-    co_await asio::async_write(c->upstream, asio::buffer(rest),
-                               asio::redirect_error(asio::use_awaitable, ec));
-    if (ec) {
-      c->CloseBoth();
-      co_return;
-    }
-  }
   c->last_activity = MonoClock::now();
   c->tune_probes_at = c->last_activity + kTuneProbesAfter;
   ++c->timer_epoch;  // a timer callback of the key phase must not act
@@ -337,6 +348,38 @@ asio::awaitable<void> TcpProxy::State::Serve(tcp::socket client, net::Connection
   Pump(c, true);
   Wait(c, false);
   Watchdog(std::move(c));
+}
+
+void TcpProxy::State::Serve(tcp::socket client, net::Connection connection) {
+  auto c = std::make_shared<Conn>(std::move(client), shared_from_this(), std::move(connection));
+  c->connection.OnClose([weak = std::weak_ptr<Conn>(c)](net::CloseReason reason) {
+    if (reason != net::CloseReason::kCloseNow) return;
+    if (const std::shared_ptr<Conn> live = weak.lock()) live->CloseBoth();
+  });
+  if (config.policy == Policy::kHash) {
+    const asio::any_io_executor executor = c->client.get_executor();
+    asio::co_spawn(executor, ReadKeyThenDial(std::move(c)), asio::detached);
+    return;
+  }
+  // Nothing to wait for: the connect starts in the turn of the loop that accepted the client.
+  auto d = std::make_unique<Dialing>();
+  d->c = std::move(c);
+  d->snapshot = upstream.Snapshot();
+  Dial(std::move(d));
+}
+
+asio::awaitable<void> TcpProxy::State::ReadKeyThenDial(std::shared_ptr<Conn> c) {
+  auto d = std::make_unique<Dialing>();
+  const std::optional<std::string> key = co_await ReadKeyLine(c, d->rest);
+  if (!key) {
+    counters.bad_key.fetch_add(1, std::memory_order_relaxed);
+    c->CloseBoth();
+    co_return;
+  }
+  d->key_hash = router::HashKey(*key);
+  d->c = std::move(c);
+  d->snapshot = upstream.Snapshot();
+  Dial(std::move(d));
 }
 
 Result<std::unique_ptr<TcpProxy>> TcpProxy::Start(const Workers& workers,
@@ -361,7 +404,7 @@ Result<std::unique_ptr<TcpProxy>> TcpProxy::Start(const Workers& workers,
                 raw->workers[raw->next_worker++ % raw->workers.size()]->get_executor());
           },
           [state](tcp::socket socket, net::Connection connection) {
-            return state->Serve(std::move(socket), std::move(connection));
+            state->Serve(std::move(socket), std::move(connection));
           }));
   return std::unique_ptr<TcpProxy>(new TcpProxy(std::move(state), std::move(listener)));
 }

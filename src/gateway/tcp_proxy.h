@@ -12,8 +12,9 @@
 //
 // Threads: net::TcpListener accepts on a strand of the first io_context (the connection limit,
 // refusals and close-all are its); each connection lives on one of the gateway's io_contexts
-// (round robin; each has one thread, so no strand): a coroutine until it is connected, then the
-// handlers of its two pumps and its watchdog (an idle session holds no coroutine frame).
+// (round robin; each has one thread, so no strand), served there from the accept on (at once when
+// accepted on that thread): the handler of its pending connect (policy hash: a coroutine reads the
+// key line first), then the handlers of its two pumps and its watchdog (no coroutine frame).
 // StopAccepting(), CloseAll() and the getters are thread-safe and must not be called from an io
 // thread (StopAccepting waits for the close to happen).
 #pragma once

@@ -291,9 +291,9 @@ Result<std::unique_ptr<HttpServer>> HttpServer::Start(HttpServerOptions options,
   DROVER_ASSIGN_OR_RETURN(impl->listener,
                           TcpListener::Start(
                               raw->io, std::move(lo), [raw] { return asio::make_strand(raw->io); },
-                              [raw](tcp::socket socket, Connection connection) {
+                              TcpListener::Spawn([raw](tcp::socket socket, Connection connection) {
                                 return raw->Session(std::move(socket), std::move(connection));
-                              }));
+                              })));
   for (int i = 0; i < std::max(1, raw->options.threads); ++i) {
     impl->threads.emplace_back([raw] { raw->io.run(); });
   }

@@ -366,19 +366,20 @@ void MarkNonBlocking(tcp::socket& socket) {
   SocketState::Of(socket) |= asio::detail::socket_ops::user_set_non_blocking;
 }
 
-asio::awaitable<error_code> Connect(tcp::socket& socket, const tcp::endpoint& to,
-                                    std::chrono::nanoseconds timeout) {
+namespace internal {
+
+ConnectStart BeginConnect(tcp::socket& socket, const tcp::endpoint& to) {
   const int fd =
       ::socket(to.protocol().family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, IPPROTO_TCP);
-  if (fd < 0) co_return Errno(errno);
+  if (fd < 0) return {Errno(errno), true, false};
   const int rc = ::connect(fd, to.data(), static_cast<socklen_t>(to.size()));
   const int err = rc == 0 ? 0 : errno;
   if (rc != 0 && err != EINPROGRESS) {
     ::close(fd);
-    co_return Errno(err);
+    return {Errno(err), true, false};
   }
-  if (error_code ec = Adopt(socket, to.protocol(), fd)) co_return ec;
-  if (rc == 0) co_return error_code{};  // at once (loopback may)
+  if (error_code ec = Adopt(socket, to.protocol(), fd)) return {ec, true, false};
+  if (rc == 0) return {{}, true, false};  // at once (loopback may)
   // When the reactor holds the new socket for drained, the event that ends the connect tells
   // success from failure: a failure carries EPOLLERR/EPOLLHUP, which marks the socket readable,
   // and a success without a greeting does not -- then SO_ERROR need not be asked.
@@ -388,28 +389,25 @@ asio::awaitable<error_code> Connect(tcp::socket& socket, const tcp::endpoint& to
   if (OnlyThread(socket)) {
     if (LockedRecord record(socket); record) record.WatchPeerEndWithNextChange();
   }
+  return {{}, false, event_tells};
+}
 
-  // The timer's handler can outlive this frame (queued as the wait ends): it touches the socket
-  // only while the wait is pending, and what it says goes through the state it shares.
-  struct Deadline {
-    bool pending = true;
-    bool timed_out = false;
-  };
-  const auto deadline = std::make_shared<Deadline>();
-  asio::steady_timer timer(socket.get_executor());
-  if (timeout > std::chrono::nanoseconds::zero()) {
-    timer.expires_after(timeout);
-    timer.async_wait([&socket, deadline](error_code ec) {
-      if (ec || !deadline->pending) return;
-      deadline->timed_out = true;
-      socket.cancel(ec);  // the wait below ends with operation_aborted
-    });
-  }
-  error_code ec;
-  co_await socket.async_wait(tcp::socket::wait_write,
-                             asio::redirect_error(asio::use_awaitable, ec));
-  deadline->pending = false;
-  timer.cancel();
+void ConnectDeadline::Arm(tcp::socket& socket, std::chrono::nanoseconds timeout) {
+  if (timeout <= std::chrono::nanoseconds::zero()) return;
+  timer.expires_after(timeout);
+  // The handler can run after the wait ended (queued as it ends): it touches the socket only
+  // while the wait is pending.
+  timer.async_wait([&socket, self = shared_from_this()](error_code ec) {
+    if (ec || !self->pending) return;
+    self->timed_out = true;
+    socket.cancel(ec);  // the wait ends with operation_aborted
+  });
+}
+
+error_code FinishConnect(tcp::socket& socket, error_code ec, bool event_tells,
+                         ConnectDeadline& deadline) {
+  deadline.pending = false;
+  deadline.timer.cancel();
   if (!ec && !socket.is_open()) {
     ec = asio::error::operation_aborted;  // closed meanwhile
   } else if (!ec && !(event_tells && KnownDrained(socket))) {
@@ -420,12 +418,26 @@ asio::awaitable<error_code> Connect(tcp::socket& socket, const tcp::endpoint& to
     }
     ec = so_error != 0 ? Errno(so_error) : error_code{};
   }
-  if (deadline->timed_out) ec = asio::error::timed_out;
+  if (deadline.timed_out) ec = asio::error::timed_out;
   if (ec) {
     error_code ignored;
     socket.close(ignored);
   }
-  co_return ec;
+  return ec;
+}
+
+}  // namespace internal
+
+asio::awaitable<error_code> Connect(tcp::socket& socket, const tcp::endpoint& to,
+                                    std::chrono::nanoseconds timeout) {
+  const internal::ConnectStart start = internal::BeginConnect(socket, to);
+  if (start.done) co_return start.ec;
+  const auto deadline = std::make_shared<internal::ConnectDeadline>(socket.get_executor());
+  deadline->Arm(socket, timeout);
+  error_code ec;
+  co_await socket.async_wait(tcp::socket::wait_write,
+                             asio::redirect_error(asio::use_awaitable, ec));
+  co_return internal::FinishConnect(socket, ec, start.event_tells, *deadline);
 }
 
 void SetKeepAlive(asio::ip::tcp::socket& socket) { SetKeepAlive(socket.native_handle()); }

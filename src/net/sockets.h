@@ -10,6 +10,7 @@
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/detail/reactive_wait_op.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/version.hpp>
 #include <chrono>
 #include <memory>
@@ -117,6 +118,12 @@ bool KnownDrained(boost::asio::ip::tcp::socket& socket);
 boost::asio::awaitable<boost::system::error_code> Connect(boost::asio::ip::tcp::socket& socket,
                                                           const boost::asio::ip::tcp::endpoint& to,
                                                           std::chrono::nanoseconds timeout);
+// Connect() for a caller without a coroutine: `done(error_code)` runs on the socket's executor
+// when the attempt ends -- before StartConnect returns when it ends at once (a refused or
+// completed loopback connect). `socket` must outlive the attempt.
+template <typename Handler>
+void StartConnect(boost::asio::ip::tcp::socket& socket, const boost::asio::ip::tcp::endpoint& to,
+                  std::chrono::nanoseconds timeout, Handler done);
 
 // TCP_NODELAY and keepalive probes: after 30 s idle, every 10 s, 3 of them -- a peer that
 // vanished without a FIN is found within about a minute even when idle timeouts are longer.
@@ -129,9 +136,31 @@ void SetKeepAlive(int fd);
 void EnableKeepAlive(int fd);
 void TuneKeepAliveProbes(int fd);
 
-// ---- WaitReadable's template body.
+// ---- The template bodies.
 
 namespace internal {
+// Connect's steps. BeginConnect: the socket and the non-blocking connect; `done` when the attempt
+// ended at once (with `ec`).
+struct ConnectStart {
+  boost::system::error_code ec;
+  bool done = false;
+  bool event_tells = false;  // the readiness event alone tells success from failure
+};
+ConnectStart BeginConnect(boost::asio::ip::tcp::socket& socket,
+                          const boost::asio::ip::tcp::endpoint& to);
+// The attempt's time limit: cancels the socket's wait when it passes first.
+struct ConnectDeadline : std::enable_shared_from_this<ConnectDeadline> {
+  explicit ConnectDeadline(const boost::asio::any_io_executor& executor) : timer(executor) {}
+  void Arm(boost::asio::ip::tcp::socket& socket, std::chrono::nanoseconds timeout);
+  boost::asio::steady_timer timer;
+  bool pending = true;
+  bool timed_out = false;
+};
+// The end of the wait for writability: the attempt's outcome (the socket closed on error).
+boost::system::error_code FinishConnect(boost::asio::ip::tcp::socket& socket,
+                                        boost::system::error_code wait_ec, bool event_tells,
+                                        ConnectDeadline& deadline);
+
 // Whether `socket`'s wait can go straight to the reactor with the flag consulted (Boost 1.74's
 // epoll reactor, a registered descriptor Asio already holds for non-blocking).
 bool CanWaitQuietly(boost::asio::ip::tcp::socket& socket);
@@ -155,6 +184,20 @@ void WaitReadable(boost::asio::ip::tcp::socket& socket, Handler handler) {
   }
 #endif
   socket.async_wait(boost::asio::ip::tcp::socket::wait_read, std::move(handler));
+}
+
+template <typename Handler>
+void StartConnect(boost::asio::ip::tcp::socket& socket, const boost::asio::ip::tcp::endpoint& to,
+                  std::chrono::nanoseconds timeout, Handler done) {
+  const internal::ConnectStart start = internal::BeginConnect(socket, to);
+  if (start.done) return done(start.ec);
+  auto deadline = std::make_shared<internal::ConnectDeadline>(socket.get_executor());
+  deadline->Arm(socket, timeout);
+  socket.async_wait(boost::asio::ip::tcp::socket::wait_write,
+                    [&socket, deadline = std::move(deadline), event_tells = start.event_tells,
+                     done = std::move(done)](boost::system::error_code ec) mutable {
+                      done(internal::FinishConnect(socket, ec, event_tells, *deadline));
+                    });
 }
 
 }  // namespace drover::net

@@ -6,6 +6,7 @@
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
+#include <boost/asio/dispatch.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/redirect_error.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -143,8 +144,12 @@ asio::awaitable<void> TcpListener::State::Accept() {
       const asio::any_io_executor executor = place();
       if (auto socket = adopt(executor)) {
         peer.resize(peer_size);
-        asio::co_spawn(executor, serve(std::move(*socket), Connection(Open(executor, peer))),
-                       asio::detached);
+        // At once on this thread when the executor runs here (and is no other strand), else
+        // posted to it.
+        asio::dispatch(executor, [self, socket = std::move(*socket),
+                                  connection = Connection(Open(executor, peer))]() mutable {
+          self->serve(std::move(socket), std::move(connection));
+        });
       }
     }
     if (ec) {  // out of descriptors or memory: give the process a moment
@@ -233,6 +238,13 @@ Result<std::unique_ptr<TcpListener>> TcpListener::Start(asio::io_context& accept
   if (state->options.keep_alive) SetKeepAlive(state->acceptor.native_handle());
   asio::co_spawn(state->strand, state->Accept(), asio::detached);
   return std::unique_ptr<TcpListener>(new TcpListener(std::move(state)));
+}
+
+TcpListener::Serve TcpListener::Spawn(Coroutine coroutine) {
+  return [coroutine = std::move(coroutine)](tcp::socket socket, Connection connection) {
+    const asio::any_io_executor executor = socket.get_executor();
+    asio::co_spawn(executor, coroutine(std::move(socket), std::move(connection)), asio::detached);
+  };
 }
 
 TcpListener::~TcpListener() { StopAccepting(); }

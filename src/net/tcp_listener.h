@@ -2,9 +2,11 @@
 // APIs, the gateway's TCP and HTTP listeners and its admin port.
 //
 // It binds "ip:port", accepts on a strand of one io_context, and hands each connection to the
-// owner's Serve coroutine on the executor the owner's Place picks (one of its io threads, a
-// strand); the listener itself keeps no frame per connection. Around that it does what each
-// server needs the same way:
+// owner's Serve on the executor the owner's Place picks (one of its io threads, a strand): at
+// once when that executor runs on the accepting thread (no trip through the queue), else posted
+// to it. Serve starts whatever the connection needs (a coroutine through Spawn(), a readiness
+// wait, a connect) and returns; the listener itself keeps no frame per connection. Around that it
+// does what each server needs the same way:
 //   - a connection limit: a client over max_connections gets `refusal` (bytes written within a
 //     second, e.g. an HTTP 503; nothing: closed at once) and is closed, counted as refused;
 //   - accept errors (out of descriptors) pause the loop briefly instead of spinning;
@@ -45,8 +47,8 @@ enum class CloseReason : std::uint8_t {
 
 // One open connection, as its listener sees it; handed to the owner's Serve. The connection counts
 // as open (counters().active, the closers StopAccepting and CloseAll run) until the last copy of
-// it is destroyed -- not when Serve's coroutine ends: an owner may keep a connection without a
-// coroutine (an idle HTTP keep-alive client waits in a plain readiness wait) by moving it along.
+// it is destroyed -- not when Serve returns: an owner keeps a connection in whatever serves it (a
+// coroutine, or the handler of a plain readiness wait for an idle HTTP keep-alive client).
 class Connection {
  public:
   using Closer = std::function<void(CloseReason)>;
@@ -80,9 +82,14 @@ class TcpListener {
  public:
   // The executor a new connection is served on; called on the accept strand.
   using Place = std::function<boost::asio::any_io_executor()>;
-  // Serves one connection; its socket already lives on the executor Place returned.
-  using Serve =
+  // Serves one connection, run on the executor Place returned (where its socket lives): starts
+  // what the connection needs and returns.
+  using Serve = std::function<void(boost::asio::ip::tcp::socket, Connection)>;
+  // A connection served by one coroutine.
+  using Coroutine =
       std::function<boost::asio::awaitable<void>(boost::asio::ip::tcp::socket, Connection)>;
+  // A Serve that spawns `coroutine` for each connection on its socket's executor.
+  static Serve Spawn(Coroutine coroutine);
 
   // Binds options.address and starts accepting on a strand of `accept_on`, which the owner runs
   // (before or after Start) and stops.

@@ -203,16 +203,17 @@ TEST(TcpListenerTest, DrainingAndClosingReachEveryConnection) {
   o.address = "127.0.0.1:0";
   auto listener = TcpListener::Start(
       io, o, [&io] { return asio::any_io_executor(io.get_executor()); },
-      [&](asio::ip::tcp::socket socket, Connection connection) -> asio::awaitable<void> {
-        auto timer =
-            std::make_shared<asio::steady_timer>(socket.get_executor(), std::chrono::hours(1));
-        connection.OnClose([&, timer](CloseReason reason) {
-          (reason == CloseReason::kDraining ? drained : closed).fetch_add(1);
-          if (reason == CloseReason::kCloseNow) timer->cancel();
-        });
-        boost::system::error_code ec;
-        co_await timer->async_wait(asio::redirect_error(asio::use_awaitable, ec));
-      });
+      TcpListener::Spawn(
+          [&](asio::ip::tcp::socket socket, Connection connection) -> asio::awaitable<void> {
+            auto timer =
+                std::make_shared<asio::steady_timer>(socket.get_executor(), std::chrono::hours(1));
+            connection.OnClose([&, timer](CloseReason reason) {
+              (reason == CloseReason::kDraining ? drained : closed).fetch_add(1);
+              if (reason == CloseReason::kCloseNow) timer->cancel();
+            });
+            boost::system::error_code ec;
+            co_await timer->async_wait(asio::redirect_error(asio::use_awaitable, ec));
+          }));
   ASSERT_TRUE(listener.ok()) << listener.status().ToString();
   std::thread runner([&io] {
     auto work = asio::make_work_guard(io);
@@ -235,10 +236,10 @@ TEST(TcpListenerTest, DrainingAndClosingReachEveryConnection) {
 }
 
 // A connection is open for as long as a copy of its Connection lives, not while Serve runs: an
-// owner may end its coroutine and keep the connection in a plain object (the gateway parks idle
+// owner may return from Serve and keep the connection in a plain object (the gateway parks idle
 // HTTP clients this way). Its closer still reaches it, and it closes when the object goes. The
 // peer is the client's address as accept4 gave it.
-TEST(TcpListenerTest, AConnectionKeptPastItsCoroutineStaysOpenUntilItsLastCopyGoes) {
+TEST(TcpListenerTest, AConnectionKeptPastServeStaysOpenUntilItsLastCopyGoes) {
   asio::io_context io;
   struct Kept {
     asio::ip::tcp::socket socket;
@@ -253,13 +254,12 @@ TEST(TcpListenerTest, AConnectionKeptPastItsCoroutineStaysOpenUntilItsLastCopyGo
   o.address = "127.0.0.1:0";
   auto listener = TcpListener::Start(
       io, o, [&io] { return asio::any_io_executor(io.get_executor()); },
-      [&](asio::ip::tcp::socket socket, Connection connection) -> asio::awaitable<void> {
+      [&](asio::ip::tcp::socket socket, Connection connection) {
         peer_port = connection.peer().port();
         auto k = std::make_shared<Kept>(Kept{std::move(socket), std::move(connection)});
         k->connection.OnClose([&closers_run](CloseReason) { closers_run.fetch_add(1); });
         kept.push_back(std::move(k));
-        served.fetch_add(1);
-        co_return;  // the coroutine ends; the connection lives on in `kept`
+        served.fetch_add(1);  // Serve returns; the connection lives on in `kept`
       });
   ASSERT_TRUE(listener.ok()) << listener.status().ToString();
   std::thread runner([&io] {
@@ -274,7 +274,7 @@ TEST(TcpListenerTest, AConnectionKeptPastItsCoroutineStaysOpenUntilItsLastCopyGo
   ASSERT_TRUE(Eventually([&] { return served.load() == 1; }));
   EXPECT_EQ(peer_port.load(), ntohs(local.sin_port));
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  EXPECT_EQ((*listener)->counters().active.load(), 1u);  // its coroutine ended long ago
+  EXPECT_EQ((*listener)->counters().active.load(), 1u);  // its Serve returned long ago
   (*listener)->CloseAll();
   EXPECT_TRUE(Eventually([&] { return closers_run.load() == 1; }));
   EXPECT_EQ((*listener)->counters().active.load(), 1u);
@@ -297,10 +297,12 @@ TEST(TcpListenerTest, ABurstIsAcceptedWholeOntoTheWorkerWithTheListenersSocketOp
   std::atomic<int> served{0}, on_worker{0}, with_options{0};
   auto listener = TcpListener::Start(
       acceptor_io, o, [&worker_io] { return asio::any_io_executor(worker_io.get_executor()); },
-      [&](asio::ip::tcp::socket socket, Connection) -> asio::awaitable<void> {
+      [&](asio::ip::tcp::socket socket, Connection) {
         served.fetch_add(1);
         const auto* context = &asio::query(socket.get_executor(), asio::execution::context);
-        if (context == &worker_io) on_worker.fetch_add(1);
+        if (context == &worker_io && worker_io.get_executor().running_in_this_thread()) {
+          on_worker.fetch_add(1);
+        }
         int keep = 0, nodelay = 0, idle = 0;
         socklen_t len = sizeof(int);
         const int fd = socket.native_handle();
@@ -308,7 +310,6 @@ TEST(TcpListenerTest, ABurstIsAcceptedWholeOntoTheWorkerWithTheListenersSocketOp
         ::getsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &nodelay, &len);
         ::getsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, &len);
         if (keep == 1 && nodelay == 1 && idle == 30) with_options.fetch_add(1);
-        co_return;
       });
   ASSERT_TRUE(listener.ok()) << listener.status().ToString();
   std::vector<std::thread> runners;
@@ -339,7 +340,7 @@ TEST(TcpListenerTest, ABadAddressIsRefusedBeforeAnythingStarts) {
   o.address = "localhost:80";
   auto listener = TcpListener::Start(
       io, o, [&io] { return asio::any_io_executor(io.get_executor()); },
-      [](asio::ip::tcp::socket, Connection) -> asio::awaitable<void> { co_return; });
+      [](asio::ip::tcp::socket, Connection) {});
   EXPECT_EQ(listener.status().code(), StatusCode::kInvalidArgument);
   EXPECT_THAT(listener.status().message(), HasSubstr("not an IP address"));
 }

@@ -230,6 +230,47 @@ TEST(SocketsTest, ClosingTheSocketEndsAPendingConnect) {
   EXPECT_FALSE(socket.is_open());
 }
 
+// StartConnect, Connect's form for callers without a coroutine: the same outcomes, each reported
+// exactly once, on the context's thread.
+TEST(SocketsTest, StartConnectReportsSuccessRefusalAndTimeoutOnceEach) {
+  const auto run = [](const tcp::endpoint& to, std::chrono::nanoseconds timeout,
+                      bool keep_open) -> error_code {
+    asio::io_context io(1);
+    tcp::socket socket(io);
+    int calls = 0;
+    bool on_thread = false;
+    error_code result = asio::error::in_progress;
+    asio::post(io, [&] {
+      StartConnect(socket, to, timeout, [&](error_code ec) {
+        ++calls;
+        on_thread = io.get_executor().running_in_this_thread();
+        result = ec;
+      });
+    });
+    io.run_for(3s);
+    EXPECT_EQ(calls, 1);
+    EXPECT_TRUE(on_thread);
+    EXPECT_EQ(socket.is_open(), keep_open);
+    return result;
+  };
+  {
+    Listening server;
+    EXPECT_FALSE(run(server.endpoint, 1s, true));
+    const int peer = ::accept4(server.fd, nullptr, nullptr, SOCK_CLOEXEC);
+    EXPECT_GE(peer, 0);
+    if (peer >= 0) ::close(peer);
+  }
+  tcp::endpoint closed;
+  {
+    Listening gone;
+    closed = gone.endpoint;
+  }
+  EXPECT_EQ(run(closed, 1s, false), asio::error::connection_refused);
+  Listening silent(0);
+  const Fillers fillers(silent);
+  EXPECT_EQ(run(silent.endpoint, 200ms, false), asio::error::timed_out);
+}
+
 // A connected pair: `near` adopted into `io` (from this thread, which does not run it), `far` a
 // plain blocking descriptor on the other end.
 struct Pair {
