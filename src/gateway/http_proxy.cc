@@ -258,6 +258,7 @@ struct HttpWorker {
   static constexpr std::size_t kSpareServers = 256;
 
   UpstreamPool pool;
+  std::vector<Upstream::SnapshotReader> snapshots;  // one per route, in route order
   IdleClients idle;
   std::vector<std::unique_ptr<HttpScratch>> spare;
   std::vector<Resume> servers;  // waiting, the most recent last
@@ -349,9 +350,10 @@ struct HttpProxy::State : std::enable_shared_from_this<State> {
         clock(k),
         budget(c.retry_budget_percent, c.retry_budget_min) {
     for (std::size_t i = 0; i < workers.size(); ++i) {
-      per_worker.push_back(std::make_shared<HttpWorker>(
+      auto& worker = per_worker.emplace_back(std::make_shared<HttpWorker>(
           UpstreamPool::Options{c.upstream_max_age, c.upstream_idle_timeout,
                                 static_cast<std::size_t>(c.max_idle_per_instance)}));
+      for (const Upstream* upstream : routes) worker->snapshots.push_back(upstream->Reader());
     }
     for (std::size_t i = 0; i < config.routes.size(); ++i) route_order.push_back(i);
     std::sort(route_order.begin(), route_order.end(), [this](std::size_t a, std::size_t b) {
@@ -503,6 +505,7 @@ class HttpExchange {
   unsigned version_ = 11;
   std::string_view method_, path_;  // in x_.request_head once it is written
   const RouteConfig* route_ = nullptr;
+  std::size_t route_index_ = 0;
   Upstream* upstream_ = nullptr;
   bool client_keep_ = false;
   bool idempotent_ = false;
@@ -749,6 +752,7 @@ std::optional<HttpExchange::Reject> HttpExchange::Prepare() {
                   req.keep_alive && x_.request_body.done()};
   }
   route_ = &s_.config.routes[*route];
+  route_index_ = *route;
   upstream_ = s_.routes[*route];
 
   client_keep_ = req.keep_alive;
@@ -804,7 +808,7 @@ net::awaitable<bool> HttpExchange::Run() {
     ~RequestDone() { budget.RequestEnded(); }
   } request_done{budget};
 
-  snapshot_ = upstream_->Snapshot();
+  snapshot_ = c_.worker.snapshots[route_index_].Current();
   x_.tried.clear();
   for (int attempt = 0; attempt <= route_->retries; ++attempt) {
     if (attempt > 0 && !StartRetry()) break;

@@ -71,6 +71,10 @@ class Upstream {
   Upstream& operator=(const Upstream&) = delete;
 
   std::shared_ptr<const UpstreamSnapshot> Snapshot() const { return current_.Load(); }
+  // Snapshot() for one io thread's requests: no lock and no shared write while nothing new was
+  // published (router::Published::Reader). One per thread; must not outlive the upstream.
+  using SnapshotReader = router::Published<UpstreamSnapshot>::Reader;
+  SnapshotReader Reader() const { return SnapshotReader(current_); }
 
   // Picks a routable instance of `snapshot` by the listener's policy, never one in `exclude`
   // (table indices already tried for this connection). `key_hash` is used by the hash policy.
