@@ -1103,7 +1103,9 @@ HttpExchange::AttemptEnd HttpExchange::EndResponse(Target& t, RelayEnd end) {
 
 void HttpExchange::Release(Target& t, bool upstream_keep) {
   if (upstream_keep && x_.upstream_in.size() == 0 && c_.upstream->socket().is_open()) {
-    c_.pool.Put(t.pool_key, c_.upstream->release_socket(), t.retire_at, s_.clock.Now());
+    // A response without a body by rule: bytes its upstream sent anyway may come after it.
+    const bool bodyless = x_.response.framing == Framing::kNone;
+    c_.pool.Put(t.pool_key, c_.upstream->release_socket(), t.retire_at, s_.clock.Now(), bodyless);
   } else {
     c_.upstream->close();
   }

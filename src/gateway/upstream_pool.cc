@@ -42,7 +42,7 @@ std::optional<tcp::socket> UpstreamPool::Take(const std::string& key, MonoTime n
       Bump(stats_.retired_age);
     } else if (now - c.idle_since >= options_.idle_timeout) {
       Bump(stats_.retired_idle);
-    } else if (check_closed && Stale(c.socket.native_handle())) {
+    } else if ((check_closed || c.check) && Stale(c.socket.native_handle())) {
       Bump(stats_.retired_closed);
     } else {
       *retire_at = c.retire_at;
@@ -54,8 +54,8 @@ std::optional<tcp::socket> UpstreamPool::Take(const std::string& key, MonoTime n
   return found;  // the others close as they go out of scope
 }
 
-void UpstreamPool::Put(const std::string& key, tcp::socket socket, MonoTime retire_at,
-                       MonoTime now) {
+void UpstreamPool::Put(const std::string& key, tcp::socket socket, MonoTime retire_at, MonoTime now,
+                       bool check_before_reuse) {
   if (now >= retire_at) {
     Bump(stats_.retired_age);
     return;
@@ -67,7 +67,7 @@ void UpstreamPool::Put(const std::string& key, tcp::socket socket, MonoTime reti
     if (list.empty()) idle_.erase(it);
     return;
   }
-  list.push_back({std::move(socket), retire_at, now});
+  list.push_back({std::move(socket), retire_at, now, check_before_reuse});
   Bump(stats_.idle);
 }
 

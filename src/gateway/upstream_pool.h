@@ -13,7 +13,8 @@
 //     non-blocking peek), which catches most stale keep-alive connections before a request is
 //     written to them; the proxy's retry covers the rest. A caller that can send its request
 //     again unharmed (idempotent, held whole) skips the peek -- a system call per request -- and
-//     reports a connection it then finds closed with FoundClosed().
+//     reports a connection it then finds closed with FoundClosed(); a connection whose last
+//     response had no body by rule is peeked at all the same (Put's check_before_reuse).
 // Used by its own thread only, without a lock; stats() may be read from any (relaxed counters).
 #pragma once
 
@@ -67,9 +68,11 @@ class UpstreamPool {
     Bump(stats_.retired_closed);
   }
   // Gives a connection back after a complete exchange; closes it instead when it is past its
-  // age or the key's list is full.
+  // age or the key's list is full. `check_before_reuse`: the next Take() peeks at it even when
+  // asked not to -- for a connection whose last response had no body by rule (HEAD, 204, 304),
+  // where an upstream that sends one anyway leaves bytes that would be read as the next answer.
   void Put(const std::string& key, boost::asio::ip::tcp::socket socket, MonoTime retire_at,
-           MonoTime now);
+           MonoTime now, bool check_before_reuse = false);
   // Closes the connections idle for idle_timeout or past their age. Returns how many.
   std::size_t Sweep(MonoTime now);
 
@@ -80,6 +83,7 @@ class UpstreamPool {
     boost::asio::ip::tcp::socket socket;
     MonoTime retire_at;
     MonoTime idle_since;
+    bool check = false;  // Take() peeks whatever it is asked
   };
   struct Counters {
     std::atomic<std::uint64_t> idle{0}, reused{0}, retired_age{0}, retired_idle{0},

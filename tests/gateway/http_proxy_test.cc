@@ -65,16 +65,18 @@ class Client {
     req.prepare_payload();
     boost::system::error_code ec;
     http::write(socket_, req, ec);
-    return ec ? Reply{} : Read();
+    return ec ? Reply{} : Read(method == http::verb::head);
   }
   Reply SendRaw(const std::string& raw) {
     boost::system::error_code ec;
     net::write(socket_, net::buffer(raw), ec);
     return ec ? Reply{} : Read();
   }
-  Reply Read() {
+  // `to_head`: the answer to a HEAD (a head alone, whatever its Content-Length says).
+  Reply Read(bool to_head = false) {
     http::response_parser<http::string_body> parser;
     parser.body_limit(std::numeric_limits<std::uint64_t>::max());
+    parser.skip(to_head);
     boost::system::error_code ec;
     http::read(socket_, buffer_, parser, ec);
     if (ec) return {};
@@ -460,6 +462,29 @@ TEST_F(HttpProxyTest, AGetOnAPooledConnectionTheUpstreamClosedGoesAgainUncounted
   EXPECT_EQ(CountersOf("a").failed_requests.load(), 0u);
   // (The client has the answer a moment before the attempt ends.)
   EXPECT_TRUE(Eventually([&] { return CountersOf("a").active.load() == 0; }));
+}
+
+TEST_F(HttpProxyTest, BytesSentAfterABodilessAnswerAreNeverReadAsTheNextAnswer) {
+  // The instance answers each HEAD, then sends the body a HEAD must not have, late, on the same
+  // connection. A GET that follows is idempotent and takes a pooled connection without the
+  // liveness peek -- but not this one: it would read those bytes as its answer.
+  HttpBackend a("a");
+  a.late_head_body_ms = 20;
+  StartProxy(ListenerConfig{});
+  SetTable({EndpointOf("a", a.address())});
+  Client client(port());
+  for (int i = 1; i <= 3; ++i) {
+    const Reply head = client.Send(http::verb::head, "/thing");
+    ASSERT_EQ(head.status, 200) << i;
+    EXPECT_EQ(head.body, "") << i;
+    std::this_thread::sleep_for(100ms);  // the stray bytes have come
+    const Reply get = client.Send(http::verb::get, "/thing");
+    ASSERT_EQ(get.status, 200) << i << ": " << get.body;
+    EXPECT_EQ(get.body, "a GET /thing") << i;
+    EXPECT_NE(get.conn, head.conn) << i;  // not the connection with the stray bytes
+  }
+  EXPECT_EQ(proxy_->pool_stats().retired_closed, 3u);
+  EXPECT_EQ(counters().retries.load(), 0u);
 }
 
 TEST_F(HttpProxyTest, ChunkedAndLargeBodiesStreamBothWays) {

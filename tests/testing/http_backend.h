@@ -66,6 +66,9 @@ class HttpBackend {
   // Answer as keep-alive (with Content-Length, no "Connection: close"), then close anyway, as a
   // server past its keep-alive timeout or request limit may.
   std::atomic<bool> close_after_answer{false};
+  // Above 0: a HEAD is answered with its head, and this many ms later with the body it must not
+  // have (a misbehaving server); the connection stays open.
+  std::atomic<int> late_head_body_ms{0};
   // What it saw.
   std::atomic<int> connections{0};
   std::atomic<int> closed{0};  // connections that ended
@@ -123,6 +126,15 @@ class HttpBackend {
         chunked = true;
       } else {
         body = id + " " + std::string(req.method_string()) + " " + target;
+      }
+      if (req.method() == http::verb::head && late_head_body_ms.load() > 0) {
+        const std::string head = "HTTP/1.1 200 OK\r\nX-Instance: " + id +
+                                 "\r\nX-Conn: " + std::to_string(serial) +
+                                 "\r\nContent-Length: " + std::to_string(body.size()) + "\r\n\r\n";
+        boost::asio::write(socket, boost::asio::buffer(head), ec);
+        std::this_thread::sleep_for(std::chrono::milliseconds(late_head_body_ms));
+        if (!ec) boost::asio::write(socket, boost::asio::buffer(body), ec);
+        continue;
       }
       if (frame_by_close) {
         std::string raw = "HTTP/1.1 " + std::to_string(status.load()) + " X\r\nX-Instance: " + id +
