@@ -397,7 +397,6 @@ struct HttpProxy::State : std::enable_shared_from_this<State> {
   }
 
   const Workers workers;
-  std::size_t next_worker = 0;  // on the listener's accept strand
   const ListenerConfig config;
   const std::vector<Upstream*> routes;   // per config.routes
   std::vector<std::size_t> route_order;  // longest prefix first
@@ -1135,18 +1134,14 @@ Result<std::unique_ptr<HttpProxy>> HttpProxy::Start(const Workers& workers,
   options.max_connections = config.max_connections;
   options.refusal = kBusy;
   options.keep_alive = true;  // keepalive probes and no-delay on every client connection
-  // One thread per worker: a connection needs no strand.
-  DROVER_ASSIGN_OR_RETURN(
-      std::unique_ptr<drover::net::TcpListener> listener,
-      drover::net::TcpListener::Start(
-          *workers[0], std::move(options),
-          [raw = state.get()] {
-            return net::any_io_executor(
-                raw->workers[raw->next_worker++ % raw->workers.size()]->get_executor());
-          },
-          [state](tcp::socket socket, drover::net::Connection connection) {
-            return state->Serve(std::move(socket), std::move(connection));
-          }));
+  // Accepted on every worker, each connection served on one (one thread per worker: a connection
+  // needs no strand).
+  DROVER_ASSIGN_OR_RETURN(std::unique_ptr<drover::net::TcpListener> listener,
+                          drover::net::TcpListener::Start(
+                              workers, std::move(options),
+                              [state](tcp::socket socket, drover::net::Connection connection) {
+                                return state->Serve(std::move(socket), std::move(connection));
+                              }));
   for (std::size_t w = 0; w < workers.size(); ++w) {
     net::co_spawn(workers[w]->get_executor(),
                   state->Sweep(state->per_worker[w], workers[w]->get_executor()), net::detached);

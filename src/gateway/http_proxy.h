@@ -25,9 +25,10 @@
 // retried after a timeout or after part of its body was sent. Connect failures, resets, timeouts
 // and 5xx answers feed the instance's outlier ejection.
 //
-// Threads: net::TcpListener accepts on the first worker (the connection limit -- a 503 over it --
-// and close-all are its) straight onto the workers, round robin (io_contexts run by one thread
-// each); a connection, its upstream connections and its thread's UpstreamPool never
+// Threads: net::TcpListener accepts on every worker (io_contexts run by one thread each; the
+// connection limit -- a 503 over it -- and close-all are its), and a connection is served by the
+// worker that accepted it, or the least loaded one when that holds more than its share; a
+// connection, its upstream connections and its thread's UpstreamPool never
 // meet another thread, so a pooled connection moves between client connections without a system
 // call. A sweeper per worker closes pooled connections past their idle timeout or age.
 #pragma once

@@ -15,7 +15,7 @@ class io_context;
 namespace drover::gateway {
 
 // The gateway's io threads: one io_context each, each run by exactly one thread. Listeners
-// spread accepted connections over them; a connection stays on its thread for life.
+// accept on each of them (net::TcpListener); a connection stays on its thread for life.
 using Workers = std::vector<boost::asio::io_context*>;
 
 // What a listener counts besides its connections (net::ConnectionCounters: accepted, active,

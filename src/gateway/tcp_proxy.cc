@@ -110,7 +110,6 @@ struct TcpProxy::State : std::enable_shared_from_this<State> {
   void Watchdog(std::shared_ptr<Conn> c);
 
   const Workers workers;
-  std::size_t next_worker = 0;  // on the listener's accept strand
   const ListenerConfig config;
   Upstream& upstream;
   Clock& clock;
@@ -395,17 +394,12 @@ Result<std::unique_ptr<TcpProxy>> TcpProxy::Start(const Workers& workers,
   // Over the limit the client sees its connection closed at once and may try another gateway.
   DROVER_ASSIGN_OR_RETURN(
       std::unique_ptr<net::TcpListener> listener,
-      net::TcpListener::Start(
-          *workers[0], std::move(options),
-          // One thread per worker: a session needs no strand (which would pass each of its
-          // handlers through a second queue).
-          [raw = state.get()] {
-            return asio::any_io_executor(
-                raw->workers[raw->next_worker++ % raw->workers.size()]->get_executor());
-          },
-          [state](tcp::socket socket, net::Connection connection) {
-            state->Serve(std::move(socket), std::move(connection));
-          }));
+      // Accepted on every worker, each session served on one (one thread per worker: a session
+      // needs no strand, which would pass each of its handlers through a second queue).
+      net::TcpListener::Start(workers, std::move(options),
+                              [state](tcp::socket socket, net::Connection connection) {
+                                state->Serve(std::move(socket), std::move(connection));
+                              }));
   return std::unique_ptr<TcpProxy>(new TcpProxy(std::move(state), std::move(listener)));
 }
 

@@ -10,11 +10,12 @@
 //      TCP keepalive on both sockets finds peers that vanished without a FIN.
 // The chosen instance's counters (active, connections, connect failures) feed the next picks.
 //
-// Threads: net::TcpListener accepts on a strand of the first io_context (the connection limit,
-// refusals and close-all are its); each connection lives on one of the gateway's io_contexts
-// (round robin; each has one thread, so no strand), served there from the accept on (at once when
-// accepted on that thread): the handler of its pending connect (policy hash: a coroutine reads the
-// key line first), then the handlers of its two pumps and its watchdog (no coroutine frame).
+// Threads: net::TcpListener accepts on every one of the gateway's io_contexts (the connection
+// limit, refusals and close-all are its); each connection lives on the one that accepted it, or
+// the least loaded one when that holds more than its share (each has one thread, so no strand),
+// served there from the accept on: the handler of its pending connect (policy hash: a coroutine
+// reads the key line first), then the handlers of its two pumps and its watchdog (no coroutine
+// frame).
 // StopAccepting(), CloseAll() and the getters are thread-safe and must not be called from an io
 // thread (StopAccepting waits for the close to happen).
 #pragma once

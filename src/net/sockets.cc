@@ -40,10 +40,17 @@ Result<asio::ip::tcp::endpoint> ParseEndpoint(std::string_view address, std::str
 }
 
 boost::system::error_code Listen(asio::ip::tcp::acceptor& acceptor,
-                                 const asio::ip::tcp::endpoint& endpoint, int backlog) {
+                                 const asio::ip::tcp::endpoint& endpoint, int backlog,
+                                 bool reuse_port) {
   boost::system::error_code ec;
   acceptor.open(endpoint.protocol(), ec);
   if (!ec) acceptor.set_option(asio::socket_base::reuse_address(true), ec);
+  if (!ec && reuse_port) {
+    const int on = 1;
+    if (::setsockopt(acceptor.native_handle(), SOL_SOCKET, SO_REUSEPORT, &on, sizeof on) != 0) {
+      ec.assign(errno, boost::system::system_category());
+    }
+  }
   if (!ec) acceptor.bind(endpoint, ec);
   if (!ec) acceptor.listen(backlog, ec);
   return ec;

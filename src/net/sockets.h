@@ -26,9 +26,11 @@ namespace drover::net {
 Result<boost::asio::ip::tcp::endpoint> ParseEndpoint(std::string_view address,
                                                      std::string_view what, bool listening = false);
 
-// open + SO_REUSEADDR + bind + listen; the first error, if any.
+// open + SO_REUSEADDR (+ SO_REUSEPORT: one of several listening sockets of this process on one
+// address) + bind + listen; the first error, if any.
 boost::system::error_code Listen(boost::asio::ip::tcp::acceptor& acceptor,
-                                 const boost::asio::ip::tcp::endpoint& endpoint, int backlog);
+                                 const boost::asio::ip::tcp::endpoint& endpoint, int backlog,
+                                 bool reuse_port = false);
 
 // Takes `fd` into `socket` (closed; its executor picks the reactor): a stream socket of
 // `protocol` opened non-blocking (accept4 or socket with SOCK_NONBLOCK) and never duplicated.

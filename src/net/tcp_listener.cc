@@ -4,6 +4,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/dispatch.hpp>
@@ -45,12 +47,13 @@ constexpr auto kRefusalLimit = std::chrono::seconds(1);
 // it into was destroyed, also with its io_context) unregisters it. No frame of the listener's
 // stays with a connection.
 struct Connection::Entry {
-  Entry(std::shared_ptr<TcpListener::State> s, std::uint64_t i, asio::any_io_executor e,
-        const tcp::endpoint& p)
-      : state(std::move(s)), id(i), executor(std::move(e)), peer(p) {}
+  Entry(std::shared_ptr<TcpListener::State> s, std::uint64_t i, std::size_t d,
+        asio::any_io_executor e, const tcp::endpoint& p)
+      : state(std::move(s)), id(i), door(d), executor(std::move(e)), peer(p) {}
   ~Entry();
   const std::shared_ptr<TcpListener::State> state;  // outlives every connection it accepted
   const std::uint64_t id;
+  const std::size_t door;  // whose context serves it
   const asio::any_io_executor executor;
   const tcp::endpoint peer;
   Mutex mu;
@@ -64,40 +67,64 @@ void Connection::OnClose(Closer closer) {
 
 const tcp::endpoint& Connection::peer() const { return entry_->peer; }
 
-struct TcpListener::State : std::enable_shared_from_this<State> {
-  State(asio::io_context& context, ListenerOptions o, Place p, Serve s)
-      : io(context),
-        strand(asio::make_strand(context)),
-        acceptor(strand),
-        options(std::move(o)),
-        place(std::move(p)),
-        serve(std::move(s)) {}
-
-  asio::awaitable<void> Accept();
-  asio::awaitable<void> Refuse(tcp::socket socket);
-  // Registers a connection from `peer` served on `executor`.
-  std::shared_ptr<Connection::Entry> Open(const asio::any_io_executor& executor,
-                                          const tcp::endpoint& peer);
-  // Runs every open connection's closer with `reason`, each on its executor.
-  void Notify(CloseReason reason);
-
+// One listening socket and the loop that accepts on it, on a strand of its context.
+struct Door {
+  explicit Door(asio::io_context& context)
+      : io(context), strand(asio::make_strand(context)), acceptor(strand) {}
   asio::io_context& io;
   const asio::strand<asio::io_context::executor_type> strand;
   tcp::acceptor acceptor;  // used on `strand` only, once accepting started
-  const ListenerOptions options;
-  const Place place;
-  const Serve serve;
-  std::uint16_t port = 0;
-  ConnectionCounters counters;
-  std::once_flag stop_once;
-
+  // Connections served on this door's context.
+  std::atomic<std::size_t> active{0};
+  // Their records, for Notify (a lock per door: the threads of two doors never wait for each
+  // other to open or close a connection).
   Mutex mu;
   std::map<std::uint64_t, std::weak_ptr<Connection::Entry>> open DROVER_GUARDED_BY(mu);
   std::uint64_t next_id DROVER_GUARDED_BY(mu) = 0;
 };
 
-asio::awaitable<void> TcpListener::State::Accept() {
+struct TcpListener::State : std::enable_shared_from_this<State> {
+  State(ListenerOptions o, Place p, Serve s)
+      : options(std::move(o)), place(std::move(p)), serve(std::move(s)) {}
+
+  asio::awaitable<void> Accept(std::size_t door);
+  asio::awaitable<void> Refuse(Door& door, tcp::socket socket);
+  // Where a connection accepted by `door` is served (several doors): that door's context, or
+  // the least loaded one's when it holds more than its share.
+  std::size_t Balance(std::size_t door) const;
+  // Registers a connection from `peer` served on `executor` (door `door`'s context).
+  std::shared_ptr<Connection::Entry> Open(std::size_t door, const asio::any_io_executor& executor,
+                                          const tcp::endpoint& peer);
+  // Runs every open connection's closer with `reason`, each on its executor.
+  void Notify(CloseReason reason);
+
+  std::vector<std::unique_ptr<Door>> doors;
+  const ListenerOptions options;
+  const Place place;  // empty with several doors
+  const Serve serve;
+  std::uint16_t port = 0;
+  ConnectionCounters counters;
+  std::once_flag stop_once;
+};
+
+std::size_t TcpListener::State::Balance(std::size_t door) const {
+  const std::size_t mine = doors[door]->active.load(std::memory_order_relaxed);
+  std::size_t least = door;
+  std::size_t fewest = mine;
+  for (std::size_t d = 0; d < doors.size(); ++d) {
+    const std::size_t n = doors[d]->active.load(std::memory_order_relaxed);
+    if (n < fewest) {
+      least = d;
+      fewest = n;
+    }
+  }
+  return mine > fewest + std::max<std::size_t>(2, fewest / 8) ? least : door;
+}
+
+asio::awaitable<void> TcpListener::State::Accept(std::size_t door) {
   auto self = shared_from_this();
+  Door& at = *doors[door];
+  tcp::acceptor& acceptor = at.acceptor;
   const tcp protocol = acceptor.local_endpoint().protocol();
   while (true) {
     // Readiness, then up to kAcceptBatch connections with accept4, then wait again. Each wait
@@ -136,37 +163,40 @@ asio::awaitable<void> TcpListener::State::Accept() {
         // The client learns at once and may try another server; the ones already here keep
         // their share of the process.
         counters.refused.fetch_add(1, std::memory_order_relaxed);
-        if (auto refused = adopt(strand)) {
-          asio::co_spawn(strand, Refuse(std::move(*refused)), asio::detached);
+        if (auto refused = adopt(at.strand)) {
+          asio::co_spawn(at.strand, Refuse(at, std::move(*refused)), asio::detached);
         }
         continue;
       }
-      const asio::any_io_executor executor = place();
+      const std::size_t serving = place ? door : Balance(door);
+      const asio::any_io_executor executor =
+          place ? place() : asio::any_io_executor(doors[serving]->io.get_executor());
       if (auto socket = adopt(executor)) {
         peer.resize(peer_size);
         // At once on this thread when the executor runs here (and is no other strand), else
         // posted to it.
-        asio::dispatch(executor, [self, socket = std::move(*socket),
-                                  connection = Connection(Open(executor, peer))]() mutable {
-          self->serve(std::move(socket), std::move(connection));
-        });
+        asio::dispatch(executor,
+                       [self, socket = std::move(*socket),
+                        connection = Connection(Open(serving, executor, peer))]() mutable {
+                         self->serve(std::move(socket), std::move(connection));
+                       });
       }
     }
     if (ec) {  // out of descriptors or memory: give the process a moment
       if (!acceptor.is_open()) co_return;
       spdlog::warn("{}: accept failed ({}); retrying in {} ms", options.name, ec.message(),
                    kAcceptPause.count());
-      asio::steady_timer pause(strand, kAcceptPause);
+      asio::steady_timer pause(at.strand, kAcceptPause);
       co_await pause.async_wait(asio::redirect_error(asio::use_awaitable, ec));
     }
   }
 }
 
-asio::awaitable<void> TcpListener::State::Refuse(tcp::socket socket) {
+asio::awaitable<void> TcpListener::State::Refuse(Door& door, tcp::socket socket) {
   error_code ec;
   if (!options.refusal.empty()) {
     // Best effort and bounded: a client that never reads gets a closed socket.
-    asio::steady_timer limit(strand, kRefusalLimit);
+    asio::steady_timer limit(door.strand, kRefusalLimit);
     limit.async_wait([&socket](error_code timer_ec) {
       if (!timer_ec) socket.close(timer_ec);
     });
@@ -178,29 +208,34 @@ asio::awaitable<void> TcpListener::State::Refuse(tcp::socket socket) {
   socket.close(ec);
 }
 
-std::shared_ptr<Connection::Entry> TcpListener::State::Open(const asio::any_io_executor& executor,
+std::shared_ptr<Connection::Entry> TcpListener::State::Open(std::size_t door,
+                                                            const asio::any_io_executor& executor,
                                                             const tcp::endpoint& peer) {
   counters.active.fetch_add(1, std::memory_order_relaxed);
-  MutexLock lock(mu);
-  const std::uint64_t id = next_id++;
-  auto entry = std::make_shared<Connection::Entry>(shared_from_this(), id, executor, peer);
-  open.emplace(id, entry);
+  Door& d = *doors[door];
+  d.active.fetch_add(1, std::memory_order_relaxed);
+  MutexLock lock(d.mu);
+  const std::uint64_t id = d.next_id++;
+  auto entry = std::make_shared<Connection::Entry>(shared_from_this(), id, door, executor, peer);
+  d.open.emplace(id, entry);
   return entry;
 }
 
 Connection::Entry::~Entry() {
+  Door& d = *state->doors[door];
   {
-    MutexLock lock(state->mu);
-    state->open.erase(id);
+    MutexLock lock(d.mu);
+    d.open.erase(id);
   }
+  d.active.fetch_sub(1, std::memory_order_relaxed);
   state->counters.active.fetch_sub(1, std::memory_order_relaxed);
 }
 
 void TcpListener::State::Notify(CloseReason reason) {
   std::vector<std::shared_ptr<Connection::Entry>> entries;
-  {
-    MutexLock lock(mu);
-    for (const auto& [id, weak] : open) {
+  for (const auto& door : doors) {
+    MutexLock lock(door->mu);
+    for (const auto& [id, weak] : door->open) {
       if (auto entry = weak.lock()) entries.push_back(std::move(entry));
     }
   }
@@ -216,28 +251,60 @@ void TcpListener::State::Notify(CloseReason reason) {
   }
 }
 
+namespace {
+
+Status CannotListen(const ListenerOptions& o, const error_code& ec) {
+  return UnavailableError(o.name + ": cannot listen on " + o.address + ": " + ec.message());
+}
+
+}  // namespace
+
+Result<std::unique_ptr<TcpListener>> TcpListener::Open(std::vector<asio::io_context*> contexts,
+                                                       ListenerOptions options, Place place,
+                                                       Serve serve) {
+  DROVER_ASSIGN_OR_RETURN(tcp::endpoint endpoint,
+                          ParseEndpoint(options.address, options.name + " address", true));
+  if (contexts.empty()) {
+    return InvalidArgumentError(options.name + ": no io_context to accept on");
+  }
+  auto state = std::make_shared<State>(std::move(options), std::move(place), std::move(serve));
+  const ListenerOptions& o = state->options;
+  const bool shared = contexts.size() > 1;
+  if (shared) {
+    // Bound once alone first: that fails while another process listens on the address (with
+    // SO_REUSEPORT or not), which the shared sockets alone would join instead. It also turns
+    // port 0 into the port they all take.
+    tcp::acceptor probe(*contexts[0]);
+    if (const error_code ec = Listen(probe, endpoint, 1)) return CannotListen(o, ec);
+    endpoint.port(probe.local_endpoint().port());
+  }
+  for (asio::io_context* context : contexts) {
+    auto& door = state->doors.emplace_back(std::make_unique<Door>(*context));
+    if (const error_code ec = Listen(door->acceptor, endpoint, o.backlog, shared)) {
+      return CannotListen(o, ec);
+    }
+    error_code ec;
+    door->acceptor.non_blocking(true, ec);  // accept4 in Accept() must never block
+    if (ec) return CannotListen(o, ec);
+    // Accepted sockets inherit these from the listening one: set once here, not per connection.
+    if (o.keep_alive) SetKeepAlive(door->acceptor.native_handle());
+  }
+  state->port = state->doors[0]->acceptor.local_endpoint().port();
+  for (std::size_t d = 0; d < state->doors.size(); ++d) {
+    asio::co_spawn(state->doors[d]->strand, state->Accept(d), asio::detached);
+  }
+  return std::unique_ptr<TcpListener>(new TcpListener(std::move(state)));
+}
+
 Result<std::unique_ptr<TcpListener>> TcpListener::Start(asio::io_context& accept_on,
                                                         ListenerOptions options, Place place,
                                                         Serve serve) {
-  DROVER_ASSIGN_OR_RETURN(const tcp::endpoint endpoint,
-                          ParseEndpoint(options.address, options.name + " address", true));
-  auto state =
-      std::make_shared<State>(accept_on, std::move(options), std::move(place), std::move(serve));
-  if (const error_code ec = Listen(state->acceptor, endpoint, state->options.backlog)) {
-    return UnavailableError(state->options.name + ": cannot listen on " + state->options.address +
-                            ": " + ec.message());
-  }
-  state->port = state->acceptor.local_endpoint().port();
-  error_code ec;
-  state->acceptor.non_blocking(true, ec);  // accept4 in Accept() must never block
-  if (ec) {
-    return UnavailableError(state->options.name + ": cannot listen on " + state->options.address +
-                            ": " + ec.message());
-  }
-  // Accepted sockets inherit these from the listening one: set once here, not per connection.
-  if (state->options.keep_alive) SetKeepAlive(state->acceptor.native_handle());
-  asio::co_spawn(state->strand, state->Accept(), asio::detached);
-  return std::unique_ptr<TcpListener>(new TcpListener(std::move(state)));
+  return Open({&accept_on}, std::move(options), std::move(place), std::move(serve));
+}
+
+Result<std::unique_ptr<TcpListener>> TcpListener::Start(
+    const std::vector<asio::io_context*>& workers, ListenerOptions options, Serve serve) {
+  return Open(workers, std::move(options), nullptr, std::move(serve));
 }
 
 TcpListener::Serve TcpListener::Spawn(Coroutine coroutine) {
@@ -256,19 +323,24 @@ const ConnectionCounters& TcpListener::counters() const { return state_->counter
 void TcpListener::StopAccepting() {
   std::call_once(state_->stop_once, [this] {
     State& s = *state_;
-    if (s.io.stopped() || s.strand.running_in_this_thread()) {
-      // No io thread can touch the acceptor any more (or this is the one that would).
-      error_code ec;
-      s.acceptor.close(ec);
-    } else {
-      std::promise<void> closed;
-      asio::post(s.strand, [&s, &closed] {
+    std::vector<std::future<void>> closing;
+    for (const auto& door : s.doors) {
+      Door& d = *door;
+      if (d.io.stopped() || d.strand.running_in_this_thread()) {
+        // No io thread can touch the acceptor any more (or this is the one that would).
         error_code ec;
-        s.acceptor.close(ec);
-        closed.set_value();
+        d.acceptor.close(ec);
+        continue;
+      }
+      auto closed = std::make_shared<std::promise<void>>();
+      closing.push_back(closed->get_future());
+      asio::post(d.strand, [&d, closed] {
+        error_code ec;
+        d.acceptor.close(ec);
+        closed->set_value();
       });
-      closed.get_future().wait();
     }
+    for (auto& c : closing) c.wait();
     s.Notify(CloseReason::kDraining);
   });
 }

@@ -1,25 +1,34 @@
 // TcpListener: the accept loop of every Drover server -- the registry's and the agent's HTTP
 // APIs, the gateway's TCP and HTTP listeners and its admin port.
 //
-// It binds "ip:port", accepts on a strand of one io_context, and hands each connection to the
-// owner's Serve on the executor the owner's Place picks (one of its io threads, a strand): at
-// once when that executor runs on the accepting thread (no trip through the queue), else posted
-// to it. Serve starts whatever the connection needs (a coroutine through Spawn(), a readiness
-// wait, a connect) and returns; the listener itself keeps no frame per connection. Around that it
-// does what each server needs the same way:
+// It binds "ip:port" and accepts in one of two ways:
+//   - on a strand of one io_context, handing each connection to the executor the owner's Place
+//     picks (a strand of its own, or one of several io threads);
+//   - on every one of a set of io_contexts, each run by one thread (the gateway's workers): each
+//     has a listening socket of its own on the address (SO_REUSEPORT: the kernel spreads new
+//     connections over them, and no thread is woken for a connection another takes), and serves
+//     what it accepts itself -- unless it holds more connections than its share (more than the
+//     least loaded context plus an eighth, and at least 2), when the connection goes to the
+//     least loaded context: a burst that the kernel's hash spread unevenly ends even. A second
+//     process cannot join the address: before the shared sockets it is bound once without
+//     SO_REUSEPORT, which fails while anything else listens there.
+// Serve runs on the connection's executor: at once when that is the accepting thread (no trip
+// through the queue), else posted to it. It starts whatever the connection needs (a coroutine
+// through Spawn(), a readiness wait, a connect) and returns; the listener itself keeps no frame
+// per connection. Around that it does what each server needs the same way:
 //   - a connection limit: a client over max_connections gets `refusal` (bytes written within a
 //     second, e.g. an HTTP 503; nothing: closed at once) and is closed, counted as refused;
 //   - accept errors (out of descriptors) pause the loop briefly instead of spinning;
 //   - counters (accepted, active, refused) for the owner's metrics;
-//   - StopAccepting() closes the listening socket (new clients are refused by the kernel) and
+//   - StopAccepting() closes the listening sockets (new clients are refused by the kernel) and
 //     tells every open connection, through the closer it registered, that the server is
 //     draining; CloseAll() tells them to close now. Each connection decides what that means for
 //     it (a TCP session goes on while draining; an idle HTTP keep-alive connection closes).
 //
 // Threads: Start() and the getters from any thread; StopAccepting() and CloseAll() from any
-// thread but the io threads (StopAccepting waits until the socket is closed, unless nothing runs
-// the accept context any more). The listener's state lives as long as the last connection it
-// accepted.
+// thread but the io threads (StopAccepting waits until the sockets are closed, unless nothing
+// runs an accepting context any more). The listener's state lives as long as the last connection
+// it accepted.
 #pragma once
 
 // clang-format off
@@ -34,6 +43,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "drover/status.h"
 #include "net/connection_counters.h"
@@ -92,10 +102,15 @@ class TcpListener {
   static Serve Spawn(Coroutine coroutine);
 
   // Binds options.address and starts accepting on a strand of `accept_on`, which the owner runs
-  // (before or after Start) and stops.
+  // (before or after Start) and stops; each connection is served where `place` says.
   static Result<std::unique_ptr<TcpListener>> Start(boost::asio::io_context& accept_on,
                                                     ListenerOptions options, Place place,
                                                     Serve serve);
+  // Binds options.address once per context of `workers` (each run by exactly one thread, by the
+  // owner, before or after Start) and accepts on each; a connection is served on the context
+  // that accepted it, or the least loaded one (see above).
+  static Result<std::unique_ptr<TcpListener>> Start(
+      const std::vector<boost::asio::io_context*>& workers, ListenerOptions options, Serve serve);
   ~TcpListener();  // StopAccepting()
   TcpListener(const TcpListener&) = delete;
   TcpListener& operator=(const TcpListener&) = delete;
@@ -112,6 +127,10 @@ class TcpListener {
 
  private:
   explicit TcpListener(std::shared_ptr<State> state) : state_(std::move(state)) {}
+  // Both Starts: one listening socket per context (SO_REUSEPORT when there are several).
+  static Result<std::unique_ptr<TcpListener>> Open(std::vector<boost::asio::io_context*> contexts,
+                                                   ListenerOptions options, Place place,
+                                                   Serve serve);
   std::shared_ptr<State> state_;
 };
 

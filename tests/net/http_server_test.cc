@@ -19,6 +19,7 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/beast/http.hpp>
+#include <cstdlib>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <thread>
@@ -331,6 +332,86 @@ TEST(TcpListenerTest, ABurstIsAcceptedWholeOntoTheWorkerWithTheListenersSocketOp
   acceptor_io.stop();
   worker_io.stop();
   for (std::thread& t : runners) t.join();
+}
+
+// A listener on several workers: each accepts on a listening socket of its own and serves what it
+// accepts on its own thread, unless it holds more than its share -- 64 connections made at once
+// end up spread evenly, however the kernel's hash spread them.
+TEST(TcpListenerTest, ListeningOnEveryWorkerServesOnTheirThreadsEvenly) {
+  asio::io_context io0(1), io1(1);
+  asio::io_context* workers[2] = {&io0, &io1};
+  ListenerOptions o;
+  o.name = "test";
+  o.address = "127.0.0.1:0";
+  struct Kept {
+    asio::ip::tcp::socket socket;
+    Connection connection;
+  };
+  std::vector<Kept> kept[2];  // each on its worker's thread only
+  std::atomic<int> served{0}, on_thread{0}, per_worker[2] = {0, 0};
+  auto listener =
+      TcpListener::Start({&io0, &io1}, o, [&](asio::ip::tcp::socket socket, Connection connection) {
+        const auto* context = &asio::query(socket.get_executor(), asio::execution::context);
+        const int w = context == &io0 ? 0 : 1;
+        if (workers[w]->get_executor().running_in_this_thread()) on_thread.fetch_add(1);
+        per_worker[w].fetch_add(1);
+        kept[w].push_back({std::move(socket), std::move(connection)});
+        served.fetch_add(1);
+      });
+  ASSERT_TRUE(listener.ok()) << listener.status().ToString();
+  std::vector<std::thread> runners;
+  for (asio::io_context* io : workers) {
+    runners.emplace_back([io] {
+      auto work = asio::make_work_guard(*io);
+      io->run();
+    });
+  }
+  std::vector<int> clients;
+  for (int i = 0; i < 64; ++i) clients.push_back(testing::ConnectLoopback((*listener)->port()));
+  ASSERT_TRUE(Eventually([&] { return served.load() == 64; })) << served.load();
+  EXPECT_EQ(on_thread.load(), 64);
+  EXPECT_EQ((*listener)->counters().active.load(), 64u);
+  // Within the slack Balance allows: more than the fewest plus an eighth (at least 2) hands over.
+  EXPECT_LE(std::abs(per_worker[0].load() - per_worker[1].load()), 6)
+      << per_worker[0].load() << " / " << per_worker[1].load();
+  (*listener)->StopAccepting();
+  EXPECT_LT(testing::ConnectLoopback((*listener)->port()), 0);  // every socket closed
+  for (int w = 0; w < 2; ++w) asio::post(*workers[w], [&kept, w] { kept[w].clear(); });
+  EXPECT_TRUE(Eventually([&] { return (*listener)->counters().active.load() == 0; }));
+  for (const int fd : clients) ::close(fd);
+  listener->reset();
+  for (asio::io_context* io : workers) io->stop();
+  for (std::thread& t : runners) t.join();
+}
+
+// The sockets that share an address (SO_REUSEPORT) let nothing else in: a second listener on it,
+// in this process or another, is refused as for a single socket, and the shared ones are refused
+// an address something else holds.
+TEST(TcpListenerTest, AnAddressHeldByListeningWorkersIsInUseForAnyoneElse) {
+  asio::io_context io0(1), io1(1);
+  ListenerOptions o;
+  o.name = "test";
+  o.address = "127.0.0.1:0";
+  const auto nothing = [](asio::ip::tcp::socket, Connection) {};
+  auto first = TcpListener::Start({&io0, &io1}, o, nothing);
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  o.address = "127.0.0.1:" + std::to_string((*first)->port());
+  auto second = TcpListener::Start({&io0, &io1}, o, nothing);
+  EXPECT_EQ(second.status().code(), StatusCode::kUnavailable);
+  EXPECT_THAT(second.status().message(), HasSubstr("in use"));
+  auto single = TcpListener::Start(
+      io0, o, [&io0] { return asio::any_io_executor(io0.get_executor()); }, nothing);
+  EXPECT_EQ(single.status().code(), StatusCode::kUnavailable);
+  // A socket listening without SO_REUSEPORT, as another program's would.
+  o.address = "127.0.0.1:" + std::to_string(testing::FreeLoopbackPort());
+  auto plain = TcpListener::Start(
+      io0, o, [&io0] { return asio::any_io_executor(io0.get_executor()); }, nothing);
+  ASSERT_TRUE(plain.ok()) << plain.status().ToString();
+  auto shared = TcpListener::Start({&io0, &io1}, o, nothing);
+  EXPECT_EQ(shared.status().code(), StatusCode::kUnavailable);
+  EXPECT_THAT(shared.status().message(), HasSubstr("in use"));
+  io0.stop();  // nothing runs them: the listeners close their sockets themselves
+  io1.stop();
 }
 
 TEST(TcpListenerTest, ABadAddressIsRefusedBeforeAnythingStarts) {
