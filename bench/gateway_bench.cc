@@ -95,6 +95,7 @@ struct Options {
   int rounds = 3;
   double seconds = 3;
   bool json = false;
+  bool show_rounds = false;
   int idle_sessions = 8000;
   int idle_http_clients = 8000;
 };
@@ -746,7 +747,7 @@ void Stop(std::vector<Proxy>& proxies) {
 // `rounds` rounds of `run` on every proxy (taking turns, each round starting with the next proxy,
 // so that none always runs right after the same one), after one short warm-up each; returns
 // {direct, drover, haproxy, nginx}, each the median of its rounds.
-std::vector<Result> Rounds(const std::vector<Proxy>& proxies, Result direct, int rounds,
+std::vector<Result> Rounds(const std::vector<Proxy>& proxies, Result direct, int rounds, bool show,
                            const std::function<Result(const Proxy&, bool warm_up)>& run) {
   std::vector<std::vector<Result>> per(proxies.size());
   for (const Proxy& p : proxies) {
@@ -755,7 +756,14 @@ std::vector<Result> Rounds(const std::vector<Proxy>& proxies, Result direct, int
   for (int r = 0; r < rounds; ++r) {
     for (std::size_t k = 0; k < proxies.size(); ++k) {
       const std::size_t i = (static_cast<std::size_t>(r) + k) % proxies.size();
-      if (proxies[i].process) per[i].push_back(run(proxies[i], false));
+      if (!proxies[i].process) continue;
+      per[i].push_back(run(proxies[i], false));
+      if (show) {
+        const Result& x = per[i].back();
+        std::printf("  round %d %-8s %12.0f %9.2f %9.2f %8llu\n", r + 1, x.system.c_str(),
+                    x.sessions_per_s, x.p50_ms, x.p99_ms,
+                    static_cast<unsigned long long>(x.errors));
+      }
     }
   }
   std::vector<Result> results = {std::move(direct)};
@@ -858,6 +866,8 @@ int main(int argc, char** argv) {
   app.add_flag("!--no-tcp", o.tcp, "Skip the TCP parts (sessions and idle sessions)");
   app.add_flag("!--no-http", o.http, "Skip the HTTP parts (requests, bytes and idle clients)");
   app.add_flag("--json", o.json, "Print the report as JSON");
+  app.add_flag("--show-rounds", o.show_rounds,
+               "Also print every measured round as it ends (rate, p50 ms, p99 ms, errors)");
   app.add_option("--idle-sessions", o.idle_sessions,
                  "Idle TCP sessions held through every proxy for the memory figure (0: skip; "
                  "each takes two of the proxy's descriptors)")
@@ -965,7 +975,7 @@ int main(int argc, char** argv) {
       Run("direct", zone_ports[0], o, 0.3);  // warm-up, discarded
       const std::vector<Result> results =
           Rounds(proxies, Run("direct (one upstream)", zone_ports[0], o, o.seconds), o.rounds,
-                 [&](const Proxy& p, bool warm_up) {
+                 o.show_rounds && !o.json, [&](const Proxy& p, bool warm_up) {
                    return Run(p.system, p.port, o, warm_up ? 0.3 : o.seconds);
                  });
       Stop(proxies);
@@ -1030,7 +1040,7 @@ int main(int argc, char** argv) {
         RunWrk(*wrk, "direct", web_port, o, 0.5, m.load);  // warm-up, discarded
         const std::vector<Result> results = Rounds(
             proxies, RunWrk(*wrk, "direct (no proxy)", web_port, o, o.http_seconds, m.load),
-            o.rounds, [&](const Proxy& p, bool warm_up) {
+            o.rounds, o.show_rounds && !o.json, [&](const Proxy& p, bool warm_up) {
               return RunWrk(*wrk, p.system, p.port, o, warm_up ? 0.5 : o.http_seconds, m.load);
             });
         Report(fmt::format("gateway_bench http: wrk -t2 -c{} {}, {} per proxy, median of {} "
