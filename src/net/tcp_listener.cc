@@ -67,17 +67,21 @@ void Connection::OnClose(Closer closer) {
 
 const tcp::endpoint& Connection::peer() const { return entry_->peer; }
 
-// One listening socket and the loop that accepts on it, on a strand of its context.
-struct Door {
-  explicit Door(asio::io_context& context)
-      : io(context), strand(asio::make_strand(context)), acceptor(strand) {}
-  asio::io_context& io;
+// One listening socket and the strand its accept loop runs on. Shared by the listener and that
+// loop (and a refusal under way) -- never by the connections, whose last reference may go while
+// the contexts are destroyed: a gate goes with its listener, or at the latest with its context.
+struct TcpListener::Gate {
+  explicit Gate(asio::io_context& context) : strand(asio::make_strand(context)), acceptor(strand) {}
   const asio::strand<asio::io_context::executor_type> strand;
   tcp::acceptor acceptor;  // used on `strand` only, once accepting started
-  // Connections served on this door's context.
+};
+
+// The connections served on one gate's context, for Balance and Notify (a lock per door: the
+// threads of two doors never wait for each other to open or close a connection).
+struct Door {
+  explicit Door(asio::io_context& context) : io(context) {}
+  asio::io_context& io;
   std::atomic<std::size_t> active{0};
-  // Their records, for Notify (a lock per door: the threads of two doors never wait for each
-  // other to open or close a connection).
   Mutex mu;
   std::map<std::uint64_t, std::weak_ptr<Connection::Entry>> open DROVER_GUARDED_BY(mu);
   std::uint64_t next_id DROVER_GUARDED_BY(mu) = 0;
@@ -87,8 +91,8 @@ struct TcpListener::State : std::enable_shared_from_this<State> {
   State(ListenerOptions o, Place p, Serve s)
       : options(std::move(o)), place(std::move(p)), serve(std::move(s)) {}
 
-  asio::awaitable<void> Accept(std::size_t door);
-  asio::awaitable<void> Refuse(Door& door, tcp::socket socket);
+  asio::awaitable<void> Accept(std::shared_ptr<TcpListener::Gate> gate, std::size_t door);
+  asio::awaitable<void> Refuse(std::shared_ptr<TcpListener::Gate> gate, tcp::socket socket);
   // Where a connection accepted by `door` is served (several doors): that door's context, or
   // the least loaded one's when it holds more than its share.
   std::size_t Balance(std::size_t door) const;
@@ -121,10 +125,10 @@ std::size_t TcpListener::State::Balance(std::size_t door) const {
   return mine > fewest + std::max<std::size_t>(2, fewest / 8) ? least : door;
 }
 
-asio::awaitable<void> TcpListener::State::Accept(std::size_t door) {
+asio::awaitable<void> TcpListener::State::Accept(std::shared_ptr<TcpListener::Gate> gate,
+                                                 std::size_t door) {
   auto self = shared_from_this();
-  Door& at = *doors[door];
-  tcp::acceptor& acceptor = at.acceptor;
+  tcp::acceptor& acceptor = gate->acceptor;
   const tcp protocol = acceptor.local_endpoint().protocol();
   while (true) {
     // Readiness, then up to kAcceptBatch connections with accept4, then wait again. Each wait
@@ -163,8 +167,8 @@ asio::awaitable<void> TcpListener::State::Accept(std::size_t door) {
         // The client learns at once and may try another server; the ones already here keep
         // their share of the process.
         counters.refused.fetch_add(1, std::memory_order_relaxed);
-        if (auto refused = adopt(at.strand)) {
-          asio::co_spawn(at.strand, Refuse(at, std::move(*refused)), asio::detached);
+        if (auto refused = adopt(gate->strand)) {
+          asio::co_spawn(gate->strand, Refuse(gate, std::move(*refused)), asio::detached);
         }
         continue;
       }
@@ -186,17 +190,18 @@ asio::awaitable<void> TcpListener::State::Accept(std::size_t door) {
       if (!acceptor.is_open()) co_return;
       spdlog::warn("{}: accept failed ({}); retrying in {} ms", options.name, ec.message(),
                    kAcceptPause.count());
-      asio::steady_timer pause(at.strand, kAcceptPause);
+      asio::steady_timer pause(gate->strand, kAcceptPause);
       co_await pause.async_wait(asio::redirect_error(asio::use_awaitable, ec));
     }
   }
 }
 
-asio::awaitable<void> TcpListener::State::Refuse(Door& door, tcp::socket socket) {
+asio::awaitable<void> TcpListener::State::Refuse(std::shared_ptr<TcpListener::Gate> gate,
+                                                 tcp::socket socket) {
   error_code ec;
   if (!options.refusal.empty()) {
     // Best effort and bounded: a client that never reads gets a closed socket.
-    asio::steady_timer limit(door.strand, kRefusalLimit);
+    asio::steady_timer limit(gate->strand, kRefusalLimit);
     limit.async_wait([&socket](error_code timer_ec) {
       if (!timer_ec) socket.close(timer_ec);
     });
@@ -278,22 +283,24 @@ Result<std::unique_ptr<TcpListener>> TcpListener::Open(std::vector<asio::io_cont
     if (const error_code ec = Listen(probe, endpoint, 1)) return CannotListen(o, ec);
     endpoint.port(probe.local_endpoint().port());
   }
+  std::vector<std::shared_ptr<TcpListener::Gate>> gates;
   for (asio::io_context* context : contexts) {
-    auto& door = state->doors.emplace_back(std::make_unique<Door>(*context));
-    if (const error_code ec = Listen(door->acceptor, endpoint, o.backlog, shared)) {
+    state->doors.push_back(std::make_unique<Door>(*context));
+    const auto& gate = gates.emplace_back(std::make_shared<TcpListener::Gate>(*context));
+    if (const error_code ec = Listen(gate->acceptor, endpoint, o.backlog, shared)) {
       return CannotListen(o, ec);
     }
     error_code ec;
-    door->acceptor.non_blocking(true, ec);  // accept4 in Accept() must never block
+    gate->acceptor.non_blocking(true, ec);  // accept4 in Accept() must never block
     if (ec) return CannotListen(o, ec);
     // Accepted sockets inherit these from the listening one: set once here, not per connection.
-    if (o.keep_alive) SetKeepAlive(door->acceptor.native_handle());
+    if (o.keep_alive) SetKeepAlive(gate->acceptor.native_handle());
   }
-  state->port = state->doors[0]->acceptor.local_endpoint().port();
-  for (std::size_t d = 0; d < state->doors.size(); ++d) {
-    asio::co_spawn(state->doors[d]->strand, state->Accept(d), asio::detached);
+  state->port = gates[0]->acceptor.local_endpoint().port();
+  for (std::size_t d = 0; d < gates.size(); ++d) {
+    asio::co_spawn(gates[d]->strand, state->Accept(gates[d], d), asio::detached);
   }
-  return std::unique_ptr<TcpListener>(new TcpListener(std::move(state)));
+  return std::unique_ptr<TcpListener>(new TcpListener(std::move(state), std::move(gates)));
 }
 
 Result<std::unique_ptr<TcpListener>> TcpListener::Start(asio::io_context& accept_on,
@@ -324,19 +331,19 @@ void TcpListener::StopAccepting() {
   std::call_once(state_->stop_once, [this] {
     State& s = *state_;
     std::vector<std::future<void>> closing;
-    for (const auto& door : s.doors) {
-      Door& d = *door;
-      if (d.io.stopped() || d.strand.running_in_this_thread()) {
+    for (std::size_t d = 0; d < gates_.size(); ++d) {
+      Gate& gate = *gates_[d];
+      if (s.doors[d]->io.stopped() || gate.strand.running_in_this_thread()) {
         // No io thread can touch the acceptor any more (or this is the one that would).
         error_code ec;
-        d.acceptor.close(ec);
+        gate.acceptor.close(ec);
         continue;
       }
       auto closed = std::make_shared<std::promise<void>>();
       closing.push_back(closed->get_future());
-      asio::post(d.strand, [&d, closed] {
+      asio::post(gate.strand, [&gate, closed] {
         error_code ec;
-        d.acceptor.close(ec);
+        gate.acceptor.close(ec);
         closed->set_value();
       });
     }

@@ -126,12 +126,17 @@ class TcpListener {
   struct State;
 
  private:
-  explicit TcpListener(std::shared_ptr<State> state) : state_(std::move(state)) {}
+  struct Gate;
+  TcpListener(std::shared_ptr<State> state, std::vector<std::shared_ptr<Gate>> gates)
+      : state_(std::move(state)), gates_(std::move(gates)) {}
   // Both Starts: one listening socket per context (SO_REUSEPORT when there are several).
   static Result<std::unique_ptr<TcpListener>> Open(std::vector<boost::asio::io_context*> contexts,
                                                    ListenerOptions options, Place place,
                                                    Serve serve);
   std::shared_ptr<State> state_;
+  // The listening sockets, one per accepting context: released with the listener (their accept
+  // loops hold them until they end), never by a connection.
+  std::vector<std::shared_ptr<Gate>> gates_;
 };
 
 }  // namespace drover::net
