@@ -1140,7 +1140,7 @@ Result<std::unique_ptr<HttpProxy>> HttpProxy::Start(const Workers& workers,
                           drover::net::TcpListener::Start(
                               workers, std::move(options),
                               [state](tcp::socket socket, drover::net::Connection connection) {
-                                return state->Serve(std::move(socket), std::move(connection));
+                                state->Serve(std::move(socket), std::move(connection));
                               }));
   for (std::size_t w = 0; w < workers.size(); ++w) {
     net::co_spawn(workers[w]->get_executor(),

@@ -92,6 +92,8 @@ struct TcpProxy::State : std::enable_shared_from_this<State> {
   // Picks an instance and connects to it, trying others after a failed connect (up to
   // connect_attempts); the session starts (Started) on the first that answers, or ends when none
   // could be reached.
+  // A session's dial, on the upstream snapshot of the moment.
+  void StartDial(std::shared_ptr<Conn> c, std::uint64_t key_hash, std::string rest);
   void Dial(std::unique_ptr<Dialing> d);
   void Dialed(std::unique_ptr<Dialing> d, bool ok);
   void GiveUp(Dialing& d);  // no instance answered: the client is closed
@@ -361,23 +363,26 @@ void TcpProxy::State::Serve(tcp::socket client, net::Connection connection) {
     return;
   }
   // Nothing to wait for: the connect starts in the turn of the loop that accepted the client.
-  auto d = std::make_unique<Dialing>();
-  d->c = std::move(c);
-  d->snapshot = upstream.Snapshot();
-  Dial(std::move(d));
+  StartDial(std::move(c), 0, {});
 }
 
 asio::awaitable<void> TcpProxy::State::ReadKeyThenDial(std::shared_ptr<Conn> c) {
-  auto d = std::make_unique<Dialing>();
-  const std::optional<std::string> key = co_await ReadKeyLine(c, d->rest);
+  std::string rest;
+  const std::optional<std::string> key = co_await ReadKeyLine(c, rest);
   if (!key) {
     counters.bad_key.fetch_add(1, std::memory_order_relaxed);
     c->CloseBoth();
     co_return;
   }
-  d->key_hash = router::HashKey(*key);
+  StartDial(std::move(c), router::HashKey(*key), std::move(rest));
+}
+
+void TcpProxy::State::StartDial(std::shared_ptr<Conn> c, std::uint64_t key_hash, std::string rest) {
+  auto d = std::make_unique<Dialing>();
   d->c = std::move(c);
   d->snapshot = upstream.Snapshot();
+  d->key_hash = key_hash;
+  d->rest = std::move(rest);
   Dial(std::move(d));
 }
 
