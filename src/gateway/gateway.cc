@@ -18,6 +18,7 @@
 #include "gateway/tcp_proxy.h"
 #include "gateway/upstream.h"
 #include "net/http_server.h"
+#include "net/sockets.h"
 #include "sdk/self_registration.h"
 #include "sdk/socket_util.h"
 
@@ -56,7 +57,11 @@ struct Gateway::Impl {
   };
   static IoContexts MakeContexts(int n) {
     IoContexts ios;
-    for (int i = 0; i < n; ++i) ios.push_back(std::make_unique<asio::io_context>(1));
+    for (int i = 0; i < n; ++i) {
+      ios.push_back(std::make_unique<asio::io_context>(1));
+      // Workers run until stopped: their upstream connects' deadlines keep one timer armed.
+      net::KeepConnectTimerArmed(*ios.back());
+    }
     return ios;
   }
   void StopAll() {

@@ -21,6 +21,7 @@
 #include <typeinfo>
 
 #include "common/host_port.h"
+#include "drover/mutex.h"
 
 namespace drover::net {
 
@@ -399,22 +400,132 @@ ConnectStart BeginConnect(tcp::socket& socket, const tcp::endpoint& to) {
   return {{}, false, event_tells};
 }
 
+// The connect deadlines of one execution context and the one timer that watches them. A connect
+// that ends leaves the list without touching the timer, and a deadline later than the timer's
+// expiry does not re-arm it: the timer fires at the earliest deadline it was armed for, ends
+// the attempts that are due and re-arms for the earliest left -- under a steady stream of
+// connects about once per connect timeout (KeepConnectTimerArmed), where a timer per connect
+// reprogrammed the timerfd on nearly every connect. The list is unordered (a connect's life is
+// short; the scan runs when the timer fires). A lock makes it safe on a context run by several
+// threads.
+class ConnectWatch : public asio::execution_context::service {
+ public:
+  static asio::execution_context::id id;
+  explicit ConnectWatch(asio::execution_context& context) : service(context) {}
+
+  void Add(ConnectDeadline& d, const asio::any_io_executor& executor) DROVER_EXCLUDES(mu_) {
+    const MutexLock lock(mu_);
+    if (shut_down_) return;  // (the context is going: nothing will run its timers)
+    d.watch = this;
+    d.prev = nullptr;
+    d.next = head_;
+    if (head_ != nullptr) head_->prev = &d;
+    head_ = &d;
+    if (!timer_) timer_.emplace(executor);
+    if (!armed_ || d.at < *armed_) Arm(d.at);
+  }
+
+  void Remove(ConnectDeadline& d) DROVER_EXCLUDES(mu_) {
+    const MutexLock lock(mu_);
+    Unlink(d);
+    if (head_ == nullptr && armed_ && !keep_armed_ && !shut_down_) {
+      armed_.reset();
+      timer_->cancel();  // the context's run() ends when its other work does
+    }
+  }
+
+  void KeepArmed() DROVER_EXCLUDES(mu_) {
+    const MutexLock lock(mu_);
+    keep_armed_ = true;
+  }
+
+ private:
+  void shutdown() override DROVER_EXCLUDES(mu_) {
+    const MutexLock lock(mu_);
+    shut_down_ = true;
+    while (head_ != nullptr) Unlink(*head_);  // their owners go with the context's operations
+    armed_.reset();
+    timer_.reset();
+  }
+
+  void Unlink(ConnectDeadline& d) DROVER_REQUIRES(mu_) {
+    if (d.watch != this) return;
+    if (d.prev != nullptr) d.prev->next = d.next;
+    if (d.next != nullptr) d.next->prev = d.prev;
+    if (head_ == &d) head_ = d.next;
+    d.watch = nullptr;
+    d.prev = d.next = nullptr;
+  }
+
+  void Arm(std::chrono::steady_clock::time_point at) DROVER_REQUIRES(mu_) {
+    armed_ = at;
+    timer_->expires_at(at);  // (a wait it replaces ends with operation_aborted and is ignored)
+    timer_->async_wait([this](error_code ec) {
+      if (ec != asio::error::operation_aborted) Fire();
+    });
+  }
+
+  void Fire() DROVER_EXCLUDES(mu_) {
+    const MutexLock lock(mu_);
+    if (shut_down_) return;
+    armed_.reset();
+    const auto now = std::chrono::steady_clock::now();
+    std::optional<std::chrono::steady_clock::time_point> earliest;
+    for (ConnectDeadline* d = head_; d != nullptr;) {
+      ConnectDeadline* next = d->next;
+      if (d->at <= now) {
+        Unlink(*d);
+        d->timed_out = true;
+        error_code ignored;
+        d->waiting->cancel(ignored);  // its wait ends with operation_aborted
+      } else if (!earliest || d->at < *earliest) {
+        earliest = d->at;
+      }
+      d = next;
+    }
+    if (earliest) Arm(*earliest);
+  }
+
+  Mutex mu_;
+  ConnectDeadline* head_ DROVER_GUARDED_BY(mu_) = nullptr;
+  std::optional<asio::steady_timer> timer_ DROVER_GUARDED_BY(mu_);
+  std::optional<std::chrono::steady_clock::time_point> armed_ DROVER_GUARDED_BY(mu_);
+  bool shut_down_ DROVER_GUARDED_BY(mu_) = false;
+  bool keep_armed_ DROVER_GUARDED_BY(mu_) = false;
+};
+
+asio::execution_context::id ConnectWatch::id;
+
+ConnectDeadline::~ConnectDeadline() { Disarm(); }
+
+}  // namespace internal
+
+void KeepConnectTimerArmed(asio::execution_context& context) {
+  asio::use_service<internal::ConnectWatch>(context).KeepArmed();
+}
+
+namespace internal {
+
 void ConnectDeadline::Arm(tcp::socket& socket, std::chrono::nanoseconds timeout) {
   if (timeout <= std::chrono::nanoseconds::zero()) return;
-  timer.expires_after(timeout);
-  // The handler can run after the wait ended (queued as it ends): it touches the socket only
-  // while the wait is pending.
-  timer.async_wait([&socket, self = shared_from_this()](error_code ec) {
-    if (ec || !self->pending) return;
-    self->timed_out = true;
-    socket.cancel(ec);  // the wait ends with operation_aborted
-  });
+  waiting = &socket;
+  at = std::chrono::steady_clock::now() +
+       std::chrono::duration_cast<std::chrono::steady_clock::duration>(timeout);
+  const asio::any_io_executor executor = socket.get_executor();
+  owner = &asio::use_service<ConnectWatch>(asio::query(executor, asio::execution::context));
+  owner->Add(*this, executor);
+}
+
+void ConnectDeadline::Disarm() {
+  // (The watch outlives every deadline of its context: a context shuts its services down, this
+  // one first, before it destroys any of them, and its pending operations, which own their
+  // deadlines, go in the shutdown.)
+  if (owner != nullptr) owner->Remove(*this);
 }
 
 error_code FinishConnect(tcp::socket& socket, error_code ec, bool event_tells,
                          ConnectDeadline& deadline) {
-  deadline.pending = false;
-  deadline.timer.cancel();
+  deadline.Disarm();
   if (!ec && !socket.is_open()) {
     ec = asio::error::operation_aborted;  // closed meanwhile
   } else if (!ec && !(event_tells && KnownDrained(socket))) {
@@ -439,12 +550,12 @@ asio::awaitable<error_code> Connect(tcp::socket& socket, const tcp::endpoint& to
                                     std::chrono::nanoseconds timeout) {
   const internal::ConnectStart start = internal::BeginConnect(socket, to);
   if (start.done) co_return start.ec;
-  const auto deadline = std::make_shared<internal::ConnectDeadline>(socket.get_executor());
-  deadline->Arm(socket, timeout);
+  internal::ConnectDeadline deadline;
+  deadline.Arm(socket, timeout);
   error_code ec;
   co_await socket.async_wait(tcp::socket::wait_write,
                              asio::redirect_error(asio::use_awaitable, ec));
-  co_return internal::FinishConnect(socket, ec, start.event_tells, *deadline);
+  co_return internal::FinishConnect(socket, ec, start.event_tells, deadline);
 }
 
 void SetKeepAlive(asio::ip::tcp::socket& socket) { SetKeepAlive(socket.native_handle()); }

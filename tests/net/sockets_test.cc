@@ -271,6 +271,80 @@ TEST(SocketsTest, StartConnectReportsSuccessRefusalAndTimeoutOnceEach) {
   EXPECT_EQ(run(silent.endpoint, 200ms, false), asio::error::timed_out);
 }
 
+// The deadlines of a context share one timer: an early deadline that ended (its connect done)
+// leaves the timer armed for it, and a later one on a silent address still ends at its own time,
+// neither at the earlier one nor never. With the timer kept armed (the gateway's workers) as well
+// as with the default, which lets run() end once nothing is pending.
+TEST(SocketsTest, ConnectDeadlinesSharingATimerEachEndAtTheirOwnTime) {
+  for (const bool keep_armed : {false, true}) {
+    SCOPED_TRACE(keep_armed ? "timer kept armed" : "timer cancelled when idle");
+    asio::io_context io(1);
+    if (keep_armed) KeepConnectTimerArmed(io);
+    Listening server;
+    Listening silent(0);
+    const Fillers fillers(silent);
+    tcp::socket quick(io);
+    tcp::socket slow(io);
+    tcp::socket early(io);
+    error_code quick_ec = asio::error::in_progress;
+    error_code slow_ec = asio::error::in_progress;
+    error_code early_ec = asio::error::in_progress;
+    std::chrono::steady_clock::duration slow_took{};
+    std::chrono::steady_clock::duration early_took{};
+    const auto start = std::chrono::steady_clock::now();
+    asio::post(io, [&] {
+      // Armed first, for 1 s: the timer's expiry; it succeeds at once.
+      StartConnect(quick, server.endpoint, 1s, [&](error_code ec) {
+        quick_ec = ec;
+        // Later than the timer's expiry: the timer is not re-armed for it until it fires.
+        StartConnect(slow, silent.endpoint, 1500ms, [&](error_code ec2) {
+          slow_ec = ec2;
+          slow_took = std::chrono::steady_clock::now() - start;
+        });
+        // Earlier than the expiry: re-arms it.
+        StartConnect(early, silent.endpoint, 100ms, [&](error_code ec2) {
+          early_ec = ec2;
+          early_took = std::chrono::steady_clock::now() - start;
+        });
+      });
+    });
+    io.run_for(5s);
+    EXPECT_FALSE(quick_ec) << quick_ec.message();
+    EXPECT_EQ(early_ec, asio::error::timed_out) << early_ec.message();
+    EXPECT_EQ(slow_ec, asio::error::timed_out) << slow_ec.message();
+    EXPECT_GE(early_took, 100ms);
+    EXPECT_LT(early_took, 800ms);  // well before the 1 s the timer was first armed for
+    EXPECT_GE(slow_took, 1500ms);
+    EXPECT_LT(slow_took, 4s);
+    EXPECT_FALSE(slow.is_open());
+    EXPECT_FALSE(early.is_open());
+    const int peer = ::accept4(server.fd, nullptr, nullptr, SOCK_CLOEXEC);
+    EXPECT_GE(peer, 0);
+    if (peer >= 0) ::close(peer);
+  }
+}
+
+// A context destroyed while a connect waits: its deadline leaves the shared timer with it, and the
+// attempt's handler is destroyed without being called (as for any pending operation).
+TEST(SocketsTest, AContextDestroyedWithAConnectPendingLetsItsDeadlineGo) {
+  for (const bool keep_armed : {false, true}) {
+    SCOPED_TRACE(keep_armed ? "timer kept armed" : "timer cancelled when idle");
+    Listening silent(0);
+    const Fillers fillers(silent);
+    int calls = 0;
+    {
+      asio::io_context io(1);
+      if (keep_armed) KeepConnectTimerArmed(io);
+      tcp::socket socket(io);
+      asio::post(io,
+                 [&] { StartConnect(socket, silent.endpoint, 10s, [&](error_code) { ++calls; }); });
+      io.run_for(100ms);
+      EXPECT_TRUE(socket.is_open());  // still connecting
+    }  // the socket, then the context with the attempt's completion still queued
+    EXPECT_EQ(calls, 0);
+  }
+}
+
 // A connected pair: `near` adopted into `io` (from this thread, which does not run it), `far` a
 // plain blocking descriptor on the other end.
 struct Pair {
