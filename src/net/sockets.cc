@@ -406,8 +406,9 @@ ConnectStart BeginConnect(tcp::socket& socket, const tcp::endpoint& to) {
 // the attempts that are due and re-arms for the earliest left -- under a steady stream of
 // connects about once per connect timeout (KeepConnectTimerArmed), where a timer per connect
 // reprogrammed the timerfd on nearly every connect. The list is unordered (a connect's life is
-// short; the scan runs when the timer fires). A lock makes it safe on a context run by several
-// threads.
+// short; the scan runs when the timer fires). Deadlines are armed on it only by the only thread
+// of a one-thread context (ConnectDeadline::Arm), which also runs the timer; the lock covers the
+// context's shutdown, which may run on another thread.
 class ConnectWatch : public asio::execution_context::service {
  public:
   static asio::execution_context::id id;
@@ -496,7 +497,16 @@ class ConnectWatch : public asio::execution_context::service {
 
 asio::execution_context::id ConnectWatch::id;
 
-ConnectDeadline::~ConnectDeadline() { Disarm(); }
+struct ConnectDeadline::OwnTimer {
+  explicit OwnTimer(const asio::any_io_executor& executor) : timer(executor) {}
+  asio::steady_timer timer;
+  bool pending = true;
+  bool timed_out = false;
+};
+
+ConnectDeadline::~ConnectDeadline() {
+  if (owner != nullptr) owner->Remove(*this);
+}
 
 }  // namespace internal
 
@@ -509,9 +519,21 @@ namespace internal {
 void ConnectDeadline::Arm(tcp::socket& socket, std::chrono::nanoseconds timeout) {
   if (timeout <= std::chrono::nanoseconds::zero()) return;
   waiting = &socket;
+  const asio::any_io_executor executor = socket.get_executor();
+  if (!OnlyThread(socket)) {
+    own = std::make_shared<OwnTimer>(executor);
+    own->timer.expires_after(timeout);
+    // The handler can run after the wait ended (queued as it ends): it touches the socket only
+    // while the wait is pending.
+    own->timer.async_wait([&socket, t = own](error_code ec) {
+      if (ec || !t->pending) return;
+      t->timed_out = true;
+      socket.cancel(ec);  // the wait ends with operation_aborted
+    });
+    return;
+  }
   at = std::chrono::steady_clock::now() +
        std::chrono::duration_cast<std::chrono::steady_clock::duration>(timeout);
-  const asio::any_io_executor executor = socket.get_executor();
   owner = &asio::use_service<ConnectWatch>(asio::query(executor, asio::execution::context));
   owner->Add(*this, executor);
 }
@@ -521,6 +543,11 @@ void ConnectDeadline::Disarm() {
   // one first, before it destroys any of them, and its pending operations, which own their
   // deadlines, go in the shutdown.)
   if (owner != nullptr) owner->Remove(*this);
+  if (own) {
+    own->pending = false;
+    own->timer.cancel();
+    timed_out = own->timed_out;
+  }
 }
 
 error_code FinishConnect(tcp::socket& socket, error_code ec, bool event_tells,

@@ -158,10 +158,10 @@ struct ConnectStart {
 };
 ConnectStart BeginConnect(boost::asio::ip::tcp::socket& socket,
                           const boost::asio::ip::tcp::endpoint& to);
-// The attempt's time limit: cancels the socket's wait when it passes first. The deadlines of an
-// execution context are watched by one timer of its own (ConnectWatch, sockets.cc), not a timer
-// each: an Asio timer that becomes the context's earliest reprograms the reactor's timerfd, a
-// system call, and a connect's deadline usually is the earliest (perf stat: 0.40
+// The attempt's time limit: cancels the socket's wait when it passes first. The deadlines of a
+// one-thread context, armed on its thread, are watched by one timer (ConnectWatch, sockets.cc),
+// not a timer each: an Asio timer that becomes the context's earliest reprograms the reactor's
+// timerfd, a system call, and a connect's deadline usually is the earliest (perf stat: 0.40
 // timerfd_settime per proxied TCP session with a timer each).
 class ConnectWatch;
 struct ConnectDeadline {
@@ -171,9 +171,15 @@ struct ConnectDeadline {
   ~ConnectDeadline();  // leaves the watch if still on it
   // Watched from now until Disarm() (no limit when `timeout` <= 0).
   void Arm(boost::asio::ip::tcp::socket& socket, std::chrono::nanoseconds timeout);
+  // Off the watch (or its own timer cancelled): the wait has ended; `timed_out` then says whether
+  // the deadline ended it.
   void Disarm();
   bool timed_out = false;         // set by the watch, which then cancelled the socket's wait
   ConnectWatch* owner = nullptr;  // the watch of the socket's context, once armed
+  // Armed elsewhere than on the only thread of a one-thread context: a timer of its own on the
+  // socket's executor instead (the watch ends a wait from whichever thread runs its timer).
+  struct OwnTimer;
+  std::shared_ptr<OwnTimer> own;
   // The watch's, under its lock.
   ConnectWatch* watch = nullptr;  // while on the watch
   ConnectDeadline* prev = nullptr;

@@ -324,6 +324,27 @@ TEST(SocketsTest, ConnectDeadlinesSharingATimerEachEndAtTheirOwnTime) {
   }
 }
 
+// A connect started off the thread that runs its context (here before it runs at all) gets a
+// timer of its own for its deadline, on the socket's executor, and still ends in time.
+TEST(SocketsTest, AConnectStartedOffItsContextsThreadStillEndsAtItsDeadline) {
+  Listening silent(0);
+  const Fillers fillers(silent);
+  asio::io_context io(1);
+  tcp::socket socket(io);
+  error_code result = asio::error::in_progress;
+  int calls = 0;
+  const auto start = std::chrono::steady_clock::now();
+  StartConnect(socket, silent.endpoint, 200ms, [&](error_code ec) {
+    ++calls;
+    result = ec;
+  });
+  io.run_for(3s);
+  EXPECT_EQ(calls, 1);
+  EXPECT_EQ(result, asio::error::timed_out) << result.message();
+  EXPECT_GE(std::chrono::steady_clock::now() - start, 200ms);
+  EXPECT_FALSE(socket.is_open());
+}
+
 // A context destroyed while a connect waits: its deadline leaves the shared timer with it, and the
 // attempt's handler is destroyed without being called (as for any pending operation).
 TEST(SocketsTest, AContextDestroyedWithAConnectPendingLetsItsDeadlineGo) {
