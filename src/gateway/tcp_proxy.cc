@@ -89,11 +89,11 @@ struct TcpProxy::State : std::enable_shared_from_this<State> {
   asio::awaitable<void> ReadKeyThenDial(std::shared_ptr<Conn> c);
   asio::awaitable<std::optional<std::string>> ReadKeyLine(std::shared_ptr<Conn> c,
                                                           std::string& rest);
+  // A session's dial, on the upstream snapshot of the moment.
+  void StartDial(std::shared_ptr<Conn> c, std::uint64_t key_hash, std::string rest);
   // Picks an instance and connects to it, trying others after a failed connect (up to
   // connect_attempts); the session starts (Started) on the first that answers, or ends when none
   // could be reached.
-  // A session's dial, on the upstream snapshot of the moment.
-  void StartDial(std::shared_ptr<Conn> c, std::uint64_t key_hash, std::string rest);
   void Dial(std::unique_ptr<Dialing> d);
   void Dialed(std::unique_ptr<Dialing> d, bool ok);
   void GiveUp(Dialing& d);  // no instance answered: the client is closed

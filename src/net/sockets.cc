@@ -506,6 +506,7 @@ struct ConnectDeadline::OwnTimer {
 
 ConnectDeadline::~ConnectDeadline() {
   if (owner != nullptr) owner->Remove(*this);
+  if (own) own->pending = false;  // its timer's handler must not touch the socket any more
 }
 
 }  // namespace internal

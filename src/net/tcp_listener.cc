@@ -331,9 +331,10 @@ void TcpListener::StopAccepting() {
   std::call_once(state_->stop_once, [this] {
     State& s = *state_;
     std::vector<std::future<void>> closing;
-    for (std::size_t d = 0; d < gates_.size(); ++d) {
-      Gate& gate = *gates_[d];
-      if (s.doors[d]->io.stopped() || gate.strand.running_in_this_thread()) {
+    for (const std::shared_ptr<Gate>& g : gates_) {
+      Gate& gate = *g;
+      if (gate.strand.get_inner_executor().context().stopped() ||
+          gate.strand.running_in_this_thread()) {
         // No io thread can touch the acceptor any more (or this is the one that would).
         error_code ec;
         gate.acceptor.close(ec);
