@@ -260,6 +260,10 @@ Status ValidateGatewayConfig(const GatewayConfig& c) {
     return target.status();
   }
   if (c.threads < 0 || c.threads > 256) return InvalidArgumentError("threads: must be 0..256");
+  if (c.cpu_affinity != "spread" && c.cpu_affinity != "none") {
+    return InvalidArgumentError("cpu_affinity: must be spread or none, got '" + c.cpu_affinity +
+                                "'");
+  }
   if (!c.advertise.empty()) {
     const auto a = ParseHostPort(c.advertise, "advertise");
     if (!a.ok()) return a.status();
@@ -336,6 +340,7 @@ Result<GatewayConfig> ParseGatewayConfig(const std::string& yaml) {
     DROVER_CONFIG_TRY(r.Get("registry_ca", c.registry_ca));
     DROVER_CONFIG_TRY(r.Get("token", c.token));
     DROVER_CONFIG_TRY(r.Get("threads", c.threads));
+    DROVER_CONFIG_TRY(r.Get("cpu_affinity", c.cpu_affinity));
     DROVER_CONFIG_TRY(r.Get("admin", c.admin));
     DROVER_CONFIG_TRY(r.Get("register", c.register_self));
     DROVER_CONFIG_TRY(r.Get("name", c.name));

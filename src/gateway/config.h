@@ -11,6 +11,9 @@
 //   advertise: 10.0.0.4:9900        # admin address others reach (default: `admin`)
 //   register: true                  # register as drover-gateway while admin is on
 //   threads: 2                      # io threads (default: the number of cores)
+//   cpu_affinity: spread            # spread: each io thread on its own share of the CPUs the
+//                                   # process may use, none sharing one (only with at least as
+//                                   # many CPUs as threads); none: wherever the kernel puts them
 //   admin: 127.0.0.1:9900           # /metrics, /admin/snapshot, /live, /ready ("" disables)
 //   drain_ms: 10000                 # graceful shutdown: sessions may finish for this long
 //   listeners:
@@ -130,6 +133,9 @@ struct GatewayConfig {
   std::string registry_ca;
   std::string token;
   int threads = 0;  // 0: the number of cores
+  // "spread": the io threads on disjoint shares of the allowed CPUs (common/cpu_affinity.h);
+  // "none": no affinity set.
+  std::string cpu_affinity = "spread";
   std::string admin = "127.0.0.1:9900";
   Duration drain = std::chrono::seconds(10);
   std::vector<ListenerConfig> listeners;

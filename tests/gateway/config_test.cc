@@ -53,6 +53,10 @@ TEST(GatewayConfigTest, ParsesEverySetting) {
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   EXPECT_EQ(c->registry, "127.0.0.1:7071");
   EXPECT_EQ(c->threads, 2);
+  EXPECT_EQ(c->cpu_affinity, "spread");  // default
+  auto none = ParseGatewayConfig(std::string(kGood) + "cpu_affinity: none\n");
+  ASSERT_TRUE(none.ok()) << none.status().ToString();
+  EXPECT_EQ(none->cpu_affinity, "none");
   EXPECT_EQ(c->drain, 5s);
   ASSERT_EQ(c->listeners.size(), 3u);
   EXPECT_EQ(c->listeners[0].policy, Policy::kP2c);
@@ -114,6 +118,8 @@ TEST(GatewayConfigTest, RefusesBadInputWithTheKeyInTheMessage) {
       {head + "    address: 127.0.0.1:1\n    idle_timeout_ms: lots\n",
        "idle_timeout_ms: wrong type"},
       {head + "    address: 127.0.0.1:1\n    colour: blue\n", "listeners[0].colour: unknown key"},
+      {"cpu_affinity: pinned\n" + head + "    address: 127.0.0.1:1\n",
+       "cpu_affinity: must be spread or none, got 'pinned'"},
       {head + "    address: 127.0.0.1:1\n" + route, "routes: only for protocol http"},
       {http + "    service: s\n" + route, "service: an http listener routes by routes[].service"},
       {http, "routes: at least one is required"},

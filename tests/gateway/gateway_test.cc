@@ -3,7 +3,12 @@
 #include "gateway/gateway.h"
 
 #include <gtest/gtest.h>
+#include <sched.h>
 
+#include <filesystem>
+#include <thread>
+
+#include "common/cpu_affinity.h"
 #include "sdk/socket_util.h"
 #include "testing/free_port.h"
 #include "testing/http_client.h"
@@ -77,6 +82,66 @@ TEST(GatewayTest, AdminAnswersAndReadyWaitsForTheRegistry) {
   ::close(fd);
   gw->Shutdown();
   gw->Shutdown();  // idempotent
+}
+
+// The CPUs each thread of this process may run on, by thread id.
+std::vector<std::vector<int>> ThreadCpus() {
+  std::vector<std::vector<int>> out;
+  std::error_code ec;
+  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task", ec)) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    if (::sched_getaffinity(std::stoi(task.path().filename().string()), sizeof(set), &set) != 0) {
+      continue;  // (a thread that just ended)
+    }
+    std::vector<int> cpus;
+    for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+      if (CPU_ISSET(cpu, &set)) cpus.push_back(cpu);
+    }
+    out.push_back(std::move(cpus));
+  }
+  return out;
+}
+
+// Busy io threads on one CPU take turns a scheduler tick at a time: by default each is kept on
+// its own share of the CPUs (all of them together: none is taken from the process), and with
+// cpu_affinity: none the kernel places them.
+TEST(GatewayTest, IoThreadsRunOnCpusOfTheirOwn) {
+  const std::vector<int> allowed = AllowedCpus();
+  const std::vector<std::vector<int>> expected = SpreadCpus(allowed, 2);
+  const auto count = [](const std::vector<int>& cpus) {
+    const auto all = ThreadCpus();
+    return std::count(all.begin(), all.end(), cpus);
+  };
+  RealClock clock;
+  GatewayConfig c = Config();
+  c.threads = 2;
+  {
+    auto gw = Gateway::Start(c, clock).value();
+    if (expected.empty()) {
+      GTEST_LOG_(INFO) << "one CPU allowed (" << CpuList(allowed) << "): nothing to spread";
+    }
+    // Each io thread sets its own affinity as it starts: wait (bounded) for both.
+    for (int i = 0;
+         i < 200 && !expected.empty() && (count(expected[0]) != 1 || count(expected[1]) != 1);
+         ++i) {
+      std::this_thread::sleep_for(10ms);
+    }
+    for (const std::vector<int>& share : expected) {
+      EXPECT_EQ(count(share), 1) << "CPUs " << CpuList(share);
+    }
+    // Every other thread (gRPC's, the admin server's, the test's) keeps the whole set.
+    const auto all = ThreadCpus();
+    EXPECT_EQ(static_cast<std::size_t>(std::count(all.begin(), all.end(), allowed)),
+              all.size() - (expected.empty() ? 0 : 2));
+    gw->Shutdown();
+  }
+  c.cpu_affinity = "none";
+  auto gw = Gateway::Start(c, clock).value();
+  std::this_thread::sleep_for(50ms);
+  const auto all = ThreadCpus();
+  EXPECT_EQ(static_cast<std::size_t>(std::count(all.begin(), all.end(), allowed)), all.size());
+  gw->Shutdown();
 }
 
 }  // namespace
