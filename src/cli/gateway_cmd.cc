@@ -64,7 +64,8 @@ void AddGatewayCommand(CLI::App& app) {
       "the registry's watch, with health checks, outlier ejection, retries and graceful drain");
   cmd->add_option(
          "--config", args->config,
-         "YAML file: registry, registry_ca, token, threads, admin, drain_ms and listeners (see "
+         "YAML file: registry, registry_ca, token, threads, cpu_affinity (spread: each io thread "
+         "on CPUs of its own, the default; none), admin, drain_ms and listeners (see "
          "docs/ARCHITECTURE.md, Gateway)")
       ->required()
       ->check(CLI::ExistingFile);
