@@ -856,6 +856,8 @@ int main(int argc, char** argv) {
   app.add_option("--rounds", o.rounds, "Rounds per figure (the median is reported)")
       ->capture_default_str()
       ->check(CLI::Range(1, 99));
+  app.add_option("--drover", o.drover, "drover binary (the registry and the gateway)")
+      ->capture_default_str();
   app.add_option("--haproxy", o.haproxy, "haproxy binary")->capture_default_str();
   app.add_option("--nginx", o.nginx, "nginx binary")->capture_default_str();
   app.add_option("--http-connections", o.http_connections, "wrk connections")

@@ -678,9 +678,9 @@ net::awaitable<void> HttpProxy::State::Server(std::shared_ptr<HttpClient> client
         client->socket = c.client.release_socket();
         // A request read with the client's end behind it leaves no edge for that end, so on an
         // unwatched socket only a read that finds nothing counts as drained (net::ReadSome):
-        // watched, a read that takes all there is does, and parking costs no system call. Watched
-        // once the connection has been kept for a second request (one EPOLL_CTL_MOD per
-        // connection); one closed after its first costs nothing.
+        // watched, a read that takes all there is does, and parking costs no system call. The
+        // listener registers each client for its end as it accepts it (watch_peer_end), so
+        // this costs nothing; with another reactor it is one EPOLL_CTL_MOD per connection.
         if (!client->watched) client->watched = drover::net::WatchPeerEnd(client->socket);
         Park(std::move(client));
       } else {
@@ -1133,7 +1133,8 @@ Result<std::unique_ptr<HttpProxy>> HttpProxy::Start(const Workers& workers,
   options.address = config.address;
   options.max_connections = config.max_connections;
   options.refusal = kBusy;
-  options.keep_alive = true;  // keepalive probes and no-delay on every client connection
+  options.keep_alive = true;      // keepalive probes and no-delay on every client connection
+  options.watch_peer_end = true;  // (a parked client: see Park)
   // Accepted on every worker, each connection served on one (one thread per worker: a connection
   // needs no strand).
   DROVER_ASSIGN_OR_RETURN(std::unique_ptr<drover::net::TcpListener> listener,

@@ -395,7 +395,8 @@ Result<std::unique_ptr<TcpProxy>> TcpProxy::Start(const Workers& workers,
   options.name = "gateway " + config.name;
   options.address = config.address;
   options.max_connections = config.max_connections;
-  options.keep_alive = true;  // keepalive probes and no-delay on every client connection
+  options.keep_alive = true;      // keepalive probes and no-delay on every client connection
+  options.watch_peer_end = true;  // (Started: each side's last bytes go with their FIN)
   // Over the limit the client sees its connection closed at once and may try another gateway.
   DROVER_ASSIGN_OR_RETURN(
       std::unique_ptr<net::TcpListener> listener,

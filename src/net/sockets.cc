@@ -72,6 +72,10 @@ struct SocketState : tcp::socket {
     return (s.*impl).get_implementation();
   }
   static asio::detail::socket_ops::state_type& Of(tcp::socket& s) { return Impl(s).state_; }
+  static auto& Full(tcp::socket& s) {  // with the protocol
+    constexpr auto impl = &SocketState::impl_;
+    return (s.*impl).get_implementation();
+  }
 };
 
 error_code Errno(int err) { return {err, boost::system::system_category()}; }
@@ -118,13 +122,43 @@ struct EpollOf {
   using Type = int Reactor::*;
   friend Type MemberOf(EpollOf);
 };
+struct DescriptorOf {
+  using Type = int DescriptorState::*;
+  friend Type MemberOf(DescriptorOf);
+};
+struct ShutDownOf {
+  using Type = bool DescriptorState::*;
+  friend Type MemberOf(ShutDownOf);
+};
+struct AllocateOf {
+  using Type = DescriptorState* (Reactor::*)();
+  friend Type MemberOf(AllocateOf);
+};
+struct FreeOf {
+  using Type = void (Reactor::*)(DescriptorState*);
+  friend Type MemberOf(FreeOf);
+};
 template struct Expose<EventsOf, &DescriptorState::registered_events_>;
+template struct Expose<DescriptorOf, &DescriptorState::descriptor_>;
+template struct Expose<ShutDownOf, &DescriptorState::shutdown_>;
+template struct Expose<AllocateOf, &Reactor::allocate_descriptor_state>;
+template struct Expose<FreeOf, &Reactor::free_descriptor_state>;
 template struct Expose<ReportedOf, &asio::detail::scheduler_operation::task_result_>;
 template struct Expose<EpollOf, &Reactor::epoll_fd_>;
 template struct Expose<MutexOf, &DescriptorState::mutex_>;
 template struct Expose<ReactorOf, &DescriptorState::reactor_>;
 template struct Expose<OpQueuesOf, &DescriptorState::op_queue_>;
 template struct Expose<MayBeReadyOf, &DescriptorState::try_speculative_>;
+
+// The events of the reactor's last report of a descriptor.
+unsigned int& ReportedEvents(DescriptorState& state) {
+  // A private base: only a C-style cast may convert to it ([expr.cast]/4).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wold-style-cast"
+  auto& op = (asio::detail::scheduler_operation&)(state);  // NOLINT(google-readability-casting)
+#pragma GCC diagnostic pop
+  return op.*MemberOf(ReportedOf{});
+}
 
 // The reactor's record of `socket` when its waits can consult the flag: registered, and held for
 // non-blocking (else Asio's own start would set O_NONBLOCK first).
@@ -187,23 +221,56 @@ class LockedRecord {
     ForgetPeerEnd();
     Registered() |= EPOLLRDHUP;
   }
+  std::uint32_t Events() { return Registered(); }
 
  private:
   asio::detail::conditionally_enabled_mutex& Mutex() { return (*state_).*MemberOf(MutexOf{}); }
   // The record may have served a closed descriptor before; nothing it reported is this one's.
   void ForgetPeerEnd() { Reported() &= ~static_cast<unsigned int>(EPOLLRDHUP); }
   std::uint32_t& Registered() { return (*state_).*MemberOf(EventsOf{}); }
-  unsigned int& Reported() {
-    // A private base: only a C-style cast may convert to it ([expr.cast]/4).
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wold-style-cast"
-    auto& op = (asio::detail::scheduler_operation&)(*state_);  // NOLINT(google-readability-casting)
-#pragma GCC diagnostic pop
-    return op.*MemberOf(ReportedOf{});
-  }
+  unsigned int& Reported() { return ReportedEvents(*state_); }
 
   DescriptorState* state_;
 };
+
+// socket.assign(protocol, fd)'s steps (Boost 1.74's do_assign and the reactor's
+// register_descriptor) with `also` in the registration's events besides Asio's own, so that
+// the one EPOLL_CTL_ADD asks for all of them. With EPOLLOUT in `also` the socket is a connect in
+// progress, not writable: an edge must come before a write-readiness wait completes (an edge
+// that came before the wait started sets the flag again, under the record's lock). On error
+// `fd` is left open.
+error_code Register(tcp::socket& socket, const tcp& protocol, int fd, std::uint32_t also) {
+  auto& impl = SocketState::Full(socket);
+  if (impl.socket_ != asio::detail::invalid_socket) return asio::error::already_open;
+  Reactor& reactor =
+      asio::use_service<Reactor>(asio::query(socket.get_executor(), asio::execution::context));
+  DescriptorState* state = (reactor.*MemberOf(AllocateOf{}))();
+  {
+    const asio::detail::conditionally_enabled_mutex::scoped_lock lock((*state).*
+                                                                      MemberOf(MutexOf{}));
+    (*state).*MemberOf(ReactorOf{}) = &reactor;
+    (*state).*MemberOf(DescriptorOf{}) = fd;
+    (*state).*MemberOf(ShutDownOf{}) = false;
+    for (bool& may_be_ready : (*state).*MemberOf(MayBeReadyOf{})) may_be_ready = true;
+    if ((also & EPOLLOUT) != 0) ((*state).*MemberOf(MayBeReadyOf{}))[Reactor::write_op] = false;
+    // The record may have served a closed descriptor before; nothing it reported is this one's.
+    ReportedEvents(*state) &= ~static_cast<unsigned int>(EPOLLRDHUP);
+  }
+  epoll_event ev{};
+  ev.events = EPOLLIN | EPOLLERR | EPOLLHUP | EPOLLPRI | EPOLLET | also;  // Asio's, and `also`
+  ev.data.ptr = state;
+  (*state).*MemberOf(EventsOf{}) = ev.events;
+  if (::epoll_ctl(reactor.*MemberOf(EpollOf{}), EPOLL_CTL_ADD, fd, &ev) != 0) {
+    const int err = errno;
+    (reactor.*MemberOf(FreeOf{}))(state);
+    return Errno(err);
+  }
+  impl.reactor_data_ = state;
+  impl.socket_ = fd;
+  impl.state_ = asio::detail::socket_ops::stream_oriented;
+  impl.protocol_ = protocol;
+  return {};
+}
 #else
 struct DescriptorState;
 DescriptorState* QuietState(tcp::socket&) { return nullptr; }
@@ -219,7 +286,14 @@ class LockedRecord {
   bool WatchesPeerEnd() { return false; }
   bool WatchPeerEnd(int) { return false; }
   void WatchPeerEndWithNextChange() {}
+  std::uint32_t Events() { return 0; }
 };
+
+error_code Register(tcp::socket& socket, const tcp& protocol, int fd, std::uint32_t) {
+  error_code ec;
+  socket.assign(protocol, fd, ec);
+  return ec;
+}
 #endif
 
 // Whether this thread runs `socket`'s io_context and is the one thread that may (concurrency
@@ -332,29 +406,41 @@ bool KnownDrained(tcp::socket& socket) {
   return record && !record.MayBeReadable();
 }
 
+std::uint32_t RegisteredEvents(tcp::socket& socket) {
+  LockedRecord record(socket);
+  return record ? record.Events() : 0;
+}
+
 namespace internal {
 
 bool CanWaitQuietly(tcp::socket& socket) { return QuietState(socket) != nullptr; }
 
-void StartQuietWait(tcp::socket& socket, asio::detail::reactor_op* op) {
+void StartQuietWait(tcp::socket& socket, asio::detail::reactor_op* op, bool write) {
 #ifdef DROVER_NET_QUIET_WAIT
   auto& impl = SocketState::Impl(socket);
   Reactor& reactor = *((*impl.reactor_data_).*MemberOf(ReactorOf{}));
   // Speculation allowed: with the flag set the wait completes at once (a wait operation has
-  // nothing to try), with it clear it is queued without touching the registration.
-  reactor.start_op(Reactor::read_op, impl.socket_, impl.reactor_data_, op,
-                   /*is_continuation=*/false, /*allow_speculative=*/true);
+  // nothing to try), with it clear it is queued without touching the registration (a write
+  // wait's change adds EPOLLOUT only where the registration lacks it).
+  reactor.start_op(write ? Reactor::write_op : Reactor::read_op, impl.socket_, impl.reactor_data_,
+                   op, /*is_continuation=*/false, /*allow_speculative=*/true);
 #else
   (void)socket;
   (void)op;
+  (void)write;
 #endif
 }
 
 }  // namespace internal
 
-error_code Adopt(tcp::socket& socket, const tcp& protocol, int fd) {
+error_code Adopt(tcp::socket& socket, const tcp& protocol, int fd, Registration also) {
   error_code ec;
-  socket.assign(protocol, fd, ec);
+  const std::uint32_t more = (also.peer_end ? EPOLLRDHUP : 0U) | (also.connecting ? EPOLLOUT : 0U);
+  if (more == 0) {
+    socket.assign(protocol, fd, ec);
+  } else {
+    ec = Register(socket, protocol, fd, more);
+  }
   if (ec) {
     ::close(fd);
     return ec;
@@ -386,18 +472,25 @@ ConnectStart BeginConnect(tcp::socket& socket, const tcp::endpoint& to) {
     ::close(fd);
     return {Errno(err), true, false};
   }
-  if (error_code ec = Adopt(socket, to.protocol(), fd)) return {ec, true, false};
-  if (rc == 0) return {{}, true, false};  // at once (loopback may)
+  // A connect in progress is registered for writability, which ends its wait, and on the
+  // context's one thread (as WatchPeerEnd() itself) for the peer's end, in the one
+  // EPOLL_CTL_ADD: the wait changes nothing, and WatchPeerEnd() costs nothing after.
+  const bool in_progress = rc != 0;
+  const bool only_thread = OnlyThread(socket);
+  if (error_code ec =
+          Adopt(socket, to.protocol(), fd, {.peer_end = only_thread, .connecting = in_progress})) {
+    return {ec, true, false};
+  }
+  if (!in_progress) return {{}, true, false};  // at once (loopback may)
   // When the reactor holds the new socket for drained, the event that ends the connect tells
   // success from failure: a failure carries EPOLLERR/EPOLLHUP, which marks the socket readable,
   // and a success without a greeting does not -- then SO_ERROR need not be asked.
   const bool event_tells = KnownDrained(socket);
-  // The wait's EPOLL_CTL_MOD also asks for the peer's end: WatchPeerEnd() costs nothing after.
-  // (Only on the context's one thread, as WatchPeerEnd() itself.)
-  if (OnlyThread(socket)) {
+  const bool quiet = (RegisteredEvents(socket) & EPOLLOUT) != 0;
+  if (only_thread && !quiet) {  // (where the registration could not ask: with the wait's change)
     if (LockedRecord record(socket); record) record.WatchPeerEndWithNextChange();
   }
-  return {{}, false, event_tells};
+  return {{}, false, event_tells, quiet};
 }
 
 // The connect deadlines of one execution context and the one timer that watches them. A connect
@@ -581,8 +674,12 @@ asio::awaitable<error_code> Connect(tcp::socket& socket, const tcp::endpoint& to
   internal::ConnectDeadline deadline;
   deadline.Arm(socket, timeout);
   error_code ec;
-  co_await socket.async_wait(tcp::socket::wait_write,
-                             asio::redirect_error(asio::use_awaitable, ec));
+  auto token = asio::redirect_error(asio::use_awaitable, ec);
+  co_await asio::async_initiate<decltype(token), void(error_code)>(
+      [&socket, quiet = start.quiet](auto handler) {
+        internal::WaitConnected(socket, quiet, std::move(handler));
+      },
+      token);
   co_return internal::FinishConnect(socket, ec, start.event_tells, deadline);
 }
 

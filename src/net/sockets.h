@@ -12,6 +12,7 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/version.hpp>
 #include <chrono>
+#include <cstdint>
 #include <memory>
 #include <span>
 #include <string_view>
@@ -39,8 +40,20 @@ boost::system::error_code Listen(boost::asio::ip::tcp::acceptor& acceptor,
 // before closing it -- the kernel drops a closed descriptor that has no duplicate by itself.
 // Synchronous operations still wait, as on any Asio socket, unless MarkNonBlocking() says
 // otherwise. On error `fd` is closed.
+//
+// `also` asks the one registration (EPOLL_CTL_ADD) for more than Asio's own events, where each
+// would otherwise cost an EPOLL_CTL_MOD of its own later: the peer's end (as WatchPeerEnd(), for
+// a socket of a one-thread context read by that thread only), and, for a connect in progress,
+// writability, which the socket is then known not to have yet (so that the wait for it goes
+// to the reactor as it is). Other Boost versions and reactors register as Asio does
+// (WatchPeerEnd() then says whether the socket is watched).
+struct Registration {
+  bool peer_end = false;
+  bool connecting = false;
+};
 boost::system::error_code Adopt(boost::asio::ip::tcp::socket& socket,
-                                const boost::asio::ip::tcp& protocol, int fd);
+                                const boost::asio::ip::tcp& protocol, int fd,
+                                Registration also = {});
 
 // `socket.non_blocking(true)` for a socket Adopt() or Connect() made, without the ioctl: its
 // synchronous reads and writes answer would_block instead of waiting.
@@ -108,14 +121,18 @@ void WaitReadable(boost::asio::ip::tcp::socket& socket, Handler handler);
 // Whether the reactor holds `socket` for drained: its next WaitReadable() queues without a
 // system call. For tests and diagnostics.
 bool KnownDrained(boost::asio::ip::tcp::socket& socket);
+// The events `socket` is registered for with the reactor (EPOLLIN, EPOLLOUT, EPOLLRDHUP, ...);
+// 0 where unknown or not registered. For tests and diagnostics.
+std::uint32_t RegisteredEvents(boost::asio::ip::tcp::socket& socket);
 
 // Connects `socket` (closed; its executor picks the reactor) to `to`: a non-blocking socket(),
-// connect(), then a wait for writability (whose registration change also watches the peer's
-// end, see WatchPeerEnd) and SO_ERROR -- no ioctl, and none of the poll() Asio's own connect adds;
-// run by the only thread of a one-thread context, not even SO_ERROR unless the event that ended the
+// connect(), the descriptor registered once for reads, writability and (see WatchPeerEnd) the
+// peer's end, then a wait for writability that changes nothing in the registration, and
+// SO_ERROR -- no ioctl, no EPOLL_CTL_MOD, and none of the poll() Asio's own connect adds; run by
+// the only thread of a one-thread context, not even SO_ERROR unless the event that ended the
 // wait marked the socket readable (a failure does). After `timeout` (> 0) the attempt ends with
 // timed_out; closing `socket` meanwhile ends it with operation_aborted. On error `socket` is
-// closed. Asio leaves EPOLLOUT in the descriptor's epoll registration after the wait.
+// closed. EPOLLOUT stays in the descriptor's epoll registration after the wait.
 boost::asio::awaitable<boost::system::error_code> Connect(boost::asio::ip::tcp::socket& socket,
                                                           const boost::asio::ip::tcp::endpoint& to,
                                                           std::chrono::nanoseconds timeout);
@@ -155,6 +172,7 @@ struct ConnectStart {
   boost::system::error_code ec;
   bool done = false;
   bool event_tells = false;  // the readiness event alone tells success from failure
+  bool quiet = false;        // registered for writability, known not writable yet (Registration)
 };
 ConnectStart BeginConnect(boost::asio::ip::tcp::socket& socket,
                           const boost::asio::ip::tcp::endpoint& to);
@@ -195,24 +213,43 @@ boost::system::error_code FinishConnect(boost::asio::ip::tcp::socket& socket,
 // Whether `socket`'s wait can go straight to the reactor with the flag consulted (Boost 1.74's
 // epoll reactor, a registered descriptor Asio already holds for non-blocking).
 bool CanWaitQuietly(boost::asio::ip::tcp::socket& socket);
-// Queues `op` as a read-readiness operation that the reactor completes at once while the flag
-// says an edge may have come.
-void StartQuietWait(boost::asio::ip::tcp::socket& socket, boost::asio::detail::reactor_op* op);
+// Queues `op` as a read-readiness (or, `write`, write-readiness) operation that the reactor
+// completes at once while the flag says an edge may have come, without changing the
+// registration (which for `write` must hold EPOLLOUT already).
+void StartQuietWait(boost::asio::ip::tcp::socket& socket, boost::asio::detail::reactor_op* op,
+                    bool write = false);
+// Has `socket` (a connect in progress) call `handler(error_code)` once it may be writable; with
+// `quiet` (ConnectStart) without a change to its registration.
+template <typename Handler>
+void WaitConnected(boost::asio::ip::tcp::socket& socket, bool quiet, Handler handler);
+}  // namespace internal
+
+namespace internal {
+// The operation Asio's async_wait allocates (its recycling allocator, its outstanding-work
+// tracking), started as its reads are.
+template <typename Handler>
+void QuietWait(boost::asio::ip::tcp::socket& socket, bool write, Handler& handler) {
+  using Op = boost::asio::detail::reactive_wait_op<Handler, boost::asio::any_io_executor>;
+  typename Op::ptr p = {std::addressof(handler), Op::ptr::allocate(handler), nullptr};
+  p.p = new (p.v) Op(boost::system::error_code(), handler, socket.get_executor());
+  StartQuietWait(socket, p.p, write);
+  p.v = p.p = nullptr;
+}
+
+template <typename Handler>
+void WaitConnected(boost::asio::ip::tcp::socket& socket, bool quiet, Handler handler) {
+#if BOOST_VERSION == 107400
+  if (quiet) return QuietWait(socket, /*write=*/true, handler);
+#endif
+  (void)quiet;
+  socket.async_wait(boost::asio::ip::tcp::socket::wait_write, std::move(handler));
+}
 }  // namespace internal
 
 template <typename Handler>
 void WaitReadable(boost::asio::ip::tcp::socket& socket, Handler handler) {
 #if BOOST_VERSION == 107400
-  if (internal::CanWaitQuietly(socket)) {
-    // The operation Asio's async_wait allocates (its recycling allocator, its outstanding-work
-    // tracking), started as its reads are.
-    using Op = boost::asio::detail::reactive_wait_op<Handler, boost::asio::any_io_executor>;
-    typename Op::ptr p = {std::addressof(handler), Op::ptr::allocate(handler), nullptr};
-    p.p = new (p.v) Op(boost::system::error_code(), handler, socket.get_executor());
-    internal::StartQuietWait(socket, p.p);
-    p.v = p.p = nullptr;
-    return;
-  }
+  if (internal::CanWaitQuietly(socket)) return internal::QuietWait(socket, false, handler);
 #endif
   socket.async_wait(boost::asio::ip::tcp::socket::wait_read, std::move(handler));
 }
@@ -224,11 +261,11 @@ void StartConnect(boost::asio::ip::tcp::socket& socket, const boost::asio::ip::t
   if (start.done) return done(start.ec);
   auto deadline = std::make_unique<internal::ConnectDeadline>();
   deadline->Arm(socket, timeout);
-  socket.async_wait(boost::asio::ip::tcp::socket::wait_write,
-                    [&socket, deadline = std::move(deadline), event_tells = start.event_tells,
-                     done = std::move(done)](boost::system::error_code ec) mutable {
-                      done(internal::FinishConnect(socket, ec, event_tells, *deadline));
-                    });
+  internal::WaitConnected(socket, start.quiet,
+                          [&socket, deadline = std::move(deadline), event_tells = start.event_tells,
+                           done = std::move(done)](boost::system::error_code ec) mutable {
+                            done(internal::FinishConnect(socket, ec, event_tells, *deadline));
+                          });
 }
 
 }  // namespace drover::net

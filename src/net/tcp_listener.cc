@@ -158,9 +158,9 @@ asio::awaitable<void> TcpListener::State::Accept(std::shared_ptr<TcpListener::Ga
       counters.accepted.fetch_add(1, std::memory_order_relaxed);
       // A socket for the descriptor on `on`'s context; nullopt (the descriptor closed) if the
       // reactor will not take it.
-      const auto adopt = [&protocol, fd](const auto& on) -> std::optional<tcp::socket> {
+      const auto adopt = [this, &protocol, fd](const auto& on) -> std::optional<tcp::socket> {
         tcp::socket socket(on);
-        if (Adopt(socket, protocol, fd)) return std::nullopt;
+        if (Adopt(socket, protocol, fd, {.peer_end = options.watch_peer_end})) return std::nullopt;
         return socket;
       };
       if (counters.active.load(std::memory_order_relaxed) >= options.max_connections) {
@@ -306,6 +306,10 @@ Result<std::unique_ptr<TcpListener>> TcpListener::Open(std::vector<asio::io_cont
 Result<std::unique_ptr<TcpListener>> TcpListener::Start(asio::io_context& accept_on,
                                                         ListenerOptions options, Place place,
                                                         Serve serve) {
+  if (options.watch_peer_end) {
+    return InvalidArgumentError(options.name +
+                                ": watch_peer_end needs the workers' form (one thread each)");
+  }
   return Open({&accept_on}, std::move(options), std::move(place), std::move(serve));
 }
 

@@ -86,6 +86,11 @@ struct ListenerOptions {
   // SetKeepAlive's options (TCP_NODELAY and keepalive probes) on every accepted connection, set
   // once on the listening socket: Linux copies them to each socket it accepts.
   bool keep_alive = false;
+  // Each accepted socket registered with its reactor for the peer's end too (net::Adopt's
+  // Registration), for a server that has net::WatchPeerEnd() watch its connections: then that
+  // costs no system call. Only with the workers' form of Start (each context run by one thread,
+  // which alone reads its sockets).
+  bool watch_peer_end = false;
 };
 
 class TcpListener {

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <sys/epoll.h>
 #include <sys/socket.h>
 
 #include <atomic>
@@ -27,6 +28,7 @@
 
 #include "common/http_error.h"
 #include "net/http_client.h"
+#include "net/sockets.h"
 #include "net/tcp_listener.h"
 #include "testing/eventually.h"
 #include "testing/free_port.h"
@@ -412,6 +414,45 @@ TEST(TcpListenerTest, AnAddressHeldByListeningWorkersIsInUseForAnyoneElse) {
   EXPECT_THAT(shared.status().message(), HasSubstr("in use"));
   io0.stop();  // nothing runs them: the listeners close their sockets themselves
   io1.stop();
+}
+
+TEST(TcpListenerTest, WorkersRegisterWhatTheyAcceptForThePeersEndWhenAsked) {
+  asio::io_context io0(1), io1(1);
+  ListenerOptions o;
+  o.name = "test";
+  o.address = "127.0.0.1:0";
+  o.watch_peer_end = true;
+  std::atomic<int> served{0}, watched{0};
+  auto listener =
+      TcpListener::Start({&io0, &io1}, o, [&](asio::ip::tcp::socket socket, Connection) {
+        served.fetch_add(1);
+        if ((RegisteredEvents(socket) & EPOLLRDHUP) != 0 && WatchPeerEnd(socket))
+          watched.fetch_add(1);
+      });
+  ASSERT_TRUE(listener.ok()) << listener.status().ToString();
+  std::vector<std::thread> runners;
+  for (asio::io_context* io : {&io0, &io1}) {
+    runners.emplace_back([io] {
+      auto work = asio::make_work_guard(*io);
+      io->run();
+    });
+  }
+  std::vector<int> clients;
+  for (int i = 0; i < 8; ++i) clients.push_back(testing::ConnectLoopback((*listener)->port()));
+  EXPECT_TRUE(Eventually([&] { return served.load() == 8; })) << served.load();
+  EXPECT_EQ(watched.load(), 8);
+  for (const int fd : clients) ::close(fd);
+  (*listener)->StopAccepting();
+  listener->reset();
+  io0.stop();
+  io1.stop();
+  for (std::thread& t : runners) t.join();
+  // A context that several threads may run could report an end between a read and its check.
+  auto single = TcpListener::Start(
+      io0, o, [&io0] { return asio::any_io_executor(io0.get_executor()); },
+      [](asio::ip::tcp::socket, Connection) {});
+  EXPECT_EQ(single.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(single.status().message(), HasSubstr("watch_peer_end"));
 }
 
 TEST(TcpListenerTest, ABadAddressIsRefusedBeforeAnythingStarts) {

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sys/epoll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -369,14 +370,14 @@ TEST(SocketsTest, AContextDestroyedWithAConnectPendingLetsItsDeadlineGo) {
 // A connected pair: `near` adopted into `io` (from this thread, which does not run it), `far` a
 // plain blocking descriptor on the other end.
 struct Pair {
-  explicit Pair(asio::io_context& io) : near(io) {
+  explicit Pair(asio::io_context& io, Registration also = {}) : near(io) {
     Listening server;
     far = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     EXPECT_EQ(
         ::connect(far, server.endpoint.data(), static_cast<socklen_t>(server.endpoint.size())), 0);
     const int fd = ::accept4(server.fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
     EXPECT_GE(fd, 0);
-    EXPECT_FALSE(Adopt(near, tcp::v4(), fd));
+    EXPECT_FALSE(Adopt(near, tcp::v4(), fd, also));
   }
   ~Pair() {
     if (far >= 0) ::close(far);
@@ -794,6 +795,85 @@ TEST_F(PeerEndTest, ARecordLeftByAWatchedSocketThatEndedSaysNothingOfTheNextOne)
   ASSERT_EQ(got.size(), 1u);
   EXPECT_EQ(got[0].n, 1u);
   EXPECT_FALSE(got[0].end_follows);
+}
+
+TEST_F(PeerEndTest, ASocketRegisteredForThePeersEndIsWatchedFromItsAdoption) {
+  Pair registered(io, {.peer_end = true});
+  EXPECT_NE(RegisteredEvents(registered.near) & EPOLLRDHUP, 0u);
+  ASSERT_TRUE(Watch(&registered.near));  // (nothing left to change)
+  registered.Send("abc");
+  std::vector<Got> got = WaitRead(1, &registered.near);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].n, 3u);
+  EXPECT_FALSE(got[0].end_follows);
+  registered.Send("de");
+  ::shutdown(registered.far, SHUT_WR);
+  got = WaitRead(2, &registered.near);
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_EQ(got[0].n, 2u);
+  EXPECT_TRUE(got[0].end_follows);
+  EXPECT_EQ(got[1].ec, asio::error::eof);
+}
+
+TEST(SocketsTest, BytesAndEndThereBeforeTheRegistrationStillEndTheNextWait) {
+  // Adopted on the context's thread (known drained at once), registered for its end: the
+  // registration's own report carries both, and the read that takes the bytes says they are
+  // the last.
+  asio::io_context io(1);
+  Listening server;
+  const int far = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_EQ(::connect(far, server.endpoint.data(), static_cast<socklen_t>(server.endpoint.size())),
+            0);
+  ASSERT_EQ(::send(far, "bye", 3, MSG_NOSIGNAL), 3);
+  ::shutdown(far, SHUT_WR);
+  const int fd = ::accept4(server.fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  tcp::socket near(io);
+  std::array<char, 16> buf{};
+  std::vector<std::pair<std::size_t, bool>> reads;
+  error_code last;
+  bool done = false;
+  asio::post(io, [&] {
+    ASSERT_FALSE(Adopt(near, tcp::v4(), fd, {.peer_end = true}));
+    EXPECT_TRUE(KnownDrained(near));
+    WaitReadable(near, [&](error_code) {
+      bool end = false;
+      error_code ec;
+      reads.emplace_back(ReadSome(near, asio::buffer(buf), ec, &end), end);
+      WaitReadable(near, [&](error_code) {
+        ReadSome(near, asio::buffer(buf), last);
+        done = true;
+      });
+    });
+  });
+  RunUntil(io, done);
+  ASSERT_EQ(reads.size(), 1u);
+  EXPECT_EQ(reads[0], std::make_pair(std::size_t{3}, true));
+  EXPECT_EQ(last, asio::error::eof);
+  ::close(far);
+}
+
+TEST_F(PeerEndTest, ARecordLeftByAWatchedSocketSaysNothingOfTheNextOneRegisteredForItsEnd) {
+  ASSERT_TRUE(Watch());
+  pair.Send("x");
+  EndFar();
+  ASSERT_TRUE(WaitRead(1).at(0).end_follows);
+  pair.near.close();                  // the reactor's record of it goes back to the pool ...
+  Pair next(io, {.peer_end = true});  // ... and is likely the next socket's
+  next.Send("y");
+  std::vector<Got> got = WaitRead(1, &next.near);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].n, 1u);
+  EXPECT_FALSE(got[0].end_follows);
+}
+
+TEST(SocketsTest, AConnectIsRegisteredOnceForWritabilityAndThePeersEnd) {
+  Listening server;
+  asio::io_context io(1);
+  tcp::socket socket(io);
+  ASSERT_FALSE(RunConnectInside(io, socket, server.endpoint));
+  EXPECT_EQ(RegisteredEvents(socket) & (EPOLLIN | EPOLLOUT | EPOLLRDHUP),
+            static_cast<std::uint32_t>(EPOLLIN | EPOLLOUT | EPOLLRDHUP));
 }
 
 TEST(SocketsTest, AConnectedSocketWatchesThePeersEndWithoutAChangeOfItsOwn) {
