@@ -770,7 +770,7 @@ std::optional<HttpExchange::Reject> HttpExchange::Prepare() {
     key_hash_ = key != nullptr ? router::HashKey(key->value) : ThreadRandom().Next();
   }
   // (Formatted per request rather than kept by every idle client: 32 bytes each.)
-  WriteRequestHead(req, c_.peer.address().to_string(), x_.request_head);
+  WriteRequestHead(req, drover::net::AddressText(c_.peer.address()), x_.request_head);
   method_ = std::string_view(x_.request_head).substr(0, req.method.size());
   path_ = std::string_view(x_.request_head).substr(req.method.size() + 1, path.size());
   return std::nullopt;

@@ -40,6 +40,21 @@ Result<asio::ip::tcp::endpoint> ParseEndpoint(std::string_view address, std::str
   return asio::ip::tcp::endpoint(ip, hp.port);
 }
 
+std::string AddressText(const asio::ip::address& ip) {
+  if (!ip.is_v4()) return ip.to_string();
+  const asio::ip::address_v4::bytes_type bytes = ip.to_v4().to_bytes();
+  char text[16];
+  char* at = text;
+  for (std::size_t i = 0; i < bytes.size(); ++i) {
+    if (i > 0) *at++ = '.';
+    const unsigned b = bytes[i];
+    if (b >= 100) *at++ = static_cast<char>('0' + b / 100);
+    if (b >= 10) *at++ = static_cast<char>('0' + b / 10 % 10);
+    *at++ = static_cast<char>('0' + b % 10);
+  }
+  return std::string(text, static_cast<std::size_t>(at - text));
+}
+
 boost::system::error_code Listen(asio::ip::tcp::acceptor& acceptor,
                                  const asio::ip::tcp::endpoint& endpoint, int backlog,
                                  bool reuse_port) {

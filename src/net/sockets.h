@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string>
 #include <string_view>
 
 #include "drover/status.h"
@@ -25,6 +26,10 @@ namespace drover::net {
 // since nothing here resolves them. Port 0 (any free port) only when `listening`.
 Result<boost::asio::ip::tcp::endpoint> ParseEndpoint(std::string_view address,
                                                      std::string_view what, bool listening = false);
+
+// `ip` as text, as `ip.to_string()` writes it; an IPv4 address without the sprintf that
+// inet_ntop spends on it (the gateway writes its client's into every forwarded request).
+std::string AddressText(const boost::asio::ip::address& ip);
 
 // open + SO_REUSEADDR (+ SO_REUSEPORT: one of several listening sockets of this process on one
 // address) + bind + listen; the first error, if any.

@@ -83,6 +83,15 @@ error_code RunConnect(asio::io_context& io, tcp::socket& socket, const tcp::endp
   return done.wait_for(0s) == std::future_status::ready ? done.get() : asio::error::in_progress;
 }
 
+TEST(SocketsTest, AddressTextIsWhatAsioWrites) {
+  for (const char* text : {"0.0.0.0", "127.0.0.1", "10.0.0.5", "192.168.100.9", "255.255.255.255",
+                           "1.20.203.4", "::1", "fe80::1", "2001:db8::42"}) {
+    const asio::ip::address ip = asio::ip::make_address(text);
+    EXPECT_EQ(AddressText(ip), ip.to_string()) << text;
+    EXPECT_EQ(AddressText(ip), text);
+  }
+}
+
 TEST(SocketsTest, AnAdoptedDescriptorIsNonBlockingAndAsioKnowsItWithoutAsking) {
   asio::io_context io;
   Listening server;
