@@ -81,16 +81,11 @@ using tcp = asio::ip::tcp;
 // (Boost 1.74's reactive_socket_service_base), which only a class derived from the socket can
 // name: the pointer to the protected member is formed here and applied to any socket.
 struct SocketState : tcp::socket {
-  static asio::detail::reactive_socket_service_base::base_implementation_type& Impl(
-      tcp::socket& s) {
+  static auto& Impl(tcp::socket& s) {  // (reactive_socket_service<tcp>'s, with the protocol)
     constexpr auto impl = &SocketState::impl_;
     return (s.*impl).get_implementation();
   }
   static asio::detail::socket_ops::state_type& Of(tcp::socket& s) { return Impl(s).state_; }
-  static auto& Full(tcp::socket& s) {  // with the protocol
-    constexpr auto impl = &SocketState::impl_;
-    return (s.*impl).get_implementation();
-  }
 };
 
 error_code Errno(int err) { return {err, boost::system::system_category()}; }
@@ -229,13 +224,6 @@ class LockedRecord {
     MarkDrained();
     return true;
   }
-  // EPOLLRDHUP goes into the registration with the reactor's next modification of it (a wait for
-  // writability adds EPOLLOUT), at no cost of its own.
-  void WatchPeerEndWithNextChange() {
-    if ((Registered() & EPOLLRDHUP) != 0 || Registered() == 0) return;
-    ForgetPeerEnd();
-    Registered() |= EPOLLRDHUP;
-  }
   std::uint32_t Events() { return Registered(); }
 
  private:
@@ -255,7 +243,7 @@ class LockedRecord {
 // that came before the wait started sets the flag again, under the record's lock). On error
 // `fd` is left open.
 error_code Register(tcp::socket& socket, const tcp& protocol, int fd, std::uint32_t also) {
-  auto& impl = SocketState::Full(socket);
+  auto& impl = SocketState::Impl(socket);
   if (impl.socket_ != asio::detail::invalid_socket) return asio::error::already_open;
   Reactor& reactor =
       asio::use_service<Reactor>(asio::query(socket.get_executor(), asio::execution::context));
@@ -300,7 +288,6 @@ class LockedRecord {
   bool PeerEndReported() { return false; }
   bool WatchesPeerEnd() { return false; }
   bool WatchPeerEnd(int) { return false; }
-  void WatchPeerEndWithNextChange() {}
   std::uint32_t Events() { return 0; }
 };
 
@@ -501,11 +488,7 @@ ConnectStart BeginConnect(tcp::socket& socket, const tcp::endpoint& to) {
   // success from failure: a failure carries EPOLLERR/EPOLLHUP, which marks the socket readable,
   // and a success without a greeting does not -- then SO_ERROR need not be asked.
   const bool event_tells = KnownDrained(socket);
-  const bool quiet = (RegisteredEvents(socket) & EPOLLOUT) != 0;
-  if (only_thread && !quiet) {  // (where the registration could not ask: with the wait's change)
-    if (LockedRecord record(socket); record) record.WatchPeerEndWithNextChange();
-  }
-  return {{}, false, event_tells, quiet};
+  return {{}, false, event_tells};
 }
 
 // The connect deadlines of one execution context and the one timer that watches them. A connect
@@ -691,10 +674,7 @@ asio::awaitable<error_code> Connect(tcp::socket& socket, const tcp::endpoint& to
   error_code ec;
   auto token = asio::redirect_error(asio::use_awaitable, ec);
   co_await asio::async_initiate<decltype(token), void(error_code)>(
-      [&socket, quiet = start.quiet](auto handler) {
-        internal::WaitConnected(socket, quiet, std::move(handler));
-      },
-      token);
+      [&socket](auto handler) { internal::WaitConnected(socket, std::move(handler)); }, token);
   co_return internal::FinishConnect(socket, ec, start.event_tells, deadline);
 }
 

@@ -177,7 +177,6 @@ struct ConnectStart {
   boost::system::error_code ec;
   bool done = false;
   bool event_tells = false;  // the readiness event alone tells success from failure
-  bool quiet = false;        // registered for writability, known not writable yet (Registration)
 };
 ConnectStart BeginConnect(boost::asio::ip::tcp::socket& socket,
                           const boost::asio::ip::tcp::endpoint& to);
@@ -223,13 +222,7 @@ bool CanWaitQuietly(boost::asio::ip::tcp::socket& socket);
 // registration (which for `write` must hold EPOLLOUT already).
 void StartQuietWait(boost::asio::ip::tcp::socket& socket, boost::asio::detail::reactor_op* op,
                     bool write = false);
-// Has `socket` (a connect in progress) call `handler(error_code)` once it may be writable; with
-// `quiet` (ConnectStart) without a change to its registration.
-template <typename Handler>
-void WaitConnected(boost::asio::ip::tcp::socket& socket, bool quiet, Handler handler);
-}  // namespace internal
 
-namespace internal {
 // The operation Asio's async_wait allocates (its recycling allocator, its outstanding-work
 // tracking), started as its reads are.
 template <typename Handler>
@@ -241,12 +234,14 @@ void QuietWait(boost::asio::ip::tcp::socket& socket, bool write, Handler& handle
   p.v = p.p = nullptr;
 }
 
+// Has `socket` (a connect in progress, registered by BeginConnect) call `handler(error_code)`
+// once it may be writable; where the waits can consult the flag, without a change to its
+// registration (which holds EPOLLOUT already).
 template <typename Handler>
-void WaitConnected(boost::asio::ip::tcp::socket& socket, bool quiet, Handler handler) {
+void WaitConnected(boost::asio::ip::tcp::socket& socket, Handler handler) {
 #if BOOST_VERSION == 107400
-  if (quiet) return QuietWait(socket, /*write=*/true, handler);
+  if (CanWaitQuietly(socket)) return QuietWait(socket, /*write=*/true, handler);
 #endif
-  (void)quiet;
   socket.async_wait(boost::asio::ip::tcp::socket::wait_write, std::move(handler));
 }
 }  // namespace internal
@@ -266,7 +261,7 @@ void StartConnect(boost::asio::ip::tcp::socket& socket, const boost::asio::ip::t
   if (start.done) return done(start.ec);
   auto deadline = std::make_unique<internal::ConnectDeadline>();
   deadline->Arm(socket, timeout);
-  internal::WaitConnected(socket, start.quiet,
+  internal::WaitConnected(socket,
                           [&socket, deadline = std::move(deadline), event_tells = start.event_tells,
                            done = std::move(done)](boost::system::error_code ec) mutable {
                             done(internal::FinishConnect(socket, ec, event_tells, *deadline));

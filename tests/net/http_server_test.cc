@@ -21,6 +21,7 @@
 #include <boost/asio/write.hpp>
 #include <boost/beast/http.hpp>
 #include <cstdlib>
+#include <initializer_list>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <thread>
@@ -197,6 +198,33 @@ TEST_F(HttpServerTest, StopAcceptingRefusesNewClientsAtTheKernel) {
   EXPECT_EQ(Http(port(), "GET", "/echo").status, 0);  // connection refused
 }
 
+// Each context run by a thread of its own (kept running by a work guard) until Stop(), which
+// stops them and joins the threads; destruction stops them too (an ASSERT that ends a test early).
+class RunEach {
+ public:
+  explicit RunEach(std::initializer_list<asio::io_context*> contexts) : contexts_(contexts) {
+    for (asio::io_context* io : contexts_) {
+      threads_.emplace_back([io] {
+        auto work = asio::make_work_guard(*io);
+        io->run();
+      });
+    }
+  }
+  ~RunEach() { Stop(); }
+  RunEach(const RunEach&) = delete;
+  RunEach& operator=(const RunEach&) = delete;
+  void Stop() {
+    for (asio::io_context* io : contexts_) io->stop();
+    for (std::thread& t : threads_) {
+      if (t.joinable()) t.join();
+    }
+  }
+
+ private:
+  std::vector<asio::io_context*> contexts_;
+  std::vector<std::thread> threads_;
+};
+
 // A listener's drain and close-all reach each connection through the closer it registered.
 TEST(TcpListenerTest, DrainingAndClosingReachEveryConnection) {
   asio::io_context io;
@@ -315,13 +343,7 @@ TEST(TcpListenerTest, ABurstIsAcceptedWholeOntoTheWorkerWithTheListenersSocketOp
         if (keep == 1 && nodelay == 1 && idle == 30) with_options.fetch_add(1);
       });
   ASSERT_TRUE(listener.ok()) << listener.status().ToString();
-  std::vector<std::thread> runners;
-  for (asio::io_context* io : {&acceptor_io, &worker_io}) {
-    runners.emplace_back([io] {
-      auto work = asio::make_work_guard(*io);
-      io->run();
-    });
-  }
+  RunEach running({&acceptor_io, &worker_io});
   std::vector<int> clients;
   for (int i = 0; i < 200; ++i) clients.push_back(testing::ConnectLoopback((*listener)->port()));
   EXPECT_TRUE(Eventually([&] { return served.load() == 200; })) << served.load();
@@ -331,9 +353,7 @@ TEST(TcpListenerTest, ABurstIsAcceptedWholeOntoTheWorkerWithTheListenersSocketOp
   for (const int fd : clients) ::close(fd);
   (*listener)->StopAccepting();
   listener->reset();
-  acceptor_io.stop();
-  worker_io.stop();
-  for (std::thread& t : runners) t.join();
+  running.Stop();
 }
 
 // A listener on several workers: each accepts on a listening socket of its own and serves what it
@@ -361,13 +381,7 @@ TEST(TcpListenerTest, ListeningOnEveryWorkerServesOnTheirThreadsEvenly) {
         served.fetch_add(1);
       });
   ASSERT_TRUE(listener.ok()) << listener.status().ToString();
-  std::vector<std::thread> runners;
-  for (asio::io_context* io : workers) {
-    runners.emplace_back([io] {
-      auto work = asio::make_work_guard(*io);
-      io->run();
-    });
-  }
+  RunEach running({&io0, &io1});
   std::vector<int> clients;
   for (int i = 0; i < 64; ++i) clients.push_back(testing::ConnectLoopback((*listener)->port()));
   ASSERT_TRUE(Eventually([&] { return served.load() == 64; })) << served.load();
@@ -382,8 +396,7 @@ TEST(TcpListenerTest, ListeningOnEveryWorkerServesOnTheirThreadsEvenly) {
   EXPECT_TRUE(Eventually([&] { return (*listener)->counters().active.load() == 0; }));
   for (const int fd : clients) ::close(fd);
   listener->reset();
-  for (asio::io_context* io : workers) io->stop();
-  for (std::thread& t : runners) t.join();
+  running.Stop();
 }
 
 // The sockets that share an address (SO_REUSEPORT) let nothing else in: a second listener on it,
@@ -430,13 +443,7 @@ TEST(TcpListenerTest, WorkersRegisterWhatTheyAcceptForThePeersEndWhenAsked) {
           watched.fetch_add(1);
       });
   ASSERT_TRUE(listener.ok()) << listener.status().ToString();
-  std::vector<std::thread> runners;
-  for (asio::io_context* io : {&io0, &io1}) {
-    runners.emplace_back([io] {
-      auto work = asio::make_work_guard(*io);
-      io->run();
-    });
-  }
+  RunEach running({&io0, &io1});
   std::vector<int> clients;
   for (int i = 0; i < 8; ++i) clients.push_back(testing::ConnectLoopback((*listener)->port()));
   EXPECT_TRUE(Eventually([&] { return served.load() == 8; })) << served.load();
@@ -444,9 +451,7 @@ TEST(TcpListenerTest, WorkersRegisterWhatTheyAcceptForThePeersEndWhenAsked) {
   for (const int fd : clients) ::close(fd);
   (*listener)->StopAccepting();
   listener->reset();
-  io0.stop();
-  io1.stop();
-  for (std::thread& t : runners) t.join();
+  running.Stop();
   // A context that several threads may run could report an end between a read and its check.
   auto single = TcpListener::Start(
       io0, o, [&io0] { return asio::any_io_executor(io0.get_executor()); },

@@ -54,6 +54,17 @@ struct Listening {
     endpoint = tcp::endpoint(asio::ip::make_address("127.0.0.2"), ntohs(a.sin_port));
   }
   ~Listening() { ::close(fd); }
+  // A plain blocking socket connected to it (the caller closes it), or -1.
+  int Connect() const {
+    const int far = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (far >= 0 && ::connect(far, endpoint.data(), static_cast<socklen_t>(endpoint.size())) == 0) {
+      return far;
+    }
+    if (far >= 0) ::close(far);
+    return -1;
+  }
+  // The next connection in its queue, non-blocking, or -1.
+  int Accept() const { return ::accept4(fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC); }
   int fd = -1;
   tcp::endpoint endpoint;
 };
@@ -97,7 +108,7 @@ TEST(SocketsTest, AnAdoptedDescriptorIsNonBlockingAndAsioKnowsItWithoutAsking) {
   Listening server;
   tcp::socket client(io);
   client.connect(server.endpoint);
-  const int fd = ::accept4(server.fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+  const int fd = server.Accept();
   ASSERT_GE(fd, 0);
 
   tcp::socket accepted(io);
@@ -381,10 +392,9 @@ TEST(SocketsTest, AContextDestroyedWithAConnectPendingLetsItsDeadlineGo) {
 struct Pair {
   explicit Pair(asio::io_context& io, Registration also = {}) : near(io) {
     Listening server;
-    far = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    EXPECT_EQ(
-        ::connect(far, server.endpoint.data(), static_cast<socklen_t>(server.endpoint.size())), 0);
-    const int fd = ::accept4(server.fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    far = server.Connect();
+    EXPECT_GE(far, 0);
+    const int fd = server.Accept();
     EXPECT_GE(fd, 0);
     EXPECT_FALSE(Adopt(near, tcp::v4(), fd, also));
   }
@@ -538,11 +548,10 @@ TEST(SocketsTest, ADescriptorAdoptedByTheContextsOnlyThreadIsKnownDrainedYetAGre
   // no read to be known empty; a greeting already there still completes the first wait.
   asio::io_context io(1);
   Listening server;
-  const int far = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  ASSERT_EQ(::connect(far, server.endpoint.data(), static_cast<socklen_t>(server.endpoint.size())),
-            0);
+  const int far = server.Connect();
+  ASSERT_GE(far, 0);
   ASSERT_EQ(::send(far, "hi", 2, MSG_NOSIGNAL), 2);
-  const int fd = ::accept4(server.fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+  const int fd = server.Accept();
   ASSERT_GE(fd, 0);
   tcp::socket near(io);
   bool drained = false;
@@ -568,11 +577,10 @@ TEST(SocketsTest, AdoptionKnowsTheSocketDrainedOnlyOnTheOneThreadOfItsOwnContext
   Listening server;
   std::vector<int> fars;
   const auto accepted = [&] {
-    const int far = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    EXPECT_EQ(
-        ::connect(far, server.endpoint.data(), static_cast<socklen_t>(server.endpoint.size())), 0);
+    const int far = server.Connect();
+    EXPECT_GE(far, 0);
     fars.push_back(far);
-    return ::accept4(server.fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    return server.Accept();
   };
   const asio::any_io_executor strand = asio::make_strand(io);
   tcp::socket on_strand(strand);
@@ -830,12 +838,11 @@ TEST(SocketsTest, BytesAndEndThereBeforeTheRegistrationStillEndTheNextWait) {
   // the last.
   asio::io_context io(1);
   Listening server;
-  const int far = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  ASSERT_EQ(::connect(far, server.endpoint.data(), static_cast<socklen_t>(server.endpoint.size())),
-            0);
+  const int far = server.Connect();
+  ASSERT_GE(far, 0);
   ASSERT_EQ(::send(far, "bye", 3, MSG_NOSIGNAL), 3);
   ::shutdown(far, SHUT_WR);
-  const int fd = ::accept4(server.fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+  const int fd = server.Accept();
   ASSERT_GE(fd, 0);
   tcp::socket near(io);
   std::array<char, 16> buf{};
