@@ -156,6 +156,65 @@ std::uint16_t PortIn(const std::string& line, const std::string& pattern) {
   return static_cast<std::uint16_t>(std::stoi(m[1].str()));
 }
 
+// `pid` and its direct children (nginx's workers): the processes a proxy's figures add up.
+std::vector<std::string> ProcessTree(pid_t pid) {
+  std::vector<std::string> tree = {"/proc/" + std::to_string(pid)};
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc", ec)) {
+    const std::string name = entry.path().filename();
+    if (name.empty() || !std::isdigit(static_cast<unsigned char>(name[0]))) continue;
+    std::ifstream stat(entry.path() / "stat");
+    std::string text((std::istreambuf_iterator<char>(stat)), {});
+    const std::size_t paren = text.rfind(')');
+    if (paren == std::string::npos) continue;
+    std::istringstream rest(text.substr(paren + 2));
+    std::string state;
+    pid_t ppid = 0;
+    rest >> state >> ppid;
+    if (ppid == pid) tree.push_back(entry.path().string());
+  }
+  return tree;
+}
+
+// A `/proc/.../status` field's number ("VmRSS:", "nonvoluntary_ctxt_switches:"); 0 if absent.
+std::uint64_t StatusField(const std::string& proc, std::string_view field) {
+  std::ifstream status(proc + "/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.starts_with(field)) return std::stoull(line.substr(field.size()));
+  }
+  return 0;
+}
+
+// What the scheduler did with a proxy's threads (all of them, with its direct children's), read
+// from /proc before and after a measured run: CPU time, time spent runnable but waiting for a
+// CPU, and how often a thread was switched out while it could still run (preempted).
+struct SchedCounters {
+  std::uint64_t cpu_ns = 0;
+  std::uint64_t wait_ns = 0;
+  std::uint64_t preempted = 0;
+
+  static SchedCounters Of(pid_t pid) {
+    SchedCounters c;
+    std::error_code ec;
+    for (const std::string& proc : ProcessTree(pid)) {
+      for (const auto& task : std::filesystem::directory_iterator(proc + "/task", ec)) {
+        std::ifstream schedstat(task.path() / "schedstat");
+        std::uint64_t run = 0, wait = 0;
+        if (schedstat >> run >> wait) {
+          c.cpu_ns += run;
+          c.wait_ns += wait;
+        }
+        c.preempted += StatusField(task.path().string(), "nonvoluntary_ctxt_switches:");
+      }
+    }
+    return c;
+  }
+  SchedCounters operator-(const SchedCounters& o) const {
+    return {cpu_ns - o.cpu_ns, wait_ns - o.wait_ns, preempted - o.preempted};
+  }
+};
+
 struct Result {
   std::string system;
   double sessions_per_s = 0;
@@ -165,6 +224,14 @@ struct Result {
   std::uint64_t errors = 0;
   bool skipped = false;
   std::string note;
+  SchedCounters sched;              // the proxy's, over the run
+  nlohmann::json rounds = nullptr;  // a median's rounds, each with its scheduler counters
+
+  // The proxy's CPU time per request (or session) in the run, in microseconds.
+  double CpuUsPerOp() const {
+    return static_cast<double>(sched.cpu_ns) / 1000 /
+           std::max<double>(1, static_cast<double>(sessions));
+  }
 };
 
 // One session; false on any failure.
@@ -350,9 +417,17 @@ Result Median(std::vector<Result> rounds) {
   m.p50_ms = median(&Result::p50_ms);
   m.p99_ms = median(&Result::p99_ms);
   m.sessions = m.errors = 0;
+  m.rounds = nlohmann::json::array();
   for (const Result& r : rounds) {
     m.sessions += r.sessions;
     m.errors += r.errors;
+    m.rounds.push_back({{"rate_per_s", r.sessions_per_s},
+                        {"p50_ms", r.p50_ms},
+                        {"p99_ms", r.p99_ms},
+                        {"errors", r.errors},
+                        {"cpu_us_per_op", r.CpuUsPerOp()},
+                        {"preempted", r.sched.preempted},
+                        {"cpu_wait_ms", static_cast<double>(r.sched.wait_ns) / 1e6}});
   }
   return m;
 }
@@ -412,6 +487,7 @@ void Report(const char* title, const char* unit, const std::vector<Result>& resu
                         {"count", r.sessions},
                         {"errors", r.errors},
                         {"skipped", r.skipped}};
+    if (!r.rounds.is_null()) j["rounds"] = r.rounds;
     const bool peer = (r.system == "haproxy" || r.system == "nginx") && !r.skipped &&
                       r.sessions_per_s > 0 && !drover.skipped;
     if (peer) {
@@ -506,31 +582,10 @@ int ConnectLoopback(std::uint16_t port) {
   return fd;
 }
 
-// Resident KiB of `pid` and its direct children (nginx's workers).
+// Resident KiB of `pid` and its direct children.
 std::uint64_t TreeRssKb(pid_t pid) {
-  const auto rss = [](const std::string& proc) -> std::uint64_t {
-    std::ifstream status(proc + "/status");
-    std::string line;
-    while (std::getline(status, line)) {
-      if (line.rfind("VmRSS:", 0) == 0) return std::stoull(line.substr(6));
-    }
-    return 0;
-  };
-  std::uint64_t total = rss("/proc/" + std::to_string(pid));
-  std::error_code ec;
-  for (const auto& entry : std::filesystem::directory_iterator("/proc", ec)) {
-    const std::string name = entry.path().filename();
-    if (name.empty() || !std::isdigit(static_cast<unsigned char>(name[0]))) continue;
-    std::ifstream stat(entry.path() / "stat");
-    std::string text((std::istreambuf_iterator<char>(stat)), {});
-    const std::size_t paren = text.rfind(')');
-    if (paren == std::string::npos) continue;
-    std::istringstream rest(text.substr(paren + 2));
-    std::string state;
-    pid_t ppid = 0;
-    rest >> state >> ppid;
-    if (ppid == pid) total += rss(entry.path().string());
-  }
+  std::uint64_t total = 0;
+  for (const std::string& proc : ProcessTree(pid)) total += StatusField(proc, "VmRSS:");
   return total;
 }
 
@@ -753,24 +808,33 @@ std::vector<Result> Rounds(const std::vector<Proxy>& proxies, Result direct, int
   for (const Proxy& p : proxies) {
     if (p.process) run(p, true);
   }
+  if (show) {
+    std::printf("  %-16s %12s %9s %9s %8s %9s %10s %9s\n", "round", "rate", "p50 ms", "p99 ms",
+                "errors", "CPU us/op", "preempted", "wait ms");
+  }
   for (int r = 0; r < rounds; ++r) {
     for (std::size_t k = 0; k < proxies.size(); ++k) {
       const std::size_t i = (static_cast<std::size_t>(r) + k) % proxies.size();
       if (!proxies[i].process) continue;
-      per[i].push_back(run(proxies[i], false));
+      // (/proc is read before the load starts and after it ended: nothing polls beside it.)
+      const pid_t pid = proxies[i].process->pid();
+      const SchedCounters before = SchedCounters::Of(pid);
+      Result& x = per[i].emplace_back(run(proxies[i], false));
+      x.sched = SchedCounters::Of(pid) - before;
       if (show) {
-        const Result& x = per[i].back();
-        std::printf("  round %d %-8s %12.0f %9.2f %9.2f %8llu\n", r + 1, x.system.c_str(),
-                    x.sessions_per_s, x.p50_ms, x.p99_ms,
-                    static_cast<unsigned long long>(x.errors));
+        std::printf("  round %d %-8s %12.0f %9.2f %9.2f %8llu %9.1f %10llu %9.0f\n", r + 1,
+                    x.system.c_str(), x.sessions_per_s, x.p50_ms, x.p99_ms,
+                    static_cast<unsigned long long>(x.errors), x.CpuUsPerOp(),
+                    static_cast<unsigned long long>(x.sched.preempted),
+                    static_cast<double>(x.sched.wait_ns) / 1e6);
       }
     }
   }
   std::vector<Result> results = {std::move(direct)};
   for (std::size_t i = 0; i < proxies.size(); ++i) {
     if (!proxies[i].process) {
-      results.push_back(
-          Result{.system = proxies[i].system, .skipped = true, .note = proxies[i].note});
+      results.push_back(Result{
+          .system = proxies[i].system, .skipped = true, .note = proxies[i].note, .sched = {}});
     } else {
       results.push_back(Median(per[i]));
     }
@@ -869,7 +933,9 @@ int main(int argc, char** argv) {
   app.add_flag("!--no-http", o.http, "Skip the HTTP parts (requests, bytes and idle clients)");
   app.add_flag("--json", o.json, "Print the report as JSON");
   app.add_flag("--show-rounds", o.show_rounds,
-               "Also print every measured round as it ends (rate, p50 ms, p99 ms, errors)");
+               "Also print every measured round as it ends: rate, p50 ms, p99 ms, errors, and the "
+               "proxy's CPU us per request or session, times preempted and ms waiting for a "
+               "CPU (its threads' and workers', from /proc; in --json always, as \"rounds\")");
   app.add_option("--idle-sessions", o.idle_sessions,
                  "Idle TCP sessions held through every proxy for the memory figure (0: skip; "
                  "each takes two of the proxy's descriptors)")

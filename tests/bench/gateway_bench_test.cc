@@ -29,6 +29,14 @@ TEST(GatewayBenchTest, EveryProxyCarriesEverySession) {
       EXPECT_EQ(r.at("errors"), 0);
       EXPECT_GT(r.at("count").get<int>(), 0);
       EXPECT_GT(r.at("rate_per_s").get<double>(), 0);
+      // Each round says what the scheduler did with the proxy: it ran (CPU time per request or
+      // session, from /proc) and may have been preempted or kept waiting for a CPU.
+      ASSERT_EQ(r.at("rounds").size(), 1u) << r.dump();
+      const auto& round = r.at("rounds")[0];
+      EXPECT_EQ(round.at("rate_per_s"), r.at("rate_per_s"));
+      EXPECT_GT(round.at("cpu_us_per_op").get<double>(), 0);
+      EXPECT_GE(round.at("preempted").get<double>(), 0);
+      EXPECT_GE(round.at("cpu_wait_ms").get<double>(), 0);
     }
     EXPECT_GT(pass[part]["haproxy"].at("drover_rate_ratio").get<double>(), 0);
   }
