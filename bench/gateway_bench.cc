@@ -58,6 +58,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -188,30 +189,41 @@ std::uint64_t StatusField(const std::string& proc, std::string_view field) {
 
 // What the scheduler did with a proxy's threads (all of them, with its direct children's), read
 // from /proc before and after a measured run: CPU time, time spent runnable but waiting for a
-// CPU, and how often a thread was switched out while it could still run (preempted).
+// CPU, and how often a thread was switched out while it could still run (preempted). Per thread,
+// so that one that ends or starts during the run (gRPC's are made on demand) is counted for what
+// it did in it, never subtracted.
 struct SchedCounters {
   std::uint64_t cpu_ns = 0;
   std::uint64_t wait_ns = 0;
   std::uint64_t preempted = 0;
 
-  static SchedCounters Of(pid_t pid) {
-    SchedCounters c;
+  // Every thread's counters now, by its /proc path.
+  using Threads = std::map<std::string, SchedCounters>;
+  static Threads Of(pid_t pid) {
+    Threads threads;
     std::error_code ec;
     for (const std::string& proc : ProcessTree(pid)) {
       for (const auto& task : std::filesystem::directory_iterator(proc + "/task", ec)) {
+        SchedCounters c;
         std::ifstream schedstat(task.path() / "schedstat");
-        std::uint64_t run = 0, wait = 0;
-        if (schedstat >> run >> wait) {
-          c.cpu_ns += run;
-          c.wait_ns += wait;
-        }
-        c.preempted += StatusField(task.path().string(), "nonvoluntary_ctxt_switches:");
+        if (!(schedstat >> c.cpu_ns >> c.wait_ns)) continue;  // ended meanwhile
+        c.preempted = StatusField(task.path().string(), "nonvoluntary_ctxt_switches:");
+        threads[task.path().string()] = c;
       }
     }
-    return c;
+    return threads;
   }
-  SchedCounters operator-(const SchedCounters& o) const {
-    return {cpu_ns - o.cpu_ns, wait_ns - o.wait_ns, preempted - o.preempted};
+  // What the threads in `after` did since `before`.
+  static SchedCounters Since(const Threads& before, const Threads& after) {
+    SchedCounters sum;
+    for (const auto& [thread, now] : after) {
+      const auto then = before.find(thread);
+      const SchedCounters was = then == before.end() ? SchedCounters{} : then->second;
+      sum.cpu_ns += now.cpu_ns - std::min(now.cpu_ns, was.cpu_ns);
+      sum.wait_ns += now.wait_ns - std::min(now.wait_ns, was.wait_ns);
+      sum.preempted += now.preempted - std::min(now.preempted, was.preempted);
+    }
+    return sum;
   }
 };
 
@@ -818,9 +830,9 @@ std::vector<Result> Rounds(const std::vector<Proxy>& proxies, Result direct, int
       if (!proxies[i].process) continue;
       // (/proc is read before the load starts and after it ended: nothing polls beside it.)
       const pid_t pid = proxies[i].process->pid();
-      const SchedCounters before = SchedCounters::Of(pid);
+      const SchedCounters::Threads before = SchedCounters::Of(pid);
       Result& x = per[i].emplace_back(run(proxies[i], false));
-      x.sched = SchedCounters::Of(pid) - before;
+      x.sched = SchedCounters::Since(before, SchedCounters::Of(pid));
       if (show) {
         std::printf("  round %d %-8s %12.0f %9.2f %9.2f %8llu %9.1f %10llu %9.0f\n", r + 1,
                     x.system.c_str(), x.sessions_per_s, x.p50_ms, x.p99_ms,
