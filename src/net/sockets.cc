@@ -170,6 +170,11 @@ unsigned int& ReportedEvents(DescriptorState& state) {
   return op.*MemberOf(ReportedOf{});
 }
 
+// The record may have served a closed descriptor before; nothing it reported is this one's.
+void ForgetPeerEnd(DescriptorState& state) {
+  ReportedEvents(state) &= ~static_cast<unsigned int>(EPOLLRDHUP);
+}
+
 // The reactor's record of `socket` when its waits can consult the flag: registered, and held for
 // non-blocking (else Asio's own start would set O_NONBLOCK first).
 DescriptorState* QuietState(tcp::socket& socket) {
@@ -212,7 +217,7 @@ class LockedRecord {
   bool WatchPeerEnd(int fd) {
     if ((Registered() & EPOLLRDHUP) != 0) return true;
     if (Registered() == 0) return false;  // not in the epoll set
-    ForgetPeerEnd();
+    ForgetPeerEnd(*state_);
     epoll_event ev{};
     ev.events = Registered() | EPOLLRDHUP;
     ev.data.ptr = state_;
@@ -228,8 +233,6 @@ class LockedRecord {
 
  private:
   asio::detail::conditionally_enabled_mutex& Mutex() { return (*state_).*MemberOf(MutexOf{}); }
-  // The record may have served a closed descriptor before; nothing it reported is this one's.
-  void ForgetPeerEnd() { Reported() &= ~static_cast<unsigned int>(EPOLLRDHUP); }
   std::uint32_t& Registered() { return (*state_).*MemberOf(EventsOf{}); }
   unsigned int& Reported() { return ReportedEvents(*state_); }
 
@@ -256,8 +259,7 @@ error_code Register(tcp::socket& socket, const tcp& protocol, int fd, std::uint3
     (*state).*MemberOf(ShutDownOf{}) = false;
     for (bool& may_be_ready : (*state).*MemberOf(MayBeReadyOf{})) may_be_ready = true;
     if ((also & EPOLLOUT) != 0) ((*state).*MemberOf(MayBeReadyOf{}))[Reactor::write_op] = false;
-    // The record may have served a closed descriptor before; nothing it reported is this one's.
-    ReportedEvents(*state) &= ~static_cast<unsigned int>(EPOLLRDHUP);
+    ForgetPeerEnd(*state);
   }
   epoll_event ev{};
   ev.events = EPOLLIN | EPOLLERR | EPOLLHUP | EPOLLPRI | EPOLLET | also;  // Asio's, and `also`

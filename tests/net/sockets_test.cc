@@ -65,6 +65,17 @@ struct Listening {
   }
   // The next connection in its queue, non-blocking, or -1.
   int Accept() const { return ::accept4(fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC); }
+  // A connection whose client (`far`, the caller closes it) sent `bytes` -- and its end, with
+  // `end` -- before it was accepted: the accepted side, or -1.
+  int AcceptAfter(std::string_view bytes, bool end, int& far) const {
+    far = Connect();
+    EXPECT_GE(far, 0);
+    if (far < 0) return -1;
+    EXPECT_EQ(::send(far, bytes.data(), bytes.size(), MSG_NOSIGNAL),
+              static_cast<ssize_t>(bytes.size()));
+    if (end) ::shutdown(far, SHUT_WR);
+    return Accept();
+  }
   int fd = -1;
   tcp::endpoint endpoint;
 };
@@ -548,10 +559,8 @@ TEST(SocketsTest, ADescriptorAdoptedByTheContextsOnlyThreadIsKnownDrainedYetAGre
   // no read to be known empty; a greeting already there still completes the first wait.
   asio::io_context io(1);
   Listening server;
-  const int far = server.Connect();
-  ASSERT_GE(far, 0);
-  ASSERT_EQ(::send(far, "hi", 2, MSG_NOSIGNAL), 2);
-  const int fd = server.Accept();
+  int far = -1;
+  const int fd = server.AcceptAfter("hi", /*end=*/false, far);
   ASSERT_GE(fd, 0);
   tcp::socket near(io);
   bool drained = false;
@@ -838,11 +847,8 @@ TEST(SocketsTest, BytesAndEndThereBeforeTheRegistrationStillEndTheNextWait) {
   // the last.
   asio::io_context io(1);
   Listening server;
-  const int far = server.Connect();
-  ASSERT_GE(far, 0);
-  ASSERT_EQ(::send(far, "bye", 3, MSG_NOSIGNAL), 3);
-  ::shutdown(far, SHUT_WR);
-  const int fd = server.Accept();
+  int far = -1;
+  const int fd = server.AcceptAfter("bye", /*end=*/true, far);
   ASSERT_GE(fd, 0);
   tcp::socket near(io);
   std::array<char, 16> buf{};
