@@ -132,7 +132,11 @@ grpc::Status Reply(const Result<std::uint64_t>& revision, pb::RevisionReply* rep
 }  // namespace
 
 // Runs writes that commit to the store: a commit waits for the disk, and gRPC's callback
-// threads, which also serve every KeepAlive stream, must never wait.
+// threads, which also serve every KeepAlive stream, must never wait. Each waiting write holds a
+// thread (asleep), so the pool's size is how many writes can share one commit (group commit on
+// SQLite) or be in flight at once (etcd).
+constexpr int kWriteThreads = 64;
+
 class WritePool {
  public:
   explicit WritePool(int threads) {
@@ -404,7 +408,7 @@ class RegistryService final
   Registry& registry_;
   const std::shared_ptr<const Authorizer> auth_;
   const std::shared_ptr<ClientLimits> limits_;
-  WritePool writes_{2};
+  WritePool writes_{kWriteThreads};
   Mutex mu_;
   std::set<std::shared_ptr<Watcher>> watches_ DROVER_GUARDED_BY(mu_);
   std::set<KeepAliveStream*> keepalives_ DROVER_GUARDED_BY(mu_);

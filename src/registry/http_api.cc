@@ -654,6 +654,17 @@ std::string HttpServer::Impl::Metrics() {
   out.Gauge("drover_registry_expirer",
             "1 when this process expires leases (always with SQLite; the elected one with etcd)",
             registry.expirer() ? 1 : 0);
+  const CommitCounters commits = registry.commit_counters();
+  out.Counter("drover_registry_store_commits_total",
+              "Store commits (SQLite: one transaction and fsync each, holding every write of a "
+              "group commit; etcd: one transaction per write)",
+              static_cast<double>(commits.commits));
+  out.Counter("drover_registry_committed_writes_total",
+              "Writes committed (their ratio to drover_registry_store_commits_total is the mean "
+              "group-commit batch)",
+              static_cast<double>(commits.writes));
+  out.Gauge("drover_registry_largest_commit_writes", "Writes in the largest store commit so far",
+            static_cast<double>(commits.largest));
   for (const auto& s : registry.Services()) {
     out.Gauge("drover_registry_instances", "Registered instances per service",
               static_cast<double>(s.instances), {{"service", s.name}});

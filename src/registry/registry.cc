@@ -235,8 +235,102 @@ Result<Registry::Entry*> Registry::FindForWrite(const std::string& service, cons
   return NotFoundError(Path(service, id) + " is not registered");
 }
 
-Result<std::uint64_t> Registry::Mutate(const Planner& plan) {
+Result<std::uint64_t> Registry::Mutate(const Key& key, const Planner& plan) {
+  if (shared_) return MutateShared(plan);
+  PendingWrite me(key, plan);
+  MutexLock lock(queue_mu_);
+  queue_.push_back(&me);
+  while (true) {
+    me.cv.Wait(queue_mu_, [&]() DROVER_REQUIRES(queue_mu_) {
+      // (While another leader holds it in its batch, it is in no queue.)
+      return me.answer.has_value() || (!leading_ && !queue_.empty() && queue_.front() == &me);
+    });
+    if (me.answer) return std::move(*me.answer);
+    // This write leads: it takes what is queued (itself first) as one batch.
+    leading_ = true;
+    std::vector<PendingWrite*> batch;
+    while (!queue_.empty() && batch.size() < kMaxBatch) {
+      batch.push_back(queue_.front());
+      queue_.pop_front();
+    }
+    lock.Unlock();
+    auto answers = CommitBatch(batch);
+    lock.Lock();
+    std::uint64_t written = 0;
+    for (std::size_t i = batch.size(); i-- > 0;) {
+      if (!answers[i]) {
+        queue_.push_front(batch[i]);  // its instance was written in this batch: next one
+        continue;
+      }
+      if (answers[i]->ok()) ++written;
+      batch[i]->answer = std::move(*answers[i]);
+      batch[i]->cv.NotifyOne();
+    }
+    if (written > 0) {
+      ++counters_.commits;
+      counters_.writes += written;
+      counters_.largest = std::max(counters_.largest, written);
+    }
+    leading_ = false;
+    if (!queue_.empty()) queue_.front()->cv.NotifyOne();  // the next batch's leader
+  }
+}
+
+std::vector<std::optional<Result<std::uint64_t>>> Registry::CommitBatch(
+    const std::vector<PendingWrite*>& batch) {
+  std::vector<std::optional<Result<std::uint64_t>>> answers(batch.size());
   MutexLock write_lock(write_mu_);
+  std::vector<std::vector<Write>> sets;
+  std::vector<std::size_t> owners;  // the batch index each set answers
+  {
+    MutexLock lock(mu_);
+    const MonoTime now = clock_.Now();
+    const SystemTime system_now = clock_.SystemNow();
+    std::set<Key> written;
+    for (std::size_t i = 0; i < batch.size(); ++i) {
+      // A second write to one instance would be planned against a view without the first: it
+      // waits for the next batch, which plans against the first one committed.
+      if (written.contains(batch[i]->key)) continue;
+      Result<Plan> plan = batch[i]->plan(now, system_now);
+      if (!plan.ok()) {
+        answers[i] = plan.status();
+        continue;
+      }
+      if (plan->writes.empty()) {
+        answers[i] = revision_;
+        continue;
+      }
+      written.insert(batch[i]->key);
+      sets.push_back(std::move(plan->writes));
+      owners.push_back(i);
+    }
+  }
+  if (sets.empty()) return answers;
+  auto committed = store_->CommitBatch(sets);
+  MutexLock lock(mu_);
+  if (!committed.ok()) {
+    for (std::size_t i : owners) answers[i] = committed.status();
+    return answers;
+  }
+  const MonoTime now = clock_.Now();
+  std::vector<Event> events;
+  for (std::size_t j = 0; j < sets.size(); ++j) {
+    Result<std::uint64_t>& rev = (*committed)[j];
+    if (rev.ok()) ApplyLocked(Change{*rev, std::move(sets[j])}, now, events);
+    answers[owners[j]] = std::move(rev);
+  }
+  if (!events.empty()) Publish(std::move(events));
+  return answers;
+}
+
+CommitCounters Registry::commit_counters() const {
+  MutexLock lock(queue_mu_);
+  CommitCounters counters = counters_;
+  counters.waiting = queue_.size();
+  return counters;
+}
+
+Result<std::uint64_t> Registry::MutateShared(const Planner& plan) {
   for (int attempt = 1;; ++attempt) {
     Plan p;
     {
@@ -247,10 +341,11 @@ Result<std::uint64_t> Registry::Mutate(const Planner& plan) {
     Result<std::uint64_t> rev =
         p.as_expirer ? store_->CommitAsExpirer(p.writes) : store_->Commit(p.writes);
     if (rev.ok()) {
-      if (!shared_) {
-        MutexLock lock(mu_);
-        ApplyLocked(Change{*rev, std::move(p.writes)}, clock_.Now());
-        return *rev;
+      {
+        MutexLock lock(queue_mu_);
+        ++counters_.commits;
+        ++counters_.writes;
+        counters_.largest = std::max<std::uint64_t>(counters_.largest, 1);
       }
       // Committed: the answer is yes whatever happens next. Waiting lets the caller read its
       // own write from this process.
@@ -260,19 +355,19 @@ Result<std::uint64_t> Registry::Mutate(const Planner& plan) {
       }
       return *rev;
     }
-    if (!shared_ || rev.status().code() != StatusCode::kAborted || attempt >= kMaxAttempts) {
+    if (rev.status().code() != StatusCode::kAborted || attempt >= kMaxAttempts) {
       return rev.status();
     }
-    // Another registry process changed a row this plan read: catch up and decide again (the
-    // answer may now be "fenced", or a different write).
+    // Another write changed a row this plan read (from another registry process, or from this
+    // one: writes are not serialised here): catch up and decide again (the answer may now be
+    // "fenced", or a different write).
     DROVER_ASSIGN_OR_RETURN(const std::uint64_t head, store_->Head());
     DROVER_RETURN_IF_ERROR(store_->WaitDelivered(head, kFeedWait));
   }
 }
 
-void Registry::ApplyLocked(const Change& change, MonoTime now) {
+void Registry::ApplyLocked(const Change& change, MonoTime now, std::vector<Event>& events) {
   const std::uint64_t rev = change.revision;
-  std::vector<Event> events;
   for (const Write& w : change.writes) {
     switch (w.kind) {
       case Write::Kind::kPutInstance: {
@@ -320,13 +415,14 @@ void Registry::ApplyLocked(const Change& change, MonoTime now) {
     }
   }
   revision_ = std::max(revision_, rev);
-  if (!events.empty()) Publish(std::move(events));
 }
 
 void Registry::OnChange(const Change& change) {
   MutexLock lock(mu_);
   if (change.revision <= revision_) return;  // already in the view (a resync covered it)
-  ApplyLocked(change, clock_.Now());
+  std::vector<Event> events;
+  ApplyLocked(change, clock_.Now(), events);
+  if (!events.empty()) Publish(std::move(events));
 }
 
 void Registry::OnRenewals(const std::vector<LeaseRenewal>& renewals) {
@@ -405,7 +501,8 @@ Result<std::uint64_t> Registry::Register(const std::string& service, const std::
                                          const InstanceSpec& spec) {
   DROVER_RETURN_IF_ERROR(ValidateKey(service, id));
   DROVER_RETURN_IF_ERROR(ValidateSpec(spec, options_.limits).WithContext(Path(service, id)));
-  return Mutate([&](MonoTime now, SystemTime system_now) DROVER_REQUIRES(mu_) -> Result<Plan> {
+  const Planner planner = [&](MonoTime now, SystemTime system_now)
+                              DROVER_REQUIRES(mu_) -> Result<Plan> {
     auto tomb = tombstones_.find(Key{service, id});
     if (tomb != tombstones_.end() && spec.generation <= tomb->second.generation) {
       return FencedError(service, id, spec.generation, tomb->second.generation,
@@ -448,7 +545,8 @@ Result<std::uint64_t> Registry::Register(const std::string& service, const std::
     }
     plan.writes.push_back(PutInstance(next, /*create=*/false, cur.mod_revision));
     return plan;
-  });
+  };
+  return Mutate(Key{service, id}, planner);
 }
 
 Result<std::uint64_t> Registry::Heartbeat(const std::string& service, const std::string& id,
@@ -487,12 +585,13 @@ Result<std::uint64_t> Registry::SetState(const std::string& service, const std::
                                          std::optional<InstanceState> state,
                                          std::optional<bool> accepting) {
   DROVER_RETURN_IF_ERROR(ValidateKey(service, id));
-  return Mutate([&](MonoTime now, SystemTime system_now) DROVER_REQUIRES(mu_) -> Result<Plan> {
+  const Planner planner = [&](MonoTime now, SystemTime system_now)
+                              DROVER_REQUIRES(mu_) -> Result<Plan> {
     DROVER_ASSIGN_OR_RETURN(Entry * entry, FindForWrite(service, id, generation));
     const Instance& cur = entry->instance;
     if (state && cur.spec.state == InstanceState::kDraining && *state != InstanceState::kDraining) {
-      // Drain is sticky intent (REG-1): the same incarnation cannot become routable again. A
-      // restarted process registers a new generation instead.
+      // Drain is sticky intent (REG-1): the same incarnation cannot become routable
+      // again. A restarted process registers a new generation instead.
       return FailedPreconditionError(Path(service, id) + " is DRAINING; generation " +
                                      std::to_string(generation) + " cannot return to " +
                                      std::string(InstanceStateName(*state)) +
@@ -504,21 +603,23 @@ Result<std::uint64_t> Registry::SetState(const std::string& service, const std::
     next.ready_since = ReadySince(&cur, next.spec.state, system_now);
     Plan plan;
     if (next.spec == cur.spec) {
-      // A state change is a sign of life and renews the lease -- once it is accepted (a
-      // committed change renews it when applied).
+      // A state change is a sign of life and renews the lease -- once it is accepted
+      // (a committed change renews it when applied).
       entry->lease_deadline = now + Ttl(cur.spec);
       if (shared_) store_->ShareRenewals({LeaseRenewal{service, id, generation}});
       return plan;
     }
     plan.writes.push_back(PutInstance(next, false, cur.mod_revision));
     return plan;
-  });
+  };
+  return Mutate(Key{service, id}, planner);
 }
 
 Result<std::uint64_t> Registry::Deregister(const std::string& service, const std::string& id,
                                            std::uint64_t generation) {
   DROVER_RETURN_IF_ERROR(ValidateKey(service, id));
-  return Mutate([&](MonoTime, SystemTime system_now) DROVER_REQUIRES(mu_) -> Result<Plan> {
+  const Planner planner = [&](MonoTime, SystemTime system_now)
+                              DROVER_REQUIRES(mu_) -> Result<Plan> {
     Entry* entry = nullptr;
     if (auto svc = services_.find(service); svc != services_.end()) {
       if (auto it = svc->second.instances.find(id); it != svc->second.instances.end()) {
@@ -546,7 +647,8 @@ Result<std::uint64_t> Registry::Deregister(const std::string& service, const std
     Plan plan;
     plan.writes = {std::move(remove), PutTombstone(tomb)};
     return plan;
-  });
+  };
+  return Mutate(Key{service, id}, planner);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -805,7 +907,11 @@ Status Registry::ExpireLeases() {
     if (shared_) (void)store_->WaitDelivered(*rev, kFeedWait);
     MutexLock lock(mu_);
     const MonoTime now = clock_.Now();
-    if (!shared_) ApplyLocked(Change{*rev, std::move(plan.writes)}, now);
+    if (!shared_) {
+      std::vector<Event> events;
+      ApplyLocked(Change{*rev, std::move(plan.writes)}, now, events);
+      if (!events.empty()) Publish(std::move(events));
+    }
     auto svc = services_.find(service);
     if (svc == services_.end()) svc = services_.emplace(service, ServiceState{}).first;
     for (std::size_t i = 0; i < count; ++i) svc->second.recent_expiries.push_back(now);

@@ -27,10 +27,19 @@
 //   and is passed to the others through the store (batched); only the process the store elects
 //   as expirer expires leases, and its expiry commits are fenced on that role.
 //
-// Thread-safe: `write_mu_` serialises this process's writes (plan, commit, apply), `mu_` guards
-// the view and is never held across a commit, and watchers have their own queue. Time comes from
-// the injected Clock, so tests drive hours of leases with a FakeClock. The registry does not own
-// the Clock, which must outlive it.
+// - Group commit (private store): concurrent writes queue; the first in the queue leads a batch
+//   of what is queued, plans each against the view (one write per instance per batch: a second
+//   write to the same instance waits for the next batch, so every plan reads committed state),
+//   commits them in one store transaction and one fsync, each at its own revision, applies them
+//   in order and answers each. A write is acknowledged only after the fsync that holds it. On a
+//   shared store there is no batch: each write is its own transaction, many in flight at once,
+//   kept apart by their compare conditions (a lost compare plans again).
+//
+// Thread-safe: `write_mu_` is held by whoever talks to a private store (a batch's leader from
+// planning to applying, expiry, pruning, deploys), `mu_` guards the view and is never held across
+// a commit, `queue_mu_` guards the queue of waiting writes, and watchers have their own queue. Time
+// comes from the injected Clock, so tests drive hours of leases with a FakeClock. The registry does
+// not own the Clock, which must outlive it.
 #pragma once
 
 #include <atomic>
@@ -70,6 +79,14 @@ struct ListResult {
   // Per instance, in the same order: time left on its lease (zero once lapsed). Renewals are in
   // memory only and make no event, so this is how an operator sees heartbeats arrive.
   std::vector<Duration> lease_remaining;
+};
+
+// How group commit went: store commits (one transaction and fsync each) and the writes they held.
+struct CommitCounters {
+  std::uint64_t commits = 0;
+  std::uint64_t writes = 0;
+  std::uint64_t largest = 0;  // writes in the largest commit
+  std::size_t waiting = 0;    // writes queued for the next batch right now
 };
 
 struct ServiceSummary {
@@ -177,6 +194,10 @@ class Registry final : private StoreListener {
   // Whether this process expires leases (always, with a private store).
   bool expirer() const { return store_->Expirer(); }
 
+  // Writes committed so far and the store commits that held them (private store; a shared
+  // store's writes are one commit each).
+  CommitCounters commit_counters() const DROVER_EXCLUDES(queue_mu_);
+
  private:
   struct Entry {
     Instance instance;
@@ -196,6 +217,16 @@ class Registry final : private StoreListener {
     bool as_expirer = false;
   };
   using Planner = std::function<Result<Plan>(MonoTime now, SystemTime system_now)>;
+  // A write waiting in the queue for its batch; it lives on the waiting caller's stack.
+  struct PendingWrite {
+    PendingWrite(Key k, const Planner& p) : key(std::move(k)), plan(p) {}
+    const Key key;  // the instance it writes
+    const Planner& plan;
+    CondVar cv;  // its answer is in, or it leads the next batch
+    std::optional<Result<std::uint64_t>> answer;
+  };
+  // Writes one batch leads at most.
+  static constexpr std::size_t kMaxBatch = 256;
 
   Registry(std::unique_ptr<Store> store, Clock& clock, RegistryOptions options)
       : store_(std::move(store)),
@@ -203,11 +234,19 @@ class Registry final : private StoreListener {
         clock_(clock),
         options_(std::move(options)) {}
 
-  // Plans (under mu_), commits and applies one write; see the class comment. Returns the commit's
-  // revision, or the registry's when the plan had nothing to write.
-  Result<std::uint64_t> Mutate(const Planner& plan) DROVER_EXCLUDES(write_mu_, mu_);
-  // Applies a committed change to the view and publishes its events.
-  void ApplyLocked(const Change& change, MonoTime now) DROVER_REQUIRES(mu_);
+  // Plans (under mu_), commits and applies one write to the instance `key`; see the class
+  // comment. Returns the commit's revision, or the registry's when the plan had nothing to write.
+  Result<std::uint64_t> Mutate(const Key& key, const Planner& plan)
+      DROVER_EXCLUDES(write_mu_, mu_, queue_mu_);
+  Result<std::uint64_t> MutateShared(const Planner& plan) DROVER_EXCLUDES(write_mu_, mu_);
+  // A batch's leader (private store): plans, commits and applies `batch`, and returns each
+  // write's answer, in order; nullopt for one that must wait for the next batch (a write to an
+  // instance already written in this one).
+  std::vector<std::optional<Result<std::uint64_t>>> CommitBatch(
+      const std::vector<PendingWrite*>& batch) DROVER_EXCLUDES(write_mu_, mu_, queue_mu_);
+  // Applies a committed change to the view and adds its events to `events` (for Publish).
+  void ApplyLocked(const Change& change, MonoTime now, std::vector<Event>& events)
+      DROVER_REQUIRES(mu_);
 
   // StoreListener (shared stores; the store's feed thread).
   void OnChange(const Change& change) override;
@@ -245,7 +284,13 @@ class Registry final : private StoreListener {
   Clock& clock_;
   const RegistryOptions options_;
 
-  Mutex write_mu_;  // held by a write from planning to applying (never while holding mu_)
+  // Held by whoever talks to a private store, from planning to applying (never while holding
+  // mu_); on a shared store, by expiry and ShareDegraded only.
+  Mutex write_mu_;
+  mutable Mutex queue_mu_;  // never held while taking write_mu_ or mu_
+  std::deque<PendingWrite*> queue_ DROVER_GUARDED_BY(queue_mu_);
+  bool leading_ DROVER_GUARDED_BY(queue_mu_) = false;  // a batch is being committed
+  CommitCounters counters_ DROVER_GUARDED_BY(queue_mu_);
   mutable Mutex mu_;
   std::uint64_t revision_ DROVER_GUARDED_BY(mu_) = 0;
   std::map<std::string, ServiceState> services_ DROVER_GUARDED_BY(mu_);

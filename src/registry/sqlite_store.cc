@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstring>
 #include <nlohmann/json.hpp>
+#include <unordered_map>
 #include <utility>
 
 namespace drover::registry {
@@ -59,13 +60,50 @@ CREATE TABLE IF NOT EXISTS tombstones (
 ) WITHOUT ROWID;
 )sql";
 
-// A prepared statement, finalized on scope exit.
+}  // namespace
+
+// Every statement the store runs, prepared once (on first use) and kept until the store closes:
+// a commit of many writes spends its time writing, not parsing SQL.
+class SqliteStore::Statements {
+ public:
+  explicit Statements(sqlite3* db) : db_(db) {}
+  ~Statements() {
+    for (auto& [sql, stmt] : cache_) sqlite3_finalize(stmt);
+  }
+  Statements(const Statements&) = delete;
+  Statements& operator=(const Statements&) = delete;
+
+  sqlite3* db() const { return db_; }
+  // The prepared statement for `sql` (a string literal: its address is the key), or null with
+  // `rc` set when it does not prepare.
+  sqlite3_stmt* Get(const char* sql, int& rc) {
+    rc = SQLITE_OK;
+    if (auto it = cache_.find(sql); it != cache_.end()) return it->second;
+    sqlite3_stmt* stmt = nullptr;
+    rc = sqlite3_prepare_v3(db_, sql, -1, SQLITE_PREPARE_PERSISTENT, &stmt, nullptr);
+    if (rc != SQLITE_OK) return nullptr;
+    cache_.emplace(sql, stmt);
+    return stmt;
+  }
+
+ private:
+  sqlite3* db_;
+  std::unordered_map<const char*, sqlite3_stmt*> cache_;
+};
+
+namespace {
+
+using Statements = SqliteStore::Statements;
+
+// One use of a cached statement: bound, stepped, and reset (bindings cleared) on scope exit.
 class Statement {
  public:
-  Statement(sqlite3* db, const char* sql) : db_(db) {
-    rc_ = sqlite3_prepare_v2(db, sql, -1, &stmt_, nullptr);
+  Statement(Statements& cache, const char* sql) : db_(cache.db()) { stmt_ = cache.Get(sql, rc_); }
+  ~Statement() {
+    if (stmt_ == nullptr) return;
+    sqlite3_reset(stmt_);
+    sqlite3_clear_bindings(stmt_);
   }
-  ~Statement() { sqlite3_finalize(stmt_); }
   Statement(const Statement&) = delete;
   Statement& operator=(const Statement&) = delete;
 
@@ -103,8 +141,18 @@ class Statement {
  private:
   sqlite3* db_;
   sqlite3_stmt* stmt_ = nullptr;
-  int rc_;
+  int rc_ = SQLITE_OK;
 };
+
+// Runs one statement without results (transaction control): prepared once, like the rest.
+Status Run(Statements& cache, const char* sql, const char* what) {
+  Statement stmt(cache, sql);
+  DROVER_RETURN_IF_ERROR(stmt.status());
+  const Status s = stmt.Done(what);
+  // Transaction control failing is a condition of the machine (disk, locks), not of a request.
+  if (!s.ok()) return UnavailableError(s.message());
+  return s;
+}
 
 std::string LabelsToJson(const std::map<std::string, std::string>& labels) {
   return nlohmann::json(labels).dump();
@@ -128,34 +176,31 @@ Result<std::map<std::string, std::string>> LabelsFromJson(const std::string& tex
 // Rolls back an open transaction unless committed.
 class Transaction {
  public:
-  explicit Transaction(sqlite3* db) : db_(db) {}
+  explicit Transaction(Statements& cache) : cache_(cache) {}
   ~Transaction() {
-    if (open_) sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
+    if (open_) (void)Run(cache_, "ROLLBACK", "rollback");
   }
   Transaction(const Transaction&) = delete;
   Transaction& operator=(const Transaction&) = delete;
   Status Begin() {
-    if (sqlite3_exec(db_, "BEGIN IMMEDIATE", nullptr, nullptr, nullptr) != SQLITE_OK) {
-      return UnavailableError(std::string("sqlite begin: ") + sqlite3_errmsg(db_));
-    }
+    DROVER_RETURN_IF_ERROR(Run(cache_, "BEGIN IMMEDIATE", "begin"));
     open_ = true;
     return Status::Ok();
   }
+  // With synchronous=FULL in WAL mode, returns once the commit is on disk (fsync).
   Status Commit() {
-    if (sqlite3_exec(db_, "COMMIT", nullptr, nullptr, nullptr) != SQLITE_OK) {
-      return UnavailableError(std::string("sqlite commit: ") + sqlite3_errmsg(db_));
-    }
+    DROVER_RETURN_IF_ERROR(Run(cache_, "COMMIT", "commit"));
     open_ = false;
     return Status::Ok();
   }
 
  private:
-  sqlite3* db_;
+  Statements& cache_;
   bool open_ = false;
 };
 
 // ABORTED when the write expects a mod_revision the instance no longer has (0: absent).
-Status CheckExpectedRevision(sqlite3* db, const Write& w) {
+Status CheckExpectedRevision(Statements& db, const Write& w) {
   if (!w.expect_mod_revision.has_value()) return Status::Ok();
   Statement get(db, "SELECT mod_revision FROM instances WHERE service = ?1 AND id = ?2");
   DROVER_RETURN_IF_ERROR(get.status());
@@ -171,7 +216,7 @@ Status CheckExpectedRevision(sqlite3* db, const Write& w) {
   return Status::Ok();
 }
 
-Status PutInstance(sqlite3* db, const Write& w, std::int64_t rev) {
+Status PutInstance(Statements& db, const Write& w, std::int64_t rev) {
   const Instance& in = w.instance;
   Statement put(db,
                 "INSERT OR REPLACE INTO instances (service, id, address, generation, state, "
@@ -196,7 +241,7 @@ Status PutInstance(sqlite3* db, const Write& w, std::int64_t rev) {
   return put.Done("put instance");
 }
 
-Status PutTombstone(sqlite3* db, const Write& w, std::int64_t rev) {
+Status PutTombstone(Statements& db, const Write& w, std::int64_t rev) {
   Statement put(db,
                 "INSERT OR REPLACE INTO tombstones (service, id, generation, revision, "
                 "expires_at_ms) VALUES (?1, ?2, ?3, ?4, ?5)");
@@ -210,7 +255,7 @@ Status PutTombstone(sqlite3* db, const Write& w, std::int64_t rev) {
 }
 
 // `sql` deletes the row of (?1 service, ?2 id).
-Status DeleteRow(sqlite3* db, const char* sql, const Write& w, const char* what) {
+Status DeleteRow(Statements& db, const char* sql, const Write& w, const char* what) {
   Statement del(db, sql);
   DROVER_RETURN_IF_ERROR(del.status());
   del.Bind(1, w.service);
@@ -219,7 +264,7 @@ Status DeleteRow(sqlite3* db, const char* sql, const Write& w, const char* what)
 }
 
 // One write of a commit at revision `rev`.
-Status ApplyWrite(sqlite3* db, const Write& w, std::int64_t rev) {
+Status ApplyWrite(Statements& db, const Write& w, std::int64_t rev) {
   switch (w.kind) {
     case Write::Kind::kPutInstance:
       return PutInstance(db, w, rev);
@@ -266,7 +311,7 @@ Result<std::unique_ptr<SqliteStore>> SqliteStore::Open(const std::string& data_d
   DROVER_RETURN_IF_ERROR(store->Exec("PRAGMA foreign_keys=ON"));
   DROVER_RETURN_IF_ERROR(store->Exec(kSchema));
 
-  Statement get(db, "SELECT value FROM meta WHERE key = 'schema_version'");
+  Statement get(*store->statements_, "SELECT value FROM meta WHERE key = 'schema_version'");
   DROVER_RETURN_IF_ERROR(get.status());
   if (get.Step() == SQLITE_ROW) {
     const std::int64_t version = get.Int(0);
@@ -282,7 +327,14 @@ Result<std::unique_ptr<SqliteStore>> SqliteStore::Open(const std::string& data_d
   return store;
 }
 
+SqliteStore::SqliteStore(sqlite3* db, std::string path, int lock_fd)
+    : db_(db),
+      path_(std::move(path)),
+      lock_fd_(lock_fd),
+      statements_(std::make_unique<Statements>(db)) {}
+
 SqliteStore::~SqliteStore() {
+  statements_.reset();  // finalized before the connection closes
   sqlite3_close(db_);
   ::close(lock_fd_);  // releases the flock
 }
@@ -298,7 +350,7 @@ Status SqliteStore::Exec(const char* sql) {
 }
 
 Result<std::uint64_t> SqliteStore::CurrentRevision() {
-  Statement get(db_, "SELECT value FROM meta WHERE key = 'revision'");
+  Statement get(*statements_, "SELECT value FROM meta WHERE key = 'revision'");
   DROVER_RETURN_IF_ERROR(get.status());
   if (get.Step() != SQLITE_ROW) return DataLossError("registry.db: no revision");
   return static_cast<std::uint64_t>(get.Int(0));
@@ -307,7 +359,7 @@ Result<std::uint64_t> SqliteStore::CurrentRevision() {
 Result<StoreState> SqliteStore::Load() {
   StoreState state;
   DROVER_ASSIGN_OR_RETURN(state.revision, CurrentRevision());
-  Statement rows(db_,
+  Statement rows(*statements_,
                  "SELECT service, id, address, generation, state, ttl_ms, weight, zone, labels, "
                  "version, accepting, create_revision, mod_revision, ready_since_ms "
                  "FROM instances ORDER BY service, id");
@@ -337,7 +389,7 @@ Result<StoreState> SqliteStore::Load() {
   }
   if (rc != SQLITE_DONE) return rows.Error("load instances", rc);
 
-  Statement tombs(db_,
+  Statement tombs(*statements_,
                   "SELECT service, id, generation, revision, expires_at_ms FROM tombstones "
                   "ORDER BY service, id");
   DROVER_RETURN_IF_ERROR(tombs.status());
@@ -355,31 +407,63 @@ Result<StoreState> SqliteStore::Load() {
 }
 
 Result<std::uint64_t> SqliteStore::Commit(const std::vector<Write>& writes) {
-  Transaction txn(db_);
+  DROVER_ASSIGN_OR_RETURN(auto results, CommitBatch({writes}));
+  return std::move(results.front());
+}
+
+Result<std::vector<Result<std::uint64_t>>> SqliteStore::CommitBatch(
+    const std::vector<std::vector<Write>>& batch) {
+  std::vector<Result<std::uint64_t>> results;
+  results.reserve(batch.size());
+  Transaction txn(*statements_);
   DROVER_RETURN_IF_ERROR(txn.Begin());
   DROVER_ASSIGN_OR_RETURN(const std::uint64_t current, CurrentRevision());
-  const std::uint64_t revision = current + 1;
-  const auto rev = static_cast<std::int64_t>(revision);
-
-  for (const Write& w : writes) {
-    DROVER_RETURN_IF_ERROR(CheckExpectedRevision(db_, w));
-    DROVER_RETURN_IF_ERROR(ApplyWrite(db_, w, rev));
+  std::uint64_t revision = current;
+  // Alone, a set that fails its precondition rolls back with the transaction; among others it
+  // rolls back to its savepoint and the rest go on.
+  const bool savepoints = batch.size() > 1;
+  for (const std::vector<Write>& writes : batch) {
+    if (savepoints) DROVER_RETURN_IF_ERROR(Run(*statements_, "SAVEPOINT writes", "savepoint"));
+    const auto rev = static_cast<std::int64_t>(revision + 1);
+    Status s;
+    for (const Write& w : writes) {
+      s = CheckExpectedRevision(*statements_, w);
+      if (s.ok()) s = ApplyWrite(*statements_, w, rev);
+      if (!s.ok()) break;
+    }
+    if (s.code() == StatusCode::kAborted) {
+      if (!savepoints) {  // the transaction rolls back as it goes out of scope
+        results.emplace_back(std::move(s));
+        return results;
+      }
+      DROVER_RETURN_IF_ERROR(Run(*statements_, "ROLLBACK TO writes", "rollback to savepoint"));
+      DROVER_RETURN_IF_ERROR(Run(*statements_, "RELEASE writes", "release savepoint"));
+      results.emplace_back(std::move(s));
+      continue;
+    }
+    DROVER_RETURN_IF_ERROR(s);  // the store failed: nothing of the batch is written
+    if (savepoints)
+      DROVER_RETURN_IF_ERROR(Run(*statements_, "RELEASE writes", "release savepoint"));
+    results.emplace_back(++revision);
   }
-  Statement bump(db_, "UPDATE meta SET value = ?1 WHERE key = 'revision'");
-  DROVER_RETURN_IF_ERROR(bump.status());
-  bump.Bind(1, rev);
-  DROVER_RETURN_IF_ERROR(bump.Done("advance revision"));
+  if (revision != current) {
+    Statement bump(*statements_, "UPDATE meta SET value = ?1 WHERE key = 'revision'");
+    DROVER_RETURN_IF_ERROR(bump.status());
+    bump.Bind(1, static_cast<std::int64_t>(revision));
+    DROVER_RETURN_IF_ERROR(bump.Done("advance revision"));
+  }
   DROVER_RETURN_IF_ERROR(txn.Commit());
-  return revision;
+  return results;
 }
 
 Status SqliteStore::PruneTombstones(const std::vector<Tombstone>& expired) {
   if (expired.empty()) return Status::Ok();
-  Transaction txn(db_);
+  Transaction txn(*statements_);
   DROVER_RETURN_IF_ERROR(txn.Begin());
   for (const Tombstone& t : expired) {
     // Only the tombstone that expired: a newer one for the same id stays.
-    Statement del(db_, "DELETE FROM tombstones WHERE service = ?1 AND id = ?2 AND revision = ?3");
+    Statement del(*statements_,
+                  "DELETE FROM tombstones WHERE service = ?1 AND id = ?2 AND revision = ?3");
     DROVER_RETURN_IF_ERROR(del.status());
     del.Bind(1, t.service);
     del.Bind(2, t.id);
@@ -393,7 +477,7 @@ namespace {
 
 constexpr std::size_t kDeploysKept = 200;  // per service, besides active ones
 
-Result<std::optional<StoredDeploy>> ReadDeploy(sqlite3* db, const std::string& id) {
+Result<std::optional<StoredDeploy>> ReadDeploy(Statements& db, const std::string& id) {
   Statement get(db,
                 "SELECT d.service, d.record, d.version, d.created_ms, a.id IS NOT NULL FROM "
                 "deploys d LEFT JOIN active_deploys a ON a.service = d.service AND a.id = d.id "
@@ -414,7 +498,7 @@ Result<std::optional<StoredDeploy>> ReadDeploy(sqlite3* db, const std::string& i
 }
 
 // Takes or gives up the service's marker for `d`; FAILED_PRECONDITION when another holds it.
-Status MarkActive(sqlite3* db, const StoredDeploy& d) {
+Status MarkActive(Statements& db, const StoredDeploy& d) {
   Statement holder(db, "SELECT id FROM active_deploys WHERE service = ?1");
   DROVER_RETURN_IF_ERROR(holder.status());
   holder.Bind(1, d.service);
@@ -441,12 +525,12 @@ Status MarkActive(sqlite3* db, const StoredDeploy& d) {
 }  // namespace
 
 Result<std::optional<StoredDeploy>> SqliteStore::GetDeploy(const std::string& id) {
-  return ReadDeploy(db_, id);
+  return ReadDeploy(*statements_, id);
 }
 
 Result<std::vector<StoredDeploy>> SqliteStore::ListDeploys(const std::string& service,
                                                            std::size_t limit) {
-  Statement list(db_,
+  Statement list(*statements_,
                  "SELECT d.id, d.service, d.record, d.version, d.created_ms, a.id IS NOT NULL "
                  "FROM deploys d LEFT JOIN active_deploys a ON a.service = d.service AND "
                  "a.id = d.id WHERE ?1 = '' OR d.service = ?1 "
@@ -472,9 +556,9 @@ Result<std::vector<StoredDeploy>> SqliteStore::ListDeploys(const std::string& se
 
 Result<std::uint64_t> SqliteStore::PutDeploy(const StoredDeploy& deploy,
                                              std::uint64_t expect_version) {
-  Transaction txn(db_);
+  Transaction txn(*statements_);
   DROVER_RETURN_IF_ERROR(txn.Begin());
-  DROVER_ASSIGN_OR_RETURN(const auto stored, ReadDeploy(db_, deploy.id));
+  DROVER_ASSIGN_OR_RETURN(const auto stored, ReadDeploy(*statements_, deploy.id));
   const std::uint64_t actual = stored ? stored->version : 0;
   if (actual != expect_version) {
     return AbortedError("deploy " + deploy.id + " is at version " + std::to_string(actual) +
@@ -484,8 +568,8 @@ Result<std::uint64_t> SqliteStore::PutDeploy(const StoredDeploy& deploy,
     return InvalidArgumentError("deploy " + deploy.id + " is of " + stored->service + ", not " +
                                 deploy.service);
   }
-  DROVER_RETURN_IF_ERROR(MarkActive(db_, deploy));
-  Statement put(db_,
+  DROVER_RETURN_IF_ERROR(MarkActive(*statements_, deploy));
+  Statement put(*statements_,
                 "INSERT OR REPLACE INTO deploys (id, service, record, version, created_ms) "
                 "VALUES (?1, ?2, ?3, ?4, ?5)");
   DROVER_RETURN_IF_ERROR(put.status());
@@ -497,7 +581,7 @@ Result<std::uint64_t> SqliteStore::PutDeploy(const StoredDeploy& deploy,
   DROVER_RETURN_IF_ERROR(put.Done("put deploy"));
   if (!stored) {
     // The history stays bounded: beyond the newest kept, finished deploys go.
-    Statement prune(db_,
+    Statement prune(*statements_,
                     "DELETE FROM deploys WHERE service = ?1 AND id NOT IN (SELECT id FROM "
                     "active_deploys) AND id NOT IN (SELECT id FROM deploys WHERE service = ?1 "
                     "ORDER BY created_ms DESC, id DESC LIMIT ?2)");

@@ -25,6 +25,9 @@ class SqliteStore final : public Store {
 
   Result<StoreState> Load() override;
   Result<std::uint64_t> Commit(const std::vector<Write>& writes) override;
+  // One transaction and one fsync for the whole batch (group commit).
+  Result<std::vector<Result<std::uint64_t>>> CommitBatch(
+      const std::vector<std::vector<Write>>& batch) override;
   Status PruneTombstones(const std::vector<Tombstone>& expired) override;
   Result<std::optional<StoredDeploy>> GetDeploy(const std::string& id) override;
   Result<std::vector<StoredDeploy>> ListDeploys(const std::string& service,
@@ -34,15 +37,17 @@ class SqliteStore final : public Store {
 
   const std::string& path() const { return path_; }
 
+  class Statements;  // prepared once, reused by every call
+
  private:
-  SqliteStore(sqlite3* db, std::string path, int lock_fd)
-      : db_(db), path_(std::move(path)), lock_fd_(lock_fd) {}
+  SqliteStore(sqlite3* db, std::string path, int lock_fd);
   Status Exec(const char* sql);
   Result<std::uint64_t> CurrentRevision();
 
   sqlite3* db_;
   std::string path_;
   int lock_fd_;  // <data_dir>/LOCK, flock'ed exclusively for the store's life
+  std::unique_ptr<Statements> statements_;
 };
 
 }  // namespace drover::registry

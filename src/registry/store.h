@@ -110,6 +110,21 @@ class Store {
   // process (SIGKILL) and, for the SQLite store, of the machine.
   virtual Result<std::uint64_t> Commit(const std::vector<Write>& writes) = 0;
 
+  // Several independent commits made durable together (group commit): each set of writes is
+  // applied atomically at its own revision, in order (the first at the current revision + 1,
+  // each next one at the revision after the last set written), when its own preconditions
+  // hold. One result per set: its revision, or ABORTED when a precondition failed (nothing of
+  // that set is written; the others are, and no revision is spent on it), or the store's error
+  // for that set. A failed call (UNAVAILABLE or INTERNAL) wrote no set at all. Durable as
+  // Commit() once it returns. This default commits the sets one by one.
+  virtual Result<std::vector<Result<std::uint64_t>>> CommitBatch(
+      const std::vector<std::vector<Write>>& batch) {
+    std::vector<Result<std::uint64_t>> results;
+    results.reserve(batch.size());
+    for (const std::vector<Write>& writes : batch) results.push_back(Commit(writes));
+    return results;
+  }
+
   // Removes tombstones. A private store does so without advancing the revision (no watch
   // events); a shared one commits the deletions, which its feed reports.
   virtual Status PruneTombstones(const std::vector<Tombstone>& expired) = 0;

@@ -33,6 +33,10 @@ TEST(RegistryBenchTest, RunsAgainstDroverAndEtcdAndLosesNothing) {
     SCOPED_TRACE(system);
     EXPECT_GT(report[system].at("batched_heartbeats_per_s").get<double>(), 0);
     EXPECT_EQ(report[system].at("http_watch_samples"), 70 * 20);
+    // Every registration counted in the registry's commit metrics, in at most one commit each.
+    EXPECT_EQ(report[system].at("committed_writes"), 300);
+    EXPECT_GE(report[system].at("store_commits").get<double>(), 1);
+    EXPECT_LE(report[system].at("store_commits").get<double>(), 300);
   }
 }
 

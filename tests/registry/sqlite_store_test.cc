@@ -82,6 +82,42 @@ TEST(SqliteStoreTest, FailedPreconditionWritesNothing) {
   EXPECT_EQ(state->instances[0].spec.generation, 1u);
 }
 
+TEST(SqliteStoreTest, ABatchCommitsEachSetAtItsOwnRevisionAndRefusesOnlyTheSetThatFails) {
+  testing::TempDir dir;
+  {
+    auto store = SqliteStore::Open(dir.path());
+    ASSERT_TRUE(store.ok());
+    ASSERT_EQ(*(*store)->Commit({Put(MakeInstance("a", 1), 0)}), 1u);
+    // The second set expects "a" absent: it alone is refused, and spends no revision.
+    auto results =
+        (*store)->CommitBatch({{Put(MakeInstance("b", 1), 0)},
+                               {Put(MakeInstance("x", 1), 0), Put(MakeInstance("a", 2), 0)},
+                               {Put(MakeInstance("c", 1), 0)}});
+    ASSERT_TRUE(results.ok()) << results.status().ToString();
+    ASSERT_EQ(results->size(), 3u);
+    EXPECT_EQ((*results)[0].value(), 2u);
+    EXPECT_EQ((*results)[1].status().code(), StatusCode::kAborted);
+    EXPECT_EQ((*results)[2].value(), 3u);
+    // A batch of refusals only: nothing written, the revision stays.
+    auto refused = (*store)->CommitBatch({{Put(MakeInstance("a", 3), 0)}});
+    ASSERT_TRUE(refused.ok());
+    EXPECT_EQ((*refused)[0].status().code(), StatusCode::kAborted);
+  }
+  auto store = SqliteStore::Open(dir.path());
+  ASSERT_TRUE(store.ok());
+  auto state = (*store)->Load();
+  ASSERT_TRUE(state.ok());
+  EXPECT_EQ(state->revision, 3u);
+  ASSERT_EQ(state->instances.size(), 3u);
+  for (const Instance& in : state->instances) {
+    EXPECT_NE(in.id, "x");
+    EXPECT_EQ(in.spec.generation, 1u) << in.id;
+    const std::uint64_t want = in.id == "a" ? 1 : in.id == "b" ? 2 : 3;
+    EXPECT_EQ(in.mod_revision, want) << in.id;
+    EXPECT_EQ(in.create_revision, want) << in.id;
+  }
+}
+
 TEST(SqliteStoreTest, RefusesAnUnknownSchemaVersion) {
   testing::TempDir dir;
   ASSERT_TRUE(SqliteStore::Open(dir.path()).ok());
