@@ -205,6 +205,9 @@ struct EtcdStore::Impl {
   CondVar feed_cv;
   // Every change <= this was delivered.
   std::uint64_t delivered DROVER_GUARDED_BY(feed_mu) = 0;
+  // Writes waiting for the feed to deliver their revision, each woken only once it is: with
+  // many writes in flight, a delivery must not wake them all.
+  std::multimap<std::uint64_t, CondVar*> delivery_waiters DROVER_GUARDED_BY(feed_mu);
   bool paused DROVER_GUARDED_BY(feed_mu) = false;
   Mutex stream_mu;
   grpc::ClientContext* feed_context DROVER_GUARDED_BY(stream_mu) = nullptr;
@@ -282,11 +285,11 @@ struct EtcdStore::Impl {
   void FeedLoop(std::uint64_t from);
   void Deliver(const pb::WatchResponse& response);
   void SetDelivered(std::uint64_t revision) {
-    {
-      MutexLock lock(feed_mu);
-      delivered = std::max(delivered, revision);
-    }
-    feed_cv.NotifyAll();
+    MutexLock lock(feed_mu);
+    delivered = std::max(delivered, revision);
+    const auto end = delivery_waiters.upper_bound(delivered);
+    for (auto it = delivery_waiters.begin(); it != end; ++it) it->second->NotifyOne();
+    delivery_waiters.erase(delivery_waiters.begin(), end);
   }
   void KeeperLoop();
   bool GrantSession();
@@ -893,9 +896,12 @@ Status EtcdStore::WaitDelivered(std::uint64_t revision, Duration timeout) {
   const auto caught_up = [&]() DROVER_REQUIRES(impl_->feed_mu) {
     return impl_->delivered >= revision;
   };
-  if (impl_->feed_cv.WaitFor(impl_->feed_mu, timeout, caught_up)) {
-    return Status::Ok();
-  }
+  if (caught_up()) return Status::Ok();
+  CondVar cv;
+  const auto waiting = impl_->delivery_waiters.emplace(revision, &cv);
+  if (cv.WaitFor(impl_->feed_mu, timeout, caught_up)) return Status::Ok();
+  // Not delivered: SetDelivered has not reached it, so it is still listed.
+  impl_->delivery_waiters.erase(waiting);
   return DeadlineExceededError("etcd watch has delivered revision " +
                                std::to_string(impl_->delivered) + ", waiting for " +
                                std::to_string(revision));

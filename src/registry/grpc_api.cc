@@ -131,51 +131,10 @@ grpc::Status Reply(const Result<std::uint64_t>& revision, pb::RevisionReply* rep
 
 }  // namespace
 
-// Runs writes that commit to the store: a commit waits for the disk, and gRPC's callback
-// threads, which also serve every KeepAlive stream, must never wait. Each waiting write holds a
-// thread (asleep), so the pool's size is how many writes can share one commit (group commit on
-// SQLite) or be in flight at once (etcd).
-constexpr int kWriteThreads = 64;
-
-class WritePool {
- public:
-  explicit WritePool(int threads) {
-    for (int i = 0; i < threads; ++i) {
-      threads_.emplace_back([this](std::stop_token stop) { Run(stop); });
-    }
-  }
-  ~WritePool() {
-    for (auto& t : threads_) t.request_stop();
-    cv_.NotifyAll();
-  }
-  void Post(std::function<void()> work) {
-    {
-      MutexLock lock(mu_);
-      queue_.push_back(std::move(work));
-    }
-    cv_.NotifyOne();
-  }
-
- private:
-  void Run(std::stop_token stop) {
-    MutexLock lock(mu_);
-    while (cv_.Wait(mu_, stop, [&]() DROVER_REQUIRES(mu_) { return !queue_.empty(); })) {
-      auto work = std::move(queue_.front());
-      queue_.pop_front();
-      lock.Unlock();
-      work();
-      lock.Lock();
-    }
-  }
-  Mutex mu_;
-  CondVar cv_;
-  std::deque<std::function<void()>> queue_ DROVER_GUARDED_BY(mu_);
-  std::vector<std::jthread> threads_;
-};
-
 // Unary calls and KeepAlive use gRPC's callback API: no thread per call or per stream. Reads and
-// lease renewals finish inline (memory only); writes that commit go to the WritePool. Watch uses
-// the synchronous API (see there).
+// lease renewals finish inline (memory only); writes that commit are queued to the registry's
+// writer, which finishes them after their commit (a group commit's replies all at once). Watch
+// uses the synchronous API (see there).
 namespace {
 
 void DeployToProto(const StoredDeploy& d, pb::Deploy* out) {
@@ -205,8 +164,8 @@ class RegistryService final
     if (Status s = AdmitWrite(*ctx, req->service()); !s.ok()) return Done(ctx, ToGrpc(s));
     auto spec = FromProto(req->spec());
     if (!spec.ok()) return Done(ctx, ToGrpc(spec.status()));
-    return Commit(ctx, [this, req, reply, spec = std::move(*spec)] {
-      return Reply(registry_.Register(req->service(), req->id(), spec), reply);
+    return Commit(ctx, reply, [&](Registry::Done done) {
+      registry_.RegisterAsync(req->service(), req->id(), std::move(*spec), std::move(done));
     });
   }
 
@@ -233,10 +192,9 @@ class RegistryService final
     if (!state && !accepting) {
       return Done(ctx, ToGrpc(InvalidArgumentError("give 'state' and/or 'accepting'")));
     }
-    return Commit(ctx, [this, req, reply, state, accepting] {
-      return Reply(
-          registry_.SetState(req->service(), req->id(), req->generation(), state, accepting),
-          reply);
+    return Commit(ctx, reply, [&](Registry::Done done) {
+      registry_.SetStateAsync(req->service(), req->id(), req->generation(), state, accepting,
+                              std::move(done));
     });
   }
 
@@ -244,8 +202,8 @@ class RegistryService final
                                        const pb::DeregisterRequest* req,
                                        pb::RevisionReply* reply) override {
     if (Status s = AdmitWrite(*ctx, req->service()); !s.ok()) return Done(ctx, ToGrpc(s));
-    return Commit(ctx, [this, req, reply] {
-      return Reply(registry_.Deregister(req->service(), req->id(), req->generation()), reply);
+    return Commit(ctx, reply, [&](Registry::Done done) {
+      registry_.DeregisterAsync(req->service(), req->id(), req->generation(), std::move(done));
     });
   }
 
@@ -397,18 +355,21 @@ class RegistryService final
     reactor->Finish(std::move(status));
     return reactor;
   }
-  // The request and reply stay valid until the call is finished.
-  grpc::ServerUnaryReactor* Commit(grpc::CallbackServerContext* ctx,
-                                   std::function<grpc::Status()> write) {
+  // Starts a write; the registry finishes the call once it is committed (or refused). The reply
+  // stays valid until the call is finished.
+  static grpc::ServerUnaryReactor* Commit(grpc::CallbackServerContext* ctx,
+                                          pb::RevisionReply* reply,
+                                          const std::function<void(Registry::Done)>& start) {
     grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-    writes_.Post([reactor, write = std::move(write)] { reactor->Finish(write()); });
+    start([reactor, reply](Result<std::uint64_t> revision) {
+      reactor->Finish(Reply(revision, reply));
+    });
     return reactor;
   }
 
   Registry& registry_;
   const std::shared_ptr<const Authorizer> auth_;
   const std::shared_ptr<ClientLimits> limits_;
-  WritePool writes_{kWriteThreads};
   Mutex mu_;
   std::set<std::shared_ptr<Watcher>> watches_ DROVER_GUARDED_BY(mu_);
   std::set<KeepAliveStream*> keepalives_ DROVER_GUARDED_BY(mu_);

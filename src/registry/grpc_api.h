@@ -6,7 +6,8 @@
 // writes a token allowed to write the service.
 //
 // Threading: unary calls and KeepAlive streams run on gRPC's callback threads (memory-only work
-// inline, store commits on a small write pool); each Watch holds a synchronous-server thread
+// inline; a write is queued to the registry, whose writer finishes the call once it is
+// committed); each Watch holds a synchronous-server thread
 // that sleeps until its Watcher has events. Stop() ends watches with UNAVAILABLE and cancels
 // KeepAlive streams.
 #pragma once

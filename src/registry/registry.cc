@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <future>
 #include <nlohmann/json.hpp>
 
 #include "common/fencing.h"
@@ -170,11 +171,22 @@ Result<std::unique_ptr<Registry>> Registry::Open(std::unique_ptr<Store> store, C
   if (registry->shared_) {
     DROVER_RETURN_IF_ERROR(registry->store_->Follow(revision, registry.get()));
   }
+  const int writers = registry->shared_ ? kSharedWriters : 1;
+  for (int i = 0; i < writers; ++i) {
+    registry->writers_.emplace_back([raw = registry.get()] { raw->WriterLoop(); });
+  }
   return registry;
 }
 
 Registry::~Registry() {
-  // The store's threads call into this object: they stop first.
+  // The writers answer what is queued and end; then the store's threads, which call into this
+  // object, stop before anything goes.
+  {
+    MutexLock lock(queue_mu_);
+    stopping_ = true;
+  }
+  queue_cv_.NotifyAll();
+  for (std::thread& writer : writers_) writer.join();
   store_.reset();
 }
 
@@ -235,49 +247,67 @@ Result<Registry::Entry*> Registry::FindForWrite(const std::string& service, cons
   return NotFoundError(Path(service, id) + " is not registered");
 }
 
-Result<std::uint64_t> Registry::Mutate(const Key& key, const Planner& plan) {
-  if (shared_) return MutateShared(plan);
-  PendingWrite me(key, plan);
+void Registry::Submit(Key key, Planner plan, Done done) {
+  {
+    MutexLock lock(queue_mu_);
+    if (stopping_) {
+      lock.Unlock();
+      done(UnavailableError("the registry is stopping"));
+      return;
+    }
+    queue_.push_back(PendingWrite{std::move(key), std::move(plan), std::move(done)});
+  }
+  queue_cv_.NotifyOne();
+}
+
+Result<std::uint64_t> Registry::Wait(const std::function<void(Done)>& start) {
+  std::promise<Result<std::uint64_t>> answer;
+  auto future = answer.get_future();
+  start([&answer](Result<std::uint64_t> r) { answer.set_value(std::move(r)); });
+  return future.get();
+}
+
+void Registry::WriterLoop() {
   MutexLock lock(queue_mu_);
-  queue_.push_back(&me);
   while (true) {
-    me.cv.Wait(queue_mu_, [&]() DROVER_REQUIRES(queue_mu_) {
-      // (While another leader holds it in its batch, it is in no queue.)
-      return me.answer.has_value() || (!leading_ && !queue_.empty() && queue_.front() == &me);
-    });
-    if (me.answer) return std::move(*me.answer);
-    // This write leads: it takes what is queued (itself first) as one batch.
-    leading_ = true;
-    std::vector<PendingWrite*> batch;
-    while (!queue_.empty() && batch.size() < kMaxBatch) {
-      batch.push_back(queue_.front());
+    queue_cv_.Wait(queue_mu_,
+                   [&]() DROVER_REQUIRES(queue_mu_) { return stopping_ || !queue_.empty(); });
+    if (queue_.empty()) return;  // stopping, and every queued write answered
+    // A group of what is queued (private store), or one write (shared: each its own commit).
+    std::vector<PendingWrite> batch;
+    const std::size_t most = shared_ ? 1 : kMaxBatch;
+    while (!queue_.empty() && batch.size() < most) {
+      batch.push_back(std::move(queue_.front()));
       queue_.pop_front();
     }
     lock.Unlock();
-    auto answers = CommitBatch(batch);
-    lock.Lock();
-    std::uint64_t written = 0;
-    for (std::size_t i = batch.size(); i-- > 0;) {
-      if (!answers[i]) {
-        queue_.push_front(batch[i]);  // its instance was written in this batch: next one
-        continue;
-      }
-      if (answers[i]->ok()) ++written;
-      batch[i]->answer = std::move(*answers[i]);
-      batch[i]->cv.NotifyOne();
+    std::vector<std::optional<Result<std::uint64_t>>> answers;
+    if (shared_) {
+      answers.emplace_back(MutateShared(batch.front().plan));
+    } else {
+      answers = CommitBatch(batch);
     }
-    if (written > 0) {
+    std::uint64_t written = 0;
+    for (std::size_t i = 0; i < batch.size(); ++i) {
+      if (!answers[i]) continue;
+      written += answers[i]->ok();
+      batch[i].done(std::move(*answers[i]));
+    }
+    lock.Lock();
+    // Writes to an instance already written in this group go first in the next one, in order.
+    for (std::size_t i = batch.size(); i-- > 0;) {
+      if (!answers[i]) queue_.push_front(std::move(batch[i]));
+    }
+    if (!shared_ && written > 0) {
       ++counters_.commits;
       counters_.writes += written;
       counters_.largest = std::max(counters_.largest, written);
     }
-    leading_ = false;
-    if (!queue_.empty()) queue_.front()->cv.NotifyOne();  // the next batch's leader
   }
 }
 
 std::vector<std::optional<Result<std::uint64_t>>> Registry::CommitBatch(
-    const std::vector<PendingWrite*>& batch) {
+    const std::vector<PendingWrite>& batch) {
   std::vector<std::optional<Result<std::uint64_t>>> answers(batch.size());
   MutexLock write_lock(write_mu_);
   std::vector<std::vector<Write>> sets;
@@ -290,8 +320,8 @@ std::vector<std::optional<Result<std::uint64_t>>> Registry::CommitBatch(
     for (std::size_t i = 0; i < batch.size(); ++i) {
       // A second write to one instance would be planned against a view without the first: it
       // waits for the next batch, which plans against the first one committed.
-      if (written.contains(batch[i]->key)) continue;
-      Result<Plan> plan = batch[i]->plan(now, system_now);
+      if (written.contains(batch[i].key)) continue;
+      Result<Plan> plan = batch[i].plan(now, system_now);
       if (!plan.ok()) {
         answers[i] = plan.status();
         continue;
@@ -300,7 +330,7 @@ std::vector<std::optional<Result<std::uint64_t>>> Registry::CommitBatch(
         answers[i] = revision_;
         continue;
       }
-      written.insert(batch[i]->key);
+      written.insert(batch[i].key);
       sets.push_back(std::move(plan->writes));
       owners.push_back(i);
     }
@@ -499,10 +529,18 @@ void Registry::OnReset(StoreState state) {
 
 Result<std::uint64_t> Registry::Register(const std::string& service, const std::string& id,
                                          const InstanceSpec& spec) {
-  DROVER_RETURN_IF_ERROR(ValidateKey(service, id));
-  DROVER_RETURN_IF_ERROR(ValidateSpec(spec, options_.limits).WithContext(Path(service, id)));
-  const Planner planner = [&](MonoTime now, SystemTime system_now)
-                              DROVER_REQUIRES(mu_) -> Result<Plan> {
+  return Wait([&](Done done) { RegisterAsync(service, id, spec, std::move(done)); });
+}
+
+void Registry::RegisterAsync(std::string service, std::string id, InstanceSpec spec, Done done) {
+  if (Status s = ValidateKey(service, id); !s.ok()) return done(s);
+  if (Status s = ValidateSpec(spec, options_.limits).WithContext(Path(service, id)); !s.ok()) {
+    return done(s);
+  }
+  Key key{service, id};
+  Planner planner = [this, service = std::move(service), id = std::move(id),
+                     spec = std::move(spec)](MonoTime now, SystemTime system_now)
+                        DROVER_REQUIRES(mu_) -> Result<Plan> {
     auto tomb = tombstones_.find(Key{service, id});
     if (tomb != tombstones_.end() && spec.generation <= tomb->second.generation) {
       return FencedError(service, id, spec.generation, tomb->second.generation,
@@ -546,7 +584,7 @@ Result<std::uint64_t> Registry::Register(const std::string& service, const std::
     plan.writes.push_back(PutInstance(next, /*create=*/false, cur.mod_revision));
     return plan;
   };
-  return Mutate(Key{service, id}, planner);
+  Submit(std::move(key), std::move(planner), std::move(done));
 }
 
 Result<std::uint64_t> Registry::Heartbeat(const std::string& service, const std::string& id,
@@ -584,9 +622,19 @@ Result<std::uint64_t> Registry::SetState(const std::string& service, const std::
                                          std::uint64_t generation,
                                          std::optional<InstanceState> state,
                                          std::optional<bool> accepting) {
-  DROVER_RETURN_IF_ERROR(ValidateKey(service, id));
-  const Planner planner = [&](MonoTime now, SystemTime system_now)
-                              DROVER_REQUIRES(mu_) -> Result<Plan> {
+  return Wait([&](Done done) {
+    SetStateAsync(service, id, generation, state, accepting, std::move(done));
+  });
+}
+
+void Registry::SetStateAsync(std::string service, std::string id, std::uint64_t generation,
+                             std::optional<InstanceState> state, std::optional<bool> accepting,
+                             Done done) {
+  if (Status s = ValidateKey(service, id); !s.ok()) return done(s);
+  Key key{service, id};
+  Planner planner = [this, service = std::move(service), id = std::move(id), generation, state,
+                     accepting](MonoTime now, SystemTime system_now)
+                        DROVER_REQUIRES(mu_) -> Result<Plan> {
     DROVER_ASSIGN_OR_RETURN(Entry * entry, FindForWrite(service, id, generation));
     const Instance& cur = entry->instance;
     if (state && cur.spec.state == InstanceState::kDraining && *state != InstanceState::kDraining) {
@@ -612,14 +660,20 @@ Result<std::uint64_t> Registry::SetState(const std::string& service, const std::
     plan.writes.push_back(PutInstance(next, false, cur.mod_revision));
     return plan;
   };
-  return Mutate(Key{service, id}, planner);
+  Submit(std::move(key), std::move(planner), std::move(done));
 }
 
 Result<std::uint64_t> Registry::Deregister(const std::string& service, const std::string& id,
                                            std::uint64_t generation) {
-  DROVER_RETURN_IF_ERROR(ValidateKey(service, id));
-  const Planner planner = [&](MonoTime, SystemTime system_now)
-                              DROVER_REQUIRES(mu_) -> Result<Plan> {
+  return Wait([&](Done done) { DeregisterAsync(service, id, generation, std::move(done)); });
+}
+
+void Registry::DeregisterAsync(std::string service, std::string id, std::uint64_t generation,
+                               Done done) {
+  if (Status s = ValidateKey(service, id); !s.ok()) return done(s);
+  Key key{service, id};
+  Planner planner = [this, service = std::move(service), id = std::move(id), generation](
+                        MonoTime, SystemTime system_now) DROVER_REQUIRES(mu_) -> Result<Plan> {
     Entry* entry = nullptr;
     if (auto svc = services_.find(service); svc != services_.end()) {
       if (auto it = svc->second.instances.find(id); it != svc->second.instances.end()) {
@@ -648,7 +702,7 @@ Result<std::uint64_t> Registry::Deregister(const std::string& service, const std
     plan.writes = {std::move(remove), PutTombstone(tomb)};
     return plan;
   };
-  return Mutate(Key{service, id}, planner);
+  Submit(std::move(key), std::move(planner), std::move(done));
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -27,17 +27,19 @@
 //   and is passed to the others through the store (batched); only the process the store elects
 //   as expirer expires leases, and its expiry commits are fenced on that role.
 //
-// - Group commit (private store): concurrent writes queue; the first in the queue leads a batch
-//   of what is queued, plans each against the view (one write per instance per batch: a second
-//   write to the same instance waits for the next batch, so every plan reads committed state),
-//   commits them in one store transaction and one fsync, each at its own revision, applies them
-//   in order and answers each. A write is acknowledged only after the fsync that holds it. On a
-//   shared store there is no batch: each write is its own transaction, many in flight at once,
-//   kept apart by their compare conditions (a lost compare plans again).
+// - Writes queue and are committed by the registry's own writer threads, which answer each
+//   through a callback (the *Async calls; the others wait for it). Private store: one writer
+//   thread commits in groups -- it takes what is queued, plans each write against the view (one
+//   write per instance per group: a second write to the same instance waits for the next group,
+//   so every plan reads committed state), commits them in one store transaction and one fsync,
+//   each at its own revision, applies them in order and then answers them all at once. A write is
+//   acknowledged only after the fsync that holds it. Shared store: no groups; kSharedWriters
+//   threads each commit one write at a time as its own transaction, many in flight at once, kept
+//   apart by their compare conditions (a lost compare plans again).
 //
-// Thread-safe: `write_mu_` is held by whoever talks to a private store (a batch's leader from
-// planning to applying, expiry, pruning, deploys), `mu_` guards the view and is never held across
-// a commit, `queue_mu_` guards the queue of waiting writes, and watchers have their own queue. Time
+// Thread-safe: `write_mu_` is held by whoever talks to a private store (the writer from planning
+// to applying, expiry, pruning, deploys), `mu_` guards the view and is never held across a
+// commit, `queue_mu_` guards the queue of writes, and watchers have their own queue. Time
 // comes from the injected Clock, so tests drive hours of leases with a FakeClock. The registry does
 // not own the Clock, which must outlive it.
 #pragma once
@@ -52,6 +54,7 @@
 #include <set>
 #include <stop_token>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "drover/clock.h"
@@ -151,6 +154,16 @@ class Registry final : private StoreListener {
   // Each returns the revision the registry is at after the call.
   Result<std::uint64_t> Register(const std::string& service, const std::string& id,
                                  const InstanceSpec& spec);
+  // What a write answers: the revision, or why it was refused.
+  using Done = std::function<void(Result<std::uint64_t>)>;
+  // The writes without waiting for them: `done` runs once with what Register, SetState or
+  // Deregister would have returned -- on a writer thread of the registry, right after the commit
+  // that holds the write, or at once on the calling thread when the write is refused before it
+  // queues (bad names or spec). `done` must be quick and must not wait for another write.
+  void RegisterAsync(std::string service, std::string id, InstanceSpec spec, Done done);
+  void SetStateAsync(std::string service, std::string id, std::uint64_t generation,
+                     std::optional<InstanceState> state, std::optional<bool> accepting, Done done);
+  void DeregisterAsync(std::string service, std::string id, std::uint64_t generation, Done done);
   Result<std::uint64_t> Heartbeat(const std::string& service, const std::string& id,
                                   std::uint64_t generation);
   // Heartbeats for many instances under one lock acquisition (a process renewing all the
@@ -217,16 +230,16 @@ class Registry final : private StoreListener {
     bool as_expirer = false;
   };
   using Planner = std::function<Result<Plan>(MonoTime now, SystemTime system_now)>;
-  // A write waiting in the queue for its batch; it lives on the waiting caller's stack.
+  // A write in the queue.
   struct PendingWrite {
-    PendingWrite(Key k, const Planner& p) : key(std::move(k)), plan(p) {}
-    const Key key;  // the instance it writes
-    const Planner& plan;
-    CondVar cv;  // its answer is in, or it leads the next batch
-    std::optional<Result<std::uint64_t>> answer;
+    Key key;  // the instance it writes
+    Planner plan;
+    Done done;
   };
-  // Writes one batch leads at most.
+  // Writes one group commit holds at most.
   static constexpr std::size_t kMaxBatch = 256;
+  // Writer threads on a shared store: writes in flight at once.
+  static constexpr int kSharedWriters = 64;
 
   Registry(std::unique_ptr<Store> store, Clock& clock, RegistryOptions options)
       : store_(std::move(store)),
@@ -234,16 +247,20 @@ class Registry final : private StoreListener {
         clock_(clock),
         options_(std::move(options)) {}
 
-  // Plans (under mu_), commits and applies one write to the instance `key`; see the class
-  // comment. Returns the commit's revision, or the registry's when the plan had nothing to write.
-  Result<std::uint64_t> Mutate(const Key& key, const Planner& plan)
-      DROVER_EXCLUDES(write_mu_, mu_, queue_mu_);
+  // Queues one write to the instance `key`, to be planned (under mu_), committed and applied by a
+  // writer thread; see the class comment. `done` gets the commit's revision, or the registry's
+  // when the plan had nothing to write.
+  void Submit(Key key, Planner plan, Done done) DROVER_EXCLUDES(queue_mu_);
+  // Runs `start` with a Done and waits for its answer.
+  static Result<std::uint64_t> Wait(const std::function<void(Done)>& start);
+  void WriterLoop() DROVER_EXCLUDES(write_mu_, mu_, queue_mu_);
+  // Shared store: plans, commits and waits for the feed to bring the change back.
   Result<std::uint64_t> MutateShared(const Planner& plan) DROVER_EXCLUDES(write_mu_, mu_);
-  // A batch's leader (private store): plans, commits and applies `batch`, and returns each
-  // write's answer, in order; nullopt for one that must wait for the next batch (a write to an
-  // instance already written in this one).
+  // Private store: plans, commits and applies `batch` as one group, and returns each write's
+  // answer, in order; nullopt for one that must wait for the next group (a write to an instance
+  // already written in this one).
   std::vector<std::optional<Result<std::uint64_t>>> CommitBatch(
-      const std::vector<PendingWrite*>& batch) DROVER_EXCLUDES(write_mu_, mu_, queue_mu_);
+      const std::vector<PendingWrite>& batch) DROVER_EXCLUDES(write_mu_, mu_, queue_mu_);
   // Applies a committed change to the view and adds its events to `events` (for Publish).
   void ApplyLocked(const Change& change, MonoTime now, std::vector<Event>& events)
       DROVER_REQUIRES(mu_);
@@ -288,9 +305,11 @@ class Registry final : private StoreListener {
   // mu_); on a shared store, by expiry and ShareDegraded only.
   Mutex write_mu_;
   mutable Mutex queue_mu_;  // never held while taking write_mu_ or mu_
-  std::deque<PendingWrite*> queue_ DROVER_GUARDED_BY(queue_mu_);
-  bool leading_ DROVER_GUARDED_BY(queue_mu_) = false;  // a batch is being committed
+  CondVar queue_cv_;        // a write was queued, or the writers stop
+  std::deque<PendingWrite> queue_ DROVER_GUARDED_BY(queue_mu_);
+  bool stopping_ DROVER_GUARDED_BY(queue_mu_) = false;  // writers finish the queue, then end
   CommitCounters counters_ DROVER_GUARDED_BY(queue_mu_);
+  std::vector<std::thread> writers_;
   mutable Mutex mu_;
   std::uint64_t revision_ DROVER_GUARDED_BY(mu_) = 0;
   std::map<std::string, ServiceState> services_ DROVER_GUARDED_BY(mu_);
