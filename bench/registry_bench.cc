@@ -327,6 +327,10 @@ struct SystemFigures {
   // registering, from the registry's metrics.
   double store_commits = 0;
   double committed_writes = 0;
+  // Resident memory the server grew by per registered instance (etcd: per key) and per idle
+  // watch stream, from /proc/<pid>/status before and after.
+  double rss_per_instance_b = 0;
+  double rss_per_watcher_b = 0;
   double unary_heartbeats_per_s = 0;    // Drover only: one Heartbeat call each
   double keepalive_per_s = 0;           // one per stream message: Drover KeepAlive | etcd's
   double batched_heartbeats_per_s = 0;  // Drover only: --batch heartbeats per KeepAlive message
@@ -426,6 +430,7 @@ class DroverServer {
   }
   const std::string& target() const { return target_; }
   const std::string& http() const { return http_; }
+  pid_t pid() const { return process_.pid(); }
 
  private:
   drover::testing::TempDir dir_;
@@ -643,6 +648,19 @@ pb::RegisterRequest Registration(std::uint64_t i) {
   return req;
 }
 
+// A process's resident memory, in bytes (VmRSS).
+double RssBytes(pid_t pid) {
+  std::FILE* f = std::fopen(("/proc/" + std::to_string(pid) + "/status").c_str(), "r");
+  if (f == nullptr) return 0;
+  char line[256];
+  double kb = 0;
+  while (std::fgets(line, sizeof line, f) != nullptr) {
+    if (std::sscanf(line, "VmRSS: %lf kB", &kb) == 1) break;
+  }
+  std::fclose(f);
+  return kb * 1024;
+}
+
 // One counter from the registry's /metrics (0 when absent).
 double Metric(const std::string& http, const std::string& name) {
   const auto colon = http.rfind(':');
@@ -662,6 +680,7 @@ SystemFigures BenchDrover(const Options& opt, const std::string& etcd_target) {
   SystemFigures out;
 
   // Registrations.
+  const double rss_before = RssBytes(server.pid());
   const double commits_before = Metric(server.http(), "drover_registry_store_commits_total");
   const double writes_before = Metric(server.http(), "drover_registry_committed_writes_total");
   const auto instances = static_cast<std::uint64_t>(opt.instances);
@@ -679,6 +698,7 @@ SystemFigures BenchDrover(const Options& opt, const std::string& etcd_target) {
   out.store_commits = Metric(server.http(), "drover_registry_store_commits_total") - commits_before;
   out.committed_writes =
       Metric(server.http(), "drover_registry_committed_writes_total") - writes_before;
+  out.rss_per_instance_b = (RssBytes(server.pid()) - rss_before) / static_cast<double>(instances);
 
   // Heartbeats: unary calls, then KeepAlive streams with one and with --batch per message.
   const auto measure =
@@ -754,6 +774,7 @@ SystemFigures BenchDrover(const Options& opt, const std::string& etcd_target) {
   for (auto& ch : watch_channels) watch_stubs.push_back(pb::Registry::NewStub(ch));
   LatencyProbe probe(opt.writes, opt.watchers, opt.warmup);
   std::atomic<int> ready{0};
+  const double rss_before_watches = RssBytes(server.pid());
   std::vector<std::unique_ptr<DroverWatch>> watches;
   for (int w = 0; w < opt.watchers; ++w) {
     watches.push_back(std::make_unique<DroverWatch>(*watch_stubs[w % watch_stubs.size()], base - 1,
@@ -762,6 +783,9 @@ SystemFigures BenchDrover(const Options& opt, const std::string& etcd_target) {
   const auto deadline = Clock::now() + 60s;
   while (ready.load() < opt.watchers && Clock::now() < deadline) std::this_thread::sleep_for(5ms);
   if (ready.load() < opt.watchers) Fail("drover: watchers did not start");
+  std::this_thread::sleep_for(200ms);  // the replayed event written: every stream idle
+  out.rss_per_watcher_b =
+      (RssBytes(server.pid()) - rss_before_watches) / static_cast<double>(opt.watchers);
   RemoteWrites(opt, "drover", server.target(), static_cast<std::int64_t>(base), probe);
   probe.WaitAll(30s);
   std::vector<std::int64_t> all;
@@ -821,6 +845,7 @@ class EtcdServer {
     Fail("etcd did not start on " + target_);
   }
   const std::string& target() const { return target_; }
+  pid_t pid() const { return process_->pid(); }
 
  private:
   drover::testing::TempDir dir_;
@@ -900,9 +925,11 @@ SystemFigures BenchEtcd(const Options& opt) {
                              });
     };
   };
+  const double rss_before = RssBytes(server.pid());
   auto reg = ClosedLoop::Count(opt.clients, instances, put(true));
   out.registrations_per_s = reg.per_second;
   out.errors += reg.errors;
+  out.rss_per_instance_b = (RssBytes(server.pid()) - rss_before) / static_cast<double>(instances);
   auto puts = ClosedLoop::For(opt.clients, 500ms, measure, put(false));
   out.puts_per_s = puts.per_second;
   out.errors += puts.errors;
@@ -947,6 +974,7 @@ SystemFigures BenchEtcd(const Options& opt) {
   for (auto& ch : watch_channels) watch_stubs.push_back(etcd::Watch::NewStub(ch));
   LatencyProbe probe(opt.writes, opt.watchers, opt.warmup);
   std::atomic<int> ready{0};
+  const double rss_before_watches = RssBytes(server.pid());
   std::vector<std::unique_ptr<EtcdWatch>> watches;
   for (int w = 0; w < opt.watchers; ++w) {
     watches.push_back(
@@ -955,6 +983,9 @@ SystemFigures BenchEtcd(const Options& opt) {
   const auto deadline = Clock::now() + 60s;
   while (ready.load() < opt.watchers && Clock::now() < deadline) std::this_thread::sleep_for(5ms);
   if (ready.load() < opt.watchers) Fail("etcd: watchers did not start");
+  std::this_thread::sleep_for(200ms);
+  out.rss_per_watcher_b =
+      (RssBytes(server.pid()) - rss_before_watches) / static_cast<double>(opt.watchers);
   RemoteWrites(opt, "etcd", server.target(), base, probe);
   probe.WaitAll(30s);
   std::vector<std::int64_t> all;
@@ -1075,6 +1106,10 @@ void PrintReport(const Options& opt, const std::optional<SystemFigures>& d,
   row(
       "watch max ms, HTTP /v1/watch", [](const SystemFigures& f) { return f.http_watch.max_ms; },
       max, "{:.2f}");
+  const auto per_instance = [](const SystemFigures& f) { return f.rss_per_instance_b; };
+  const auto per_watcher = [](const SystemFigures& f) { return f.rss_per_watcher_b; };
+  row("RSS B per instance (etcd: per key)", per_instance, per_instance, "{:.0f}");
+  row("RSS B per idle gRPC watch stream", per_watcher, per_watcher, "{:.0f}");
   auto got = [](const Latency& l) {
     return fmt::format("{}/{}", l.samples, l.samples + l.missing);
   };
@@ -1108,12 +1143,12 @@ void PrintReport(const Options& opt, const std::optional<SystemFigures>& d,
                              double theirs, double goal) {
     if (!x) return;
     if (!e) {
-      std::printf("goal: %-44s >= %.1fx etcd: %.0f/s, etcd not measured -- NOT met\n", what, goal,
+      std::printf("goal: %-56s >= %.1fx etcd: %.0f/s, etcd not measured -- NOT met\n", what, goal,
                   ours);
       return;
     }
     const double ratio = Ratio(ours, theirs);
-    std::printf("goal: %-44s >= %.1fx etcd: %.0f/s vs %.0f/s = %.2fx -- %s\n", what, goal, ours,
+    std::printf("goal: %-56s >= %.1fx etcd: %.0f/s vs %.0f/s = %.2fx -- %s\n", what, goal, ours,
                 theirs, ratio, judge(ratio >= goal));
   };
   if (d) {
@@ -1138,13 +1173,23 @@ void PrintReport(const Options& opt, const std::optional<SystemFigures>& d,
       const std::string what =
           fmt::format("watch p99, {} {}, {} watchers", name, api, opt.watchers);
       if (f == &d) {
-        std::printf("goal: %-44s <= 10 ms: %.1f ms (etcd %s) -- %s\n", what.c_str(),
+        std::printf("goal: %-56s <= 10 ms: %.1f ms (etcd %s) -- %s\n", what.c_str(),
                     latency->p99_ms, etcd_p99.c_str(), judge(latency->p99_ms <= 10));
       } else {
-        std::printf("      %-44s    %.1f ms (etcd %s; printed, not judged)\n", what.c_str(),
+        std::printf("      %-56s    %.1f ms (etcd %s; printed, not judged)\n", what.c_str(),
                     latency->p99_ms, etcd_p99.c_str());
       }
     }
+  }
+  if (d) {
+    const auto bytes_goal = [&](const char* what, double ours, double theirs, double goal) {
+      std::printf("goal: %-56s <= %.0f B: %.0f B (etcd %s) -- %s\n", what, goal, ours,
+                  e ? fmt::format("{:.0f} B", theirs).c_str() : "-", judge(ours <= goal));
+    };
+    bytes_goal("RSS per instance, drover/sqlite", d->rss_per_instance_b,
+               e ? e->rss_per_instance_b : 0, 1024);
+    bytes_goal("RSS per idle watch stream, drover/sqlite gRPC", d->rss_per_watcher_b,
+               e ? e->rss_per_watcher_b : 0, 2048);
   }
 }
 
@@ -1152,6 +1197,8 @@ nlohmann::json ToJson(const SystemFigures& f) {
   return {{"registrations_per_s", f.registrations_per_s},
           {"store_commits", f.store_commits},
           {"committed_writes", f.committed_writes},
+          {"rss_per_instance_b", f.rss_per_instance_b},
+          {"rss_per_watcher_b", f.rss_per_watcher_b},
           {"unary_heartbeats_per_s", f.unary_heartbeats_per_s},
           {"keepalive_per_s", f.keepalive_per_s},
           {"batched_heartbeats_per_s", f.batched_heartbeats_per_s},

@@ -28,6 +28,10 @@ TEST(RegistryBenchTest, RunsAgainstDroverAndEtcdAndLosesNothing) {
     EXPECT_GT(f.at("keepalive_per_s").get<double>(), 0);
     EXPECT_EQ(f.at("watch_samples"), 70 * 20);  // every measured write, at every watcher
     EXPECT_EQ(f.at("watch_missing"), 0);
+    // Memory per instance and per watch stream is measured for every system (its size is not
+    // checked: a few hundred instances may fit in pages the process already had).
+    EXPECT_TRUE(f.contains("rss_per_instance_b"));
+    EXPECT_GT(f.at("rss_per_watcher_b").get<double>(), 0);
   }
   for (const char* system : {"drover", "drover_etcd"}) {
     SCOPED_TRACE(system);
