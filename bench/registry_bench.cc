@@ -66,6 +66,7 @@ struct Options {
   int warmup = 5;
   int batch = 10;
   int watch_connections = 10;
+  int restart_instances = 100'000;
   bool json = false;
 };
 
@@ -331,6 +332,11 @@ struct SystemFigures {
   // watch stream, from /proc/<pid>/status before and after.
   double rss_per_instance_b = 0;
   double rss_per_watcher_b = 0;
+  // Restart with --restart-instances stored (SQLite | etcd's own data): seconds from starting
+  // the process until a list holds them all, and its resident memory then per instance, over
+  // that of the same server started empty.
+  double restart_s = 0;
+  double restart_rss_per_instance_b = 0;
   double unary_heartbeats_per_s = 0;    // Drover only: one Heartbeat call each
   double keepalive_per_s = 0;           // one per stream message: Drover KeepAlive | etcd's
   double batched_heartbeats_per_s = 0;  // Drover only: --batch heartbeats per KeepAlive message
@@ -421,8 +427,10 @@ class DroverServer {
   // On SQLite, or on the etcd at `etcd_target` when that is given. `watchers` gRPC and as many
   // HTTP watch streams come from this one client address and must all be admitted (the registry
   // allows 64 per address by default, counting both APIs together).
-  DroverServer(const std::string& binary, const std::string& etcd_target, int watchers)
-      : process_(Args(binary, dir_.path(), etcd_target, watchers)) {
+  // `data_dir`: an SQLite data directory to use (and keep) instead of a temporary one.
+  DroverServer(const std::string& binary, const std::string& etcd_target, int watchers,
+               const std::string& data_dir = "")
+      : process_(Args(binary, data_dir.empty() ? dir_.path() : data_dir, etcd_target, watchers)) {
     auto line = process_.ReadLine(30s);
     if (!line) Fail("drover registry did not start");
     target_ = Address(*line, "grpc://");
@@ -431,6 +439,11 @@ class DroverServer {
   const std::string& target() const { return target_; }
   const std::string& http() const { return http_; }
   pid_t pid() const { return process_.pid(); }
+  // SIGTERM, and waits for the process to end.
+  void Stop() {
+    process_.Signal(SIGTERM);
+    process_.Wait();
+  }
 
  private:
   drover::testing::TempDir dir_;
@@ -638,7 +651,7 @@ pb::RegisterRequest Registration(std::uint64_t i) {
   req.set_service("bench");
   req.set_id(InstanceId(i));
   pb::InstanceSpec* spec = req.mutable_spec();
-  spec->set_address(fmt::format("10.0.{}.{}:7000", i / 250, i % 250));
+  spec->set_address(fmt::format("10.{}.{}.{}:7000", i / 62'500, i / 250 % 250, i % 250));
   spec->set_generation(1);
   spec->set_state(pb::READY);
   spec->set_ttl_ms(600'000);  // nothing expires during the run
@@ -669,6 +682,56 @@ double Metric(const std::string& http, const std::string& name) {
   const auto at = reply.body.find("\n" + name + " ");
   if (at == std::string::npos) return 0;
   return std::stod(reply.body.substr(at + name.size() + 2));
+}
+
+// Registers `n` instances through `target` with the bench's closed loop; false on any error.
+bool RegisterMany(const Options& opt, const std::string& target, std::uint64_t n) {
+  auto channels = Connect(target, opt.connections);
+  std::vector<std::unique_ptr<pb::Registry::Stub>> stubs;
+  for (auto& ch : channels) stubs.push_back(pb::Registry::NewStub(ch));
+  auto reg = ClosedLoop::Count(opt.clients, n, [&](int c, std::uint64_t seq, auto done) {
+    auto* call = new UnaryCall<pb::RegisterRequest, pb::RevisionReply>;
+    call->request = Registration(seq);
+    stubs[static_cast<std::size_t>(c) % stubs.size()]->async()->Register(
+        &call->ctx, &call->request, &call->reply, [call, done](const grpc::Status& s) {
+          delete call;
+          done(s.ok());
+        });
+  });
+  return reg.errors == 0;
+}
+
+// The SQLite registry with --restart-instances stored, restarted: how long until a list holds
+// them all, and what they cost in memory then.
+void DroverRestart(const Options& opt, SystemFigures& out) {
+  if (opt.restart_instances <= 0) return;
+  const auto n = static_cast<std::uint64_t>(opt.restart_instances);
+  drover::testing::TempDir dir;
+  double empty_rss = 0;
+  {
+    DroverServer first(opt.drover, "", 0, dir.path());
+    empty_rss = RssBytes(first.pid());
+    if (!RegisterMany(opt, first.target(), n)) Fail("drover: registrations for the restart failed");
+    first.Stop();
+  }
+  const auto start = Clock::now();
+  DroverServer again(opt.drover, "", 0, dir.path());
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(-1);
+  auto stub = pb::Registry::NewStub(
+      grpc::CreateCustomChannel(again.target(), grpc::InsecureChannelCredentials(), args));
+  while (true) {
+    pb::ListRequest req;
+    req.set_service("bench");
+    pb::ListReply list;
+    grpc::ClientContext ctx;
+    const grpc::Status s = stub->List(&ctx, req, &list);
+    if (s.ok() && static_cast<std::uint64_t>(list.instances_size()) == n) break;
+    if (Clock::now() - start > 120s) Fail("drover: the restarted registry never listed them all");
+    std::this_thread::sleep_for(5ms);
+  }
+  out.restart_s = std::chrono::duration<double>(Clock::now() - start).count();
+  out.restart_rss_per_instance_b = (RssBytes(again.pid()) - empty_rss) / static_cast<double>(n);
 }
 
 SystemFigures BenchDrover(const Options& opt, const std::string& etcd_target) {
@@ -817,17 +880,28 @@ SystemFigures BenchDrover(const Options& opt, const std::string& etcd_target) {
 
 class EtcdServer {
  public:
-  explicit EtcdServer(const std::string& binary) {
-    const int client_port = FreePort();
-    const int peer_port = FreePort();
-    const std::string client_url = fmt::format("http://127.0.0.1:{}", client_port);
-    const std::string peer_url = fmt::format("http://127.0.0.1:{}", peer_port);
+  explicit EtcdServer(const std::string& binary) : binary_(binary) {
+    client_url_ = fmt::format("http://127.0.0.1:{}", FreePort());
+    peer_url_ = fmt::format("http://127.0.0.1:{}", FreePort());
+    target_ = client_url_.substr(std::string("http://").size());
+    Start();
+  }
+  const std::string& target() const { return target_; }
+  pid_t pid() const { return process_->pid(); }
+  // SIGTERM, wait, and start again on the same data directory and ports.
+  void Restart() {
+    process_->Signal(SIGTERM);
+    process_->Wait();
+    Start();
+  }
+
+ private:
+  void Start() {
     process_ = std::make_unique<drover::testing::ChildProcess>(std::vector<std::string>{
-        binary, "--name", "bench", "--data-dir", dir_.path() + "/etcd", "--listen-client-urls",
-        client_url, "--advertise-client-urls", client_url, "--listen-peer-urls", peer_url,
-        "--initial-advertise-peer-urls", peer_url, "--initial-cluster", "bench=" + peer_url,
+        binary_, "--name", "bench", "--data-dir", dir_.path() + "/etcd", "--listen-client-urls",
+        client_url_, "--advertise-client-urls", client_url_, "--listen-peer-urls", peer_url_,
+        "--initial-advertise-peer-urls", peer_url_, "--initial-cluster", "bench=" + peer_url_,
         "--logger", "zap", "--log-level", "error"});
-    target_ = fmt::format("127.0.0.1:{}", client_port);
     // Ready once a linearizable read succeeds (the single member has elected itself).
     auto channel = grpc::CreateChannel(target_, grpc::InsecureChannelCredentials());
     auto kv = etcd::KV::NewStub(channel);
@@ -840,17 +914,15 @@ class EtcdServer {
       etcd::RangeResponse resp;
       if (kv->Range(&ctx, req, &resp).ok()) return;
       if (!process_->running()) break;
-      std::this_thread::sleep_for(100ms);
+      std::this_thread::sleep_for(20ms);
     }
     Fail("etcd did not start on " + target_);
   }
-  const std::string& target() const { return target_; }
-  pid_t pid() const { return process_->pid(); }
 
- private:
   drover::testing::TempDir dir_;
+  const std::string binary_;
+  std::string client_url_, peer_url_, target_;
   std::unique_ptr<drover::testing::ChildProcess> process_;
-  std::string target_;
 };
 
 std::string EtcdKey(std::uint64_t i) { return "/drover/bench/" + InstanceId(i); }
@@ -901,6 +973,48 @@ class EtcdWatch final : public grpc::ClientBidiReactor<etcd::WatchRequest, etcd:
   std::vector<Arrival> samples_;
   DoneLatch done_;
 };
+
+// etcd with --restart-instances keys, restarted: how long until a count holds them all, and
+// its memory then per key.
+void EtcdRestart(const Options& opt, SystemFigures& out) {
+  if (opt.restart_instances <= 0) return;
+  const auto n = static_cast<std::uint64_t>(opt.restart_instances);
+  EtcdServer server(opt.etcd);
+  const double empty_rss = RssBytes(server.pid());
+  {
+    auto channels = Connect(server.target(), opt.connections);
+    std::vector<std::unique_ptr<etcd::KV::Stub>> kv;
+    for (auto& ch : channels) kv.push_back(etcd::KV::NewStub(ch));
+    auto put = ClosedLoop::Count(opt.clients, n, [&](int c, std::uint64_t seq, auto done) {
+      auto* call = new UnaryCall<etcd::PutRequest, etcd::PutResponse>;
+      call->request.set_key(EtcdKey(seq));
+      call->request.set_value(EtcdValue(seq, true));
+      kv[static_cast<std::size_t>(c) % kv.size()]->async()->Put(
+          &call->ctx, &call->request, &call->reply, [call, done](const grpc::Status& s) {
+            delete call;
+            done(s.ok());
+          });
+    });
+    if (put.errors != 0) Fail("etcd: puts for the restart failed");
+  }
+  const auto start = Clock::now();
+  server.Restart();
+  auto kv =
+      etcd::KV::NewStub(grpc::CreateChannel(server.target(), grpc::InsecureChannelCredentials()));
+  while (true) {
+    etcd::RangeRequest req;
+    req.set_key("/drover/bench/");
+    req.set_range_end("/drover/bench0");
+    req.set_count_only(true);
+    etcd::RangeResponse resp;
+    grpc::ClientContext ctx;
+    if (kv->Range(&ctx, req, &resp).ok() && static_cast<std::uint64_t>(resp.count()) == n) break;
+    if (Clock::now() - start > 120s) Fail("etcd: the restarted etcd never counted them all");
+    std::this_thread::sleep_for(5ms);
+  }
+  out.restart_s = std::chrono::duration<double>(Clock::now() - start).count();
+  out.restart_rss_per_instance_b = (RssBytes(server.pid()) - empty_rss) / static_cast<double>(n);
+}
 
 SystemFigures BenchEtcd(const Options& opt) {
   EtcdServer server(opt.etcd);
@@ -1110,6 +1224,14 @@ void PrintReport(const Options& opt, const std::optional<SystemFigures>& d,
   const auto per_watcher = [](const SystemFigures& f) { return f.rss_per_watcher_b; };
   row("RSS B per instance (etcd: per key)", per_instance, per_instance, "{:.0f}");
   row("RSS B per idle gRPC watch stream", per_watcher, per_watcher, "{:.0f}");
+  if (opt.restart_instances > 0) {
+    const auto restart = [](const SystemFigures& f) { return f.restart_s; };
+    const auto loaded = [](const SystemFigures& f) { return f.restart_rss_per_instance_b; };
+    row(fmt::format("restart to a full list, s ({})", opt.restart_instances), restart, restart,
+        "{:.2f}");
+    row(fmt::format("RSS B per instance after it ({})", opt.restart_instances), loaded, loaded,
+        "{:.0f}");
+  }
   auto got = [](const Latency& l) {
     return fmt::format("{}/{}", l.samples, l.samples + l.missing);
   };
@@ -1186,8 +1308,18 @@ void PrintReport(const Options& opt, const std::optional<SystemFigures>& d,
       std::printf("goal: %-56s <= %.0f B: %.0f B (etcd %s) -- %s\n", what, goal, ours,
                   e ? fmt::format("{:.0f} B", theirs).c_str() : "-", judge(ours <= goal));
     };
-    bytes_goal("RSS per instance, drover/sqlite", d->rss_per_instance_b,
-               e ? e->rss_per_instance_b : 0, 1024);
+    if (opt.restart_instances > 0) {
+      const bool met = d->restart_s <= 2.0;
+      std::printf(
+          "goal: %-56s <= 2 s: %.2f s (etcd %s) -- %s\n",
+          fmt::format("restart with {} instances, drover/sqlite", opt.restart_instances).c_str(),
+          d->restart_s, e ? fmt::format("{:.2f} s", e->restart_s).c_str() : "-", judge(met));
+      bytes_goal("RSS per instance (after that restart), drover/sqlite",
+                 d->restart_rss_per_instance_b, e ? e->restart_rss_per_instance_b : 0, 1024);
+    } else {
+      bytes_goal("RSS per instance, drover/sqlite", d->rss_per_instance_b,
+                 e ? e->rss_per_instance_b : 0, 1024);
+    }
     bytes_goal("RSS per idle watch stream, drover/sqlite gRPC", d->rss_per_watcher_b,
                e ? e->rss_per_watcher_b : 0, 2048);
   }
@@ -1199,6 +1331,8 @@ nlohmann::json ToJson(const SystemFigures& f) {
           {"committed_writes", f.committed_writes},
           {"rss_per_instance_b", f.rss_per_instance_b},
           {"rss_per_watcher_b", f.rss_per_watcher_b},
+          {"restart_s", f.restart_s},
+          {"restart_rss_per_instance_b", f.restart_rss_per_instance_b},
           {"unary_heartbeats_per_s", f.unary_heartbeats_per_s},
           {"keepalive_per_s", f.keepalive_per_s},
           {"batched_heartbeats_per_s", f.batched_heartbeats_per_s},
@@ -1263,6 +1397,11 @@ int main(int argc, char** argv) {
   app.add_option("--batch", opt.batch, "Heartbeats per KeepAlive message in the batched run")
       ->check(CLI::Range(1, 10'000))
       ->capture_default_str();
+  app.add_option("--restart-instances", opt.restart_instances,
+                 "Instances (etcd: keys) stored before a restart whose time to a complete list, "
+                 "and memory per instance then, are measured (0: skip)")
+      ->check(CLI::Range(0, 1'000'000))
+      ->capture_default_str();
   app.add_flag("--json", opt.json, "Print one JSON object instead of the table");
   std::string write_to, system;
   std::int64_t base = 0;
@@ -1296,6 +1435,9 @@ int main(int argc, char** argv) {
   if (sqlite) {
     std::fprintf(stderr, "registry_bench: drover on sqlite ...\n");
     drover_figures = BenchDrover(opt, "");
+    std::fprintf(stderr, "registry_bench: drover on sqlite, restarted with %d instances ...\n",
+                 opt.restart_instances);
+    DroverRestart(opt, *drover_figures);
   }
   if (on_etcd) {
     std::fprintf(stderr, "registry_bench: drover on etcd ...\n");
@@ -1306,6 +1448,9 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "registry_bench: etcd ...\n");
     opt.etcd = etcd_binary;
     etcd_figures = BenchEtcd(opt);
+    std::fprintf(stderr, "registry_bench: etcd, restarted with %d keys ...\n",
+                 opt.restart_instances);
+    EtcdRestart(opt, *etcd_figures);
   }
   if (opt.json) {
     nlohmann::json out = {{"clients", opt.clients},

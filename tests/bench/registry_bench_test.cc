@@ -14,7 +14,8 @@ TEST(RegistryBenchTest, RunsAgainstDroverAndEtcdAndLosesNothing) {
   auto run = drover::testing::RunCommand(
       std::string(REGISTRY_BENCH) +
       " --json --clients 8 --connections 2 --seconds 0.3 --instances 300 --watchers 70 "
-      "--watch-connections 2 --writes 20 --warmup-writes 2 --interval-ms 10 --batch 5");
+      "--watch-connections 2 --writes 20 --warmup-writes 2 --interval-ms 10 --batch 5 "
+      "--restart-instances 500");
   ASSERT_EQ(run.exit_code, 0) << run.out;
   const auto start = run.out.find('{');
   ASSERT_NE(start, std::string::npos) << run.out;
@@ -32,6 +33,11 @@ TEST(RegistryBenchTest, RunsAgainstDroverAndEtcdAndLosesNothing) {
     // checked: a few hundred instances may fit in pages the process already had).
     EXPECT_TRUE(f.contains("rss_per_instance_b"));
     EXPECT_GT(f.at("rss_per_watcher_b").get<double>(), 0);
+  }
+  // The SQLite registry and etcd, restarted with 500 stored, list (count) them all.
+  for (const char* system : {"drover", "etcd"}) {
+    SCOPED_TRACE(system);
+    EXPECT_GT(report[system].at("restart_s").get<double>(), 0);
   }
   for (const char* system : {"drover", "drover_etcd"}) {
     SCOPED_TRACE(system);
