@@ -1,5 +1,6 @@
 #include "registry/grpc_api.h"
 
+#include <grpcpp/alarm.h>
 #include <grpcpp/grpcpp.h>
 #include <spdlog/spdlog.h>
 
@@ -134,7 +135,7 @@ grpc::Status Reply(const Result<std::uint64_t>& revision, pb::RevisionReply* rep
 // Unary calls and KeepAlive use gRPC's callback API: no thread per call or per stream. Reads and
 // lease renewals finish inline (memory only); writes that commit are queued to the registry's
 // writer, which finishes them after their commit (a group commit's replies all at once). Watch
-// uses the synchronous API (see there).
+// uses the asynchronous API, all streams driven by one thread (WatchPump).
 namespace {
 
 void DeployToProto(const StoredDeploy& d, pb::Deploy* out) {
@@ -149,10 +150,10 @@ void DeployToProto(const StoredDeploy& d, pb::Deploy* out) {
 }  // namespace
 
 class RegistryService final
-    : public pb::Registry::WithCallbackMethod_Register<
-          pb::Registry::WithCallbackMethod_Heartbeat<pb::Registry::WithCallbackMethod_KeepAlive<
-              pb::Registry::WithCallbackMethod_SetState<pb::Registry::WithCallbackMethod_Deregister<
-                  pb::Registry::WithCallbackMethod_List<pb::Registry::Service>>>>>> {
+    : public pb::Registry::WithCallbackMethod_Register<pb::Registry::WithCallbackMethod_Heartbeat<
+          pb::Registry::WithCallbackMethod_KeepAlive<pb::Registry::WithCallbackMethod_SetState<
+              pb::Registry::WithCallbackMethod_Deregister<pb::Registry::WithCallbackMethod_List<
+                  pb::Registry::WithAsyncMethod_Watch<pb::Registry::Service>>>>>>> {
  public:
   RegistryService(Registry& registry, std::shared_ptr<const Authorizer> auth,
                   std::shared_ptr<ClientLimits> limits);
@@ -218,55 +219,7 @@ class RegistryService final
     return Done(ctx, grpc::Status::OK);
   }
 
-  // A watch holds one of the synchronous server's threads, asleep in Watcher::Next until events
-  // arrive; it writes them itself, so a write completes on the thread that started it. (Measured
-  // with the benchmark: at 1,000 watchers this delivers sooner than the callback API, whose
-  // per-write completions queue ahead of incoming requests.) The short wait notices a client
-  // that went away; Stop() cancels the Watcher at once.
-  grpc::Status Watch(grpc::ServerContext* ctx, const pb::WatchRequest* req,
-                     grpc::ServerWriter<pb::Event>* writer) override {
-    if (Status s = CheckRead(*ctx); !s.ok()) return ToGrpc(s);
-    const std::string client = LimitIdentity(*ctx);
-    if (Status s = limits_->AcquireWatch(client); !s.ok()) return ToGrpc(s);
-    struct Admitted {
-      ClientLimits& limits;
-      const std::string& client;
-      ~Admitted() { limits.ReleaseWatch(client); }
-    } admitted{*limits_, client};
-    auto watcher = registry_.Watch(req->from_revision(), req->service());
-    if (!watcher.ok()) return ToGrpc(watcher.status());
-    std::shared_ptr<Watcher> w = *watcher;
-    {
-      MutexLock lock(mu_);
-      if (stopping_) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "registry is stopping");
-      watches_.insert(w);
-    }
-    // Headers now, before any event: the client knows its watch is in place even while nothing
-    // changes (a client failing over measures its gap by this).
-    ctx->AddInitialMetadata(kWatchAcceptedHeader, std::to_string(registry_.revision()));
-    writer->SendInitialMetadata();
-    pb::Event event;
-    bool open = true;
-    while (open && !ctx->IsCancelled()) {
-      auto batch = w->NextShared(std::chrono::milliseconds(500));
-      if (!batch.ok()) break;
-      for (const EventPtr& e : *batch) {
-        event.Clear();
-        ToProto(*e, &event);
-        if (!writer->Write(event)) {
-          open = false;
-          break;
-        }
-      }
-    }
-    w->Cancel();
-    MutexLock lock(mu_);
-    watches_.erase(w);
-    if (stopping_) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "registry is stopping");
-    return grpc::Status::OK;
-  }
-
-  // Deploys: rare and small, on the synchronous threads as Watch.
+  // Deploys: rare and small, on the synchronous server's threads.
   grpc::Status GetDeploy(grpc::ServerContext* ctx, const pb::GetDeployRequest* req,
                          pb::Deploy* reply) override {
     if (Status s = CheckRead(*ctx); !s.ok()) return ToGrpc(s);
@@ -310,6 +263,7 @@ class RegistryService final
   void EndStreams();
 
   class KeepAliveStream;
+  friend class WatchPump;
 
   void Unregister(const std::shared_ptr<Watcher>& w) {
     MutexLock lock(mu_);
@@ -376,8 +330,6 @@ class RegistryService final
   bool stopping_ DROVER_GUARDED_BY(mu_) = false;
 };
 
-// The one thread that starts writes on idle watch streams. A Watcher's listener runs under the
-// registry's lock and may not call back into the Watcher, so it only queues the stream here.
 // A KeepAlive stream. Reads and writes overlap: the next request is read while replies go out,
 // one write at a time, and reading pauses while too many replies wait (a client that sends
 // without reading cannot grow the queue without bound).
@@ -551,9 +503,218 @@ void RegistryService::EndStreams() {
   for (KeepAliveStream* s : keepalives_) s->Cancel();
 }
 
+// Watch streams on gRPC's asynchronous API: one completion queue and one thread for all of them.
+// A stream costs no thread: its Watcher's listener (which runs under the registry's locks and
+// may not call back into it) only lists the stream as ready and, once per batch of wake-ups,
+// sets an alarm on the queue; the pump thread then takes each ready stream's events and starts
+// its write, so one event fanned out to a thousand streams is one wake-up of one thread, and gRPC
+// gathers the writes of a connection's streams. Every operation of a stream completes on this
+// thread, which alone creates, drives and deletes streams. A client that goes away is noticed at
+// once (the done notification), not at the next write.
+class WatchPump {
+ public:
+  WatchPump(RegistryService& service, std::unique_ptr<grpc::ServerCompletionQueue> cq)
+      : service_(service), cq_(std::move(cq)) {}
+  ~WatchPump() { Stop(); }
+
+  // Asks for the first call and starts the thread.
+  void Start() {
+    Accept();
+    thread_ = std::thread([this] { Run(); });
+  }
+  // After the server's Shutdown(): drains the queue and joins the thread.
+  void Stop() {
+    if (!thread_.joinable()) return;
+    {
+      MutexLock lock(mu_);
+      stopped_ = true;
+    }
+    alarm_.Cancel();
+    cq_->Shutdown();
+    thread_.join();
+  }
+
+ private:
+  enum class Op : std::uint8_t { kAccepted, kWritten, kDone, kFinished };
+  struct Call;
+  struct Tag {
+    Call* call;
+    Op op;
+  };
+  struct Call {
+    Call() : writer(&ctx) {
+      accepted = {this, Op::kAccepted};
+      written = {this, Op::kWritten};
+      done = {this, Op::kDone};
+      finished = {this, Op::kFinished};
+    }
+    grpc::ServerContext ctx;
+    pb::WatchRequest request;
+    grpc::ServerAsyncWriter<pb::Event> writer;
+    Tag accepted, written, done, finished;
+    std::shared_ptr<Watcher> watcher;
+    std::string client;            // whom its watch slot is counted against ("" once released)
+    std::deque<EventPtr> pending;  // taken from the watcher, not yet written
+    pb::Event out;                 // the message being written
+    bool writing = false;          // a write (or the headers) in flight
+    bool finishing = false;        // Finish started
+    std::optional<grpc::Status> finish;  // to finish with once the write in flight is done
+    bool ended = false;                  // the done notification came
+  };
+
+  void Accept() {
+    auto* call = new Call;
+    call->ctx.AsyncNotifyWhenDone(&call->done);
+    service_.RequestWatch(&call->ctx, &call->request, &call->writer, cq_.get(), cq_.get(),
+                          &call->accepted);
+  }
+
+  void Run() {
+    void* raw = nullptr;
+    bool ok = false;
+    while (cq_->Next(&raw, &ok)) {
+      if (raw == &wake_) {
+        OnWake();
+        continue;
+      }
+      auto* tag = static_cast<Tag*>(raw);
+      Call* call = tag->call;
+      switch (tag->op) {
+        case Op::kAccepted:
+          if (!ok) {  // shutting down: no call came, and its done notification never will
+            delete call;
+            break;
+          }
+          Accept();  // the next one
+          Begin(call);
+          break;
+        case Op::kWritten:
+          call->writing = false;
+          if (!ok) break;  // the stream is broken: its done notification follows
+          Pump(call);
+          break;
+        case Op::kDone:
+          call->ended = true;
+          End(call);
+          break;
+        case Op::kFinished:
+          call->finishing = false;
+          break;
+      }
+      if (tag->op != Op::kAccepted || ok) MaybeDelete(call);
+    }
+  }
+
+  // A call arrived: admit it, open its Watcher and send the headers.
+  void Begin(Call* call) {
+    RegistryService& svc = service_;
+    if (Status s = svc.CheckRead(call->ctx); !s.ok()) return Finish(call, ToGrpc(s));
+    const std::string client = svc.LimitIdentity(call->ctx);
+    if (Status s = svc.limits_->AcquireWatch(client); !s.ok()) return Finish(call, ToGrpc(s));
+    call->client = client;
+    auto watcher = svc.registry_.Watch(call->request.from_revision(), call->request.service());
+    if (!watcher.ok()) return Finish(call, ToGrpc(watcher.status()));
+    call->watcher = *watcher;
+    {
+      MutexLock lock(svc.mu_);
+      if (svc.stopping_) {
+        return Finish(call, grpc::Status(grpc::StatusCode::UNAVAILABLE, "registry is stopping"));
+      }
+      svc.watches_.insert(call->watcher);
+    }
+    // Headers now, before any event: the client knows its watch is in place even while nothing
+    // changes (a client failing over measures its gap by this).
+    call->ctx.AddInitialMetadata(kWatchAcceptedHeader, std::to_string(svc.registry_.revision()));
+    call->writing = true;
+    call->writer.SendInitialMetadata(&call->written);
+    call->watcher->SetListener([this, call] { Wake(call); });
+  }
+
+  // Writes the next event, taking the watcher's queue when nothing is pending; finishes the
+  // stream once the watcher is cancelled (the registry stops).
+  void Pump(Call* call) {
+    if (call->writing || call->finishing || call->ended) return;
+    if (call->finish) {
+      call->finishing = true;
+      call->writer.Finish(*call->finish, &call->finished);
+      call->finish.reset();
+      return;
+    }
+    if (call->pending.empty() && call->watcher) {
+      auto events = call->watcher->NextShared(std::chrono::milliseconds(0));
+      if (!events.ok()) {
+        return Finish(call, grpc::Status(grpc::StatusCode::UNAVAILABLE, "registry is stopping"));
+      }
+      call->pending.insert(call->pending.end(), std::make_move_iterator(events->begin()),
+                           std::make_move_iterator(events->end()));
+    }
+    if (call->pending.empty()) return;
+    call->out.Clear();
+    ToProto(*call->pending.front(), &call->out);
+    call->pending.pop_front();
+    call->writing = true;
+    call->writer.Write(call->out, &call->written);
+  }
+
+  void Finish(Call* call, grpc::Status status) {
+    if (call->finishing || call->ended) return;
+    call->finish = std::move(status);
+    Pump(call);
+  }
+
+  // The stream is over (finished, cancelled, or its client gone): its watch slot is freed and
+  // its Watcher cancelled, after which the listener never runs again.
+  void End(Call* call) {
+    if (call->watcher) {
+      call->watcher->Cancel();
+      service_.Unregister(call->watcher);
+    }
+    if (!call->client.empty()) {
+      service_.limits_->ReleaseWatch(call->client);
+      call->client.clear();
+    }
+    MutexLock lock(mu_);
+    std::erase(ready_, call);
+  }
+
+  void MaybeDelete(Call* call) {
+    if (call->ended && !call->writing && !call->finishing) delete call;
+  }
+
+  // A watcher's listener: any thread, under the registry's locks.
+  void Wake(Call* call) {
+    MutexLock lock(mu_);
+    ready_.push_back(call);
+    if (alarm_set_ || stopped_) return;
+    alarm_set_ = true;
+    alarm_.Set(cq_.get(), gpr_now(GPR_CLOCK_MONOTONIC), &wake_);
+  }
+
+  void OnWake() {
+    std::vector<Call*> ready;
+    {
+      MutexLock lock(mu_);
+      alarm_set_ = false;
+      ready.swap(ready_);
+    }
+    for (Call* call : ready) Pump(call);
+  }
+
+  RegistryService& service_;
+  const std::unique_ptr<grpc::ServerCompletionQueue> cq_;
+  std::thread thread_;
+  grpc::Alarm alarm_;
+  char wake_ = 0;  // the alarm's tag
+  Mutex mu_;
+  std::vector<Call*> ready_ DROVER_GUARDED_BY(mu_);
+  bool alarm_set_ DROVER_GUARDED_BY(mu_) = false;
+  bool stopped_ DROVER_GUARDED_BY(mu_) = false;
+};
+
 struct GrpcServer::Impl {
   std::unique_ptr<RegistryService> service;
   std::unique_ptr<grpc::Server> server;
+  std::unique_ptr<WatchPump> watches;  // after the server: stopped (and destroyed) before it
   int port = 0;
   std::once_flag stop_once;
 };
@@ -577,10 +738,13 @@ Result<std::unique_ptr<GrpcServer>> GrpcServer::Start(Registry& registry, GrpcOp
   // Without this a second registry could bind the same port and silently take half the clients.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.RegisterService(impl->service.get());
+  std::unique_ptr<grpc::ServerCompletionQueue> watch_queue = builder.AddCompletionQueue();
   impl->server = builder.BuildAndStart();
   if (!impl->server || impl->port == 0) {
     return UnavailableError("cannot listen for gRPC on " + options.address);
   }
+  impl->watches = std::make_unique<WatchPump>(*impl->service, std::move(watch_queue));
+  impl->watches->Start();
   return std::unique_ptr<GrpcServer>(new GrpcServer(std::move(impl)));
 }
 
@@ -595,6 +759,7 @@ void GrpcServer::Stop() {
     impl_->service->EndStreams();
     impl_->server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
     impl_->server->Wait();
+    if (impl_->watches) impl_->watches->Stop();
   });
 }
 
