@@ -577,9 +577,9 @@ class WatchPump {
         OnWake();
         continue;
       }
-      auto* tag = static_cast<Tag*>(raw);
-      Call* call = tag->call;
-      switch (tag->op) {
+      const Tag tag = *static_cast<Tag*>(raw);  // a copy: the call may be deleted below
+      Call* call = tag.call;
+      switch (tag.op) {
         case Op::kAccepted:
           if (!ok) {  // shutting down: no call came, and its done notification never will
             delete call;
@@ -601,7 +601,7 @@ class WatchPump {
           call->finishing = false;
           break;
       }
-      if (tag->op != Op::kAccepted || ok) MaybeDelete(call);
+      if (tag.op != Op::kAccepted || ok) MaybeDelete(call);
     }
   }
 
