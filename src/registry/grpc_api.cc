@@ -13,6 +13,7 @@
 #include <set>
 #include <stop_token>
 #include <thread>
+#include <unordered_map>
 
 #include "common/tokens.h"
 #include "drover/discovery.h"
@@ -153,7 +154,7 @@ class RegistryService final
     : public pb::Registry::WithCallbackMethod_Register<pb::Registry::WithCallbackMethod_Heartbeat<
           pb::Registry::WithCallbackMethod_KeepAlive<pb::Registry::WithCallbackMethod_SetState<
               pb::Registry::WithCallbackMethod_Deregister<pb::Registry::WithCallbackMethod_List<
-                  pb::Registry::WithAsyncMethod_Watch<pb::Registry::Service>>>>>>> {
+                  pb::Registry::WithRawMethod_Watch<pb::Registry::Service>>>>>>> {
  public:
   RegistryService(Registry& registry, std::shared_ptr<const Authorizer> auth,
                   std::shared_ptr<ClientLimits> limits);
@@ -508,9 +509,9 @@ void RegistryService::EndStreams() {
 // may not call back into it) only lists the stream as ready and, once per batch of wake-ups,
 // sets an alarm on the queue; the pump thread then takes each ready stream's events and starts
 // its write, so one event fanned out to a thousand streams is one wake-up of one thread, and gRPC
-// gathers the writes of a connection's streams. Every operation of a stream completes on this
-// thread, which alone creates, drives and deletes streams. A client that goes away is noticed at
-// once (the done notification), not at the next write.
+// gathers the writes of a connection's streams; an event is encoded once for all of them. Every
+// operation of a stream completes on this thread, which alone creates, drives and deletes streams.
+// A client that goes away is noticed at once (the done notification), not at the next write.
 class WatchPump {
  public:
   WatchPump(RegistryService& service, std::unique_ptr<grpc::ServerCompletionQueue> cq)
@@ -549,13 +550,15 @@ class WatchPump {
       finished = {this, Op::kFinished};
     }
     grpc::ServerContext ctx;
+    grpc::ByteBuffer raw_request;
     pb::WatchRequest request;
-    grpc::ServerAsyncWriter<pb::Event> writer;
+    // Raw: every stream writes the same encoded bytes of an event (see Encoded).
+    grpc::ServerAsyncWriter<grpc::ByteBuffer> writer;
     Tag accepted, written, done, finished;
     std::shared_ptr<Watcher> watcher;
     std::string client;            // whom its watch slot is counted against ("" once released)
     std::deque<EventPtr> pending;  // taken from the watcher, not yet written
-    pb::Event out;                 // the message being written
+    grpc::ByteBuffer out;          // the message being written
     bool writing = false;          // a write (or the headers) in flight
     bool finishing = false;        // Finish started
     std::optional<grpc::Status> finish;  // to finish with once the write in flight is done
@@ -565,7 +568,7 @@ class WatchPump {
   void Accept() {
     auto* call = new Call;
     call->ctx.AsyncNotifyWhenDone(&call->done);
-    service_.RequestWatch(&call->ctx, &call->request, &call->writer, cq_.get(), cq_.get(),
+    service_.RequestWatch(&call->ctx, &call->raw_request, &call->writer, cq_.get(), cq_.get(),
                           &call->accepted);
   }
 
@@ -609,6 +612,12 @@ class WatchPump {
   void Begin(Call* call) {
     RegistryService& svc = service_;
     if (Status s = svc.CheckRead(call->ctx); !s.ok()) return Finish(call, ToGrpc(s));
+    if (!grpc::SerializationTraits<pb::WatchRequest>::Deserialize(&call->raw_request,
+                                                                  &call->request)
+             .ok()) {
+      return Finish(call,
+                    grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "malformed WatchRequest"));
+    }
     const std::string client = svc.LimitIdentity(call->ctx);
     if (Status s = svc.limits_->AcquireWatch(client); !s.ok()) return Finish(call, ToGrpc(s));
     call->client = client;
@@ -649,11 +658,27 @@ class WatchPump {
                            std::make_move_iterator(events->end()));
     }
     if (call->pending.empty()) return;
-    call->out.Clear();
-    ToProto(*call->pending.front(), &call->out);
+    call->out = Encoded(call->pending.front());
     call->pending.pop_front();
     call->writing = true;
     call->writer.Write(call->out, &call->written);
+  }
+
+  // An event's wire form, encoded once for every stream that sends it: the newest events are
+  // kept (with a reference, so that their address names them for as long as they are here).
+  const grpc::ByteBuffer& Encoded(const EventPtr& event) {
+    if (auto it = encoded_.find(event.get()); it != encoded_.end()) return it->second;
+    pb::Event message;
+    ToProto(*event, &message);
+    grpc::ByteBuffer bytes;
+    bool own_buffer = false;
+    (void)grpc::SerializationTraits<pb::Event>::Serialize(message, &bytes, &own_buffer);
+    if (encoded_order_.size() >= kEncodedKept) {
+      encoded_.erase(encoded_order_.front().get());
+      encoded_order_.pop_front();
+    }
+    encoded_order_.push_back(event);
+    return encoded_.emplace(event.get(), std::move(bytes)).first->second;
   }
 
   void Finish(Call* call, grpc::Status status) {
@@ -700,9 +725,14 @@ class WatchPump {
     for (Call* call : ready) Pump(call);
   }
 
+  static constexpr std::size_t kEncodedKept = 256;
+
   RegistryService& service_;
   const std::unique_ptr<grpc::ServerCompletionQueue> cq_;
   std::thread thread_;
+  // The pump thread's own: encoded events, and their order for forgetting the oldest.
+  std::unordered_map<const Event*, grpc::ByteBuffer> encoded_;
+  std::deque<EventPtr> encoded_order_;
   grpc::Alarm alarm_;
   char wake_ = 0;  // the alarm's tag
   Mutex mu_;
