@@ -70,6 +70,15 @@ Event DeleteEvent(const Instance& instance, std::uint64_t revision, RemovalReaso
   return e;
 }
 
+// What an event holds in memory, roughly: the object and its instance's strings.
+std::size_t EventBytes(const Event& e) {
+  const Instance& in = e.instance;
+  std::size_t bytes = sizeof(Event) + in.service.size() + in.id.size() + in.spec.address.size() +
+                      in.spec.zone.size() + in.spec.version.size();
+  for (const auto& [key, value] : in.spec.labels) bytes += 64 + key.size() + value.size();
+  return bytes;
+}
+
 // READY since now when the state turns READY, kept while it stays READY, cleared otherwise.
 SystemTime ReadySince(const Instance* before, InstanceState after, SystemTime now) {
   if (after != InstanceState::kReady) return SystemTime{};
@@ -518,6 +527,7 @@ void Registry::OnReset(StoreState state) {
   revision_ = std::max(revision_, state.revision);
   // The events in between are unknown: nobody may resume inside the gap.
   history_.clear();
+  history_bytes_ = 0;
   history_floor_ = revision_;
   std::erase_if(watchers_, [](const std::weak_ptr<Watcher>& w) { return w.expired(); });
   for (const auto& weak : watchers_) {
@@ -802,8 +812,10 @@ void Registry::Publish(std::vector<Event> events) {
   for (Event& e : events) {
     shared.push_back(std::make_shared<const Event>(std::move(e)));
     history_.push_back(shared.back());
-    while (history_.size() > options_.history) {
+    history_bytes_ += EventBytes(*shared.back());
+    while (history_.size() > options_.history || history_bytes_ > options_.history_bytes) {
       history_floor_ = std::max(history_floor_, history_.front()->revision);
+      history_bytes_ -= EventBytes(*history_.front());
       history_.pop_front();
     }
   }

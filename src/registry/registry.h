@@ -68,6 +68,9 @@ namespace drover::registry {
 struct RegistryOptions {
   Limits limits;
   std::size_t history = 10'000;  // events kept for watchers resuming from a revision
+  // ... and at most this many bytes of them (an instance's labels can be large): the oldest go
+  // first, and a watcher resuming from before them gets a RESYNC.
+  std::size_t history_bytes = 64 << 20;
   double self_preservation_fraction = 0.5;
   Duration self_preservation_window = std::chrono::seconds(60);
   std::size_t self_preservation_min_instances = 3;  // smaller services always expire
@@ -316,6 +319,7 @@ class Registry final : private StoreListener {
   std::map<Key, Tombstone> tombstones_ DROVER_GUARDED_BY(mu_);
   std::deque<EventPtr> history_ DROVER_GUARDED_BY(mu_);     // PUT/DELETE only
   std::uint64_t history_floor_ DROVER_GUARDED_BY(mu_) = 0;  // events <= this are gone
+  std::size_t history_bytes_ DROVER_GUARDED_BY(mu_) = 0;    // EventBytes of history_
   std::vector<std::weak_ptr<Watcher>> watchers_ DROVER_GUARDED_BY(mu_);
   // The degraded services last written to a shared store (none yet: write the first decision).
   std::optional<std::vector<std::string>> shared_degraded_ DROVER_GUARDED_BY(write_mu_);

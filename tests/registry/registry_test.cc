@@ -380,6 +380,31 @@ TEST_P(RegistryTest, ResyncWhenHistoryIsGone) {
   EXPECT_EQ(Drain(**recent).size(), 3u);
 }
 
+TEST_P(RegistryTest, HistoryIsBoundedByBytesToo) {
+  // Instances with large labels: the byte bound, not the count, decides what is kept.
+  RegistryOptions options;
+  options.history_bytes = 20'000;
+  Reopen(options);
+  std::vector<std::uint64_t> revs;
+  for (int i = 0; i < 10; ++i) {
+    InstanceSpec spec = Spec(1);
+    for (int l = 0; l < 12; ++l) spec.labels["l" + std::to_string(l)] = std::string(250, 'x');
+    revs.push_back(registry_->Register("svc", "i" + std::to_string(i), spec).value());
+  }
+  // About four of the ten events (~4 KB each) fit: resuming from the start is a RESYNC of all.
+  auto old = registry_->Watch(revs[0], "svc");
+  auto events = Drain(**old);
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].type, EventType::kResync);
+  EXPECT_EQ(events[0].snapshot.size(), 10u);
+  // The newest are still replayed one by one.
+  auto recent = registry_->Watch(revs[7], "svc");
+  auto replayed = Drain(**recent);
+  ASSERT_EQ(replayed.size(), 2u);
+  EXPECT_EQ(replayed[0].type, EventType::kPut);
+  EXPECT_EQ(replayed[1].revision, revs[9]);
+}
+
 TEST_P(RegistryTest, SlowWatcherGetsResyncInsteadOfAGap) {
   RegistryOptions options;
   options.watcher_queue_limit = 3;
