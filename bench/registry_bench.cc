@@ -684,12 +684,12 @@ double Metric(const std::string& http, const std::string& name) {
   return std::stod(reply.body.substr(at + name.size() + 2));
 }
 
-// Registers `n` instances through `target` with the bench's closed loop; false on any error.
-bool RegisterMany(const Options& opt, const std::string& target, std::uint64_t n) {
-  auto channels = Connect(target, opt.connections);
-  std::vector<std::unique_ptr<pb::Registry::Stub>> stubs;
-  for (auto& ch : channels) stubs.push_back(pb::Registry::NewStub(ch));
-  auto reg = ClosedLoop::Count(opt.clients, n, [&](int c, std::uint64_t seq, auto done) {
+// Registers instances 0..n-1 through `stubs` (client c on stub c % size) in the bench's closed
+// loop of --clients.
+ClosedLoop::Result RegisterMany(const Options& opt,
+                                std::vector<std::unique_ptr<pb::Registry::Stub>>& stubs,
+                                std::uint64_t n) {
+  return ClosedLoop::Count(opt.clients, n, [&](int c, std::uint64_t seq, auto done) {
     auto* call = new UnaryCall<pb::RegisterRequest, pb::RevisionReply>;
     call->request = Registration(seq);
     stubs[static_cast<std::size_t>(c) % stubs.size()]->async()->Register(
@@ -698,7 +698,16 @@ bool RegisterMany(const Options& opt, const std::string& target, std::uint64_t n
           done(s.ok());
         });
   });
-  return reg.errors == 0;
+}
+
+// Seconds from `start` until `complete()` holds (polled); fails the run after two minutes.
+double SecondsUntil(Clock::time_point start, const std::function<bool()>& complete,
+                    const std::string& what) {
+  while (!complete()) {
+    if (Clock::now() - start > 120s) Fail(what);
+    std::this_thread::sleep_for(5ms);
+  }
+  return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
 // The SQLite registry with --restart-instances stored, restarted: how long until a list holds
@@ -711,7 +720,12 @@ void DroverRestart(const Options& opt, SystemFigures& out) {
   {
     DroverServer first(opt.drover, "", 0, dir.path());
     empty_rss = RssBytes(first.pid());
-    if (!RegisterMany(opt, first.target(), n)) Fail("drover: registrations for the restart failed");
+    auto channels = Connect(first.target(), opt.connections);
+    std::vector<std::unique_ptr<pb::Registry::Stub>> stubs;
+    for (auto& ch : channels) stubs.push_back(pb::Registry::NewStub(ch));
+    if (RegisterMany(opt, stubs, n).errors != 0) {
+      Fail("drover: registrations for the restart failed");
+    }
     first.Stop();
   }
   const auto start = Clock::now();
@@ -720,17 +734,17 @@ void DroverRestart(const Options& opt, SystemFigures& out) {
   args.SetMaxReceiveMessageSize(-1);
   auto stub = pb::Registry::NewStub(
       grpc::CreateCustomChannel(again.target(), grpc::InsecureChannelCredentials(), args));
-  while (true) {
-    pb::ListRequest req;
-    req.set_service("bench");
-    pb::ListReply list;
-    grpc::ClientContext ctx;
-    const grpc::Status s = stub->List(&ctx, req, &list);
-    if (s.ok() && static_cast<std::uint64_t>(list.instances_size()) == n) break;
-    if (Clock::now() - start > 120s) Fail("drover: the restarted registry never listed them all");
-    std::this_thread::sleep_for(5ms);
-  }
-  out.restart_s = std::chrono::duration<double>(Clock::now() - start).count();
+  out.restart_s = SecondsUntil(
+      start,
+      [&] {
+        pb::ListRequest req;
+        req.set_service("bench");
+        pb::ListReply list;
+        grpc::ClientContext ctx;
+        return stub->List(&ctx, req, &list).ok() &&
+               static_cast<std::uint64_t>(list.instances_size()) == n;
+      },
+      "drover: the restarted registry never listed them all");
   out.restart_rss_per_instance_b = (RssBytes(again.pid()) - empty_rss) / static_cast<double>(n);
 }
 
@@ -747,15 +761,7 @@ SystemFigures BenchDrover(const Options& opt, const std::string& etcd_target) {
   const double commits_before = Metric(server.http(), "drover_registry_store_commits_total");
   const double writes_before = Metric(server.http(), "drover_registry_committed_writes_total");
   const auto instances = static_cast<std::uint64_t>(opt.instances);
-  auto reg = ClosedLoop::Count(opt.clients, instances, [&](int c, std::uint64_t seq, auto done) {
-    auto* call = new UnaryCall<pb::RegisterRequest, pb::RevisionReply>;
-    call->request = Registration(seq);
-    stub_for(c).async()->Register(&call->ctx, &call->request, &call->reply,
-                                  [call, done](const grpc::Status& s) {
-                                    delete call;
-                                    done(s.ok());
-                                  });
-  });
+  auto reg = RegisterMany(opt, stubs, instances);
   out.registrations_per_s = reg.per_second;
   out.errors += reg.errors;
   out.store_commits = Metric(server.http(), "drover_registry_store_commits_total") - commits_before;
@@ -974,6 +980,21 @@ class EtcdWatch final : public grpc::ClientBidiReactor<etcd::WatchRequest, etcd:
   DoneLatch done_;
 };
 
+// Puts of keys seq % keys through `kv` (client c on stub c % size), for ClosedLoop.
+ClosedLoop::Issue EtcdPuts(std::vector<std::unique_ptr<etcd::KV::Stub>>& kv, std::uint64_t keys,
+                           bool accepting) {
+  return [&kv, keys, accepting](int c, std::uint64_t seq, auto done) {
+    auto* call = new UnaryCall<etcd::PutRequest, etcd::PutResponse>;
+    call->request.set_key(EtcdKey(seq % keys));
+    call->request.set_value(EtcdValue(seq % keys, accepting));
+    kv[static_cast<std::size_t>(c) % kv.size()]->async()->Put(
+        &call->ctx, &call->request, &call->reply, [call, done](const grpc::Status& s) {
+          delete call;
+          done(s.ok());
+        });
+  };
+}
+
 // etcd with --restart-instances keys, restarted: how long until a count holds them all, and
 // its memory then per key.
 void EtcdRestart(const Options& opt, SystemFigures& out) {
@@ -985,34 +1006,26 @@ void EtcdRestart(const Options& opt, SystemFigures& out) {
     auto channels = Connect(server.target(), opt.connections);
     std::vector<std::unique_ptr<etcd::KV::Stub>> kv;
     for (auto& ch : channels) kv.push_back(etcd::KV::NewStub(ch));
-    auto put = ClosedLoop::Count(opt.clients, n, [&](int c, std::uint64_t seq, auto done) {
-      auto* call = new UnaryCall<etcd::PutRequest, etcd::PutResponse>;
-      call->request.set_key(EtcdKey(seq));
-      call->request.set_value(EtcdValue(seq, true));
-      kv[static_cast<std::size_t>(c) % kv.size()]->async()->Put(
-          &call->ctx, &call->request, &call->reply, [call, done](const grpc::Status& s) {
-            delete call;
-            done(s.ok());
-          });
-    });
-    if (put.errors != 0) Fail("etcd: puts for the restart failed");
+    if (ClosedLoop::Count(opt.clients, n, EtcdPuts(kv, n, true)).errors != 0) {
+      Fail("etcd: puts for the restart failed");
+    }
   }
   const auto start = Clock::now();
   server.Restart();
   auto kv =
       etcd::KV::NewStub(grpc::CreateChannel(server.target(), grpc::InsecureChannelCredentials()));
-  while (true) {
-    etcd::RangeRequest req;
-    req.set_key("/drover/bench/");
-    req.set_range_end("/drover/bench0");
-    req.set_count_only(true);
-    etcd::RangeResponse resp;
-    grpc::ClientContext ctx;
-    if (kv->Range(&ctx, req, &resp).ok() && static_cast<std::uint64_t>(resp.count()) == n) break;
-    if (Clock::now() - start > 120s) Fail("etcd: the restarted etcd never counted them all");
-    std::this_thread::sleep_for(5ms);
-  }
-  out.restart_s = std::chrono::duration<double>(Clock::now() - start).count();
+  out.restart_s = SecondsUntil(
+      start,
+      [&] {
+        etcd::RangeRequest req;
+        req.set_key("/drover/bench/");
+        req.set_range_end("/drover/bench0");
+        req.set_count_only(true);
+        etcd::RangeResponse resp;
+        grpc::ClientContext ctx;
+        return kv->Range(&ctx, req, &resp).ok() && static_cast<std::uint64_t>(resp.count()) == n;
+      },
+      "etcd: the restarted etcd never counted them all");
   out.restart_rss_per_instance_b = (RssBytes(server.pid()) - empty_rss) / static_cast<double>(n);
 }
 
@@ -1021,30 +1034,17 @@ SystemFigures BenchEtcd(const Options& opt) {
   auto channels = Connect(server.target(), opt.connections);
   std::vector<std::unique_ptr<etcd::KV::Stub>> kv;
   for (auto& ch : channels) kv.push_back(etcd::KV::NewStub(ch));
-  auto kv_for = [&](int client) -> etcd::KV::Stub& { return *kv[client % kv.size()]; };
   const auto instances = static_cast<std::uint64_t>(opt.instances);
   const auto measure =
       std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(opt.seconds));
   SystemFigures out;
 
-  auto put = [&](bool accepting) {
-    return [&, accepting](int c, std::uint64_t seq, auto done) {
-      auto* call = new UnaryCall<etcd::PutRequest, etcd::PutResponse>;
-      call->request.set_key(EtcdKey(seq % instances));
-      call->request.set_value(EtcdValue(seq % instances, accepting));
-      kv_for(c).async()->Put(&call->ctx, &call->request, &call->reply,
-                             [call, done](const grpc::Status& s) {
-                               delete call;
-                               done(s.ok());
-                             });
-    };
-  };
   const double rss_before = RssBytes(server.pid());
-  auto reg = ClosedLoop::Count(opt.clients, instances, put(true));
+  auto reg = ClosedLoop::Count(opt.clients, instances, EtcdPuts(kv, instances, true));
   out.registrations_per_s = reg.per_second;
   out.errors += reg.errors;
   out.rss_per_instance_b = (RssBytes(server.pid()) - rss_before) / static_cast<double>(instances);
-  auto puts = ClosedLoop::For(opt.clients, 500ms, measure, put(false));
+  auto puts = ClosedLoop::For(opt.clients, 500ms, measure, EtcdPuts(kv, instances, false));
   out.puts_per_s = puts.per_second;
   out.errors += puts.errors;
 

@@ -266,6 +266,13 @@ class RegistryService final
   class KeepAliveStream;
   friend class WatchPump;
 
+  // Lists a watch for EndStreams; false (not listed) once the server is stopping.
+  bool AddWatch(const std::shared_ptr<Watcher>& w) {
+    MutexLock lock(mu_);
+    if (stopping_) return false;
+    watches_.insert(w);
+    return true;
+  }
   void Unregister(const std::shared_ptr<Watcher>& w) {
     MutexLock lock(mu_);
     watches_.erase(w);
@@ -624,12 +631,8 @@ class WatchPump {
     auto watcher = svc.registry_.Watch(call->request.from_revision(), call->request.service());
     if (!watcher.ok()) return Finish(call, ToGrpc(watcher.status()));
     call->watcher = *watcher;
-    {
-      MutexLock lock(svc.mu_);
-      if (svc.stopping_) {
-        return Finish(call, grpc::Status(grpc::StatusCode::UNAVAILABLE, "registry is stopping"));
-      }
-      svc.watches_.insert(call->watcher);
+    if (!svc.AddWatch(call->watcher)) {
+      return Finish(call, grpc::Status(grpc::StatusCode::UNAVAILABLE, "registry is stopping"));
     }
     // Headers now, before any event: the client knows its watch is in place even while nothing
     // changes (a client failing over measures its gap by this).

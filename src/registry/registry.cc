@@ -296,23 +296,22 @@ void Registry::WriterLoop() {
     } else {
       answers = CommitBatch(batch);
     }
-    std::uint64_t written = 0;
     for (std::size_t i = 0; i < batch.size(); ++i) {
-      if (!answers[i]) continue;
-      written += answers[i]->ok();
-      batch[i].done(std::move(*answers[i]));
+      if (answers[i]) batch[i].done(std::move(*answers[i]));
     }
     lock.Lock();
     // Writes to an instance already written in this group go first in the next one, in order.
     for (std::size_t i = batch.size(); i-- > 0;) {
       if (!answers[i]) queue_.push_front(std::move(batch[i]));
     }
-    if (!shared_ && written > 0) {
-      ++counters_.commits;
-      counters_.writes += written;
-      counters_.largest = std::max(counters_.largest, written);
-    }
   }
+}
+
+void Registry::CountCommit(std::uint64_t writes) {
+  MutexLock lock(queue_mu_);
+  ++counters_.commits;
+  counters_.writes += writes;
+  counters_.largest = std::max(counters_.largest, writes);
 }
 
 std::vector<std::optional<Result<std::uint64_t>>> Registry::CommitBatch(
@@ -353,12 +352,17 @@ std::vector<std::optional<Result<std::uint64_t>>> Registry::CommitBatch(
   }
   const MonoTime now = clock_.Now();
   std::vector<Event> events;
+  std::uint64_t written = 0;
   for (std::size_t j = 0; j < sets.size(); ++j) {
     Result<std::uint64_t>& rev = (*committed)[j];
-    if (rev.ok()) ApplyLocked(Change{*rev, std::move(sets[j])}, now, events);
+    if (rev.ok()) {
+      ApplyLocked(Change{*rev, std::move(sets[j])}, now, events);
+      ++written;
+    }
     answers[owners[j]] = std::move(rev);
   }
   if (!events.empty()) Publish(std::move(events));
+  if (written > 0) CountCommit(written);
   return answers;
 }
 
@@ -380,12 +384,7 @@ Result<std::uint64_t> Registry::MutateShared(const Planner& plan) {
     Result<std::uint64_t> rev =
         p.as_expirer ? store_->CommitAsExpirer(p.writes) : store_->Commit(p.writes);
     if (rev.ok()) {
-      {
-        MutexLock lock(queue_mu_);
-        ++counters_.commits;
-        ++counters_.writes;
-        counters_.largest = std::max<std::uint64_t>(counters_.largest, 1);
-      }
+      CountCommit(1);
       // Committed: the answer is yes whatever happens next. Waiting lets the caller read its
       // own write from this process.
       if (Status s = store_->WaitDelivered(*rev, kFeedWait); !s.ok()) {
@@ -456,12 +455,16 @@ void Registry::ApplyLocked(const Change& change, MonoTime now, std::vector<Event
   revision_ = std::max(revision_, rev);
 }
 
+void Registry::ApplyAndPublishLocked(const Change& change, MonoTime now) {
+  std::vector<Event> events;
+  ApplyLocked(change, now, events);
+  if (!events.empty()) Publish(std::move(events));
+}
+
 void Registry::OnChange(const Change& change) {
   MutexLock lock(mu_);
   if (change.revision <= revision_) return;  // already in the view (a resync covered it)
-  std::vector<Event> events;
-  ApplyLocked(change, clock_.Now(), events);
-  if (!events.empty()) Publish(std::move(events));
+  ApplyAndPublishLocked(change, clock_.Now());
 }
 
 void Registry::OnRenewals(const std::vector<LeaseRenewal>& renewals) {
@@ -648,8 +651,8 @@ void Registry::SetStateAsync(std::string service, std::string id, std::uint64_t 
     DROVER_ASSIGN_OR_RETURN(Entry * entry, FindForWrite(service, id, generation));
     const Instance& cur = entry->instance;
     if (state && cur.spec.state == InstanceState::kDraining && *state != InstanceState::kDraining) {
-      // Drain is sticky intent (REG-1): the same incarnation cannot become routable
-      // again. A restarted process registers a new generation instead.
+      // Drain is sticky intent (REG-1): the same incarnation cannot become routable again. A
+      // restarted process registers a new generation instead.
       return FailedPreconditionError(Path(service, id) + " is DRAINING; generation " +
                                      std::to_string(generation) + " cannot return to " +
                                      std::string(InstanceStateName(*state)) +
@@ -661,8 +664,8 @@ void Registry::SetStateAsync(std::string service, std::string id, std::uint64_t 
     next.ready_since = ReadySince(&cur, next.spec.state, system_now);
     Plan plan;
     if (next.spec == cur.spec) {
-      // A state change is a sign of life and renews the lease -- once it is accepted
-      // (a committed change renews it when applied).
+      // A state change is a sign of life and renews the lease -- once it is accepted (a
+      // committed change renews it when applied).
       entry->lease_deadline = now + Ttl(cur.spec);
       if (shared_) store_->ShareRenewals({LeaseRenewal{service, id, generation}});
       return plan;
@@ -973,11 +976,7 @@ Status Registry::ExpireLeases() {
     if (shared_) (void)store_->WaitDelivered(*rev, kFeedWait);
     MutexLock lock(mu_);
     const MonoTime now = clock_.Now();
-    if (!shared_) {
-      std::vector<Event> events;
-      ApplyLocked(Change{*rev, std::move(plan.writes)}, now, events);
-      if (!events.empty()) Publish(std::move(events));
-    }
+    if (!shared_) ApplyAndPublishLocked(Change{*rev, std::move(plan.writes)}, now);
     auto svc = services_.find(service);
     if (svc == services_.end()) svc = services_.emplace(service, ServiceState{}).first;
     for (std::size_t i = 0; i < count; ++i) svc->second.recent_expiries.push_back(now);

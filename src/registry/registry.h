@@ -267,6 +267,10 @@ class Registry final : private StoreListener {
   // Applies a committed change to the view and adds its events to `events` (for Publish).
   void ApplyLocked(const Change& change, MonoTime now, std::vector<Event>& events)
       DROVER_REQUIRES(mu_);
+  // ApplyLocked, then Publish of its events.
+  void ApplyAndPublishLocked(const Change& change, MonoTime now) DROVER_REQUIRES(mu_);
+  // One store commit that held `writes` writes, for commit_counters().
+  void CountCommit(std::uint64_t writes) DROVER_EXCLUDES(queue_mu_);
 
   // StoreListener (shared stores; the store's feed thread).
   void OnChange(const Change& change) override;

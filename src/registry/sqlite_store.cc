@@ -419,11 +419,9 @@ Result<std::vector<Result<std::uint64_t>>> SqliteStore::CommitBatch(
   DROVER_RETURN_IF_ERROR(txn.Begin());
   DROVER_ASSIGN_OR_RETURN(const std::uint64_t current, CurrentRevision());
   std::uint64_t revision = current;
-  // Alone, a set that fails its precondition rolls back with the transaction; among others it
-  // rolls back to its savepoint and the rest go on.
-  const bool savepoints = batch.size() > 1;
+  // Each set under a savepoint: one that fails its precondition rolls back alone.
   for (const std::vector<Write>& writes : batch) {
-    if (savepoints) DROVER_RETURN_IF_ERROR(Run(*statements_, "SAVEPOINT writes", "savepoint"));
+    DROVER_RETURN_IF_ERROR(Run(*statements_, "SAVEPOINT writes", "savepoint"));
     const auto rev = static_cast<std::int64_t>(revision + 1);
     Status s;
     for (const Write& w : writes) {
@@ -432,19 +430,16 @@ Result<std::vector<Result<std::uint64_t>>> SqliteStore::CommitBatch(
       if (!s.ok()) break;
     }
     if (s.code() == StatusCode::kAborted) {
-      if (!savepoints) {  // the transaction rolls back as it goes out of scope
-        results.emplace_back(std::move(s));
-        return results;
-      }
       DROVER_RETURN_IF_ERROR(Run(*statements_, "ROLLBACK TO writes", "rollback to savepoint"));
-      DROVER_RETURN_IF_ERROR(Run(*statements_, "RELEASE writes", "release savepoint"));
-      results.emplace_back(std::move(s));
-      continue;
+    } else {
+      DROVER_RETURN_IF_ERROR(s);  // the store failed: nothing of the batch is written
     }
-    DROVER_RETURN_IF_ERROR(s);  // the store failed: nothing of the batch is written
-    if (savepoints)
-      DROVER_RETURN_IF_ERROR(Run(*statements_, "RELEASE writes", "release savepoint"));
-    results.emplace_back(++revision);
+    DROVER_RETURN_IF_ERROR(Run(*statements_, "RELEASE writes", "release savepoint"));
+    if (s.ok()) {
+      results.emplace_back(++revision);
+    } else {
+      results.emplace_back(std::move(s));
+    }
   }
   if (revision != current) {
     Statement bump(*statements_, "UPDATE meta SET value = ?1 WHERE key = 'revision'");

@@ -36,12 +36,16 @@ std::uint16_t StartRegistry(ChildProcess& child, std::uint16_t* grpc = nullptr) 
   return static_cast<std::uint16_t>(std::stoi(m[1]));
 }
 
+// A registry on `data_dir`; port 0 for both APIs: a fixed default port could be anyone's.
+std::vector<std::string> RegistryArgv(const std::string& data_dir) {
+  return {DROVER_BINARY, "registry",    "--data-dir", data_dir,
+          "--http",      "127.0.0.1:0", "--grpc",     "127.0.0.1:0"};
+}
+
 TEST(RegistryCrashTest, AcknowledgedWritesSurviveSigkill) {
   drover::testing::TempDir dir;
   ASSERT_FALSE(dir.path().empty());
-  // Port 0 for both APIs: a fixed default port could be anyone's.
-  const std::vector<std::string> argv = {DROVER_BINARY, "registry",    "--data-dir", dir.path(),
-                                         "--http",      "127.0.0.1:0", "--grpc",     "127.0.0.1:0"};
+  const std::vector<std::string> argv = RegistryArgv(dir.path());
   constexpr int kWrites = 1000;
   {
     ChildProcess registry(argv);
@@ -86,8 +90,7 @@ TEST(RegistryCrashTest, AcknowledgedWritesSurviveSigkill) {
 TEST(RegistryCrashTest, AcknowledgedWritesSurviveSigkillUnderConcurrentWriters) {
   drover::testing::TempDir dir;
   ASSERT_FALSE(dir.path().empty());
-  const std::vector<std::string> argv = {DROVER_BINARY, "registry",    "--data-dir", dir.path(),
-                                         "--http",      "127.0.0.1:0", "--grpc",     "127.0.0.1:0"};
+  const std::vector<std::string> argv = RegistryArgv(dir.path());
   constexpr int kWriters = 16;
   std::vector<std::vector<std::string>> acknowledged(kWriters);
   std::atomic<int> total{0};
