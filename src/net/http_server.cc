@@ -2,6 +2,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+#include <array>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/redirect_error.hpp>
 #include <boost/asio/ssl.hpp>
@@ -11,9 +13,11 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <boost/beast/ssl.hpp>
+#include <cstdio>
 #include <mutex>
 #include <optional>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 #include "common/host_port.h"
@@ -53,10 +57,13 @@ std::string BusyReply(const std::string& name) {
 template <typename Stream>
 class StreamWriter final : public ChunkedWriter {
  public:
-  StreamWriter(Stream& stream, std::function<void(unsigned)> count)
-      : stream_(stream), count_(std::move(count)) {}
+  StreamWriter(Stream& stream, std::shared_ptr<StreamWakeup::Queue> wakeups,
+               std::function<void(unsigned)> count)
+      : stream_(stream), wakeups_(std::move(wakeups)), count_(std::move(count)) {}
 
-  asio::any_io_executor executor() override { return stream_.get_executor(); }
+  std::shared_ptr<StreamWakeup> NewWakeup() override {
+    return std::make_shared<StreamWakeup>(stream_.get_executor(), wakeups_);
+  }
 
   asio::awaitable<bool> Begin(HttpHead& head) override {
     head.chunked(true);
@@ -66,14 +73,32 @@ class StreamWriter final : public ChunkedWriter {
     error_code ec;
     co_await http::async_write_header(stream_, serializer,
                                       asio::redirect_error(asio::use_awaitable, ec));
+    // Chunks then go out by a direct non-blocking send where they can (see Write).
+    if constexpr (kPlainTcp) {
+      if (!ec) stream_.socket().non_blocking(true, ec);
+    }
     co_return !ec;
   }
 
   asio::awaitable<bool> Write(std::string_view data, Duration timeout) override {
-    beast::get_lowest_layer(stream_).expires_after(timeout);
-    const auto chunk = http::make_chunk(asio::buffer(data.data(), data.size()));
+    char size_line[20];
+    const int size_len = std::snprintf(size_line, sizeof size_line, "%zx\r\n", data.size());
+    const std::array<asio::const_buffer, 3> chunk{
+        asio::buffer(size_line, static_cast<std::size_t>(size_len)), asio::buffer(data),
+        asio::buffer("\r\n", 2)};
+    beast::buffers_suffix<std::array<asio::const_buffer, 3>> rest(chunk);
     error_code ec;
-    co_await asio::async_write(stream_, chunk, asio::redirect_error(asio::use_awaitable, ec));
+    if constexpr (kPlainTcp) {
+      // Almost always the socket has room for a chunk: send it now, with no timer armed and no
+      // suspension (an event fanned out to a thousand streams is a thousand of these).
+      const std::size_t sent = stream_.socket().write_some(chunk, ec);
+      if (!ec && sent == asio::buffer_size(chunk)) co_return true;
+      if (ec && ec != asio::error::would_block) co_return false;
+      rest.consume(ec ? 0 : sent);
+    }
+    // The client is slow to read: the rest within the timeout.
+    beast::get_lowest_layer(stream_).expires_after(timeout);
+    co_await asio::async_write(stream_, rest, asio::redirect_error(asio::use_awaitable, ec));
     beast::get_lowest_layer(stream_).expires_never();
     co_return !ec;
   }
@@ -85,11 +110,125 @@ class StreamWriter final : public ChunkedWriter {
   }
 
  private:
+  static constexpr bool kPlainTcp = std::is_same_v<Stream, beast::tcp_stream>;
+
   Stream& stream_;
+  const std::shared_ptr<StreamWakeup::Queue> wakeups_;
   const std::function<void(unsigned)> count_;
 };
 
 }  // namespace
+
+struct StreamWakeup::Resume {
+  explicit Resume(asio::detail::awaitable_handler<asio::any_io_executor> h)
+      : handler(std::move(h)) {}
+  asio::detail::awaitable_handler<asio::any_io_executor> handler;
+};
+
+// The streams notified and not yet woken, as a lock-free list (the producer that notifies a
+// thousand streams per event never waits for an io thread): the stream that finds the list empty
+// posts a drain. The drain takes the whole list, hands a share of it to each other io thread, and
+// wakes each stream by dispatching to its strand, which an io thread enters at once when the
+// stream is waiting (it usually is): no post per stream.
+class StreamWakeup::Queue {
+ public:
+  Queue(asio::io_context& io, int lanes) : io_(io), lanes_(std::max(1, lanes)) {}
+  ~Queue() { Clear(); }
+
+  void Add(std::shared_ptr<StreamWakeup> stream) {
+    if (stopped_.load()) return;
+    StreamWakeup* node = stream.get();
+    node->self_ = std::move(stream);  // the list's reference, until a drain takes it
+    StreamWakeup* head = head_.load(std::memory_order_relaxed);
+    do {
+      node->next_ = head;
+    } while (!head_.compare_exchange_weak(head, node, std::memory_order_release,
+                                          std::memory_order_relaxed));
+    if (stopped_.load()) return Clear();  // raced with Stop(): nothing may stay listed
+    if (head == nullptr) asio::post(io_, [this] { Drain(); });
+  }
+
+  // Nothing is posted after this (the io_context is about to stop).
+  void Stop() {
+    stopped_.store(true);
+    Clear();
+  }
+
+ private:
+  // A share smaller than this is not worth another thread's wake-up.
+  static constexpr std::size_t kShare = 64;
+
+  std::vector<std::shared_ptr<StreamWakeup>> Take() {
+    std::vector<std::shared_ptr<StreamWakeup>> streams;
+    for (StreamWakeup* node = head_.exchange(nullptr, std::memory_order_acquire);
+         node != nullptr;) {
+      StreamWakeup* next = node->next_;
+      streams.push_back(std::move(node->self_));
+      node = next;
+    }
+    std::reverse(streams.begin(), streams.end());  // in the order they were notified
+    return streams;
+  }
+
+  void Clear() { (void)Take(); }
+
+  void Drain() {
+    std::vector<std::shared_ptr<StreamWakeup>> streams = Take();
+    const std::size_t lanes = std::min<std::size_t>(
+        static_cast<std::size_t>(lanes_), std::max<std::size_t>(1, streams.size() / kShare));
+    const std::size_t share = (streams.size() + lanes - 1) / std::max<std::size_t>(1, lanes);
+    for (std::size_t from = share; from < streams.size(); from += share) {
+      const auto first = streams.begin() + static_cast<std::ptrdiff_t>(from);
+      const auto last =
+          streams.begin() + static_cast<std::ptrdiff_t>(std::min(streams.size(), from + share));
+      asio::post(io_, [this, part = std::vector<std::shared_ptr<StreamWakeup>>(
+                                 std::make_move_iterator(first),
+                                 std::make_move_iterator(last))]() mutable { Wake(part); });
+    }
+    streams.resize(std::min(streams.size(), share));
+    Wake(streams);
+  }
+
+  static void Wake(std::vector<std::shared_ptr<StreamWakeup>>& streams) {
+    for (std::shared_ptr<StreamWakeup>& stream : streams) {
+      const asio::any_io_executor strand = stream->strand_;
+      asio::dispatch(strand, [stream = std::move(stream)] { stream->Fire(); });
+    }
+  }
+
+  asio::io_context& io_;
+  const int lanes_;
+  std::atomic<StreamWakeup*> head_{nullptr};
+  std::atomic<bool> stopped_{false};
+};
+
+StreamWakeup::StreamWakeup(asio::any_io_executor strand, std::shared_ptr<Queue> queue)
+    : strand_(std::move(strand)), queue_(std::move(queue)) {}
+
+StreamWakeup::~StreamWakeup() = default;
+
+void StreamWakeup::Notify() {
+  if (listed_.exchange(true, std::memory_order_acq_rel)) return;  // a wake-up is on its way
+  queue_->Add(shared_from_this());
+}
+
+void StreamWakeup::Fire() {
+  // Cleared before the waiter runs: whatever is produced after it looks gets a new wake-up.
+  listed_.store(false, std::memory_order_release);
+  woken_ = true;
+  if (std::unique_ptr<Resume> resume = std::move(resume_)) {
+    std::move(resume->handler)();  // runs the coroutine here, on its strand, to its next wait
+  }
+}
+
+asio::awaitable<void> StreamWakeup::Wait() {
+  if (!woken_) {
+    co_await asio::async_initiate<const asio::use_awaitable_t<>, void()>(
+        [this](auto handler) { resume_ = std::make_unique<Resume>(std::move(handler)); },
+        asio::use_awaitable);
+  }
+  woken_ = false;
+}
 
 HttpResponse JsonResponse(const HttpRequest& request, unsigned status, std::string body) {
   HttpResponse res{static_cast<http::status>(status), request.version()};
@@ -130,6 +269,8 @@ struct HttpServer::Impl {
   const std::string server_header = "drover-" + options.name;
   std::optional<ssl::context> tls;
   asio::io_context io;
+  const std::shared_ptr<StreamWakeup::Queue> wakeups =
+      std::make_shared<StreamWakeup::Queue>(io, options.threads);
   std::unique_ptr<TcpListener> listener;
   std::vector<std::thread> threads;
   std::once_flag stop_once;
@@ -198,7 +339,7 @@ asio::awaitable<void> HttpServer::Impl::Serve(Stream& stream, const std::string&
     if (!req) break;
     HttpReply reply = Answer(*req, client);
     if (reply.stream) {
-      StreamWriter<Stream> writer(stream, [this](unsigned status) { Count(status); });
+      StreamWriter<Stream> writer(stream, wakeups, [this](unsigned status) { Count(status); });
       co_await reply.stream(writer);
       break;
     }
@@ -286,6 +427,9 @@ Result<std::unique_ptr<HttpServer>> HttpServer::Start(HttpServerOptions options,
   lo.address = raw->options.address;
   lo.max_connections = raw->options.max_connections;
   if (!raw->tls) lo.refusal = BusyReply(raw->options.name);
+  // TCP_NODELAY: a watch stream's small chunks must not wait behind the client's delayed ACK
+  // (Nagle held them up to 40 ms). Keepalive probes: a watcher whose host died is let go.
+  lo.keep_alive = true;
   // Each connection gets its own strand: its coroutine and the wake-ups of a stream it serves
   // never run concurrently.
   DROVER_ASSIGN_OR_RETURN(impl->listener,
@@ -318,6 +462,7 @@ void HttpServer::StopAccepting() { impl_->listener->StopAccepting(); }
 void HttpServer::Stop() {
   std::call_once(impl_->stop_once, [this] {
     impl_->listener->StopAccepting();
+    impl_->wakeups->Stop();
     impl_->io.stop();
     for (std::thread& t : impl_->threads) t.join();
   });

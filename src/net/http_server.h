@@ -27,6 +27,7 @@
 #include <utility>  // Boost 1.74's asio/awaitable.hpp uses std::exchange without including it
 // clang-format on
 
+#include <atomic>
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/awaitable.hpp>
 #include <boost/beast/http/empty_body.hpp>
@@ -52,18 +53,57 @@ using HttpResponse = boost::beast::http::response<boost::beast::http::string_bod
 using HttpHead = boost::beast::http::response<boost::beast::http::empty_body>;
 
 // A response written in pieces (chunked transfer encoding), for as long as its producer likes.
+class StreamWakeup;
+
 class ChunkedWriter {
  public:
   virtual ~ChunkedWriter() = default;
-  // The connection's strand: where wake-ups for the stream are posted.
-  virtual boost::asio::any_io_executor executor() = 0;
+  // A wake-up for this stream's coroutine, to be notified by whatever produces its data.
+  virtual std::shared_ptr<StreamWakeup> NewWakeup() = 0;
   // Writes `head` as a chunked response; false once the client is gone.
   virtual boost::asio::awaitable<bool> Begin(HttpHead& head) = 0;
-  // Writes one chunk within `timeout` (a client that stops reading is cut off); false once the
-  // client is gone. Between writes no timeout runs: a stream may be quiet for long.
+  // Writes one chunk; false once the client is gone. The chunk goes out at once when the socket
+  // has room for it (a direct non-blocking send, no timer), which is almost always; otherwise the
+  // rest must be written within `timeout`, or the client (which stopped reading) is cut off.
+  // Between writes no timeout runs: a stream may be quiet for long.
   virtual boost::asio::awaitable<bool> Write(std::string_view data, Duration timeout) = 0;
   // The last chunk: a clean end the client can tell from a cut connection.
   virtual boost::asio::awaitable<void> End() = 0;
+};
+
+// Wakes a stream's coroutine (which runs on its connection's strand) when another thread has
+// something for it. Notify() may be called from any thread, under the caller's locks and as often
+// as it likes: it only lists the stream with its server, and only when no wake-up is already on
+// its way. The server drains that list on its io threads, a burst at a time, resuming each stream
+// in place: an event fanned out to a thousand streams costs a post or two, not a thousand. Wait()
+// returns once a Notify() came after the previous Wait() returned, at once if one already did.
+// One waiter at a time, on the stream's strand. A coroutine waiting here must be notified before
+// its server stops (the registry's watch streams are: cancelling a watcher notifies it).
+class StreamWakeup : public std::enable_shared_from_this<StreamWakeup> {
+ public:
+  class Queue;  // the server's list of streams to wake
+
+  StreamWakeup(boost::asio::any_io_executor strand, std::shared_ptr<Queue> queue);
+  ~StreamWakeup();
+  StreamWakeup(const StreamWakeup&) = delete;
+  StreamWakeup& operator=(const StreamWakeup&) = delete;
+
+  void Notify();
+  boost::asio::awaitable<void> Wait();
+
+ private:
+  friend class Queue;
+  struct Resume;  // the suspended coroutine's completion handler
+  void Fire();    // on the strand
+
+  const boost::asio::any_io_executor strand_;
+  const std::shared_ptr<Queue> queue_;
+  std::atomic<bool> listed_{false};
+  // While listed: the next in the server's list, and the list's reference to this.
+  StreamWakeup* next_ = nullptr;
+  std::shared_ptr<StreamWakeup> self_;
+  bool woken_ = false;              // strand only
+  std::unique_ptr<Resume> resume_;  // strand only
 };
 
 // A handler's answer: `response`, or, when `stream` is set, a stream the server runs instead.

@@ -563,11 +563,12 @@ class WatchPump {
     grpc::ServerAsyncWriter<grpc::ByteBuffer> writer;
     Tag accepted, written, done, finished;
     std::shared_ptr<Watcher> watcher;
-    std::string client;            // whom its watch slot is counted against ("" once released)
-    std::deque<EventPtr> pending;  // taken from the watcher, not yet written
-    grpc::ByteBuffer out;          // the message being written
-    bool writing = false;          // a write (or the headers) in flight
-    bool finishing = false;        // Finish started
+    std::string client;             // whom its watch slot is counted against ("" once released)
+    std::vector<EventPtr> pending;  // taken from the watcher; written up to `next`
+    std::size_t next = 0;
+    grpc::ByteBuffer out;                // the message being written
+    bool writing = false;                // a write (or the headers) in flight
+    bool finishing = false;              // Finish started
     std::optional<grpc::Status> finish;  // to finish with once the write in flight is done
     bool ended = false;                  // the done notification came
   };
@@ -652,17 +653,17 @@ class WatchPump {
       call->finish.reset();
       return;
     }
-    if (call->pending.empty() && call->watcher) {
+    if (call->next == call->pending.size() && call->watcher) {
       auto events = call->watcher->NextShared(std::chrono::milliseconds(0));
       if (!events.ok()) {
         return Finish(call, grpc::Status(grpc::StatusCode::UNAVAILABLE, "registry is stopping"));
       }
-      call->pending.insert(call->pending.end(), std::make_move_iterator(events->begin()),
-                           std::make_move_iterator(events->end()));
+      call->pending = std::move(*events);
+      call->next = 0;
     }
-    if (call->pending.empty()) return;
-    call->out = Encoded(call->pending.front());
-    call->pending.pop_front();
+    if (call->next == call->pending.size()) return;
+    call->out = Encoded(call->pending[call->next]);
+    call->pending[call->next++].reset();
     call->writing = true;
     call->writer.Write(call->out, &call->written);
   }

@@ -138,7 +138,7 @@ void FinishBody(const Request& req, Response& res) {
 
 constexpr std::chrono::seconds kWatchWriteTimeout{30};
 constexpr std::chrono::seconds kStopGrace{2};
-constexpr std::size_t kEncodedEvents = 4096;
+constexpr std::size_t kEncodedEvents = 256;  // per io thread
 
 }  // namespace
 
@@ -177,24 +177,27 @@ struct HttpServer::Impl {
   Response HandleUi(const Request& req, std::string_view name);
   std::string Metrics();
 
-  // A PUT or DELETE goes to every watcher of its service: encode it once. Holding the EventPtr
-  // keeps the address from being reused while it is a key.
-  std::shared_ptr<const std::string> Encoded(const EventPtr& e) {
+  // A PUT or DELETE goes to every watcher of its service: encode it once. Each io thread keeps
+  // its own recent encodings, so that the threads writing one event to a thousand streams share
+  // no lock (an event is encoded at most once per io thread). Holding the EventPtr keeps the
+  // address from being reused while it is a key.
+  static std::shared_ptr<const std::string> Encoded(const EventPtr& e) {
     if (e->type != EventType::kPut && e->type != EventType::kDelete) {
       return std::make_shared<const std::string>(DumpJson(EventToJson(*e)) + "\n");
     }
-    {
-      MutexLock lock(encoded_mu);
-      if (auto it = encoded.find(e.get()); it != encoded.end()) return it->second.second;
-    }
+    struct Cache {
+      std::unordered_map<const Event*, std::pair<EventPtr, std::shared_ptr<const std::string>>>
+          lines;
+      std::deque<const Event*> order;  // oldest first
+    };
+    thread_local Cache cache;
+    if (auto it = cache.lines.find(e.get()); it != cache.lines.end()) return it->second.second;
     auto line = std::make_shared<const std::string>(DumpJson(EventToJson(*e)) + "\n");
-    MutexLock lock(encoded_mu);
-    if (encoded.emplace(e.get(), std::make_pair(e, line)).second) {
-      encoded_order.push_back(e.get());
-      if (encoded_order.size() > kEncodedEvents) {
-        encoded.erase(encoded_order.front());
-        encoded_order.pop_front();
-      }
+    cache.lines.emplace(e.get(), std::make_pair(e, line));
+    cache.order.push_back(e.get());
+    if (cache.order.size() > kEncodedEvents) {
+      cache.lines.erase(cache.order.front());
+      cache.order.pop_front();
     }
     return line;
   }
@@ -206,11 +209,6 @@ struct HttpServer::Impl {
   Mutex mu;
   CondVar watches_done;                                              // a watch stream ended
   std::set<std::shared_ptr<Watcher>> watches DROVER_GUARDED_BY(mu);  // live watch streams
-
-  Mutex encoded_mu;
-  std::unordered_map<const Event*, std::pair<EventPtr, std::shared_ptr<const std::string>>> encoded
-      DROVER_GUARDED_BY(encoded_mu);
-  std::deque<const Event*> encoded_order DROVER_GUARDED_BY(encoded_mu);  // oldest first
 
   FleetStatus fleet;
   std::unique_ptr<net::HttpServer> server;  // last: stopped before the rest goes
@@ -289,11 +287,9 @@ asio::awaitable<void> HttpServer::Impl::Stream(std::shared_ptr<Watcher> w,
     MutexLock lock(mu);
     watches.insert(w);
   }
-  // The listener runs under the registry's lock: it only posts a wake-up to this strand.
-  auto wake = std::make_shared<asio::steady_timer>(out.executor());
-  wake->expires_at(asio::steady_timer::time_point::max());
-  w->SetListener(
-      [wake, executor = out.executor()] { asio::post(executor, [wake] { wake->cancel(); }); });
+  // The listener runs under the registry's lock: it only lists this stream to be woken.
+  std::shared_ptr<net::StreamWakeup> wakeup = out.NewWakeup();
+  w->SetListener([wakeup] { wakeup->Notify(); });
   bool open = true;
   while (open) {
     auto batch = w->NextShared(std::chrono::milliseconds(0));
@@ -304,11 +300,8 @@ asio::awaitable<void> HttpServer::Impl::Stream(std::shared_ptr<Watcher> w,
       break;
     }
     if (batch->empty()) {
-      // Woken by the listener (operation_aborted) when events are queued. Both run on this
-      // connection's strand, so a wake-up cannot slip in between Next() and this wait.
-      boost::system::error_code ec;
-      co_await wake->async_wait(asio::redirect_error(asio::use_awaitable, ec));
-      wake->expires_at(asio::steady_timer::time_point::max());
+      // Returns at once if events came after NextShared() looked.
+      co_await wakeup->Wait();
       continue;
     }
     std::string lines;

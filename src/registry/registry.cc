@@ -94,12 +94,18 @@ SystemTime ReadySince(const Instance* before, InstanceState after, SystemTime no
 Result<std::vector<EventPtr>> Watcher::NextShared(std::chrono::milliseconds timeout,
                                                   std::stop_token stop) {
   MutexLock lock(mu_);
-  cv_.WaitUntil(mu_, stop, std::chrono::steady_clock::now() + timeout,
-                [&]() DROVER_REQUIRES(mu_) { return cancelled_ || !queue_.empty(); });
+  if (!cancelled_ && queue_.empty() && timeout > std::chrono::milliseconds(0)) {
+    // Only a consumer that waits touches the condition variable (and is counted, so that a
+    // producer notifies only when someone waits): an asynchronous server asking "anything
+    // now?" after every write costs one uncontended lock.
+    ++waiting_;
+    cv_.WaitUntil(mu_, stop, std::chrono::steady_clock::now() + timeout,
+                  [&]() DROVER_REQUIRES(mu_) { return cancelled_ || !queue_.empty(); });
+    --waiting_;
+  }
   if (cancelled_ || stop.stop_requested()) return CancelledError("watch cancelled");
-  std::vector<EventPtr> events(std::make_move_iterator(queue_.begin()),
-                               std::make_move_iterator(queue_.end()));
-  queue_.clear();
+  std::vector<EventPtr> events;
+  events.swap(queue_);
   return events;
 }
 
@@ -804,6 +810,7 @@ void Registry::Enqueue(Watcher& watcher, EventPtr event, MonoTime now) {
     // Called under the watcher's lock, so that once Cancel() returns it is never called again.
     if (watcher.listener_) watcher.listener_();
     watcher.last_sent_ = now;
+    if (watcher.waiting_ == 0) return;
   }
   watcher.cv_.NotifyAll();
 }

@@ -136,8 +136,11 @@ class Watcher {
   const std::string service_;  // empty: every service
   Mutex mu_;
   CondVar cv_;
-  std::deque<EventPtr> queue_ DROVER_GUARDED_BY(mu_);
+  // A vector, not a deque: an idle watcher allocates nothing for it, and a consumer takes the
+  // whole backlog by swapping it out.
+  std::vector<EventPtr> queue_ DROVER_GUARDED_BY(mu_);
   bool cancelled_ DROVER_GUARDED_BY(mu_) = false;
+  int waiting_ DROVER_GUARDED_BY(mu_) = 0;  // consumers blocked in Next()/NextShared()
   std::function<void()> listener_ DROVER_GUARDED_BY(mu_);
   // Last event or progress queued.
   MonoTime last_sent_ DROVER_GUARDED_BY(mu_);

@@ -23,6 +23,7 @@
 #include <cstdlib>
 #include <initializer_list>
 #include <memory>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <thread>
 #include <vector>
@@ -81,10 +82,74 @@ class HttpServerTest : public ::testing::Test {
       };
       return reply;
     }
+    if (target == "/wakeups") return Wakeups();
+    if (target == "/flood") {
+      HttpReply reply;
+      reply.stream = [this](ChunkedWriter& out) -> asio::awaitable<void> {
+        HttpHead head{http::status::ok, 11};
+        if (!co_await out.Begin(head)) co_return;
+        const std::string chunk(64 * 1024, 'x');
+        // The client never reads: once the socket buffers are full a write must give up.
+        while (co_await out.Write(chunk, std::chrono::milliseconds(200))) ++flood_writes_;
+        flood_cut_ = true;
+      };
+      return reply;
+    }
     return JsonResponse(
         req, 200,
         "{\"client\":\"" + client + "\",\"body\":" + std::to_string(req.body().size()) + "}\n");
   }
+
+  // A stream fed by another thread: 1,000 numbers, each notified as it is produced; the stream
+  // writes whatever has accumulated each time it wakes, and ends after the last.
+  HttpReply Wakeups() {
+    struct Feed {
+      std::mutex mu;
+      std::vector<int> items;
+      bool done = false;
+    };
+    auto feed = std::make_shared<Feed>();
+    HttpReply reply;
+    reply.stream = [this, feed](ChunkedWriter& out) -> asio::awaitable<void> {
+      std::shared_ptr<StreamWakeup> wakeup = out.NewWakeup();
+      {
+        std::lock_guard hold(producers_mu_);
+        producers_.emplace_back([feed, wakeup] {
+          for (int i = 0; i < kFed; ++i) {
+            {
+              std::lock_guard lock(feed->mu);
+              feed->items.push_back(i);
+              if (i + 1 == kFed) feed->done = true;
+            }
+            wakeup->Notify();
+          }
+        });
+      }
+      HttpHead head{http::status::ok, 11};
+      if (!co_await out.Begin(head)) co_return;
+      while (true) {
+        std::vector<int> items;
+        bool done = false;
+        {
+          std::lock_guard lock(feed->mu);
+          items.swap(feed->items);
+          done = feed->done;
+        }
+        if (items.empty() && done) break;
+        if (items.empty()) {
+          co_await wakeup->Wait();
+          continue;
+        }
+        std::string lines;
+        for (int i : items) lines += std::to_string(i) + "\n";
+        if (!co_await out.Write(lines, std::chrono::seconds(5))) co_return;
+        ++wakeup_writes_;
+      }
+      co_await out.End();
+    };
+    return reply;
+  }
+  static constexpr int kFed = 1000;
 
   void Release() {
     std::lock_guard lock(mu_);
@@ -97,7 +162,12 @@ class HttpServerTest : public ::testing::Test {
   std::mutex mu_;
   std::condition_variable cv_;
   bool released_ = false;
+  std::atomic<int> flood_writes_{0};
+  std::atomic<bool> flood_cut_{false};
+  std::atomic<int> wakeup_writes_{0};
   std::unique_ptr<HttpServer> server_;
+  std::mutex producers_mu_;
+  std::vector<std::jthread> producers_;  // joined before the server stops
 };
 
 TEST_F(HttpServerTest, AnswersAndAddsItsServerHeader) {
@@ -171,6 +241,29 @@ TEST_F(HttpServerTest, AStreamIsChunkedAndEndsCleanly) {
   EXPECT_EQ(lines[1], "two");
   EXPECT_TRUE(stream.Ended(std::chrono::seconds(5)));
   EXPECT_EQ(stream.status(), 200);
+}
+
+TEST_F(HttpServerTest, AStreamWokenFromAnotherThreadGetsEverythingInOrder) {
+  HttpServerOptions o;
+  o.threads = 2;
+  Start(o);
+  testing::StreamReader stream(port(), "/wakeups");
+  const auto lines = stream.Lines(kFed, std::chrono::seconds(10));
+  ASSERT_EQ(lines.size(), static_cast<std::size_t>(kFed));
+  for (int i = 0; i < kFed; ++i) ASSERT_EQ(lines[static_cast<std::size_t>(i)], std::to_string(i));
+  EXPECT_TRUE(stream.Ended(std::chrono::seconds(5)));
+  // Each wake-up wrote what had accumulated: never more writes than notifications.
+  EXPECT_GE(wakeup_writes_.load(), 1);
+  EXPECT_LE(wakeup_writes_.load(), kFed);
+}
+
+TEST_F(HttpServerTest, AStreamToAClientThatStopsReadingIsCutOff) {
+  Start({});
+  testing::StreamReader stream(port(), "/flood");  // sends the request, then never reads
+  // The first writes go straight into the socket buffers; once they are full the rest of a chunk
+  // must be written within 200 ms, which never happens.
+  ASSERT_TRUE(Eventually([this] { return flood_cut_.load(); }, std::chrono::seconds(20)));
+  EXPECT_GE(flood_writes_.load(), 1);
 }
 
 TEST_F(HttpServerTest, OverTheConnectionLimitAClientGets503AndTheOthersAreServed) {
