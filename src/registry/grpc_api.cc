@@ -4,6 +4,7 @@
 #include <grpcpp/grpcpp.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <chrono>
 #include <deque>
 #include <fstream>
@@ -136,7 +137,7 @@ grpc::Status Reply(const Result<std::uint64_t>& revision, pb::RevisionReply* rep
 // Unary calls and KeepAlive use gRPC's callback API: no thread per call or per stream. Reads and
 // lease renewals finish inline (memory only); writes that commit are queued to the registry's
 // writer, which finishes them after their commit (a group commit's replies all at once). Watch
-// uses the asynchronous API, all streams driven by one thread (WatchPump).
+// uses the asynchronous API, its streams driven by one thread per core (WatchPump).
 namespace {
 
 void DeployToProto(const StoredDeploy& d, pb::Deploy* out) {
@@ -511,13 +512,14 @@ void RegistryService::EndStreams() {
   for (KeepAliveStream* s : keepalives_) s->Cancel();
 }
 
-// Watch streams on gRPC's asynchronous API: one completion queue and one thread for all of them.
-// A stream costs no thread: its Watcher's listener (which runs under the registry's locks and
-// may not call back into it) only lists the stream as ready and, once per batch of wake-ups,
-// sets an alarm on the queue; the pump thread then takes each ready stream's events and starts
-// its write, so one event fanned out to a thousand streams is one wake-up of one thread, and gRPC
-// gathers the writes of a connection's streams; an event is encoded once for all of them. Every
-// operation of a stream completes on this thread, which alone creates, drives and deletes streams.
+// Watch streams on gRPC's asynchronous API: a pump is one completion queue and one thread for
+// every stream that arrives on that queue (the server runs one pump per core). A stream costs no
+// thread: its Watcher's listener (which runs under the registry's locks and may not call back
+// into it) only lists the stream as ready and, once per batch of wake-ups, sets an alarm on the
+// queue; the pump thread then takes each ready stream's events and starts its write, so one event
+// fanned out to a thousand streams is one wake-up per pump, and an event is encoded once per pump.
+// (gRPC still sends each stream's message in a write of its own.) Every operation of a stream
+// completes on its pump's thread, which alone creates, drives and deletes its streams.
 // A client that goes away is noticed at once (the done notification), not at the next write.
 class WatchPump {
  public:
@@ -654,11 +656,9 @@ class WatchPump {
       return;
     }
     if (call->next == call->pending.size() && call->watcher) {
-      auto events = call->watcher->NextShared(std::chrono::milliseconds(0));
-      if (!events.ok()) {
+      if (!call->watcher->TakeQueued(call->pending).ok()) {
         return Finish(call, grpc::Status(grpc::StatusCode::UNAVAILABLE, "registry is stopping"));
       }
-      call->pending = std::move(*events);
       call->next = 0;
     }
     if (call->next == call->pending.size()) return;
@@ -748,7 +748,8 @@ class WatchPump {
 struct GrpcServer::Impl {
   std::unique_ptr<RegistryService> service;
   std::unique_ptr<grpc::Server> server;
-  std::unique_ptr<WatchPump> watches;  // after the server: stopped (and destroyed) before it
+  // After the server: stopped (and destroyed) before it.
+  std::vector<std::unique_ptr<WatchPump>> watches;
   int port = 0;
   std::once_flag stop_once;
 };
@@ -772,13 +773,19 @@ Result<std::unique_ptr<GrpcServer>> GrpcServer::Start(Registry& registry, GrpcOp
   // Without this a second registry could bind the same port and silently take half the clients.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.RegisterService(impl->service.get());
-  std::unique_ptr<grpc::ServerCompletionQueue> watch_queue = builder.AddCompletionQueue();
+  // Watch streams are spread over one pump per core (each takes the calls that arrive on its own
+  // queue), so that an event fanned out to a thousand streams is written on every core.
+  const std::size_t pumps = std::clamp<std::size_t>(std::thread::hardware_concurrency(), 1, 4);
+  std::vector<std::unique_ptr<grpc::ServerCompletionQueue>> watch_queues;
+  for (std::size_t i = 0; i < pumps; ++i) watch_queues.push_back(builder.AddCompletionQueue());
   impl->server = builder.BuildAndStart();
   if (!impl->server || impl->port == 0) {
     return UnavailableError("cannot listen for gRPC on " + options.address);
   }
-  impl->watches = std::make_unique<WatchPump>(*impl->service, std::move(watch_queue));
-  impl->watches->Start();
+  for (auto& queue : watch_queues) {
+    impl->watches.push_back(std::make_unique<WatchPump>(*impl->service, std::move(queue)));
+    impl->watches.back()->Start();
+  }
   return std::unique_ptr<GrpcServer>(new GrpcServer(std::move(impl)));
 }
 
@@ -793,7 +800,7 @@ void GrpcServer::Stop() {
     impl_->service->EndStreams();
     impl_->server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
     impl_->server->Wait();
-    if (impl_->watches) impl_->watches->Stop();
+    for (auto& pump : impl_->watches) pump->Stop();
   });
 }
 

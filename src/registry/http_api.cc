@@ -291,21 +291,21 @@ asio::awaitable<void> HttpServer::Impl::Stream(std::shared_ptr<Watcher> w,
   std::shared_ptr<net::StreamWakeup> wakeup = out.NewWakeup();
   w->SetListener([wakeup] { wakeup->Notify(); });
   bool open = true;
+  std::vector<EventPtr> batch;
   while (open) {
-    auto batch = w->NextShared(std::chrono::milliseconds(0));
-    if (!batch.ok()) {
+    if (!w->TakeQueued(batch).ok()) {
       // Cancelled: the server is stopping. End the response properly so the client sees a
       // clean end of stream and reconnects.
       co_await out.End();
       break;
     }
-    if (batch->empty()) {
-      // Returns at once if events came after NextShared() looked.
+    if (batch.empty()) {
+      // Returns at once if events came after TakeQueued() looked.
       co_await wakeup->Wait();
       continue;
     }
     std::string lines;
-    for (const EventPtr& e : *batch) lines += *Encoded(e);
+    for (const EventPtr& e : batch) lines += *Encoded(e);
     // A client that stops reading is cut off instead of pinning its backlog forever; it
     // resumes from the last revision it saw.
     open = co_await out.Write(lines, kWatchWriteTimeout);

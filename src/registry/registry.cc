@@ -109,6 +109,14 @@ Result<std::vector<EventPtr>> Watcher::NextShared(std::chrono::milliseconds time
   return events;
 }
 
+Status Watcher::TakeQueued(std::vector<EventPtr>& events) {
+  events.clear();
+  MutexLock lock(mu_);
+  if (cancelled_) return CancelledError("watch cancelled");
+  events.swap(queue_);
+  return Status::Ok();
+}
+
 Result<std::vector<Event>> Watcher::Next(std::chrono::milliseconds timeout, std::stop_token stop) {
   DROVER_ASSIGN_OR_RETURN(std::vector<EventPtr> shared, NextShared(timeout, std::move(stop)));
   std::vector<Event> events;

@@ -118,6 +118,11 @@ class Watcher {
   // The same without copying the events (servers encode them; see EventPtr).
   Result<std::vector<EventPtr>> NextShared(std::chrono::milliseconds timeout,
                                            std::stop_token stop = {});
+  // For an asynchronous consumer (see SetListener): replaces `events` with what is queued now,
+  // without waiting, and hands the watcher the old vector's storage for the next events (a
+  // consumer that keeps passing the same vector makes delivery allocate nothing). CANCELLED
+  // once cancelled.
+  Status TakeQueued(std::vector<EventPtr>& events);
   void Cancel();
   const std::string& service_filter() const { return service_; }
 

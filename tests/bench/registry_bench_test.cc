@@ -31,9 +31,10 @@ TEST(RegistryBenchTest, RunsAgainstDroverAndEtcdAndLosesNothing) {
     EXPECT_EQ(f.at("watch_samples"), 70 * 20);  // every measured write, at every watcher
     EXPECT_EQ(f.at("watch_missing"), 0);
     // Memory per instance and per watch stream is measured for every system (its size is not
-    // checked: a few hundred instances may fit in pages the process already had).
-    EXPECT_TRUE(f.contains("rss_per_instance_b"));
-    EXPECT_GT(f.at("rss_per_watcher_b").get<double>(), 0);
+    // checked: a few hundred instances, or 70 streams, may fit in pages the process already had,
+    // and etcd's garbage collector may hand memory back in between: -18 KB per stream was seen).
+    EXPECT_TRUE(f.at("rss_per_instance_b").is_number());
+    EXPECT_TRUE(f.at("rss_per_watcher_b").is_number());
   }
   // The SQLite registry and etcd, restarted with 500 stored, list (count) them all.
   for (const char* system : {"drover", "etcd"}) {
