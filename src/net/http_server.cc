@@ -119,10 +119,9 @@ class StreamWriter final : public ChunkedWriter {
 
 }  // namespace
 
+// Allocated once per wake-up: waiting and waking allocate nothing.
 struct StreamWakeup::Resume {
-  explicit Resume(asio::detail::awaitable_handler<asio::any_io_executor> h)
-      : handler(std::move(h)) {}
-  asio::detail::awaitable_handler<asio::any_io_executor> handler;
+  std::optional<asio::detail::awaitable_handler<asio::any_io_executor>> handler;
 };
 
 // The streams notified and not yet woken, as a lock-free list (the producer that notifies a
@@ -203,7 +202,7 @@ class StreamWakeup::Queue {
 };
 
 StreamWakeup::StreamWakeup(asio::any_io_executor strand, std::shared_ptr<Queue> queue)
-    : strand_(std::move(strand)), queue_(std::move(queue)) {}
+    : strand_(std::move(strand)), queue_(std::move(queue)), resume_(std::make_unique<Resume>()) {}
 
 StreamWakeup::~StreamWakeup() = default;
 
@@ -216,15 +215,17 @@ void StreamWakeup::Fire() {
   // Cleared before the waiter runs: whatever is produced after it looks gets a new wake-up.
   listed_.store(false, std::memory_order_release);
   woken_ = true;
-  if (std::unique_ptr<Resume> resume = std::move(resume_)) {
-    std::move(resume->handler)();  // runs the coroutine here, on its strand, to its next wait
+  if (resume_->handler) {
+    auto handler = std::move(*resume_->handler);
+    resume_->handler.reset();
+    std::move(handler)();  // runs the coroutine here, on its strand, to its next wait
   }
 }
 
 asio::awaitable<void> StreamWakeup::Wait() {
   if (!woken_) {
     co_await asio::async_initiate<const asio::use_awaitable_t<>, void()>(
-        [this](auto handler) { resume_ = std::make_unique<Resume>(std::move(handler)); },
+        [this](auto handler) { resume_->handler.emplace(std::move(handler)); },
         asio::use_awaitable);
   }
   woken_ = false;

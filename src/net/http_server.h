@@ -102,8 +102,8 @@ class StreamWakeup : public std::enable_shared_from_this<StreamWakeup> {
   // While listed: the next in the server's list, and the list's reference to this.
   StreamWakeup* next_ = nullptr;
   std::shared_ptr<StreamWakeup> self_;
-  bool woken_ = false;              // strand only
-  std::unique_ptr<Resume> resume_;  // strand only
+  bool woken_ = false;                    // strand only
+  const std::unique_ptr<Resume> resume_;  // its handler: strand only
 };
 
 // A handler's answer: `response`, or, when `stream` is set, a stream the server runs instead.

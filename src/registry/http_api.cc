@@ -304,11 +304,17 @@ asio::awaitable<void> HttpServer::Impl::Stream(std::shared_ptr<Watcher> w,
       co_await wakeup->Wait();
       continue;
     }
+    // One event (the usual case) is written from its shared encoding, without a copy.
+    std::shared_ptr<const std::string> one;
     std::string lines;
-    for (const EventPtr& e : batch) lines += *Encoded(e);
+    if (batch.size() == 1) {
+      one = Encoded(batch.front());
+    } else {
+      for (const EventPtr& e : batch) lines += *Encoded(e);
+    }
     // A client that stops reading is cut off instead of pinning its backlog forever; it
     // resumes from the last revision it saw.
-    open = co_await out.Write(lines, kWatchWriteTimeout);
+    open = co_await out.Write(one ? *one : lines, kWatchWriteTimeout);
   }
   w->Cancel();
   MutexLock lock(mu);
