@@ -18,6 +18,7 @@
 #include <optional>
 #include <thread>
 #include <type_traits>
+#include <unordered_set>
 #include <vector>
 
 #include "common/host_port.h"
@@ -73,10 +74,6 @@ class StreamWriter final : public ChunkedWriter {
     error_code ec;
     co_await http::async_write_header(stream_, serializer,
                                       asio::redirect_error(asio::use_awaitable, ec));
-    // Chunks then go out by a direct non-blocking send where they can (see Write).
-    if constexpr (kPlainTcp) {
-      if (!ec) stream_.socket().non_blocking(true, ec);
-    }
     co_return !ec;
   }
 
@@ -90,11 +87,18 @@ class StreamWriter final : public ChunkedWriter {
     error_code ec;
     if constexpr (kPlainTcp) {
       // Almost always the socket has room for a chunk: send it now, with no timer armed and no
-      // suspension (an event fanned out to a thousand streams is a thousand of these).
+      // suspension (an event fanned out to a thousand streams is a thousand of these). The
+      // socket must not block: a full one answers would_block, and the rest waits below.
+      if (!non_blocking_) {
+        stream_.socket().non_blocking(true, ec);
+        if (ec) co_return false;
+        non_blocking_ = true;
+      }
       const std::size_t sent = stream_.socket().write_some(chunk, ec);
       if (!ec && sent == asio::buffer_size(chunk)) co_return true;
-      if (ec && ec != asio::error::would_block) co_return false;
+      if (ec && ec != asio::error::would_block && ec != asio::error::interrupted) co_return false;
       rest.consume(ec ? 0 : sent);
+      ec = {};
     }
     // The client is slow to read: the rest within the timeout.
     beast::get_lowest_layer(stream_).expires_after(timeout);
@@ -111,6 +115,7 @@ class StreamWriter final : public ChunkedWriter {
 
  private:
   static constexpr bool kPlainTcp = std::is_same_v<Stream, beast::tcp_stream>;
+  bool non_blocking_ = false;  // the socket's user non-blocking mode is set (plain TCP only)
 
   Stream& stream_;
   const std::shared_ptr<StreamWakeup::Queue> wakeups_;
@@ -129,6 +134,11 @@ struct StreamWakeup::Resume {
 // posts a drain. The drain takes the whole list, hands a share of it to each other io thread, and
 // wakes each stream by dispatching to its strand, which an io thread enters at once when the
 // stream is waiting (it usually is): no post per stream.
+//
+// It also knows every wake-up of its server, for the end: a coroutine parked in Wait() is owned
+// by its wake-up (the handler that would resume it), not by the io_context, so once the io
+// threads are gone Release() drops those handlers, which hands each coroutine's unwinding to the
+// io_context, whose destruction then frees it (its socket, its watcher).
 class StreamWakeup::Queue {
  public:
   Queue(asio::io_context& io, int lanes) : io_(io), lanes_(std::max(1, lanes)) {}
@@ -138,19 +148,52 @@ class StreamWakeup::Queue {
     if (stopped_.load()) return;
     StreamWakeup* node = stream.get();
     node->self_ = std::move(stream);  // the list's reference, until a drain takes it
-    StreamWakeup* head = head_.load(std::memory_order_relaxed);
+    StreamWakeup* head = head_.load();
     do {
       node->next_ = head;
-    } while (!head_.compare_exchange_weak(head, node, std::memory_order_release,
-                                          std::memory_order_relaxed));
-    if (stopped_.load()) return Clear();  // raced with Stop(): nothing may stay listed
-    if (head == nullptr) asio::post(io_, [this] { Drain(); });
+    } while (!head_.compare_exchange_weak(head, node));
+    if (head == nullptr) {  // the first of a burst: a drain is due
+      MutexLock lock(mu_);
+      if (!stopped_.load()) {
+        asio::post(io_, [this] { Drain(); });
+        return;
+      }
+    }
+    if (stopped_.load()) Clear();  // raced with Stop(): nothing may stay listed
   }
 
-  // Nothing is posted after this (the io_context is about to stop).
+  // Nothing is posted once this returns (the io_context is about to stop).
   void Stop() {
-    stopped_.store(true);
+    {
+      MutexLock lock(mu_);
+      stopped_.store(true);
+    }
     Clear();
+  }
+
+  void Track(StreamWakeup* w) {
+    MutexLock lock(mu_);
+    live_.insert(w);
+  }
+  void Untrack(StreamWakeup* w) {
+    MutexLock lock(mu_);
+    live_.erase(w);
+  }
+
+  // After the io threads have stopped (nothing runs on a strand any more): drops the handler of
+  // every coroutine still waiting.
+  void Release() {
+    std::vector<asio::detail::awaitable_handler<asio::any_io_executor>> parked;
+    {
+      MutexLock lock(mu_);
+      for (StreamWakeup* w : live_) {
+        if (w->resume_->handler) {
+          parked.push_back(std::move(*w->resume_->handler));
+          w->resume_->handler.reset();
+        }
+      }
+    }
+    // Destroyed here, outside the lock: each posts its coroutine's unwinding to the io_context.
   }
 
  private:
@@ -159,8 +202,7 @@ class StreamWakeup::Queue {
 
   std::vector<std::shared_ptr<StreamWakeup>> Take() {
     std::vector<std::shared_ptr<StreamWakeup>> streams;
-    for (StreamWakeup* node = head_.exchange(nullptr, std::memory_order_acquire);
-         node != nullptr;) {
+    for (StreamWakeup* node = head_.exchange(nullptr); node != nullptr;) {
       StreamWakeup* next = node->next_;
       streams.push_back(std::move(node->self_));
       node = next;
@@ -197,14 +239,20 @@ class StreamWakeup::Queue {
 
   asio::io_context& io_;
   const int lanes_;
+  // Sequentially consistent, with stopped_: an Add that races with Stop() sees that it stopped,
+  // or Stop()'s Clear() sees what it added.
   std::atomic<StreamWakeup*> head_{nullptr};
   std::atomic<bool> stopped_{false};
+  Mutex mu_;  // a drain is posted only under it, while not stopped
+  std::unordered_set<StreamWakeup*> live_ DROVER_GUARDED_BY(mu_);
 };
 
 StreamWakeup::StreamWakeup(asio::any_io_executor strand, std::shared_ptr<Queue> queue)
-    : strand_(std::move(strand)), queue_(std::move(queue)), resume_(std::make_unique<Resume>()) {}
+    : strand_(std::move(strand)), queue_(std::move(queue)), resume_(std::make_unique<Resume>()) {
+  queue_->Track(this);
+}
 
-StreamWakeup::~StreamWakeup() = default;
+StreamWakeup::~StreamWakeup() { queue_->Untrack(this); }
 
 void StreamWakeup::Notify() {
   if (listed_.exchange(true, std::memory_order_acq_rel)) return;  // a wake-up is on its way
@@ -466,6 +514,7 @@ void HttpServer::Stop() {
     impl_->wakeups->Stop();
     impl_->io.stop();
     for (std::thread& t : impl_->threads) t.join();
+    impl_->wakeups->Release();
   });
 }
 

@@ -77,8 +77,8 @@ class ChunkedWriter {
 // its way. The server drains that list on its io threads, a burst at a time, resuming each stream
 // in place: an event fanned out to a thousand streams costs a post or two, not a thousand. Wait()
 // returns once a Notify() came after the previous Wait() returned, at once if one already did.
-// One waiter at a time, on the stream's strand. A coroutine waiting here must be notified before
-// its server stops (the registry's watch streams are: cancelling a watcher notifies it).
+// One waiter at a time, on the stream's strand. A coroutine still waiting here when its server
+// stops is unwound with the server's event loop.
 class StreamWakeup : public std::enable_shared_from_this<StreamWakeup> {
  public:
   class Queue;  // the server's list of streams to wake

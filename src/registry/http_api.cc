@@ -138,7 +138,7 @@ void FinishBody(const Request& req, Response& res) {
 
 constexpr std::chrono::seconds kWatchWriteTimeout{30};
 constexpr std::chrono::seconds kStopGrace{2};
-constexpr std::size_t kEncodedEvents = 256;  // per io thread
+constexpr std::size_t kEncodedEvents = 4096;  // per io thread: a burst's events, encoded once
 
 }  // namespace
 
@@ -178,9 +178,9 @@ struct HttpServer::Impl {
   std::string Metrics();
 
   // A PUT or DELETE goes to every watcher of its service: encode it once. Each io thread keeps
-  // its own recent encodings, so that the threads writing one event to a thousand streams share
-  // no lock (an event is encoded at most once per io thread). Holding the EventPtr keeps the
-  // address from being reused while it is a key.
+  // its own recent encodings (4,096: a burst of that many changes is still encoded once), so that
+  // the threads writing one event to a thousand streams share no lock. Holding the EventPtr keeps
+  // the address from being reused while it is a key.
   static std::shared_ptr<const std::string> Encoded(const EventPtr& e) {
     if (e->type != EventType::kPut && e->type != EventType::kDelete) {
       return std::make_shared<const std::string>(DumpJson(EventToJson(*e)) + "\n");
@@ -209,6 +209,7 @@ struct HttpServer::Impl {
   Mutex mu;
   CondVar watches_done;                                              // a watch stream ended
   std::set<std::shared_ptr<Watcher>> watches DROVER_GUARDED_BY(mu);  // live watch streams
+  bool stopping DROVER_GUARDED_BY(mu) = false;                       // Stop() cancelled the watches
 
   FleetStatus fleet;
   std::unique_ptr<net::HttpServer> server;  // last: stopped before the rest goes
@@ -286,6 +287,8 @@ asio::awaitable<void> HttpServer::Impl::Stream(std::shared_ptr<Watcher> w,
   {
     MutexLock lock(mu);
     watches.insert(w);
+    // A stream that got here after Stop() cancelled the others ends at once.
+    if (stopping) w->Cancel();
   }
   // The listener runs under the registry's lock: it only lists this stream to be woken.
   std::shared_ptr<net::StreamWakeup> wakeup = out.NewWakeup();
@@ -738,6 +741,7 @@ void HttpServer::Stop() {
       // Cancelling wakes each stream, which ends its chunked response and closes; give them a
       // moment to do so before the event loop stops.
       MutexLock lock(impl_->mu);
+      impl_->stopping = true;
       for (const auto& w : impl_->watches) w->Cancel();
       impl_->watches_done.WaitFor(impl_->mu, kStopGrace, [this]() DROVER_REQUIRES(impl_->mu) {
         return impl_->watches.empty();

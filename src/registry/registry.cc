@@ -111,6 +111,8 @@ Result<std::vector<EventPtr>> Watcher::NextShared(std::chrono::milliseconds time
 
 Status Watcher::TakeQueued(std::vector<EventPtr>& events) {
   events.clear();
+  // The storage handed back is kept by the watcher until the next events: not a burst's worth.
+  if (events.capacity() > 64) events = std::vector<EventPtr>();
   MutexLock lock(mu_);
   if (cancelled_) return CancelledError("watch cancelled");
   events.swap(queue_);

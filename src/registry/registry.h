@@ -120,8 +120,8 @@ class Watcher {
                                            std::stop_token stop = {});
   // For an asynchronous consumer (see SetListener): replaces `events` with what is queued now,
   // without waiting, and hands the watcher the old vector's storage for the next events (a
-  // consumer that keeps passing the same vector makes delivery allocate nothing). CANCELLED
-  // once cancelled.
+  // consumer that keeps passing the same vector makes delivery allocate nothing; storage grown
+  // by a burst is freed instead). CANCELLED once cancelled.
   Status TakeQueued(std::vector<EventPtr>& events);
   void Cancel();
   const std::string& service_filter() const { return service_; }

@@ -83,6 +83,18 @@ class HttpServerTest : public ::testing::Test {
       return reply;
     }
     if (target == "/wakeups") return Wakeups();
+    if (target == "/parked") {
+      HttpReply reply;
+      reply.stream = [](ChunkedWriter& out) -> asio::awaitable<void> {
+        std::shared_ptr<StreamWakeup> wakeup = out.NewWakeup();
+        HttpHead head{http::status::ok, 11};
+        if (!co_await out.Begin(head)) co_return;
+        if (!co_await out.Write("parked\n", std::chrono::seconds(5))) co_return;
+        co_await wakeup->Wait();  // nobody ever notifies it
+        co_await out.End();
+      };
+      return reply;
+    }
     if (target == "/flood") {
       HttpReply reply;
       reply.stream = [this](ChunkedWriter& out) -> asio::awaitable<void> {
@@ -255,6 +267,16 @@ TEST_F(HttpServerTest, AStreamWokenFromAnotherThreadGetsEverythingInOrder) {
   // Each wake-up wrote what had accumulated: never more writes than notifications.
   EXPECT_GE(wakeup_writes_.load(), 1);
   EXPECT_LE(wakeup_writes_.load(), kFed);
+}
+
+TEST_F(HttpServerTest, AStreamStillWaitingWhenTheServerGoesAwayIsFreedWithIt) {
+  Start({});
+  testing::StreamReader stream(port(), "/parked");
+  ASSERT_EQ(stream.Lines(1, std::chrono::seconds(5)).size(), 1u);
+  // Its coroutine is owned by the handler that would wake it, not by the event loop: the server
+  // must still free it (and so close its connection) when it goes away.
+  server_.reset();
+  EXPECT_TRUE(stream.Ended(std::chrono::seconds(5)));
 }
 
 TEST_F(HttpServerTest, AStreamToAClientThatStopsReadingIsCutOff) {
