@@ -222,9 +222,9 @@ class StreamWakeup::Queue {
       const auto first = streams.begin() + static_cast<std::ptrdiff_t>(from);
       const auto last =
           streams.begin() + static_cast<std::ptrdiff_t>(std::min(streams.size(), from + share));
-      asio::post(io_, [this, part = std::vector<std::shared_ptr<StreamWakeup>>(
-                                 std::make_move_iterator(first),
-                                 std::make_move_iterator(last))]() mutable { Wake(part); });
+      asio::post(io_, [part = std::vector<std::shared_ptr<StreamWakeup>>(
+                           std::make_move_iterator(first),
+                           std::make_move_iterator(last))]() mutable { Wake(part); });
     }
     streams.resize(std::min(streams.size(), share));
     Wake(streams);
