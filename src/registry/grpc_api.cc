@@ -14,13 +14,13 @@
 #include <set>
 #include <stop_token>
 #include <thread>
-#include <unordered_map>
 
 #include "common/tokens.h"
 #include "drover/discovery.h"
 #include "drover/mutex.h"
 #include "drover/registry/v1/registry.grpc.pb.h"
 #include "registry/client_limits.h"
+#include "registry/encoding_cache.h"
 #include "registry/json_codec.h"
 #include "registry/registry.h"
 
@@ -668,21 +668,16 @@ class WatchPump {
     call->writer.Write(call->out, &call->written);
   }
 
-  // An event's wire form, encoded once for every stream that sends it: the newest events are
-  // kept (with a reference, so that their address names them for as long as they are here).
+  // An event's wire form, encoded once for every stream of this pump that sends it.
   const grpc::ByteBuffer& Encoded(const EventPtr& event) {
-    if (auto it = encoded_.find(event.get()); it != encoded_.end()) return it->second;
-    pb::Event message;
-    ToProto(*event, &message);
-    grpc::ByteBuffer bytes;
-    bool own_buffer = false;
-    (void)grpc::SerializationTraits<pb::Event>::Serialize(message, &bytes, &own_buffer);
-    if (encoded_order_.size() >= kEncodedKept) {
-      encoded_.erase(encoded_order_.front().get());
-      encoded_order_.pop_front();
-    }
-    encoded_order_.push_back(event);
-    return encoded_.emplace(event.get(), std::move(bytes)).first->second;
+    return encoded_.Get(event, [](const Event& e) {
+      pb::Event message;
+      ToProto(e, &message);
+      grpc::ByteBuffer bytes;
+      bool own_buffer = false;
+      (void)grpc::SerializationTraits<pb::Event>::Serialize(message, &bytes, &own_buffer);
+      return bytes;
+    });
   }
 
   void Finish(Call* call, grpc::Status status) {
@@ -734,9 +729,7 @@ class WatchPump {
   RegistryService& service_;
   const std::unique_ptr<grpc::ServerCompletionQueue> cq_;
   std::thread thread_;
-  // The pump thread's own: encoded events, and their order for forgetting the oldest.
-  std::unordered_map<const Event*, grpc::ByteBuffer> encoded_;
-  std::deque<EventPtr> encoded_order_;
+  EncodingCache<grpc::ByteBuffer> encoded_{kEncodedKept};  // the pump thread's own
   grpc::Alarm alarm_;
   char wake_ = 0;  // the alarm's tag
   Mutex mu_;

@@ -7,8 +7,9 @@
 //
 // Threading: unary calls and KeepAlive streams run on gRPC's callback threads (memory-only work
 // inline; a write is queued to the registry, whose writer finishes the call once it is
-// committed); every Watch stream is driven by one thread on a completion queue of its own
-// (no thread per stream). Stop() ends watches with UNAVAILABLE and cancels KeepAlive streams.
+// committed); Watch streams are driven by one thread per core, each with a completion queue of
+// its own (no thread per stream). Stop() ends watches with UNAVAILABLE and cancels KeepAlive
+// streams.
 #pragma once
 
 #include <memory>

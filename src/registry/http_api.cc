@@ -12,13 +12,11 @@
 #include <cctype>
 #include <charconv>
 #include <cstdio>
-#include <deque>
 #include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
-#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -29,6 +27,7 @@
 #include "drover/mutex.h"
 #include "net/http_server.h"
 #include "registry/client_limits.h"
+#include "registry/encoding_cache.h"
 #include "registry/fleet_status.h"
 #include "registry/json_codec.h"
 #include "registry/registry.h"
@@ -179,27 +178,14 @@ struct HttpServer::Impl {
 
   // A PUT or DELETE goes to every watcher of its service: encode it once. Each io thread keeps
   // its own recent encodings (4,096: a burst of that many changes is still encoded once), so that
-  // the threads writing one event to a thousand streams share no lock. Holding the EventPtr keeps
-  // the address from being reused while it is a key.
+  // the threads writing one event to a thousand streams share no lock.
   static std::shared_ptr<const std::string> Encoded(const EventPtr& e) {
-    if (e->type != EventType::kPut && e->type != EventType::kDelete) {
-      return std::make_shared<const std::string>(DumpJson(EventToJson(*e)) + "\n");
-    }
-    struct Cache {
-      std::unordered_map<const Event*, std::pair<EventPtr, std::shared_ptr<const std::string>>>
-          lines;
-      std::deque<const Event*> order;  // oldest first
+    const auto encode = [](const Event& event) {
+      return std::make_shared<const std::string>(DumpJson(EventToJson(event)) + "\n");
     };
-    thread_local Cache cache;
-    if (auto it = cache.lines.find(e.get()); it != cache.lines.end()) return it->second.second;
-    auto line = std::make_shared<const std::string>(DumpJson(EventToJson(*e)) + "\n");
-    cache.lines.emplace(e.get(), std::make_pair(e, line));
-    cache.order.push_back(e.get());
-    if (cache.order.size() > kEncodedEvents) {
-      cache.lines.erase(cache.order.front());
-      cache.order.pop_front();
-    }
-    return line;
+    if (e->type != EventType::kPut && e->type != EventType::kDelete) return encode(*e);
+    thread_local EncodingCache<std::shared_ptr<const std::string>> cache(kEncodedEvents);
+    return cache.Get(e, encode);
   }
 
   Registry& registry;

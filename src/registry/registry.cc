@@ -91,21 +91,25 @@ SystemTime ReadySince(const Instance* before, InstanceState after, SystemTime no
 // ---------------------------------------------------------------------------------------------
 // Watcher
 
-Result<std::vector<EventPtr>> Watcher::NextShared(std::chrono::milliseconds timeout,
-                                                  std::stop_token stop) {
-  MutexLock lock(mu_);
-  if (!cancelled_ && queue_.empty() && timeout > std::chrono::milliseconds(0)) {
-    // Only a consumer that waits touches the condition variable (and is counted, so that a
-    // producer notifies only when someone waits): an asynchronous server asking "anything
-    // now?" after every write costs one uncontended lock.
-    ++waiting_;
-    cv_.WaitUntil(mu_, stop, std::chrono::steady_clock::now() + timeout,
-                  [&]() DROVER_REQUIRES(mu_) { return cancelled_ || !queue_.empty(); });
-    --waiting_;
+Result<std::vector<Event>> Watcher::Next(std::chrono::milliseconds timeout, std::stop_token stop) {
+  std::vector<EventPtr> shared;
+  {
+    MutexLock lock(mu_);
+    if (!cancelled_ && queue_.empty() && timeout > std::chrono::milliseconds(0)) {
+      // Only a consumer that waits touches the condition variable (and is counted, so that a
+      // producer notifies only when someone waits): an asynchronous server asking "anything
+      // now?" (TakeQueued) after every write costs one uncontended lock.
+      ++waiting_;
+      cv_.WaitUntil(mu_, stop, std::chrono::steady_clock::now() + timeout,
+                    [&]() DROVER_REQUIRES(mu_) { return cancelled_ || !queue_.empty(); });
+      --waiting_;
+    }
+    if (cancelled_ || stop.stop_requested()) return CancelledError("watch cancelled");
+    shared.swap(queue_);
   }
-  if (cancelled_ || stop.stop_requested()) return CancelledError("watch cancelled");
-  std::vector<EventPtr> events;
-  events.swap(queue_);
+  std::vector<Event> events;
+  events.reserve(shared.size());
+  for (const EventPtr& e : shared) events.push_back(*e);
   return events;
 }
 
@@ -117,14 +121,6 @@ Status Watcher::TakeQueued(std::vector<EventPtr>& events) {
   if (cancelled_) return CancelledError("watch cancelled");
   events.swap(queue_);
   return Status::Ok();
-}
-
-Result<std::vector<Event>> Watcher::Next(std::chrono::milliseconds timeout, std::stop_token stop) {
-  DROVER_ASSIGN_OR_RETURN(std::vector<EventPtr> shared, NextShared(timeout, std::move(stop)));
-  std::vector<Event> events;
-  events.reserve(shared.size());
-  for (const EventPtr& e : shared) events.push_back(*e);
-  return events;
 }
 
 void Watcher::Cancel() {

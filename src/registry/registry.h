@@ -115,9 +115,6 @@ class Watcher {
   // Waits up to `timeout` (real time) for events; returns what is queued (possibly nothing).
   // Returns CANCELLED once cancelled or when `stop` fires.
   Result<std::vector<Event>> Next(std::chrono::milliseconds timeout, std::stop_token stop = {});
-  // The same without copying the events (servers encode them; see EventPtr).
-  Result<std::vector<EventPtr>> NextShared(std::chrono::milliseconds timeout,
-                                           std::stop_token stop = {});
   // For an asynchronous consumer (see SetListener): replaces `events` with what is queued now,
   // without waiting, and hands the watcher the old vector's storage for the next events (a
   // consumer that keeps passing the same vector makes delivery allocate nothing; storage grown
@@ -145,7 +142,7 @@ class Watcher {
   // whole backlog by swapping it out.
   std::vector<EventPtr> queue_ DROVER_GUARDED_BY(mu_);
   bool cancelled_ DROVER_GUARDED_BY(mu_) = false;
-  int waiting_ DROVER_GUARDED_BY(mu_) = 0;  // consumers blocked in Next()/NextShared()
+  int waiting_ DROVER_GUARDED_BY(mu_) = 0;  // consumers blocked in Next()
   std::function<void()> listener_ DROVER_GUARDED_BY(mu_);
   // Last event or progress queued.
   MonoTime last_sent_ DROVER_GUARDED_BY(mu_);
