@@ -22,6 +22,9 @@ packages=(
   libfaketime iproute2
   # peers the benchmarks (and the etcd store) run against; their own services stay unused
   etcd-server haproxy nginx libnginx-mod-stream wrk redis-server
+  # the registry's DNS answers (ldns encodes and decodes them); the real clients of the SDK-less
+  # recipes: dig, Prometheus (http_sd), Python's gRPC (xDS)
+  libldns-dev bind9-dnsutils prometheus python3-grpcio
   # the dashboard test's browser
   chromium
 )

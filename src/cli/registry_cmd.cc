@@ -88,6 +88,16 @@ void AddApiOptions(CLI::App& cmd, DaemonOptions& o) {
                  "besides those registered as drover-agent; the browser fetches it directly; "
                  "repeatable")
       ->check(ui_url);
+  cmd.add_option("--dns", o.dns,
+                 "Answer DNS on UDP and TCP at this ip:port (port 0: any free port): A/AAAA and "
+                 "SRV for READY instances as <service>.service.<domain>, SRV also as "
+                 "_<service>._tcp.service.<domain>; read-only, no recursion, no tokens (default: "
+                 "off)");
+  cmd.add_option("--dns-domain", o.dns_domain, "The DNS domain the names end in")
+      ->capture_default_str();
+  cmd.add_option("--dns-ttl", o.dns_ttl_s, "TTL in seconds of every DNS answer")
+      ->check(CLI::Range(0, 86'400))
+      ->capture_default_str();
   cmd.add_option("--fleet-ca", o.fleet_ca,
                  "PEM CAs for gateways and agents registered with scheme https, whose status the "
                  "registry fetches for the dashboard (default: the system's trust store)")
@@ -143,7 +153,8 @@ void AddRegistryCommand(CLI::App& app) {
   cmd->add_option("--config", *config,
                   "YAML file with any of these settings (store, data_dir, etcd_endpoints, "
                   "etcd_prefix, etcd_session_ttl, http, grpc, auth_tokens, tick_ms, "
-                  "self_preservation, tls_cert, tls_key, ui_gateways, ui_agents); flags override "
+                  "self_preservation, tls_cert, tls_key, ui_gateways, ui_agents, dns, dns_domain, "
+                  "dns_ttl); flags override "
                   "it")
       ->check(CLI::ExistingFile);
   cmd->callback([options, config, cmd] {

@@ -10,6 +10,7 @@
 #include "common/host_port.h"
 #include "common/tokens.h"
 #include "registry/client_limits.h"
+#include "registry/dns_server.h"
 #include "registry/etcd_store.h"
 #include "registry/grpc_api.h"
 #include "registry/http_api.h"
@@ -25,6 +26,7 @@ struct Daemon::Impl {
   std::unique_ptr<Registry> registry;
   std::unique_ptr<HttpServer> http;
   std::unique_ptr<GrpcServer> grpc;
+  std::unique_ptr<DnsServer> dns;
   std::jthread ticker;
   std::once_flag stop_once;
 };
@@ -41,6 +43,11 @@ Status CheckOptions(const DaemonOptions& o) {
   }
   if (o.store != "etcd" && o.store != "sqlite") {
     return InvalidArgumentError("--store must be sqlite or etcd, got '" + o.store + "'");
+  }
+  if (!o.dns.empty()) {
+    DROVER_RETURN_IF_ERROR(
+        ParseHostPort(o.dns, "--dns", {.allow_port_zero = true, .require_ip = true}).status());
+    DROVER_RETURN_IF_ERROR(ValidateDnsZone({.domain = o.dns_domain, .ttl_s = o.dns_ttl_s}));
   }
   return Status::Ok();
 }
@@ -106,6 +113,15 @@ void WarnAboutExposure(const DaemonOptions& o, const HostPort& http, bool auth) 
                    grpc.ok() ? grpc->host : o.grpc);
     }
   }
+  if (!o.dns.empty()) {
+    auto dns = ParseHostPort(o.dns, "--dns", {.allow_port_zero = true});
+    if (dns.ok() && !dns->IsLoopback()) {
+      spdlog::warn(
+          "registry: DNS on non-loopback address {}: it answers anyone who can reach it (no "
+          "tokens in DNS) with the READY instances' addresses",
+          dns->host);
+    }
+  }
   if (!http.IsLoopback() && !auth) {
     spdlog::warn(
         "registry: HTTP API on non-loopback address {} WITHOUT authentication: anyone who can "
@@ -139,6 +155,12 @@ Status StartApis(Daemon::Impl& d) {
     grpc.tls_cert_file = o.tls_cert;
     grpc.tls_key_file = o.tls_key;
     DROVER_ASSIGN_OR_RETURN(d.grpc, GrpcServer::Start(*d.registry, grpc));
+  }
+  if (!o.dns.empty()) {
+    DnsOptions dns;
+    dns.address = o.dns;
+    dns.zone = {.domain = o.dns_domain, .ttl_s = o.dns_ttl_s};
+    DROVER_ASSIGN_OR_RETURN(d.dns, DnsServer::Start(*d.registry, std::move(dns)));
   }
   WarnAboutExposure(o, d.http_address, auth != nullptr);
   return Status::Ok();
@@ -183,6 +205,8 @@ std::uint16_t Daemon::http_port() const { return impl_->http->port(); }
 
 int Daemon::grpc_port() const { return impl_->grpc ? impl_->grpc->port() : 0; }
 
+int Daemon::dns_port() const { return impl_->dns ? impl_->dns->port() : 0; }
+
 std::string Daemon::ListeningLine() const {
   const DaemonOptions& o = impl_->options;
   const bool tls = !o.tls_cert.empty();
@@ -192,6 +216,10 @@ std::string Daemon::ListeningLine() const {
     const std::string bound =
         grpc.ok() ? grpc->WithPort(static_cast<std::uint16_t>(grpc_port())).ToString() : o.grpc;
     grpc_note = std::string(" and ") + (tls ? "grpcs://" : "grpc://") + bound;
+  }
+  if (impl_->dns) {
+    auto dns = ParseHostPort(o.dns, "--dns", {.allow_port_zero = true});
+    grpc_note += " and dns://" + (dns.ok() ? dns->WithPort(impl_->dns->port()).ToString() : o.dns);
   }
   return std::string("drover registry listening on ") + (tls ? "https" : "http") + "://" +
          impl_->http_address.WithPort(http_port()).ToString() + grpc_note + " (" + impl_->where +
@@ -204,6 +232,7 @@ void Daemon::Stop() {
       impl_->ticker.request_stop();
       impl_->ticker.join();
     }
+    if (impl_->dns) impl_->dns->Stop();
     if (impl_->grpc) impl_->grpc->Stop();
     if (impl_->http) impl_->http->Stop();
   });

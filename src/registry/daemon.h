@@ -46,6 +46,11 @@ struct DaemonOptions {
   std::vector<std::string> ui_gateways;  // the dashboard's gateway and agent panels
   std::vector<std::string> ui_agents;
   std::string fleet_ca;  // see HttpOptions::fleet_ca
+  // DNS (dns_server.h): "host:port" on UDP and TCP, empty: no DNS; names under
+  // service.<dns_domain>, answered with this TTL.
+  std::string dns;
+  std::string dns_domain = "drover";
+  std::uint32_t dns_ttl_s = 1;
 };
 
 class Daemon {
@@ -61,8 +66,10 @@ class Daemon {
 
   std::uint16_t http_port() const;
   int grpc_port() const;  // 0 with --grpc off
-  // "drover registry listening on http://127.0.0.1:7070 and grpc://127.0.0.1:7071 (data dir
-  // ...)": the bound ports, for scripts and tests that pass port 0.
+  int dns_port() const;   // 0 without --dns
+  // "drover registry listening on http://127.0.0.1:7070 and grpc://127.0.0.1:7071 [and
+  // dns://127.0.0.1:8600] (data dir ...)": the bound ports, for scripts and tests that pass
+  // port 0.
   std::string ListeningLine() const;
 
   // Stops the tick, then the gRPC and HTTP APIs, then closes the store. Idempotent.

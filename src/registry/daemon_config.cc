@@ -50,6 +50,11 @@ const std::map<std::string, Setter, std::less<>>& Setters() {
        [](const YAML::Node& v, DaemonOptions& o) { o.ui_gateways = StringOrList(v); }},
       {"ui_agents", [](const YAML::Node& v, DaemonOptions& o) { o.ui_agents = StringOrList(v); }},
       {"fleet_ca", [](const YAML::Node& v, DaemonOptions& o) { o.fleet_ca = v.as<std::string>(); }},
+      {"dns", [](const YAML::Node& v, DaemonOptions& o) { o.dns = v.as<std::string>(); }},
+      {"dns_domain",
+       [](const YAML::Node& v, DaemonOptions& o) { o.dns_domain = v.as<std::string>(); }},
+      {"dns_ttl",
+       [](const YAML::Node& v, DaemonOptions& o) { o.dns_ttl_s = v.as<std::uint32_t>(); }},
   };
   return setters;
 }
@@ -78,6 +83,7 @@ Status CheckRanges(const std::string& where, const DaemonOptions& args) {
     return InvalidArgumentError(where +
                                 "write_rate, write_burst and total_write_rate must be >= 0");
   }
+  if (args.dns_ttl_s > 86'400) return InvalidArgumentError(where + "dns_ttl must be 0..86400");
   for (const auto* urls : {&args.ui_gateways, &args.ui_agents}) {
     for (const std::string& url : *urls) {
       if (Status s = ValidateUiUrl(url); !s.ok()) {

@@ -24,6 +24,7 @@ TEST(DaemonConfigTest, BadConfigsNameTheFileAndKeyAndFlagsWin) {
            {"? [a, b]\n: 1\n", "config r.yaml: a key is not a string"},
            {"self_preservation: .nan", "self_preservation must be 0..1"},
            {"ui_agents: [ftp://x]", "must start with http:// or https://"},
+           {"dns_ttl: 90000", "config r.yaml: dns_ttl must be 0..86400"},
        }) {
     DaemonOptions args;
     const Status s = ApplyDaemonConfig(c.yaml, "r.yaml", none, args);
@@ -37,6 +38,12 @@ TEST(DaemonConfigTest, BadConfigsNameTheFileAndKeyAndFlagsWin) {
                   .ok());
   EXPECT_EQ(args.tick_ms, 250);
   EXPECT_EQ(args.http, "127.0.0.1:7070");  // the flag (here its default) won
+  ASSERT_TRUE(ApplyDaemonConfig("dns: 127.0.0.1:8600\ndns_domain: fleet.internal\ndns_ttl: 5\n",
+                                "r.yaml", none, args)
+                  .ok());
+  EXPECT_EQ(args.dns, "127.0.0.1:8600");
+  EXPECT_EQ(args.dns_domain, "fleet.internal");
+  EXPECT_EQ(args.dns_ttl_s, 5u);
 }
 
 }  // namespace
