@@ -69,7 +69,7 @@ int ZoneServerMain(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--advertise", options.advertise,
                  "Address registered for clients (default: the listener's)");
-  app.add_option("--health", options.health, "Address for /live and /ready, host:port")
+  app.add_option("--health", options.health, "Address for /live, /ready and /metrics, host:port")
       ->capture_default_str();
   app.add_option("--version-label", options.version, "Release version to register");
   app.add_option("--zone", options.zone, "Availability zone to register");

@@ -25,6 +25,10 @@ namespace drover {
 // The registry label where an instance publishes its /ready probe address ("host:port");
 // ServerHost sets it, DiscoveryClient copies it into router::Endpoint::health.
 inline constexpr std::string_view kHealthLabel = "drover.health";
+// The registry label where an instance publishes where Prometheus scrapes its /metrics
+// ("host:port"); ServerHost sets it to its probe address, and the registry's Prometheus service
+// discovery (GET /v1/prometheus/sd) offers it as the instance's target.
+inline constexpr std::string_view kMetricsLabel = "drover.metrics";
 
 // The services the fleet's own parts register in: gateways (address: their admin endpoint) and
 // rollout agents (address: their API). The dashboard finds them there.

@@ -11,10 +11,13 @@
 //
 // /live and /ready are served on a small HTTP port (Kubernetes probes): /live is 200 while the
 // process runs; /ready is 200 only when warm-up is done, every readiness check passes and the
-// host is not draining, else 503 naming why. The probe address is registered as the label
-// `drover.health`, so gateways can check /ready themselves. A readiness check that starts failing
-// after Start marks the instance not accepting in the registry (gateways stop sending new
-// connections) without letting its lease lapse; when the check passes again, it accepts again.
+// host is not draining, else 503 naming why. The same port serves /metrics (Prometheus text: the
+// host's life-cycle state, registered generation, heartbeats and sessions). The probe address is
+// registered as the labels `drover.health`, so gateways can check /ready themselves, and
+// `drover.metrics`, the target the registry's Prometheus discovery (GET /v1/prometheus/sd)
+// offers for the instance. A readiness check that starts failing after Start marks the instance
+// not accepting in the registry (gateways stop sending new connections) without letting its lease
+// lapse; when the check passes again, it accepts again.
 //
 // Heartbeats of every host in a process run on one thread owned by a HostRuntime; a heartbeat
 // never throws out of it, and stopping wakes it at once. If the registry has lost the lease
@@ -110,7 +113,7 @@ struct HostOptions {
   // machines would dial themselves, and Start() fails FAILED_PRECONDITION saying so. Set this to
   // register one anyway (a tunnel, a sidecar).
   bool allow_loopback_address = false;
-  std::string health = "127.0.0.1:0";  // /live and /ready; empty: no probe port
+  std::string health = "127.0.0.1:0";  // /live, /ready and /metrics; empty: no probe port
 
   std::vector<WarmupHook> warmup;
   std::vector<ReadinessCheck> readiness;

@@ -24,6 +24,7 @@
 #include "common/metrics_text.h"
 #include "common/text.h"
 #include "common/tokens.h"
+#include "drover/discovery.h"
 #include "drover/mutex.h"
 #include "net/http_server.h"
 #include "registry/client_limits.h"
@@ -166,6 +167,8 @@ struct HttpServer::Impl {
   }
   Response ListServices(const Request& req);
   Response ListInstances(const Request& req, std::string_view service);
+  // GET /v1/prometheus/sd[?service=S]: Prometheus' HTTP service discovery.
+  Response PrometheusTargets(const Request& req, std::string_view query);
   Response HandleInstance(const Request& req, std::string_view service, std::string_view id,
                           std::string_view action, std::string_view query);
   // GET /v1/fleet/{service}/{id}: a fleet part's status, through FleetStatus.
@@ -380,6 +383,10 @@ Response HttpServer::Impl::Handle(const Request& req) {
       }
     }
   }
+  if (parts.size() == 3 && parts[0] == "v1" && parts[1] == "prometheus" && parts[2] == "sd") {
+    if (auto r = only(http::verb::get)) return *r;
+    return PrometheusTargets(req, query);
+  }
   if (parts.size() >= 2 && parts.size() <= 3 && parts[0] == "v1" && parts[1] == "deploys") {
     return HandleDeploys(req, parts.size() == 3 ? parts[2] : "", query);
   }
@@ -511,6 +518,66 @@ Response HttpServer::Impl::ListInstances(const Request& req, std::string_view se
                       {{"revision", list->revision},
                        {"degraded", list->degraded},
                        {"instances", std::move(instances)}});
+}
+
+namespace {
+
+// `prefix` + `key` as a Prometheus label name ([a-zA-Z_][a-zA-Z0-9_]*; the prefix supplies the
+// first character): every other character of `key` becomes '_', as Prometheus' own service
+// discoveries do with Kubernetes labels.
+std::string PrometheusLabelName(std::string_view prefix, std::string_view key) {
+  std::string name(prefix);
+  for (const char c : key) {
+    const bool kept = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
+    name += kept ? c : '_';
+  }
+  return name;
+}
+
+// One instance as a Prometheus target group: its own group, so its labels are its own.
+nlohmann::json TargetGroup(const Instance& in) {
+  const auto metrics = in.spec.labels.find(std::string(kMetricsLabel));
+  nlohmann::json labels = {{"__meta_drover_service", in.service},
+                           {"__meta_drover_instance", in.id},
+                           {"__meta_drover_zone", in.spec.zone},
+                           {"__meta_drover_version", in.spec.version},
+                           {"__meta_drover_state", std::string(InstanceStateName(in.spec.state))},
+                           {"__meta_drover_address", in.spec.address}};
+  for (const auto& [key, value] : in.spec.labels) {
+    // Keys that differ only where '_' replaced a character ("a.b", "a-b") meet on one name: the
+    // first in key order keeps it, so the answer does not depend on anything but the labels.
+    labels.emplace(PrometheusLabelName("__meta_drover_label_", key), value);
+  }
+  const std::string& target = metrics != in.spec.labels.end() ? metrics->second : in.spec.address;
+  return {{"targets", nlohmann::json::array({target})}, {"labels", std::move(labels)}};
+}
+
+}  // namespace
+
+Response HttpServer::Impl::PrometheusTargets(const Request& req, std::string_view query) {
+  const auto params = ParseQuery(query);
+  std::vector<std::string> services;
+  if (auto it = params.find("service"); it != params.end()) {
+    services.push_back(it->second);  // checked by List: an invalid name is INVALID_ARGUMENT
+  } else {
+    for (const ServiceSummary& s : registry.Services()) services.push_back(s.name);
+  }
+  // Only what a client would pick: READY and accepting. The target is where the instance says
+  // its metrics are (ServerHost: its probe port, which serves /metrics), else its own address --
+  // a server without the SDK that registers no label is taken to serve /metrics where its
+  // clients connect. Each service is read on its own (one lock each), so a write between two
+  // services may show in one and not the other; the next refresh sees both.
+  nlohmann::json groups = nlohmann::json::array();
+  for (const std::string& service : services) {
+    auto list = registry.List(service);
+    if (!list.ok()) return ErrorResponse(req, list.status());
+    for (const Instance& in : list->instances) {
+      if (in.spec.state == InstanceState::kReady && in.spec.accepting) {
+        groups.push_back(TargetGroup(in));
+      }
+    }
+  }
+  return JsonResponse(req, http::status::ok, groups);
 }
 
 Response HttpServer::Impl::HandleUi(const Request& req, std::string_view name) {

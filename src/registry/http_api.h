@@ -8,6 +8,7 @@
 //   GET    /v1/services                                     summaries
 //   GET    /v1/services/{service}/instances                 {"revision","degraded","instances"}
 //   GET    /v1/watch?from=REV[&service=S]                   chunked JSON lines, one event each
+//   GET    /v1/prometheus/sd[?service=S]                    Prometheus HTTP SD target groups
 //   GET    /metrics  /live  /ready
 //   GET    /ui/ (and /ui/<file>)                            the dashboard (web/, compiled in)
 //   GET    /ui/config.json                                  {"gateways":[url],"agents":[url]}

@@ -18,25 +18,31 @@ namespace {
 constexpr std::size_t kMaxRequest = 8 * 1024;
 constexpr int kSocketTimeoutSeconds = 2;
 
-std::string Response(int status, std::string_view reason, std::string_view body, bool head) {
-  std::string out = "HTTP/1.1 " + std::to_string(status) + " " + std::string(reason) +
-                    "\r\nContent-Type: text/plain\r\nCache-Control: no-cache\r\nContent-Length: " +
-                    std::to_string(body.size() + 1) + "\r\nConnection: close\r\n\r\n";
-  if (!head) {
-    out += body;
-    out += "\n";
-  }
+// `body` is sent as given: a message line ends in '\n' (Message), a scrape's text already does.
+std::string Response(int status, std::string_view reason, std::string_view body, bool head,
+                     std::string_view content_type = "text/plain") {
+  std::string out =
+      "HTTP/1.1 " + std::to_string(status) + " " + std::string(reason) +
+      "\r\nContent-Type: " + std::string(content_type) +
+      "\r\nCache-Control: no-cache\r\nContent-Length: " + std::to_string(body.size()) +
+      "\r\nConnection: close\r\n\r\n";
+  if (!head) out += body;
   return out;
+}
+
+std::string Message(int status, std::string_view reason, std::string_view text, bool head) {
+  return Response(status, reason, std::string(text) + "\n", head);
 }
 
 }  // namespace
 
 Result<std::unique_ptr<HealthServer>> HealthServer::Start(const std::string& address,
-                                                          std::function<Readiness()> ready) {
+                                                          std::function<Readiness()> ready,
+                                                          std::function<std::string()> metrics) {
   auto listening = ListenTcp(address, 64, "health probes");
   if (!listening.ok()) return listening.status();
   std::unique_ptr<HealthServer> server(
-      new HealthServer(listening->fd, listening->port, std::move(ready)));
+      new HealthServer(listening->fd, listening->port, std::move(ready), std::move(metrics)));
   HealthServer* raw = server.get();
   auto acceptor = AcceptThread::Start(listening->fd, "health server", [raw](int fd) {
     raw->Serve(fd);
@@ -47,8 +53,9 @@ Result<std::unique_ptr<HealthServer>> HealthServer::Start(const std::string& add
   return server;
 }
 
-HealthServer::HealthServer(int listen_fd, std::uint16_t port, std::function<Readiness()> ready)
-    : listen_fd_(listen_fd), port_(port), ready_(std::move(ready)) {}
+HealthServer::HealthServer(int listen_fd, std::uint16_t port, std::function<Readiness()> ready,
+                           std::function<std::string()> metrics)
+    : listen_fd_(listen_fd), port_(port), ready_(std::move(ready)), metrics_(std::move(metrics)) {}
 
 HealthServer::~HealthServer() { Stop(); }
 
@@ -71,7 +78,7 @@ void HealthServer::Serve(int fd) {
     if (n <= 0) return;  // closed, or too slow
     request.append(buf, static_cast<std::size_t>(n));
     if (request.size() > kMaxRequest) {
-      SendAll(fd, Response(431, "Request Header Fields Too Large", "request too large", false));
+      SendAll(fd, Message(431, "Request Header Fields Too Large", "request too large", false));
       return;
     }
   }
@@ -79,7 +86,7 @@ void HealthServer::Serve(int fd) {
   const std::size_t sp1 = line.find(' ');
   const std::size_t sp2 = line.find(' ', sp1 + 1);
   if (sp1 == std::string_view::npos || sp2 == std::string_view::npos) {
-    SendAll(fd, Response(400, "Bad Request", "bad request line", false));
+    SendAll(fd, Message(400, "Bad Request", "bad request line", false));
     return;
   }
   const std::string_view method = line.substr(0, sp1);
@@ -87,15 +94,18 @@ void HealthServer::Serve(int fd) {
   path = path.substr(0, path.find('?'));
   const bool head = method == "HEAD";
   if (method != "GET" && !head) {
-    SendAll(fd, Response(405, "Method Not Allowed", "GET or HEAD", false));
+    SendAll(fd, Message(405, "Method Not Allowed", "GET or HEAD", false));
   } else if (path == "/live") {
-    SendAll(fd, Response(200, "OK", "live", head));
+    SendAll(fd, Message(200, "OK", "live", head));
   } else if (path == "/ready") {
     const Readiness r = ready_();
-    SendAll(fd, r.ready ? Response(200, "OK", "ready", head)
-                        : Response(503, "Service Unavailable", "not ready: " + r.reason, head));
+    SendAll(fd, r.ready ? Message(200, "OK", "ready", head)
+                        : Message(503, "Service Unavailable", "not ready: " + r.reason, head));
+  } else if (path == "/metrics" && metrics_) {
+    SendAll(fd, Response(200, "OK", metrics_(), head, "text/plain; version=0.0.4; charset=utf-8"));
   } else {
-    SendAll(fd, Response(404, "Not Found", "try /live or /ready", head));
+    SendAll(fd, Message(404, "Not Found",
+                        metrics_ ? "try /live, /ready or /metrics" : "try /live or /ready", head));
   }
 }
 

@@ -5,6 +5,7 @@
 //               database cannot get a healthy process restarted.
 //   GET /ready  200 "ready" when `ready()` says so, else 503 with the reason (warming up, a
 //               failing check by name, draining).
+//   GET /metrics   what `metrics()` returns, as the Prometheus text format (404 without it).
 //   anything else: 404 (unknown path) or 405 (not GET/HEAD); one request per connection.
 //
 // One thread, plain sockets: probes are rare and tiny, and a client that stalls is cut off by a
@@ -30,9 +31,11 @@ struct Readiness {
 class HealthServer {
  public:
   // `address` is host:port (port 0: any free port). `ready` is called on the server's thread for
-  // every /ready probe; it must be quick and thread-safe.
+  // every /ready probe, `metrics` (optional) for every /metrics scrape; both must be quick and
+  // thread-safe.
   static Result<std::unique_ptr<HealthServer>> Start(const std::string& address,
-                                                     std::function<Readiness()> ready);
+                                                     std::function<Readiness()> ready,
+                                                     std::function<std::string()> metrics = {});
   ~HealthServer();
   HealthServer(const HealthServer&) = delete;
   HealthServer& operator=(const HealthServer&) = delete;
@@ -41,13 +44,15 @@ class HealthServer {
   void Stop();  // idempotent
 
  private:
-  HealthServer(int listen_fd, std::uint16_t port, std::function<Readiness()> ready);
+  HealthServer(int listen_fd, std::uint16_t port, std::function<Readiness()> ready,
+               std::function<std::string()> metrics);
   void Serve(int fd);
 
   int listen_fd_;  // closed by Stop(): probes are refused from then on
   const std::uint16_t port_;
   const std::function<Readiness()> ready_;
-  std::unique_ptr<AcceptThread> acceptor_;  // serves each probe on its thread
+  const std::function<std::string()> metrics_;  // empty: no /metrics
+  std::unique_ptr<AcceptThread> acceptor_;      // serves each probe on its thread
 };
 
 }  // namespace drover::sdk

@@ -9,6 +9,7 @@
 
 #include "common/fencing.h"
 #include "common/host_port.h"
+#include "common/metrics_text.h"
 #include "drover/discovery.h"
 #include "sdk/registry_channel.h"
 #include "sdk/registry_failover.h"
@@ -111,7 +112,8 @@ HostCore::~HostCore() { Shutdown(); }
 
 Status HostCore::Init() {
   if (options_.health.empty()) return Status::Ok();
-  auto health = HealthServer::Start(options_.health, [this] { return CheckReadiness(); });
+  auto health = HealthServer::Start(
+      options_.health, [this] { return CheckReadiness(); }, [this] { return Metrics(); });
   if (!health.ok()) return health.status();
   health_ = std::move(*health);
   return Status::Ok();
@@ -140,6 +142,65 @@ Readiness HostCore::CheckReadiness() const {
     if (!s.ok()) return {false, "check '" + c.name + "' failing: " + s.message()};
   }
   return {true, ""};
+}
+
+std::string HostCore::Metrics() const {
+  // One series per state, 1 for the current one: an alert or a dashboard selects a state without
+  // knowing the others.
+  const char* state = "ready";
+  if (draining_.load()) {
+    state = "draining";
+  } else {
+    switch (phase_.load()) {
+      case Phase::kCreated:
+        state = "starting";
+        break;
+      case Phase::kWarmingUp:
+        state = "warming_up";
+        break;
+      case Phase::kFailed:
+        state = "failed";
+        break;
+      case Phase::kWarm:
+        state = CheckReadiness().ready ? "ready" : "not_ready";
+        break;
+    }
+  }
+  metrics::TextWriter out;
+  out.Gauge("drover_host_info", "The instance this host registers", 1,
+            {{"service", options_.service},
+             {"instance", options_.instance_id},
+             {"version", options_.version},
+             {"zone", options_.zone}});
+  for (const char* s : {"starting", "warming_up", "ready", "not_ready", "draining", "failed"}) {
+    out.Gauge("drover_host_state",
+              "1 for the host's current life-cycle state (not_ready: warm, but a readiness check "
+              "fails or a newer generation holds the instance id)",
+              std::string_view(s) == state ? 1 : 0, {{"state", s}});
+  }
+  out.Gauge("drover_host_generation", "The generation registered; 0 while not registered",
+            static_cast<double>(registered_generation_.load()));
+  out.Gauge("drover_host_accepting",
+            "1 while registered and the registry was told the instance accepts new connections",
+            registered_accepting_.load() ? 1 : 0);
+  out.Counter("drover_host_heartbeats_total", "Heartbeats that renewed the lease",
+              static_cast<double>(heartbeats_ok_.load()));
+  out.Counter("drover_host_heartbeat_failures_total", "Heartbeats that failed or threw",
+              static_cast<double>(heartbeat_failures_.load()));
+  out.Counter("drover_host_reregistrations_total",
+              "Registrations again after the registry lost the lease",
+              static_cast<double>(reregistrations_.load()));
+  if (options_.on_session) {  // without it the application serves, and the host cannot count
+    out.Gauge("drover_host_sessions", "Sessions being served now",
+              static_cast<double>(sessions_.active()));
+    out.Counter("drover_host_sessions_total", "Sessions served (accepted connections)",
+                static_cast<double>(sessions_.served()));
+  }
+  if (!out.status().ok()) {
+    spdlog::error("host {}/{}: /metrics: {}", options_.service, options_.instance_id,
+                  out.status().ToString());
+  }
+  return out.Take();
 }
 
 std::string HostCore::address() const {
@@ -324,16 +385,27 @@ Status HostCore::RegisterLocked(const char* why) {
   r.zone = options_.zone;
   r.version = options_.version;
   r.labels = options_.labels;
-  if (health_) r.labels[std::string(kHealthLabel)] = HealthAddress(address_);
+  if (health_) {
+    // The probe port serves /metrics too: Prometheus' discovery through the registry scrapes it.
+    const std::string probe = HealthAddress(address_);
+    r.labels[std::string(kHealthLabel)] = probe;
+    r.labels[std::string(kMetricsLabel)] = probe;
+  }
   r.accepting = CheckReadiness().ready;
   const Status s = writer_.Register(r, options_.call_timeout);
   if (s.ok()) {
     registered_ = true;
     accepting_ = r.accepting;
+    PublishRegistrationLocked();
     spdlog::debug("host {}/{}: registered generation {} ({})", key_.service, key_.id,
                   key_.generation, why);
   }
   return s;
+}
+
+void HostCore::PublishRegistrationLocked() {
+  registered_generation_.store(registered_ ? key_.generation : 0);
+  registered_accepting_.store(registered_ && accepting_);
 }
 
 void HostCore::Beat() {
@@ -373,6 +445,7 @@ void HostCore::BeatOnce() {
       const Status set = writer_.SetState(key, std::nullopt, r.ready, options_.call_timeout);
       if (set.ok()) {
         accepting_ = r.ready;
+        PublishRegistrationLocked();
         if (r.ready) {
           spdlog::info("host {}: ready again; accepting new connections", name);
         } else {
@@ -400,6 +473,7 @@ void HostCore::BeatOnce() {
     if (*current > key_.generation) {
       heartbeat_failures_.fetch_add(1);
       registered_ = false;
+      PublishRegistrationLocked();
       superseded_by_.store(*current);
       spdlog::error(
           "host {}: generation {} of this instance id is registered by someone else; this host "
@@ -514,6 +588,7 @@ bool HostCore::LeaveDiscovery(std::vector<ShutdownStep>& steps, MonoTime grace_e
       const Status drained = writer_.SetState(key_, InstancePhase::kDraining, false, timeout);
       const Status gone = writer_.Deregister(key_, timeout);
       registered_ = false;
+      PublishRegistrationLocked();
       detail = "generation " + std::to_string(key_.generation);
       if (!drained.ok()) detail += "; DRAINING failed: " + drained.ToString();
       if (!gone.ok()) detail += "; deregister failed: " + gone.ToString();

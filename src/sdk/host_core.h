@@ -45,6 +45,9 @@ class HostCore {
   void Shutdown();
 
   Readiness CheckReadiness() const;
+  // The probe port's /metrics: the host's state, registration and counters in the Prometheus
+  // text format. Takes no lock a registry call holds, so a scrape never waits for the registry.
+  std::string Metrics() const;
 
   const std::string& id() const { return options_.instance_id; }
   std::string address() const;
@@ -61,12 +64,15 @@ class HostCore {
   // After a heartbeat the registry did not answer: the next one sooner than the interval.
   void RetryBeatSoon(const std::string& name, const Status& why) DROVER_REQUIRES(registry_mu_);
   Status RegisterLocked(const char* why) DROVER_REQUIRES(registry_mu_);
+  // Copies registered_, key_.generation and accepting_ to what Metrics() reads.
+  void PublishRegistrationLocked() DROVER_REQUIRES(registry_mu_);
   Status StartLocked() DROVER_REQUIRES(lifecycle_mu_);
   // The steps of StartLocked(), in order.
   Status WarmUp(const std::string& name, std::stop_token stop) DROVER_REQUIRES(lifecycle_mu_);
   // Returns the address to advertise.
   Result<std::string> OpenListener() DROVER_REQUIRES(lifecycle_mu_);
-  // The probe address registered as drover.health for `address` ("" without a probe port).
+  // The probe address registered as drover.health and drover.metrics for `address` ("" without
+  // a probe port).
   std::string HealthAddress(const std::string& address) const;
   // FAILED_PRECONDITION when `address` is loopback and the registry is not (HostOptions).
   Status CheckReachable(std::string_view what, const std::string& address) const;
@@ -121,6 +127,11 @@ class HostCore {
   std::minstd_rand random_ DROVER_GUARDED_BY(registry_mu_){std::random_device{}()};
   std::vector<ShutdownStep> steps_ DROVER_GUARDED_BY(registry_mu_);
 
+  // For Metrics(): the generation registered (0: none) and whether the registry was told the
+  // instance accepts. Copies, because registry_mu_ is held across registry calls and a scrape
+  // shares the probe thread with /ready.
+  std::atomic<std::uint64_t> registered_generation_{0};
+  std::atomic<bool> registered_accepting_{false};
   std::atomic<std::uint64_t> heartbeats_ok_{0};
   std::atomic<std::uint64_t> heartbeat_failures_{0};
   std::atomic<std::uint64_t> reregistrations_{0};

@@ -215,6 +215,79 @@ TEST_F(HttpApiTest, HealthAndMetrics) {
             std::string::npos);
 }
 
+// GET /v1/prometheus/sd: what Prometheus' http_sd_configs reads. One target group per READY and
+// accepting instance, its labels the instance's own.
+TEST_F(HttpApiTest, PrometheusDiscoveryOffersReadyAcceptingInstancesWithTheirLabels) {
+  auto empty = Http(port_, "GET", "/v1/prometheus/sd");
+  ASSERT_EQ(empty.status, 200) << empty.body;
+  EXPECT_NE(empty.headers.find("Content-Type: application/json"), std::string::npos);
+  EXPECT_EQ(Json(empty.body), nlohmann::json::array());
+
+  auto put = [&](const std::string& service, const std::string& id, const std::string& body) {
+    const auto reply = Http(port_, "PUT", "/v1/services/" + service + "/instances/" + id, body);
+    ASSERT_EQ(reply.status, 200) << id << ": " << reply.body;
+  };
+  put("zone", "z1", R"({"address":"127.0.0.1:9001","generation":1,"state":"READY","zone":"eu-1",
+    "version":"1.2","labels":{"drover.metrics":"127.0.0.1:9101","shard":"7","team-name":"x"}})");
+  put("zone", "z2", R"({"address":"127.0.0.1:9002","generation":1,"state":"READY"})");
+  put("zone", "starting", R"({"address":"127.0.0.1:9003","generation":1,"state":"STARTING"})");
+  put("zone", "paused",
+      R"({"address":"127.0.0.1:9004","generation":1,"state":"READY","accepting":false})");
+  put("zone", "leaving", R"({"address":"127.0.0.1:9005","generation":1,"state":"DRAINING"})");
+  put("chat", "c1", R"({"address":"127.0.0.1:9201","generation":1,"state":"READY"})");
+
+  // Group by instance id; every group holds exactly one target.
+  auto groups = [&](const std::string& target) {
+    const auto reply = Http(port_, "GET", target);
+    EXPECT_EQ(reply.status, 200) << reply.body;
+    std::map<std::string, nlohmann::json> by_id;
+    for (const auto& g : Json(reply.body)) {
+      by_id[g.at("labels").at("__meta_drover_instance").get<std::string>()] = g;
+    }
+    return by_id;
+  };
+  const auto all = groups("/v1/prometheus/sd");
+  ASSERT_EQ(all.size(), 3u) << Http(port_, "GET", "/v1/prometheus/sd").body;
+  // The target is the drover.metrics label when there is one; key characters outside
+  // [a-zA-Z0-9_] become '_'.
+  EXPECT_EQ(all.at("z1"), nlohmann::json::parse(R"({"targets":["127.0.0.1:9101"],"labels":{
+      "__meta_drover_service":"zone","__meta_drover_instance":"z1","__meta_drover_zone":"eu-1",
+      "__meta_drover_version":"1.2","__meta_drover_state":"READY",
+      "__meta_drover_address":"127.0.0.1:9001","__meta_drover_label_drover_metrics":"127.0.0.1:9101",
+      "__meta_drover_label_shard":"7","__meta_drover_label_team_name":"x"}})"));
+  // Else the instance's own address.
+  EXPECT_EQ(all.at("z2")["targets"], nlohmann::json::array({"127.0.0.1:9002"}));
+  EXPECT_EQ(all.at("z2")["labels"]["__meta_drover_zone"], "");
+  EXPECT_EQ(all.at("c1")["labels"]["__meta_drover_service"], "chat");
+
+  const auto zone = groups("/v1/prometheus/sd?service=zone");
+  EXPECT_EQ(zone.size(), 2u);
+  EXPECT_TRUE(zone.contains("z1") && zone.contains("z2"));
+  EXPECT_EQ(groups("/v1/prometheus/sd?service=chat").size(), 1u);
+  // An unknown service has no targets: an empty list, not an error.
+  const auto unknown = Http(port_, "GET", "/v1/prometheus/sd?service=nobody");
+  EXPECT_EQ(unknown.status, 200);
+  EXPECT_EQ(Json(unknown.body), nlohmann::json::array());
+
+  for (const std::string bad :
+       {"/v1/prometheus/sd?service=bad!name", "/v1/prometheus/sd?service="}) {
+    const auto reply = Http(port_, "GET", bad);
+    EXPECT_EQ(reply.status, 400) << bad;
+    EXPECT_EQ(Json(reply.body)["error"]["code"], "INVALID_ARGUMENT") << reply.body;
+  }
+  EXPECT_EQ(Http(port_, "POST", "/v1/prometheus/sd").status, 405);
+
+  // Leaving: once DRAINING (or gone) an instance is no target any more.
+  ASSERT_EQ(Http(port_, "POST", "/v1/services/zone/instances/z2/state",
+                 R"({"generation":1,"state":"DRAINING"})")
+                .status,
+            200);
+  ASSERT_EQ(Http(port_, "DELETE", "/v1/services/chat/instances/c1?generation=1").status, 200);
+  const auto after = groups("/v1/prometheus/sd");
+  EXPECT_EQ(after.size(), 1u);
+  EXPECT_TRUE(after.contains("z1"));
+}
+
 // The server's protection limits, each with its own options.
 class HttpLimitsTest : public HttpApiTest {
  protected:
@@ -541,6 +614,21 @@ TEST_F(HttpAuthTest, TokensGateReadsAndPerServiceWrites) {
   EXPECT_EQ(Http(port_, "GET", "/ui/app.js").status, 200);
   EXPECT_EQ(Http(port_, "GET", "/ui/config.json").status, 401);
   EXPECT_EQ(As("read-token-0123456789", "GET", "/ui/config.json").status, 200);
+}
+
+// Prometheus' discovery reads like any client: with a token (http_sd_configs' `authorization`).
+TEST_F(HttpAuthTest, PrometheusDiscoveryNeedsAToken) {
+  ASSERT_EQ(As("zone-token-0123456789", "PUT", "/v1/services/zone/instances/b",
+               R"({"address":"127.0.0.1:2","generation":1,"state":"READY"})")
+                .status,
+            200);
+  auto sd = Http(port_, "GET", "/v1/prometheus/sd");
+  EXPECT_EQ(sd.status, 401);
+  EXPECT_NE(sd.headers.find("WWW-Authenticate: Bearer"), std::string::npos);
+  EXPECT_EQ(As("wrong-token-0123456789", "GET", "/v1/prometheus/sd?service=zone").status, 401);
+  auto targets = As("read-token-0123456789", "GET", "/v1/prometheus/sd?service=zone");
+  EXPECT_EQ(targets.status, 200);
+  EXPECT_EQ(Json(targets.body).size(), 1u) << targets.body;
 }
 
 // Deploy records: any token reads them; writing one needs the deploy right for its service,

@@ -45,6 +45,28 @@ TEST(HealthServerTest, WrongMethodsPathsAndGarbageGetClearErrors) {
   EXPECT_EQ(Http(port, "GET", "/live").status, 200);  // still serving
 }
 
+TEST(HealthServerTest, MetricsServeTheCallbacksTextOnlyWhenGiven) {
+  auto server = HealthServer::Start(
+      "127.0.0.1:0",
+      [] {
+        return Readiness{true, ""};
+      },
+      [] { return std::string("# TYPE x gauge\nx 1\n"); });
+  ASSERT_TRUE(server.ok());
+  const auto metrics = Http((*server)->port(), "GET", "/metrics");
+  EXPECT_EQ(metrics.status, 200);
+  EXPECT_EQ(metrics.body, "# TYPE x gauge\nx 1\n");  // as given: no line added
+  EXPECT_NE(metrics.headers.find("Content-Type: text/plain; version=0.0.4"), std::string::npos);
+  EXPECT_NE(metrics.headers.find("Content-Length: 19"), std::string::npos) << metrics.headers;
+  const auto head = Http((*server)->port(), "HEAD", "/metrics");
+  EXPECT_EQ(head.status, 200);
+  EXPECT_TRUE(head.body.empty());
+
+  auto without = HealthServer::Start("127.0.0.1:0", [] { return Readiness{true, ""}; });
+  ASSERT_TRUE(without.ok());
+  EXPECT_EQ(Http((*without)->port(), "GET", "/metrics").status, 404);
+}
+
 TEST(HealthServerTest, BadAddressesAreRefusedAndStopIsPrompt) {
   EXPECT_EQ(HealthServer::Start("nowhere", [] { return Readiness{}; }).status().code(),
             StatusCode::kInvalidArgument);

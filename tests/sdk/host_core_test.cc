@@ -8,10 +8,12 @@
 
 #include <atomic>
 #include <latch>
+#include <map>
 #include <stdexcept>
 #include <thread>
 
 #include "common/fencing.h"
+#include "drover/discovery.h"
 #include "sdk/socket_util.h"
 #include "testing/eventually.h"
 #include "testing/free_port.h"
@@ -32,6 +34,7 @@ class FakeWriter final : public RegistryWriter {
     calls_.push_back("register " + std::to_string(r.key.generation) +
                      (r.accepting ? " accepting" : " not-accepting"));
     last_address_ = r.address;
+    last_labels_ = r.labels;
     if (r.key.generation <= fenced_up_to_) {
       return FencedError(r.key.service, r.key.id, r.key.generation, fenced_up_to_, "removed");
     }
@@ -100,6 +103,10 @@ class FakeWriter final : public RegistryWriter {
     std::lock_guard lock(mu_);
     return last_address_;
   }
+  std::map<std::string, std::string> last_labels() const {
+    std::lock_guard lock(mu_);
+    return last_labels_;
+  }
 
  private:
   mutable std::mutex mu_;
@@ -110,6 +117,7 @@ class FakeWriter final : public RegistryWriter {
   std::uint64_t current_generation_ = 0;
   std::uint64_t fenced_up_to_ = 0;
   std::string last_address_;
+  std::map<std::string, std::string> last_labels_;
 };
 
 HostOptions Options() {
@@ -432,6 +440,61 @@ TEST_F(HostCoreTest, AFailingReadinessCheckStopsNewConnectionsWithoutLosingTheLe
   db_ok = true;
   Beat([&] { return writer_.Count("set 7 accepting") == 1; });
   EXPECT_EQ(writer_.Count("heartbeat 7"), 2u);
+}
+
+// /metrics on the probe port follows the life cycle, and its address is registered for Prometheus
+// next to drover.health.
+TEST_F(HostCoreTest, MetricsFollowTheLifeCycleOnTheRegisteredProbePort) {
+  std::atomic<bool> db_ok{true};
+  HostOptions o = Options();
+  o.version = "1.2";
+  o.readiness.push_back({"db", [&] { return db_ok ? Status::Ok() : UnavailableError("down"); }});
+  Make(std::move(o));
+  const std::uint16_t probe = host_->health_port();
+  auto scrape = [&] { return testing::Http(probe, "GET", "/metrics"); };
+  auto has = [&](const std::string& line) {
+    return scrape().body.find(line + "\n") != std::string::npos;
+  };
+
+  const auto before = scrape();
+  ASSERT_EQ(before.status, 200);
+  EXPECT_NE(before.headers.find("Content-Type: text/plain; version=0.0.4"), std::string::npos)
+      << before.headers;
+  EXPECT_NE(before.body.find("# TYPE drover_host_state gauge\n"), std::string::npos);
+  EXPECT_NE(
+      before.body.find(R"(drover_host_info{service="zone",instance="z1",version="1.2",zone=""} 1)"),
+      std::string::npos)
+      << before.body;
+  EXPECT_TRUE(has(R"(drover_host_state{state="starting"} 1)"));
+  EXPECT_TRUE(has(R"(drover_host_state{state="ready"} 0)"));
+  EXPECT_TRUE(has("drover_host_generation 0"));
+
+  ASSERT_TRUE(host_->Start().ok());
+  const std::string probe_address = "127.0.0.1:" + std::to_string(probe);
+  EXPECT_EQ(writer_.last_labels().at(std::string(kMetricsLabel)), probe_address);
+  EXPECT_EQ(writer_.last_labels().at(std::string(kHealthLabel)), probe_address);
+  EXPECT_TRUE(has(R"(drover_host_state{state="ready"} 1)"));
+  EXPECT_TRUE(has(R"(drover_host_state{state="starting"} 0)"));
+  EXPECT_TRUE(has("drover_host_generation 7"));
+  EXPECT_TRUE(has("drover_host_accepting 1"));
+  EXPECT_TRUE(has("drover_host_sessions 0"));
+
+  Beat([&] { return host_->stats().heartbeats == 1; });
+  EXPECT_TRUE(has("drover_host_heartbeats_total 1"));
+  db_ok = false;
+  EXPECT_TRUE(has(R"(drover_host_state{state="not_ready"} 1)"));
+  Beat([&] { return writer_.Count("set 7 not-accepting") == 1; });
+  // Published after the registry answered, which the fake records first.
+  EXPECT_TRUE(Eventually([&] { return has("drover_host_accepting 0"); }));
+  writer_.SetHeartbeat(UnavailableError("registry down"));
+  Beat([&] { return host_->stats().heartbeat_failures == 1; });
+  EXPECT_TRUE(has("drover_host_heartbeat_failures_total 1"));
+
+  // Shutdown stops the probe port with the rest: what it says while draining is read from the
+  // same function.
+  host_->Shutdown();
+  EXPECT_NE(host_->Metrics().find("drover_host_state{state=\"draining\"} 1\n"), std::string::npos);
+  EXPECT_NE(host_->Metrics().find("drover_host_generation 0\n"), std::string::npos);
 }
 
 TEST_F(HostCoreTest, ShutdownOfAnIdleHostDoesNotWaitForTheHeartbeatTimer) {

@@ -126,6 +126,36 @@ TEST_F(ServerHostTest, InvisibleAndUnreachableUntilWarmAndReady) {
   ASSERT_TRUE(Eventually([&] { return host_->stats().heartbeats >= 2; }));
 }
 
+// What Prometheus finds through the registry (GET /v1/prometheus/sd): the drover.metrics label,
+// the probe port, which answers /metrics with the host's own figures.
+TEST_F(ServerHostTest, ServesMetricsOnTheProbePortAndRegistersItsAddress) {
+  HostOptions o = Options();
+  const std::uint16_t port = PortOf(o.listen);
+  host_ = ServerHost::Create(o).value();
+  ASSERT_TRUE(host_->Start().ok());
+  const std::string probe = "127.0.0.1:" + std::to_string(host_->health_port());
+  const auto list = registry_->List("zone").value();
+  ASSERT_EQ(list.instances.size(), 1u);
+  EXPECT_EQ(list.instances[0].spec.labels.at(std::string(kMetricsLabel)), probe);
+  EXPECT_EQ(list.instances[0].spec.labels.at(std::string(kHealthLabel)), probe);
+
+  LineClient session(port);
+  ASSERT_EQ(session.Ask("HELLO ann"), "WELCOME z1");
+  auto has = [&](const std::string& line) {
+    const auto reply = testing::Http(host_->health_port(), "GET", "/metrics");
+    return reply.status == 200 && reply.body.find(line + "\n") != std::string::npos;
+  };
+  EXPECT_TRUE(has(R"(drover_host_state{state="ready"} 1)"));
+  EXPECT_TRUE(has("drover_host_generation " + std::to_string(host_->generation())));
+  EXPECT_TRUE(has("drover_host_accepting 1"));
+  EXPECT_TRUE(has("drover_host_sessions 1"));
+  EXPECT_TRUE(has("drover_host_sessions_total 1"));
+  ASSERT_TRUE(Eventually([&] { return host_->stats().heartbeats >= 2; }));
+  EXPECT_TRUE(Eventually([&] {
+    return has("drover_host_heartbeats_total " + std::to_string(host_->stats().heartbeats));
+  }));
+}
+
 TEST_F(ServerHostTest, LeavesDiscoveryBeforeClosingAndDrainsSessionsToTheDeadline) {
   HostOptions o = Options();
   o.propagation_delay = 2s;  // room for the test to connect between the two events
