@@ -86,7 +86,8 @@ Result<std::unique_ptr<Store>> OpenStore(const DaemonOptions& o, std::string& wh
 
 HttpOptions HttpOptionsOf(const DaemonOptions& o, const HostPort& address,
                           std::shared_ptr<const Authorizer> auth,
-                          std::shared_ptr<ClientLimits> limits) {
+                          std::shared_ptr<ClientLimits> limits,
+                          std::shared_ptr<const DnsCounters> dns) {
   HttpOptions http;
   http.address = address.ToString();
   http.tls_cert_file = o.tls_cert;
@@ -98,6 +99,7 @@ HttpOptions HttpOptionsOf(const DaemonOptions& o, const HostPort& address,
   http.max_body = o.max_body;
   http.limits = std::move(limits);
   http.auth = std::move(auth);
+  http.dns = std::move(dns);
   return http;
 }
 
@@ -145,8 +147,10 @@ Status StartApis(Daemon::Impl& d) {
                          .write_rate = o.write_rate,
                          .write_burst = o.write_burst,
                          .total_write_rate = o.total_write_rate});
+  auto dns_counters = o.dns.empty() ? nullptr : std::make_shared<DnsCounters>();
   DROVER_ASSIGN_OR_RETURN(
-      d.http, HttpServer::Start(*d.registry, HttpOptionsOf(o, d.http_address, auth, limits)));
+      d.http,
+      HttpServer::Start(*d.registry, HttpOptionsOf(o, d.http_address, auth, limits, dns_counters)));
   if (o.grpc != "off") {
     GrpcOptions grpc;
     grpc.address = o.grpc;
@@ -160,6 +164,7 @@ Status StartApis(Daemon::Impl& d) {
     DnsOptions dns;
     dns.address = o.dns;
     dns.zone = {.domain = o.dns_domain, .ttl_s = o.dns_ttl_s};
+    dns.counters = dns_counters;
     DROVER_ASSIGN_OR_RETURN(d.dns, DnsServer::Start(*d.registry, std::move(dns)));
   }
   WarnAboutExposure(o, d.http_address, auth != nullptr);

@@ -67,11 +67,16 @@ class RegistryCatalog final : public DnsCatalog {
 }  // namespace
 
 struct DnsServer::Impl {
-  Impl(const Registry& registry, DnsOptions o) : options(std::move(o)), catalog(registry) {}
+  Impl(const Registry& registry, DnsOptions o)
+      : options(std::move(o)),
+        catalog(registry),
+        counters_ptr(options.counters ? options.counters : std::make_shared<DnsCounters>()),
+        counters(*counters_ptr) {}
 
   DnsOptions options;
   RegistryCatalog catalog;
-  DnsCounters counters;
+  std::shared_ptr<DnsCounters> counters_ptr;
+  DnsCounters& counters;
   asio::io_context io{1};
   std::unique_ptr<net::TcpListener> tcp;
   std::optional<udp::socket> udp_socket;

@@ -24,12 +24,6 @@ namespace drover::registry {
 
 class Registry;
 
-struct DnsOptions {
-  std::string address;  // "ip:port"; port 0: any free port (the same one for UDP and TCP)
-  DnsZone zone;
-  std::size_t max_tcp_connections = 256;
-};
-
 // What the server has answered since it started.
 struct DnsCounters {
   std::atomic<std::uint64_t> udp_queries{0};
@@ -38,6 +32,14 @@ struct DnsCounters {
   std::atomic<std::uint64_t> refused{0};    // REFUSED and NOTIMP
   std::atomic<std::uint64_t> malformed{0};  // FORMERR, and messages too short to answer
   std::atomic<std::uint64_t> truncated{0};
+};
+
+struct DnsOptions {
+  std::string address;  // "ip:port"; port 0: any free port (the same one for UDP and TCP)
+  DnsZone zone;
+  std::size_t max_tcp_connections = 256;
+  // Where the server counts what it answers (the registry's /metrics reads them); null: its own.
+  std::shared_ptr<DnsCounters> counters;
 };
 
 class DnsServer {

@@ -28,6 +28,7 @@
 #include "drover/mutex.h"
 #include "net/http_server.h"
 #include "registry/client_limits.h"
+#include "registry/dns_server.h"
 #include "registry/encoding_cache.h"
 #include "registry/fleet_status.h"
 #include "registry/json_codec.h"
@@ -744,6 +745,23 @@ std::string HttpServer::Impl::Metrics() {
   out.Counter("drover_registry_rate_limited_writes_total",
               "Writes (HTTP and gRPC) refused for being over the client's write rate",
               static_cast<double>(options.limits->rate_limited_writes()));
+  if (const DnsCounters* dns = options.dns.get()) {
+    out.Counter("drover_registry_dns_queries_total", "DNS queries answered, by transport",
+                static_cast<double>(dns->udp_queries.load()), {{"transport", "udp"}});
+    out.Counter("drover_registry_dns_queries_total", "DNS queries answered, by transport",
+                static_cast<double>(dns->tcp_queries.load()), {{"transport", "tcp"}});
+    out.Counter("drover_registry_dns_nxdomain_total", "DNS answers NXDOMAIN (no such name)",
+                static_cast<double>(dns->nxdomain.load()));
+    out.Counter("drover_registry_dns_refused_total",
+                "DNS queries refused (outside the domain, ANY, transfers, other classes) or NOTIMP",
+                static_cast<double>(dns->refused.load()));
+    out.Counter("drover_registry_dns_malformed_total",
+                "DNS messages that did not parse (FORMERR) or were too short to answer",
+                static_cast<double>(dns->malformed.load()));
+    out.Counter("drover_registry_dns_truncated_total",
+                "DNS answers sent with TC (too long for UDP: the client asks again over TCP)",
+                static_cast<double>(dns->truncated.load()));
+  }
   for (const auto& [status, count] : server->responses()) {
     out.Counter("drover_registry_http_responses_total", "HTTP responses by status",
                 static_cast<double>(count), {{"code", std::to_string(status)}});

@@ -49,6 +49,8 @@ namespace drover::registry {
 class ClientLimits;
 class Registry;
 
+struct DnsCounters;
+
 struct HttpOptions {
   std::string address = "127.0.0.1:0";  // "ip:port"; port 0: any free port (see port())
   int threads = 2;
@@ -74,6 +76,8 @@ struct HttpOptions {
   // PEM CAs for fleet parts (gateways, agents) registered with scheme https, whose status
   // GET /v1/fleet/{service}/{id} fetches (fleet_status.h); empty: the system's trust store.
   std::string fleet_ca;
+  // The DNS server's counters (dns_server.h), for /metrics; null without --dns.
+  std::shared_ptr<const DnsCounters> dns;
 };
 
 class HttpServer {

@@ -201,6 +201,16 @@ TEST_F(DnsTest, MalformedPacketsAreRefusedAndTheRegistryGoesOnServing) {
   EXPECT_EQ(Lines(still.out), (std::vector<std::string>{"127.0.0.3"}));
   const auto still_tcp = Dig("zone.service.drover A +short +tcp");
   EXPECT_EQ(Lines(still_tcp.out), (std::vector<std::string>{"127.0.0.3"}));
+  // The registry's /metrics counts them.
+  const auto metrics = testing::HttpTo(kRegistryIp, http_, "GET", "/metrics");
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(metrics.body, m,
+                                std::regex(R"(drover_registry_dns_malformed_total (\d+))")))
+      << metrics.body;
+  EXPECT_GE(std::stoi(m[1]), 5);  // three FORMERR over UDP, one over TCP, the scrap
+  EXPECT_TRUE(std::regex_search(
+      metrics.body, std::regex(R"(drover_registry_dns_queries_total\{transport="tcp"\} [1-9])")))
+      << metrics.body;
 }
 
 TEST_F(DnsTest, BadDnsFlagsAreUsageErrors) {
