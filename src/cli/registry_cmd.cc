@@ -98,6 +98,20 @@ void AddApiOptions(CLI::App& cmd, DaemonOptions& o) {
   cmd.add_option("--dns-ttl", o.dns_ttl_s, "TTL in seconds of every DNS answer")
       ->check(CLI::Range(0, 86'400))
       ->capture_default_str();
+  cmd.add_option("--xds", o.xds,
+                 "Serve xDS (ADS, v3) at this ip:port for proxyless gRPC clients (xds:///<service> "
+                 "with a bootstrap naming this address): listeners, routes, clusters and endpoints "
+                 "of READY/DRAINING instances; read-only, no authentication (default: off)");
+  cmd.add_option("--xds-allow", o.xds_allow,
+                 "Peers admitted to --xds, as IP ranges (10.0.0.0/8,127.0.0.1); default: every "
+                 "peer that can connect");
+  cmd.add_option("--xds-max-streams-per-client", o.xds_max_streams_per_client,
+                 "xDS streams open at once per client connection; more are RESOURCE_EXHAUSTED")
+      ->check(CLI::Range(std::size_t{1}, std::size_t{1'000'000}))
+      ->capture_default_str();
+  cmd.add_option("--xds-max-streams", o.xds_max_streams, "xDS streams open at once in all")
+      ->check(CLI::Range(std::size_t{1}, std::size_t{1'000'000}))
+      ->capture_default_str();
   cmd.add_option("--fleet-ca", o.fleet_ca,
                  "PEM CAs for gateways and agents registered with scheme https, whose status the "
                  "registry fetches for the dashboard (default: the system's trust store)")
@@ -154,7 +168,8 @@ void AddRegistryCommand(CLI::App& app) {
                   "YAML file with any of these settings (store, data_dir, etcd_endpoints, "
                   "etcd_prefix, etcd_session_ttl, http, grpc, auth_tokens, tick_ms, "
                   "self_preservation, tls_cert, tls_key, ui_gateways, ui_agents, dns, dns_domain, "
-                  "dns_ttl); flags override "
+                  "dns_ttl, xds, xds_allow, xds_max_streams_per_client, xds_max_streams); flags "
+                  "override "
                   "it")
       ->check(CLI::ExistingFile);
   cmd->callback([options, config, cmd] {

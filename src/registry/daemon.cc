@@ -7,6 +7,7 @@
 #include <sstream>
 #include <thread>
 
+#include "common/cidr.h"
 #include "common/host_port.h"
 #include "common/tokens.h"
 #include "registry/client_limits.h"
@@ -16,6 +17,7 @@
 #include "registry/http_api.h"
 #include "registry/registry.h"
 #include "registry/sqlite_store.h"
+#include "registry/xds_server.h"
 
 namespace drover::registry {
 
@@ -27,6 +29,7 @@ struct Daemon::Impl {
   std::unique_ptr<HttpServer> http;
   std::unique_ptr<GrpcServer> grpc;
   std::unique_ptr<DnsServer> dns;
+  std::unique_ptr<XdsServer> xds;
   std::jthread ticker;
   std::once_flag stop_once;
 };
@@ -48,6 +51,14 @@ Status CheckOptions(const DaemonOptions& o) {
     DROVER_RETURN_IF_ERROR(
         ParseHostPort(o.dns, "--dns", {.allow_port_zero = true, .require_ip = true}).status());
     DROVER_RETURN_IF_ERROR(ValidateDnsZone({.domain = o.dns_domain, .ttl_s = o.dns_ttl_s}));
+  }
+  if (!o.xds.empty()) {
+    DROVER_RETURN_IF_ERROR(
+        ParseHostPort(o.xds, "--xds", {.allow_port_zero = true, .require_ip = true}).status());
+  }
+  DROVER_RETURN_IF_ERROR(ParseCidrList(o.xds_allow, "--xds-allow").status());
+  if (o.xds_max_streams_per_client < 1 || o.xds_max_streams < 1) {
+    return InvalidArgumentError("--xds-max-streams-per-client and --xds-max-streams must be >= 1");
   }
   return Status::Ok();
 }
@@ -87,7 +98,8 @@ Result<std::unique_ptr<Store>> OpenStore(const DaemonOptions& o, std::string& wh
 HttpOptions HttpOptionsOf(const DaemonOptions& o, const HostPort& address,
                           std::shared_ptr<const Authorizer> auth,
                           std::shared_ptr<ClientLimits> limits,
-                          std::shared_ptr<const DnsCounters> dns) {
+                          std::shared_ptr<const DnsCounters> dns,
+                          std::shared_ptr<const XdsCounters> xds) {
   HttpOptions http;
   http.address = address.ToString();
   http.tls_cert_file = o.tls_cert;
@@ -100,6 +112,7 @@ HttpOptions HttpOptionsOf(const DaemonOptions& o, const HostPort& address,
   http.limits = std::move(limits);
   http.auth = std::move(auth);
   http.dns = std::move(dns);
+  http.xds = std::move(xds);
   return http;
 }
 
@@ -122,6 +135,15 @@ void WarnAboutExposure(const DaemonOptions& o, const HostPort& http, bool auth) 
           "registry: DNS on non-loopback address {}: it answers anyone who can reach it (no "
           "tokens in DNS) with the READY instances' addresses",
           dns->host);
+    }
+  }
+  if (!o.xds.empty()) {
+    auto xds = ParseHostPort(o.xds, "--xds", {.allow_port_zero = true});
+    if (xds.ok() && !xds->IsLoopback() && o.xds_allow.empty()) {
+      spdlog::warn(
+          "registry: xDS on non-loopback address {} without --xds-allow: any client that reaches "
+          "it reads every service's endpoints (xDS has no authentication)",
+          xds->host);
     }
   }
   if (!http.IsLoopback() && !auth) {
@@ -148,9 +170,10 @@ Status StartApis(Daemon::Impl& d) {
                          .write_burst = o.write_burst,
                          .total_write_rate = o.total_write_rate});
   auto dns_counters = o.dns.empty() ? nullptr : std::make_shared<DnsCounters>();
+  auto xds_counters = o.xds.empty() ? nullptr : std::make_shared<XdsCounters>();
   DROVER_ASSIGN_OR_RETURN(
-      d.http,
-      HttpServer::Start(*d.registry, HttpOptionsOf(o, d.http_address, auth, limits, dns_counters)));
+      d.http, HttpServer::Start(*d.registry, HttpOptionsOf(o, d.http_address, auth, limits,
+                                                           dns_counters, xds_counters)));
   if (o.grpc != "off") {
     GrpcOptions grpc;
     grpc.address = o.grpc;
@@ -166,6 +189,15 @@ Status StartApis(Daemon::Impl& d) {
     dns.zone = {.domain = o.dns_domain, .ttl_s = o.dns_ttl_s};
     dns.counters = dns_counters;
     DROVER_ASSIGN_OR_RETURN(d.dns, DnsServer::Start(*d.registry, std::move(dns)));
+  }
+  if (!o.xds.empty()) {
+    XdsOptions xds;
+    xds.address = o.xds;
+    DROVER_ASSIGN_OR_RETURN(xds.allow, ParseCidrList(o.xds_allow, "--xds-allow"));
+    xds.max_streams_per_client = o.xds_max_streams_per_client;
+    xds.max_streams = o.xds_max_streams;
+    xds.counters = xds_counters;
+    DROVER_ASSIGN_OR_RETURN(d.xds, XdsServer::Start(*d.registry, std::move(xds)));
   }
   WarnAboutExposure(o, d.http_address, auth != nullptr);
   return Status::Ok();
@@ -212,6 +244,8 @@ int Daemon::grpc_port() const { return impl_->grpc ? impl_->grpc->port() : 0; }
 
 int Daemon::dns_port() const { return impl_->dns ? impl_->dns->port() : 0; }
 
+int Daemon::xds_port() const { return impl_->xds ? impl_->xds->port() : 0; }
+
 std::string Daemon::ListeningLine() const {
   const DaemonOptions& o = impl_->options;
   const bool tls = !o.tls_cert.empty();
@@ -226,6 +260,13 @@ std::string Daemon::ListeningLine() const {
     auto dns = ParseHostPort(o.dns, "--dns", {.allow_port_zero = true});
     grpc_note += " and dns://" + (dns.ok() ? dns->WithPort(impl_->dns->port()).ToString() : o.dns);
   }
+  if (impl_->xds) {
+    auto xds = ParseHostPort(o.xds, "--xds", {.allow_port_zero = true});
+    grpc_note +=
+        " and xds://" +
+        (xds.ok() ? xds->WithPort(static_cast<std::uint16_t>(impl_->xds->port())).ToString()
+                  : o.xds);
+  }
   return std::string("drover registry listening on ") + (tls ? "https" : "http") + "://" +
          impl_->http_address.WithPort(http_port()).ToString() + grpc_note + " (" + impl_->where +
          ")";
@@ -237,6 +278,7 @@ void Daemon::Stop() {
       impl_->ticker.request_stop();
       impl_->ticker.join();
     }
+    if (impl_->xds) impl_->xds->Stop();
     if (impl_->dns) impl_->dns->Stop();
     if (impl_->grpc) impl_->grpc->Stop();
     if (impl_->http) impl_->http->Stop();

@@ -51,6 +51,12 @@ struct DaemonOptions {
   std::string dns;
   std::string dns_domain = "drover";
   std::uint32_t dns_ttl_s = 1;
+  // xDS (xds_server.h): "host:port" for proxyless gRPC clients, empty: off; peers admitted
+  // (CIDRs, comma-separated; empty: all), and the streams allowed per client connection and in all.
+  std::string xds;
+  std::string xds_allow;
+  std::size_t xds_max_streams_per_client = 8;
+  std::size_t xds_max_streams = 10'000;
 };
 
 class Daemon {
@@ -67,6 +73,7 @@ class Daemon {
   std::uint16_t http_port() const;
   int grpc_port() const;  // 0 with --grpc off
   int dns_port() const;   // 0 without --dns
+  int xds_port() const;   // 0 without --xds
   // "drover registry listening on http://127.0.0.1:7070 and grpc://127.0.0.1:7071 [and
   // dns://127.0.0.1:8600] (data dir ...)": the bound ports, for scripts and tests that pass
   // port 0.

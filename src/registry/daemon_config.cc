@@ -2,6 +2,7 @@
 
 #include <map>
 
+#include "common/cidr.h"
 #include "registry/ui_url.h"
 
 namespace drover::registry {
@@ -51,6 +52,20 @@ const std::map<std::string, Setter, std::less<>>& Setters() {
       {"ui_agents", [](const YAML::Node& v, DaemonOptions& o) { o.ui_agents = StringOrList(v); }},
       {"fleet_ca", [](const YAML::Node& v, DaemonOptions& o) { o.fleet_ca = v.as<std::string>(); }},
       {"dns", [](const YAML::Node& v, DaemonOptions& o) { o.dns = v.as<std::string>(); }},
+      {"xds", [](const YAML::Node& v, DaemonOptions& o) { o.xds = v.as<std::string>(); }},
+      {"xds_allow",
+       [](const YAML::Node& v, DaemonOptions& o) {
+         std::string joined;
+         for (const std::string& cidr : StringOrList(v))
+           joined += (joined.empty() ? "" : ",") + cidr;
+         o.xds_allow = joined;
+       }},
+      {"xds_max_streams_per_client",
+       [](const YAML::Node& v, DaemonOptions& o) {
+         o.xds_max_streams_per_client = v.as<std::size_t>();
+       }},
+      {"xds_max_streams",
+       [](const YAML::Node& v, DaemonOptions& o) { o.xds_max_streams = v.as<std::size_t>(); }},
       {"dns_domain",
        [](const YAML::Node& v, DaemonOptions& o) { o.dns_domain = v.as<std::string>(); }},
       {"dns_ttl",
@@ -84,6 +99,13 @@ Status CheckRanges(const std::string& where, const DaemonOptions& args) {
                                 "write_rate, write_burst and total_write_rate must be >= 0");
   }
   if (args.dns_ttl_s > 86'400) return InvalidArgumentError(where + "dns_ttl must be 0..86400");
+  if (args.xds_max_streams_per_client < 1 || args.xds_max_streams < 1) {
+    return InvalidArgumentError(where +
+                                "xds_max_streams_per_client and xds_max_streams must be >= 1");
+  }
+  if (auto cidrs = ParseCidrList(args.xds_allow, "xds_allow"); !cidrs.ok()) {
+    return InvalidArgumentError(where + cidrs.status().message());
+  }
   for (const auto* urls : {&args.ui_gateways, &args.ui_agents}) {
     for (const std::string& url : *urls) {
       if (Status s = ValidateUiUrl(url); !s.ok()) {

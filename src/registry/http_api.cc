@@ -35,6 +35,7 @@
 #include "registry/registry.h"
 #include "registry/ui_url.h"
 #include "registry/web_assets.h"
+#include "registry/xds_server.h"
 
 namespace drover::registry {
 
@@ -761,6 +762,20 @@ std::string HttpServer::Impl::Metrics() {
     out.Counter("drover_registry_dns_truncated_total",
                 "DNS answers sent with TC (too long for UDP: the client asks again over TCP)",
                 static_cast<double>(dns->truncated.load()));
+  }
+  if (const XdsCounters* xds = options.xds.get()) {
+    out.Gauge("drover_registry_xds_streams", "Open xDS (ADS) streams",
+              static_cast<double>(xds->streams.load()));
+    out.Counter("drover_registry_xds_refused_streams_total",
+                "xDS streams refused (not in --xds-allow, or over a stream limit)",
+                static_cast<double>(xds->refused_streams.load()));
+    out.Counter("drover_registry_xds_responses_total", "xDS responses sent",
+                static_cast<double>(xds->responses.load()));
+    out.Counter("drover_registry_xds_nacks_total",
+                "xDS responses a client refused (NACK; logged with its error)",
+                static_cast<double>(xds->nacks.load()));
+    out.Gauge("drover_registry_xds_version", "Version of the newest xDS snapshot",
+              static_cast<double>(xds->version.load()));
   }
   for (const auto& [status, count] : server->responses()) {
     out.Counter("drover_registry_http_responses_total", "HTTP responses by status",

@@ -50,6 +50,7 @@ class ClientLimits;
 class Registry;
 
 struct DnsCounters;
+struct XdsCounters;
 
 struct HttpOptions {
   std::string address = "127.0.0.1:0";  // "ip:port"; port 0: any free port (see port())
@@ -78,6 +79,8 @@ struct HttpOptions {
   std::string fleet_ca;
   // The DNS server's counters (dns_server.h), for /metrics; null without --dns.
   std::shared_ptr<const DnsCounters> dns;
+  // The xDS server's counters (xds_server.h), for /metrics; null without --xds.
+  std::shared_ptr<const XdsCounters> xds;
 };
 
 class HttpServer {

@@ -25,6 +25,9 @@ TEST(DaemonConfigTest, BadConfigsNameTheFileAndKeyAndFlagsWin) {
            {"self_preservation: .nan", "self_preservation must be 0..1"},
            {"ui_agents: [ftp://x]", "must start with http:// or https://"},
            {"dns_ttl: 90000", "config r.yaml: dns_ttl must be 0..86400"},
+           {"xds_allow: [10.0.0.0/99]",
+            "config r.yaml: xds_allow '10.0.0.0/99' has a prefix length"},
+           {"xds_max_streams: 0", "xds_max_streams_per_client and xds_max_streams must be >= 1"},
        }) {
     DaemonOptions args;
     const Status s = ApplyDaemonConfig(c.yaml, "r.yaml", none, args);
@@ -44,6 +47,13 @@ TEST(DaemonConfigTest, BadConfigsNameTheFileAndKeyAndFlagsWin) {
   EXPECT_EQ(args.dns, "127.0.0.1:8600");
   EXPECT_EQ(args.dns_domain, "fleet.internal");
   EXPECT_EQ(args.dns_ttl_s, 5u);
+  ASSERT_TRUE(ApplyDaemonConfig("xds: 127.0.0.1:18000\nxds_allow: [10.0.0.0/8, 127.0.0.1]\n"
+                                "xds_max_streams_per_client: 4\n",
+                                "r.yaml", none, args)
+                  .ok());
+  EXPECT_EQ(args.xds, "127.0.0.1:18000");
+  EXPECT_EQ(args.xds_allow, "10.0.0.0/8,127.0.0.1");
+  EXPECT_EQ(args.xds_max_streams_per_client, 4u);
 }
 
 }  // namespace

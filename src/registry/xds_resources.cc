@@ -1,0 +1,240 @@
+#include "registry/xds_resources.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+
+#include "common/host_port.h"
+#include "envoy/config/cluster/v3/cluster.pb.h"
+#include "envoy/config/endpoint/v3/endpoint.pb.h"
+#include "envoy/config/listener/v3/listener.pb.h"
+#include "envoy/config/route/v3/route.pb.h"
+#include "envoy/extensions/filters/http/router/v3/router.pb.h"
+#include "envoy/extensions/filters/network/http_connection_manager/v3/http_connection_manager.pb.h"
+#include "envoy/service/discovery/v3/ads.pb.h"
+
+namespace drover::registry {
+
+namespace core = envoy::config::core::v3;
+namespace endpoint = envoy::config::endpoint::v3;
+namespace hcm = envoy::extensions::filters::network::http_connection_manager::v3;
+using envoy::config::cluster::v3::Cluster;
+using envoy::config::listener::v3::Listener;
+using envoy::config::route::v3::RouteConfiguration;
+
+namespace {
+
+constexpr std::string_view kRouterFilter = "envoy.filters.http.router";
+
+RouteConfiguration Route(const std::string& service) {
+  RouteConfiguration route;
+  route.set_name(service);
+  auto* host = route.add_virtual_hosts();
+  host->set_name(service);
+  // add_domains("*") would trip a false -Wrestrict in GCC 12's inlined string copy.
+  *host->add_domains() = std::string(1, '*');
+  auto* r = host->add_routes();
+  r->mutable_match()->set_prefix("");
+  r->mutable_route()->set_cluster(service);
+  return route;
+}
+
+std::string ListenerOf(const std::string& service, const RouteConfiguration& route) {
+  hcm::HttpConnectionManager manager;
+  manager.set_stat_prefix(service);
+  *manager.mutable_route_config() = route;
+  auto* router = manager.add_http_filters();
+  router->set_name(std::string(kRouterFilter));
+  router->mutable_typed_config()->PackFrom(envoy::extensions::filters::http::router::v3::Router());
+  Listener listener;
+  listener.set_name(service);
+  listener.mutable_api_listener()->mutable_api_listener()->PackFrom(manager);
+  return listener.SerializeAsString();
+}
+
+std::string ClusterOf(const std::string& service) {
+  Cluster cluster;
+  cluster.set_name(service);
+  cluster.set_type(Cluster::EDS);
+  auto* eds = cluster.mutable_eds_cluster_config();
+  eds->mutable_eds_config()->mutable_ads();
+  eds->mutable_eds_config()->set_resource_api_version(core::V3);
+  eds->set_service_name(service);
+  cluster.set_lb_policy(Cluster::ROUND_ROBIN);
+  return cluster.SerializeAsString();
+}
+
+std::string EndpointsOf(const std::string& service, const std::vector<Instance>& instances) {
+  endpoint::ClusterLoadAssignment assignment;
+  assignment.set_cluster_name(service);
+  std::map<std::string, endpoint::LocalityLbEndpoints*> by_zone;  // sorted: a stable order
+  std::map<std::string, std::uint64_t> zone_weight;
+  std::vector<const Instance*> sorted;
+  for (const Instance& in : instances) sorted.push_back(&in);
+  std::sort(sorted.begin(), sorted.end(),
+            [](const Instance* a, const Instance* b) { return a->id < b->id; });
+  for (const Instance* in : sorted) {
+    core::HealthStatus health;
+    if (in->spec.state == InstanceState::kReady && in->spec.accepting) {
+      health = core::HEALTHY;
+    } else if (in->spec.state == InstanceState::kDraining) {
+      health = core::DRAINING;
+    } else {
+      continue;
+    }
+    auto address = ParseHostPort(in->spec.address, "address");
+    if (!address.ok() || !address->is_ip()) continue;
+    auto [it, fresh] = by_zone.try_emplace(in->spec.zone, nullptr);
+    if (fresh) {
+      it->second = assignment.add_endpoints();
+      it->second->mutable_locality()->set_zone(in->spec.zone);
+    }
+    auto* lb = it->second->add_lb_endpoints();
+    auto* socket = lb->mutable_endpoint()->mutable_address()->mutable_socket_address();
+    socket->set_address(address->host);
+    socket->set_port_value(address->port);
+    lb->set_health_status(health);
+    const std::uint32_t weight = std::max<std::uint32_t>(in->spec.weight, 1);
+    lb->mutable_load_balancing_weight()->set_value(weight);
+    zone_weight[in->spec.zone] += weight;
+  }
+  for (auto& [zone, locality] : by_zone) {
+    locality->mutable_load_balancing_weight()->set_value(static_cast<std::uint32_t>(
+        std::min<std::uint64_t>(zone_weight[zone], std::numeric_limits<std::uint32_t>::max())));
+  }
+  return assignment.SerializeAsString();
+}
+
+}  // namespace
+
+XdsServiceResources BuildXdsResources(const std::string& service,
+                                      const std::vector<Instance>& instances) {
+  XdsServiceResources r;
+  const RouteConfiguration route = Route(service);
+  r.listener = ListenerOf(service, route);
+  r.route = route.SerializeAsString();
+  r.cluster = ClusterOf(service);
+  r.endpoints = EndpointsOf(service, instances);
+  return r;
+}
+
+const std::string* XdsSnapshot::Find(std::string_view type_url, std::string_view name) const {
+  auto it = services.find(name);
+  if (it == services.end()) return nullptr;
+  const XdsServiceResources& r = *it->second;
+  if (type_url == kListenerType) return &r.listener;
+  if (type_url == kRouteType) return &r.route;
+  if (type_url == kClusterType) return &r.cluster;
+  if (type_url == kEndpointType) return &r.endpoints;
+  return nullptr;
+}
+
+// One resource type of one stream.
+struct XdsSession::Type {
+  std::string_view url;
+  bool wildcard_allowed = false;  // Listener and Cluster: no names is every resource
+  bool requested = false;         // the client has asked at least once
+  bool answer = false;            // a request awaits an answer even if nothing changed
+  std::set<std::string, std::less<>> names;
+  std::map<std::string, std::string, std::less<>> sent;  // what the last response held
+  std::string last_nonce;
+  std::string nacked_nonce;  // logged already
+};
+
+XdsSession::XdsSession(std::string peer) : peer_(std::move(peer)) {
+  for (auto [url, wildcard] : {std::pair{kListenerType, true}, std::pair{kClusterType, true},
+                               std::pair{kEndpointType, false}, std::pair{kRouteType, false}}) {
+    auto type = std::make_unique<Type>();
+    type->url = url;
+    type->wildcard_allowed = wildcard;
+    types_.push_back(std::move(type));
+  }
+}
+
+XdsSession::~XdsSession() = default;
+
+XdsSession::Type* XdsSession::Find(std::string_view type_url) {
+  for (auto& t : types_) {
+    if (t->url == type_url) return t.get();
+  }
+  return nullptr;
+}
+
+void XdsSession::OnRequest(const Request& request) {
+  if (request.has_node() && node_id_.empty()) node_id_ = request.node().id();
+  Type* type = Find(request.type_url());
+  if (type == nullptr) {
+    // Not a type gRPC's xDS client needs: nothing to serve it with. Said once per stream, so a
+    // client that keeps asking cannot fill the log.
+    if (unknown_types_logged_.size() < 16 &&
+        unknown_types_logged_.insert(request.type_url()).second) {
+      spdlog::warn("registry xds: {} (node '{}') asked for type '{}', which is not served", peer_,
+                   node_id_, request.type_url());
+    }
+    return;
+  }
+  // A request answering an older response than the newest: its subscription may be out of date;
+  // the ACK of the newest will carry the current one.
+  if (!request.response_nonce().empty() && request.response_nonce() != type->last_nonce) return;
+  if (request.has_error_detail()) {
+    ++nacks_;
+    if (type->nacked_nonce != request.response_nonce()) {
+      type->nacked_nonce = request.response_nonce();
+      spdlog::warn(
+          "registry xds: {} (node '{}') refused {} version {} (nonce {}): {}; not sent again "
+          "until it changes",
+          peer_, node_id_, type->url, request.version_info(), request.response_nonce(),
+          request.error_detail().message());
+    }
+  }
+  std::set<std::string, std::less<>> names(request.resource_names().begin(),
+                                           request.resource_names().end());
+  const bool first = !type->requested;
+  const bool changed = names != type->names;
+  type->requested = true;
+  type->names = std::move(names);
+  // The first request of a type is always answered -- with nothing, if nothing exists: that is
+  // how a client learns a listener or cluster does not exist.
+  if (first || changed || request.response_nonce().empty()) type->answer = true;
+}
+
+void XdsSession::OnSnapshot(std::shared_ptr<const XdsSnapshot> snapshot) {
+  snapshot_ = std::move(snapshot);
+}
+
+std::optional<XdsSession::Response> XdsSession::Next() {
+  if (!snapshot_) return std::nullopt;
+  for (auto& t : types_) {
+    Type& type = *t;
+    if (!type.requested) continue;
+    std::map<std::string, std::string, std::less<>> current;
+    if (type.names.empty() && type.wildcard_allowed) {
+      for (const auto& [name, resources] : snapshot_->services) {
+        if (const std::string* bytes = snapshot_->Find(type.url, name))
+          current.emplace(name, *bytes);
+      }
+    } else {
+      for (const std::string& name : type.names) {
+        if (const std::string* bytes = snapshot_->Find(type.url, name))
+          current.emplace(name, *bytes);
+      }
+    }
+    if (!type.answer && current == type.sent) continue;
+    Response response;
+    response.set_version_info(std::to_string(snapshot_->version));
+    response.set_type_url(std::string(type.url));
+    for (const auto& [name, bytes] : current) {
+      auto* any = response.add_resources();
+      any->set_type_url(std::string(type.url));
+      any->set_value(bytes);
+    }
+    type.last_nonce = std::to_string(++nonce_);
+    response.set_nonce(type.last_nonce);
+    type.sent = std::move(current);
+    type.answer = false;
+    return response;
+  }
+  return std::nullopt;
+}
+
+}  // namespace drover::registry
