@@ -4,6 +4,8 @@
 
 #include <cstring>
 
+#include "common/text.h"
+
 namespace drover {
 namespace {
 
@@ -54,12 +56,8 @@ std::string Cidr::ToString() const {
 
 Result<std::vector<Cidr>> ParseCidrList(std::string_view text, std::string_view what) {
   std::vector<Cidr> out;
-  while (!text.empty()) {
-    const std::size_t comma = text.find(',');
-    std::string_view entry = text.substr(0, comma);
-    text = comma == std::string_view::npos ? std::string_view() : text.substr(comma + 1);
-    while (!entry.empty() && entry.front() == ' ') entry.remove_prefix(1);
-    while (!entry.empty() && entry.back() == ' ') entry.remove_suffix(1);
+  for (const std::string& item : SplitCommaList(text)) {
+    const std::string_view entry = item;
     if (entry.empty()) continue;
     auto bad = [&](std::string_view why) {
       return InvalidArgumentError(std::string(what) + " '" + std::string(entry) + "' " +

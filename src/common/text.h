@@ -1,4 +1,4 @@
-// Small text helpers shared by the HTTP APIs and the rollout code.
+// Small text helpers shared by the HTTP APIs, the gateway, DNS and the rollout code.
 #pragma once
 
 #include <functional>
@@ -18,5 +18,11 @@ std::string ReplaceAll(std::string text, std::string_view from, std::string_view
 // "a, b,,c" -> {"a", "b", "", "c"}: the entries of a comma-separated list, trimmed of spaces,
 // empty ones kept (callers say what an empty entry means).
 std::vector<std::string> SplitCommaList(std::string_view list);
+
+// ASCII case-insensitive equality (HTTP field names and tokens, DNS names).
+bool EqualsIgnoreCase(std::string_view a, std::string_view b);
+
+// `text` with ASCII capitals lowered.
+std::string AsciiLower(std::string_view text);
 
 }  // namespace drover

@@ -102,14 +102,6 @@ bool KeepAlive(unsigned version, const Framing1& fr) {
 
 }  // namespace
 
-bool EqualsIgnoreCase(std::string_view a, std::string_view b) {
-  if (a.size() != b.size()) return false;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    if (Lower(a[i]) != Lower(b[i])) return false;
-  }
-  return true;
-}
-
 void Head::Clear() {
   method = target = reason = {};
   status = 0;

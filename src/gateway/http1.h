@@ -19,6 +19,8 @@
 #include <string_view>
 #include <vector>
 
+#include "common/text.h"
+
 namespace drover::gateway::http1 {
 
 struct Field {
@@ -56,8 +58,8 @@ struct Head {
   std::size_t Count(std::string_view name) const;
 };
 
-// ASCII case-insensitive equality, as field names and tokens compare.
-bool EqualsIgnoreCase(std::string_view a, std::string_view b);
+// ASCII case-insensitive equality, as field names and tokens compare (common/text.h).
+using ::drover::EqualsIgnoreCase;
 
 // Calls `f(token)` for each element of a comma-separated list value (RFC 9110 5.6.1), the
 // whitespace around each trimmed and empty elements skipped.

@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "common/host_port.h"
+#include "common/text.h"
 
 namespace drover::registry {
 namespace {
@@ -105,7 +106,10 @@ std::uint64_t ClientLimits::refused_watches() const {
 std::string ConnectionOfPeer(std::string_view peer) {
   for (const std::string_view scheme : {"ipv4:", "ipv6:"}) {
     if (!peer.starts_with(scheme)) continue;
-    auto address = ParseHostPort(peer.substr(scheme.size()), "peer");
+    // gRPC writes an IPv6 peer's brackets percent-encoded: "ipv6:%5B::1%5D:5000".
+    std::string text(peer.substr(scheme.size()));
+    text = ReplaceAll(ReplaceAll(std::move(text), "%5B", "["), "%5D", "]");
+    auto address = ParseHostPort(text, "peer");
     if (address.ok()) return address->ToString();
   }
   return std::string(peer);

@@ -73,7 +73,8 @@ class ClientLimits {
 };
 
 // A gRPC peer string as the connection's address: "ipv4:127.0.0.1:5000" -> "127.0.0.1:5000",
-// "ipv6:[::1]:5000" -> "[::1]:5000"; anything else is returned whole.
+// "ipv6:[::1]:5000" and "ipv6:%5B::1%5D:5000" (gRPC encodes the brackets) -> "[::1]:5000";
+// anything else is returned whole.
 std::string ConnectionOfPeer(std::string_view peer);
 
 }  // namespace drover::registry

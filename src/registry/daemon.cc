@@ -23,6 +23,7 @@ namespace drover::registry {
 
 struct Daemon::Impl {
   DaemonOptions options;
+  Clock* clock = nullptr;
   std::string where;  // "data dir ..." or "etcd ... prefix ..."
   HostPort http_address;
   std::unique_ptr<Registry> registry;
@@ -188,7 +189,7 @@ Status StartApis(Daemon::Impl& d) {
     dns.address = o.dns;
     dns.zone = {.domain = o.dns_domain, .ttl_s = o.dns_ttl_s};
     dns.counters = dns_counters;
-    DROVER_ASSIGN_OR_RETURN(d.dns, DnsServer::Start(*d.registry, std::move(dns)));
+    DROVER_ASSIGN_OR_RETURN(d.dns, DnsServer::Start(*d.registry, std::move(dns), *d.clock));
   }
   if (!o.xds.empty()) {
     XdsOptions xds;
@@ -209,6 +210,7 @@ Result<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& options, Cloc
   DROVER_RETURN_IF_ERROR(CheckOptions(options));
   auto impl = std::make_unique<Impl>();
   impl->options = options;
+  impl->clock = &clock;
   DROVER_ASSIGN_OR_RETURN(impl->http_address,
                           ParseHostPort(options.http, "--http", {.allow_port_zero = true}));
   DROVER_ASSIGN_OR_RETURN(std::unique_ptr<Store> store, OpenStore(options, impl->where));

@@ -79,7 +79,7 @@ class Daemon {
   // port 0.
   std::string ListeningLine() const;
 
-  // Stops the tick, then the gRPC and HTTP APIs, then closes the store. Idempotent.
+  // Stops the tick, then xDS, DNS, the gRPC and HTTP APIs, then closes the store. Idempotent.
   void Stop();
 
   struct Impl;

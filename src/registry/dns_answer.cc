@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "common/host_port.h"
+#include "common/text.h"
 
 namespace drover::registry {
 namespace {
@@ -17,7 +18,9 @@ constexpr std::size_t kUdpPlain = 512;
 // fragments.
 constexpr std::uint16_t kUdpEdnsMax = 1232;
 constexpr std::size_t kTcpMax = 65535;
-constexpr std::uint8_t kBadVersion = 1;  // extended RCODE 16 (BADVERS): high bits 1, low bits 0
+constexpr std::uint8_t kBadVersion = 1;
+constexpr std::size_t kMaxSplits = 4;  // dotted instance ids of up to 4 labels  // extended RCODE
+                                       // 16 (BADVERS): high bits 1, low bits 0
 
 struct PktFree {
   void operator()(ldns_pkt* p) const { ldns_pkt_free(p); }
@@ -31,19 +34,6 @@ struct RdfFree {
 using Pkt = std::unique_ptr<ldns_pkt, PktFree>;
 using Rr = std::unique_ptr<ldns_rr, RrFree>;
 using Rdf = std::unique_ptr<ldns_rdf, RdfFree>;
-
-std::string Lower(std::string_view s) {
-  std::string out(s);
-  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return out;
-}
-
-bool SameName(std::string_view a, std::string_view b) {
-  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
-           return std::tolower(static_cast<unsigned char>(x)) ==
-                  std::tolower(static_cast<unsigned char>(y));
-         });
-}
 
 // A name's labels, lowercased, from its uncompressed wire form (ldns decompresses). nullopt for a
 // label with a byte that cannot be in a registry name ('.' included): such a name matches nothing.
@@ -83,7 +73,7 @@ std::vector<std::string> DomainLabels(const DnsZone& zone) {
   std::string_view rest = zone.domain;
   while (!rest.empty()) {
     const std::size_t dot = rest.find('.');
-    labels.push_back(Lower(rest.substr(0, dot)));
+    labels.push_back(AsciiLower(rest.substr(0, dot)));
     if (dot == std::string_view::npos) break;
     rest.remove_prefix(dot + 1);
   }
@@ -147,13 +137,14 @@ Named Classify(const ldns_rdf* owner, const DnsZone& zone, const DnsCatalog& cat
     named.instances = std::move(*found);
     return named;
   }
-  // <instance>.<service>: either may hold dots, so try each split, the longest service first.
-  for (std::size_t split = 1; split < rest.size(); ++split) {
+  // <instance>.<service>: either may hold dots, so try each split, the longest service first --
+  // a few at most: a name of a hundred labels must not cost a hundred look-ups.
+  for (std::size_t split = 1; split < rest.size() && split <= kMaxSplits; ++split) {
     auto found = catalog.Instances(Join(rest, split, rest.size()));
     if (!found) continue;
     const std::string id = Join(rest, 0, split);
     for (Instance& instance : *found) {
-      if (SameName(instance.id, id)) {
+      if (EqualsIgnoreCase(instance.id, id)) {
         named.kind = NameKind::kInstance;
         named.instances.push_back(std::move(instance));
         return named;

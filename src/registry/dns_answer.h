@@ -13,7 +13,7 @@
 // target is the instance's name above, answered in the additional section too, or the instance's
 // host itself when that is a DNS name (no A/AAAA comes from a name: the registry does not
 // resolve). A name is compared without regard to case; service names are matched whole first,
-// so a service or instance name with dots still resolves.
+// so a service or instance name with dots still resolves (an instance id of up to 4 labels).
 //
 // Everything else is refused, never forwarded: names outside the domain and the classes other
 // than IN get REFUSED (no recursion: RA is never set), as do zone transfers and ANY; opcodes

@@ -14,11 +14,15 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/beast/core/tcp_stream.hpp>
+#include <future>
+#include <map>
 #include <mutex>
 #include <thread>
 #include <vector>
 
 #include "common/host_port.h"
+#include "common/text.h"
+#include "drover/mutex.h"
 #include "net/tcp_listener.h"
 #include "registry/registry.h"
 
@@ -33,43 +37,64 @@ using udp = asio::ip::udp;
 namespace {
 
 constexpr auto kTcpIdle = std::chrono::seconds(10);
-constexpr int kBindTries = 5;  // port 0: a free TCP port may be taken on UDP; try another
+constexpr int kBindTries = 5;
+constexpr auto kStopBound =
+    std::chrono::seconds(2);  // port 0: a free TCP port may be taken on UDP; try another
 
 // The catalog over the registry's current state (its read lock only).
 class RegistryCatalog final : public DnsCatalog {
  public:
-  explicit RegistryCatalog(const Registry& registry) : registry_(registry) {}
+  RegistryCatalog(const Registry& registry, Clock& clock) : registry_(registry), clock_(clock) {}
 
   std::optional<std::vector<Instance>> Instances(std::string_view service) const override {
     if (auto list = registry_.List(std::string(service)); list.ok() && !list->instances.empty()) {
       return std::move(list->instances);
     }
-    // DNS names are case-blind and clients may lower them: a service of capitals is found too.
-    for (const ServiceSummary& summary : registry_.Services()) {
-      if (summary.instances == 0 || summary.name.size() != service.size()) continue;
-      bool same = true;
-      for (std::size_t i = 0; i < service.size() && same; ++i) {
-        same = std::tolower(static_cast<unsigned char>(summary.name[i])) ==
-               std::tolower(static_cast<unsigned char>(service[i]));
-      }
-      if (!same || summary.name == service) continue;
-      if (auto list = registry_.List(summary.name); list.ok() && !list->instances.empty()) {
-        return std::move(list->instances);
-      }
+    // DNS names are case-blind and clients may lower them: a service with capitals is found
+    // through its lowered name.
+    const std::string name = WithCapitals(service);
+    if (name.empty()) return std::nullopt;
+    if (auto list = registry_.List(name); list.ok() && !list->instances.empty()) {
+      return std::move(list->instances);
     }
     return std::nullopt;
   }
 
  private:
+  // The registered name with capitals that `service` lowers to, or "". Services() walks the
+  // registry, so its index is rebuilt at most once a second, and only when a name misses: a flood
+  // of queries for names that do not exist costs a map look-up each.
+  std::string WithCapitals(std::string_view service) const DROVER_EXCLUDES(mu_) {
+    MutexLock lock(mu_);
+    const MonoTime now = clock_.Now();
+    if (!indexed_ || now - indexed_at_ >= kIndexAge) {
+      with_capitals_.clear();
+      for (const ServiceSummary& s : registry_.Services()) {
+        const std::string lowered = AsciiLower(s.name);
+        if (lowered != s.name) with_capitals_.emplace(lowered, s.name);
+      }
+      indexed_ = true;
+      indexed_at_ = now;
+    }
+    auto it = with_capitals_.find(AsciiLower(service));
+    return it == with_capitals_.end() ? std::string() : it->second;
+  }
+
+  static constexpr auto kIndexAge = std::chrono::seconds(1);
   const Registry& registry_;
+  Clock& clock_;
+  mutable Mutex mu_;
+  mutable std::map<std::string, std::string, std::less<>> with_capitals_ DROVER_GUARDED_BY(mu_);
+  mutable bool indexed_ DROVER_GUARDED_BY(mu_) = false;
+  mutable MonoTime indexed_at_ DROVER_GUARDED_BY(mu_){};
 };
 
 }  // namespace
 
 struct DnsServer::Impl {
-  Impl(const Registry& registry, DnsOptions o)
+  Impl(const Registry& registry, DnsOptions o, Clock& clock)
       : options(std::move(o)),
-        catalog(registry),
+        catalog(registry, clock),
         counters_ptr(options.counters ? options.counters : std::make_shared<DnsCounters>()),
         counters(*counters_ptr) {}
 
@@ -82,6 +107,8 @@ struct DnsServer::Impl {
   std::optional<udp::socket> udp_socket;
   std::array<std::uint8_t, 65535> datagram{};
   udp::endpoint datagram_from;
+  std::promise<void> ran;  // set when the io thread's run() returns
+  std::future<void> stopped;
   std::thread thread;
   std::once_flag stop_once;
 
@@ -187,16 +214,21 @@ struct DnsServer::Impl {
   }
 };
 
-Result<std::unique_ptr<DnsServer>> DnsServer::Start(const Registry& registry, DnsOptions options) {
+Result<std::unique_ptr<DnsServer>> DnsServer::Start(const Registry& registry, DnsOptions options,
+                                                    Clock& clock) {
   DROVER_RETURN_IF_ERROR(ValidateDnsZone(options.zone));
   DROVER_ASSIGN_OR_RETURN(
       HostPort address,
       ParseHostPort(options.address, "--dns", {.allow_port_zero = true, .require_ip = true}));
-  auto impl = std::make_unique<Impl>(registry, std::move(options));
+  auto impl = std::make_unique<Impl>(registry, std::move(options), clock);
   DROVER_RETURN_IF_ERROR(impl->Bind(address));
   Impl* raw = impl.get();
   asio::post(raw->io, [raw] { raw->ReceiveDatagram(); });
-  impl->thread = std::thread([raw] { raw->io.run(); });
+  impl->stopped = impl->ran.get_future();
+  impl->thread = std::thread([raw] {
+    raw->io.run();
+    raw->ran.set_value();
+  });
   spdlog::info("registry: DNS on udp and tcp {} for *.service.{} (ttl {} s)",
                address.WithPort(raw->tcp->port()).ToString(), raw->options.zone.domain,
                raw->options.zone.ttl_s);
@@ -214,11 +246,17 @@ const DnsCounters& DnsServer::counters() const { return impl_->counters; }
 void DnsServer::Stop() {
   std::call_once(impl_->stop_once, [this] {
     Impl& d = *impl_;
+    // The listener closes; every TCP client is closed; the UDP socket closes on the io thread.
+    // With nothing left to wait for, the io thread's run() returns by itself; a connection that
+    // would not end within the bound is left to the io_context's destruction.
     d.tcp->StopAccepting();
-    d.io.stop();  // the TCP sessions' frames go with the io_context
+    d.tcp->CloseAll();
+    asio::post(d.io, [&d] {
+      error_code ec;
+      d.udp_socket->close(ec);
+    });
+    if (d.stopped.wait_for(kStopBound) != std::future_status::ready) d.io.stop();
     if (d.thread.joinable()) d.thread.join();
-    error_code ec;
-    d.udp_socket->close(ec);
   });
 }
 

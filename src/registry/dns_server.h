@@ -8,7 +8,7 @@
 // Registry::List, which takes only its read lock: DNS never waits on a write's commit.
 //
 // Thread-safety: Start() and the getters from any thread; Stop() (idempotent) from any thread
-// but the server's own. The Registry must outlive the server.
+// but the server's own. The Registry and the Clock must outlive the server.
 #pragma once
 
 #include <atomic>
@@ -17,6 +17,7 @@
 #include <memory>
 #include <string>
 
+#include "drover/clock.h"
 #include "drover/status.h"
 #include "registry/dns_answer.h"
 
@@ -46,7 +47,8 @@ class DnsServer {
  public:
   // Binds UDP and TCP on options.address and starts serving. INVALID_ARGUMENT for a bad address
   // or zone; UNAVAILABLE when the port cannot be bound.
-  static Result<std::unique_ptr<DnsServer>> Start(const Registry& registry, DnsOptions options);
+  static Result<std::unique_ptr<DnsServer>> Start(const Registry& registry, DnsOptions options,
+                                                  Clock& clock);
   ~DnsServer();  // Stop()
   DnsServer(const DnsServer&) = delete;
   DnsServer& operator=(const DnsServer&) = delete;

@@ -96,8 +96,11 @@ std::string EndpointsOf(const std::string& service, const std::vector<Instance>&
     lb->set_health_status(health);
     const std::uint32_t weight = std::max<std::uint32_t>(in->spec.weight, 1);
     lb->mutable_load_balancing_weight()->set_value(weight);
-    zone_weight[in->spec.zone] += weight;
+    if (health == core::HEALTHY) zone_weight[in->spec.zone] += weight;
   }
+  // A locality's weight is what it can take now: its HEALTHY instances' weights. Counting DRAINING
+  // ones would send a zone's whole share to the few still serving there; a zone with none serving
+  // gets no weight, and gRPC sends it nothing.
   for (auto& [zone, locality] : by_zone) {
     locality->mutable_load_balancing_weight()->set_value(static_cast<std::uint32_t>(
         std::min<std::uint64_t>(zone_weight[zone], std::numeric_limits<std::uint32_t>::max())));
@@ -134,6 +137,7 @@ struct XdsSession::Type {
   std::string_view url;
   bool wildcard_allowed = false;  // Listener and Cluster: no names is every resource
   bool requested = false;         // the client has asked at least once
+  bool wildcard = false;          // its first request named nothing (or "*"): every resource
   bool answer = false;            // a request awaits an answer even if nothing changed
   std::set<std::string, std::less<>> names;
   std::map<std::string, std::string, std::less<>> sent;  // what the last response held
@@ -190,6 +194,10 @@ void XdsSession::OnRequest(const Request& request) {
   std::set<std::string, std::less<>> names(request.resource_names().begin(),
                                            request.resource_names().end());
   const bool first = !type->requested;
+  // Only a first request that names nothing (or "*") subscribes to everything; a later empty
+  // list is the client unsubscribing from its last name (gRPC sends one).
+  if (first) type->wildcard = type->wildcard_allowed && (names.empty() || names.contains("*"));
+  names.erase("*");
   const bool changed = names != type->names;
   type->requested = true;
   type->names = std::move(names);
@@ -199,6 +207,9 @@ void XdsSession::OnRequest(const Request& request) {
 }
 
 void XdsSession::OnSnapshot(std::shared_ptr<const XdsSnapshot> snapshot) {
+  // The server may hand a new stream the snapshot it read at admission after the publisher has
+  // already given it a newer one: the newer stays.
+  if (!snapshot || (snapshot_ && snapshot->version < snapshot_->version)) return;
   snapshot_ = std::move(snapshot);
 }
 
@@ -208,7 +219,7 @@ std::optional<XdsSession::Response> XdsSession::Next() {
     Type& type = *t;
     if (!type.requested) continue;
     std::map<std::string, std::string, std::less<>> current;
-    if (type.names.empty() && type.wildcard_allowed) {
+    if (type.wildcard) {
       for (const auto& [name, resources] : snapshot_->services) {
         if (const std::string* bytes = snapshot_->Find(type.url, name))
           current.emplace(name, *bytes);

@@ -11,8 +11,10 @@
 //   ClusterLoadAssignment S
 //                         READY and accepting instances as HEALTHY, DRAINING ones as DRAINING,
 //                         the rest left out; grouped by zone into localities whose weight is the
-//                         sum of their instances' weights (gRPC ignores a locality without one);
-//                         endpoint weight = the instance's weight. Only IP literals can be
+//                         sum of their HEALTHY instances' weights (what the zone can take now;
+//                         gRPC ignores a locality without one); endpoint weight = the instance's
+//                         weight (carried; gRPC 1.51's round robin does not use it). Only IP
+//                         literals can be
 //                         endpoints (gRPC does not resolve names in EDS; a name would make it
 //                         refuse the whole assignment), so an instance registered by DNS name is
 //                         left out.
@@ -20,8 +22,9 @@
 // assignment: its clients wait for endpoints instead of failing on "resource does not exist"
 // while a single-instance service restarts.
 //
-// The stream (XdsSession), per type: the client's subscription (resource names; none for
-// Listener and Cluster is every one -- the wildcard), what was last sent, and the nonce of that
+// The stream (XdsSession), per type: the client's subscription (resource names; a first request
+// naming none, or "*", for Listener or Cluster is every one -- the wildcard; a later empty list is
+// an unsubscribe), what was last sent, and the nonce of that
 // response. A request answers with the current resources when it is the type's first, when its
 // subscription changed, or -- after a snapshot -- when what it is subscribed to changed. A
 // request that carries an older nonce than the type's last response is stale and ignored (the

@@ -3,6 +3,7 @@
 #include <grpcpp/grpcpp.h>
 #include <spdlog/spdlog.h>
 
+#include <condition_variable>
 #include <map>
 #include <mutex>
 #include <set>
@@ -92,6 +93,7 @@ class AdsStream final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::B
       core_->reactor = this;
     }
     StartRead(&request_);
+    Pump(core_);  // Stop() may have asked for the finish before the reactor existed
   }
 
   // Refused at the door: finished at once with `status`.
@@ -319,8 +321,14 @@ void XdsServer::Impl::RunPublisher(std::stop_token stop) {
   while (!stop.stop_requested()) {
     auto watcher = registry.Watch(0, "");
     if (!watcher.ok()) {
-      spdlog::error("registry xds: cannot watch the registry: {}", watcher.status().ToString());
-      return;
+      // Clients keep the last snapshot meanwhile; trying again beats serving it forever.
+      spdlog::error("registry xds: cannot watch the registry: {}; trying again in 1 s",
+                    watcher.status().ToString());
+      std::mutex m;
+      std::unique_lock lock(m);
+      std::condition_variable_any().wait_for(lock, stop, std::chrono::seconds(1),
+                                             [] { return false; });
+      continue;
     }
     while (!stop.stop_requested()) {
       auto events = (*watcher)->Next(kWatchPoll, stop);

@@ -389,7 +389,8 @@ Status HostCore::RegisterLocked(const char* why) {
     // The probe port serves /metrics too: Prometheus' discovery through the registry scrapes it.
     const std::string probe = HealthAddress(address_);
     r.labels[std::string(kHealthLabel)] = probe;
-    r.labels[std::string(kMetricsLabel)] = probe;
+    // An application that serves its metrics elsewhere says so with its own label.
+    r.labels.try_emplace(std::string(kMetricsLabel), probe);
   }
   r.accepting = CheckReadiness().ready;
   const Status s = writer_.Register(r, options_.call_timeout);

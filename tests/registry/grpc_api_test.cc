@@ -497,6 +497,7 @@ TEST_F(GrpcApiTest, AHundredWatchesOnOneConnectionWithOneTokenAreAllServed) {
 TEST(ClientLimitsTest, PeerAddressesAndIdentities) {
   EXPECT_EQ(ConnectionOfPeer("ipv4:127.0.0.1:5000"), "127.0.0.1:5000");
   EXPECT_EQ(ConnectionOfPeer("ipv6:[::1]:5000"), "[::1]:5000");
+  EXPECT_EQ(ConnectionOfPeer("ipv6:%5B::1%5D:5000"), "[::1]:5000");  // as gRPC writes it
   EXPECT_EQ(ConnectionOfPeer("unix:/tmp/sock"), "unix:/tmp/sock");
   EXPECT_EQ(ClientIdentity(std::string("gateways"), "10.0.0.5:4000"), "token gateways");
   EXPECT_EQ(ClientIdentity(std::string(), "10.0.0.5:4000"), "connection 10.0.0.5:4000");

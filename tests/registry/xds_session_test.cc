@@ -84,7 +84,7 @@ TEST(XdsResourcesTest, TheFourResourcesAreWhatAProxylessClientNeeds) {
   EXPECT_EQ(eu2.locality().zone(), "eu-2");
   EXPECT_EQ(eu2.lb_endpoints(0).endpoint().address().socket_address().address(), "fd00::3");
   EXPECT_EQ(eu2.lb_endpoints(0).health_status(), core::DRAINING);
-  EXPECT_EQ(eu2.load_balancing_weight().value(), 5u);
+  EXPECT_EQ(eu2.load_balancing_weight().value(), 0u);  // nothing there can take a call now
 }
 
 std::shared_ptr<const XdsSnapshot> Snapshot(std::uint64_t version,
@@ -140,6 +140,18 @@ TEST(XdsSessionTest, NothingIsAnsweredBeforeTheFirstSnapshot) {
   EXPECT_EQ(r->version_info(), "1");
   EXPECT_EQ(Names(*r), std::vector<std::string>{"whoami"});
   EXPECT_EQ(s.node_id(), "node-1");
+}
+
+TEST(XdsSessionTest, AnOlderSnapshotNeverReplacesANewerOne) {
+  XdsSession s("peer");
+  s.OnSnapshot(Snapshot(2, {{"whoami", {Make("a", "10.0.0.1:1", InstanceState::kReady)}}}));
+  s.OnSnapshot(Snapshot(1, {}));  // what the server read at admission, handed over late
+  s.OnSnapshot(nullptr);
+  s.OnRequest(Ask(kListenerType, {"whoami"}));
+  auto r = s.Next();
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->version_info(), "2");
+  EXPECT_EQ(Names(*r), std::vector<std::string>{"whoami"});
 }
 
 TEST(XdsSessionTest, AcksAreQuietAndChangesArePushedToSubscribersOnly) {
@@ -226,6 +238,11 @@ TEST(XdsSessionTest, UnknownNamesGetAnEmptyAnswerAndWildcardsGetEverything) {
   auto all = s.Next();
   ASSERT_TRUE(all.has_value());
   EXPECT_EQ(Names(*all), (std::vector<std::string>{"a", "b"}));
+  // A later empty list is an unsubscribe, not a wildcard.
+  s.OnRequest(Ask(kListenerType, {}, none->nonce(), "1"));
+  auto emptied = s.Next();
+  ASSERT_TRUE(emptied.has_value());
+  EXPECT_EQ(emptied->resources_size(), 0);
   // A type nobody serves is not answered.
   s.OnRequest(Ask("type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret", {"x"}));
   EXPECT_FALSE(s.Next().has_value());
