@@ -63,9 +63,9 @@ class DnsTest : public ::testing::Test {
         DROVER_BINARY,
         {"--data-dir", dir_.path() + "/data", "--http", std::string(kRegistryIp) + ":0", "--grpc",
          std::string(kRegistryIp) + ":0", "--dns", std::string(kRegistryIp) + ":0"});
-    http_ = PortIn(registry_.line, R"(http://127\.0\.0\.2:(\d+))");
-    grpc_ = PortIn(registry_.line, R"(grpc://127\.0\.0\.2:(\d+))");
-    dns_ = PortIn(registry_.line, R"(dns://127\.0\.0\.2:(\d+))");
+    http_ = registry_.http;
+    grpc_ = registry_.grpc;
+    dns_ = registry_.dns;
     ASSERT_NE(dns_, 0) << registry_.line;
     ASSERT_NE(http_, 0) << registry_.line;
   }

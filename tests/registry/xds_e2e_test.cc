@@ -26,7 +26,6 @@
 #include "testing/child_process.h"
 #include "testing/eventually.h"
 #include "testing/http_client.h"
-#include "testing/port_in.h"
 #include "testing/registry_process.h"
 #include "testing/temp_dir.h"
 
@@ -36,7 +35,6 @@ namespace {
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 using testing::ChildProcess;
-using testing::PortIn;
 namespace pb = drover::examples::whoami::v1;
 namespace discovery = envoy::service::discovery::v3;
 
@@ -130,9 +128,9 @@ class XdsE2eTest : public ::testing::Test {
         DROVER_BINARY,
         {"--data-dir", dir_.path() + "/data", "--http", std::string(kRegistryIp) + ":0", "--grpc",
          std::string(kRegistryIp) + ":0", "--xds", std::string(kRegistryIp) + ":0"});
-    http_ = PortIn(registry_.line, R"(http://127\.0\.0\.2:(\d+))");
-    grpc_ = PortIn(registry_.line, R"(grpc://127\.0\.0\.2:(\d+))");
-    xds_ = PortIn(registry_.line, R"(xds://127\.0\.0\.2:(\d+))");
+    http_ = registry_.http;
+    grpc_ = registry_.grpc;
+    xds_ = registry_.xds;
     ASSERT_NE(xds_, 0) << registry_.line;
     bootstrap_ = dir_.path() + "/xds-bootstrap.json";
     std::ofstream(bootstrap_) << nlohmann::json{
@@ -357,7 +355,7 @@ TEST_F(XdsE2eTest, StreamsBeyondTheLimitAndPeersOutsideTheAllowListAreRefused) {
   auto limited = testing::StartRegistryProcess(
       DROVER_BINARY, {"--data-dir", dir.path() + "/data", "--http", "127.0.0.1:0", "--grpc", "off",
                       "--xds", "127.0.0.1:0", "--xds-max-streams-per-client", "2"});
-  const std::uint16_t port = PortIn(limited.line, R"(xds://127\.0\.0\.1:(\d+))");
+  const std::uint16_t port = limited.xds;
   ASSERT_NE(port, 0) << limited.line;
   auto channel =
       grpc::CreateChannel("127.0.0.1:" + std::to_string(port), grpc::InsecureChannelCredentials());
@@ -379,7 +377,7 @@ TEST_F(XdsE2eTest, StreamsBeyondTheLimitAndPeersOutsideTheAllowListAreRefused) {
   auto walled = testing::StartRegistryProcess(
       DROVER_BINARY, {"--data-dir", dir2.path() + "/data", "--http", "127.0.0.1:0", "--grpc", "off",
                       "--xds", "127.0.0.1:0", "--xds-allow", "10.0.0.0/8"});
-  const std::uint16_t walled_port = PortIn(walled.line, R"(xds://127\.0\.0\.1:(\d+))");
+  const std::uint16_t walled_port = walled.xds;
   ASSERT_NE(walled_port, 0) << walled.line;
   AdsClient outsider(grpc::CreateChannel("127.0.0.1:" + std::to_string(walled_port),
                                          grpc::InsecureChannelCredentials()));
