@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
+#include <mutex>
 #include <thread>
 
 #include "drover/host.h"
@@ -52,6 +53,7 @@ int ZoneServerMain(int argc, char** argv) {
   std::int64_t warmup_ms = 2000, ttl_ms = 10'000, propagation_ms = 2000, drain_ms = 20'000,
                grace_ms = 30'000;
   double crash_after = 0;
+  std::size_t max_players = 0;
   app.add_option(
          "--registry", options.registry,
          "Registry gRPC address: host:port, or grpcs://host:port for TLS; several registries "
@@ -73,6 +75,11 @@ int ZoneServerMain(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--version-label", options.version, "Release version to register");
   app.add_option("--zone", options.zone, "Availability zone to register");
+  app.add_option("--max-players", max_players,
+                 "Players at once beyond which the zone says it is full: the registry is told "
+                 "to send no new ones (ServerHost::SetAccepting) while /ready stays 200 and the "
+                 "players on it keep playing; 0: no limit")
+      ->capture_default_str();
   app.add_option("--warmup-ms", warmup_ms, "Simulated warm-up time")
       ->check(CLI::Range(std::int64_t{0}, std::int64_t{3'600'000}))
       ->capture_default_str();
@@ -109,9 +116,26 @@ int ZoneServerMain(int argc, char** argv) {
   const milliseconds stage(warmup_ms / 3);
   options.warmup = {Stage("map data", stage), Stage("spawn tables", stage),
                     Stage("database pool", milliseconds(warmup_ms) - 2 * stage)};
-  std::string instance;  // the id, once known (the handler runs only after Start)
-  options.on_session = [&instance](drover::Session& s) {
+  std::string instance;                    // the id, once known (the handler runs only after Start)
+  drover::ServerHost* host_ptr = nullptr;  // set before Start: sessions arrive only after it
+  std::mutex players_mu;
+  std::size_t players = 0;  // guarded by players_mu; SetAccepting is called under it, in order
+  // Zone full: at --max-players the zone asks for no new players; a player who arrives anyway
+  // (a gateway that has not heard yet) is still served. One below the limit, it has room again.
+  auto count_player = [&](int delta) {
+    if (max_players == 0) return;
+    std::lock_guard lock(players_mu);
+    players = delta > 0 ? players + 1 : players - 1;
+    if (delta > 0 && players == max_players) {
+      (void)host_ptr->SetAccepting(false, std::to_string(players) + " players");
+    } else if (delta < 0 && players + 1 == max_players) {
+      (void)host_ptr->SetAccepting(true, std::to_string(players) + " players");
+    }
+  };
+  options.on_session = [&instance, &count_player](drover::Session& s) {
+    count_player(+1);
     drover::examples::ServeZoneSession(s, instance);
+    count_player(-1);
   };
 
   auto host = drover::ServerHost::Create(options);
@@ -120,6 +144,7 @@ int ZoneServerMain(int argc, char** argv) {
     return 2;
   }
   drover::ServerHost& h = **host;
+  host_ptr = &h;
   instance = h.id();
   std::cout << "zone_server " << h.id() << ": warming up for " << warmup_ms
             << " ms; probes on http://" << options.health.substr(0, options.health.rfind(':'))

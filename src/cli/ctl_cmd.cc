@@ -314,6 +314,17 @@ void Drain(const CtlArgs& args) {
                 args.service + "/" + args.id + " draining");
 }
 
+// accept / refuse: the instance's capacity flag, as a full server says it with
+// ServerHost::SetAccepting; its state, lease and readiness stay as they are.
+void SetAccepting(const CtlArgs& args, bool accepting) {
+  const net::HttpClient client = Client(args);
+  const std::uint64_t generation = Generation(client, args);
+  const nlohmann::json body = {{"generation", generation}, {"accepting", accepting}};
+  PrintRevision(args, Call(client, "POST", InstancePath(args) + "/state", body.dump()),
+                args.service + "/" + args.id +
+                    (accepting ? " accepts new connections" : " takes no new connections"));
+}
+
 void Deregister(const CtlArgs& args) {
   const net::HttpClient client = Client(args);
   const std::uint64_t generation = Generation(client, args);
@@ -380,6 +391,19 @@ void AddCtlCommands(CLI::App& app) {
   drain->add_option("--generation", args->generation, "Generation (default: the current one)");
   drain->callback([args] { Drain(*args); });
 
+  for (const bool accepting : {false, true}) {
+    auto* cmd = ctl->add_subcommand(
+        accepting ? "accept" : "refuse",
+        accepting ? "Let an instance take new connections again (after refuse, or a full server "
+                    "that has room)"
+                  : "Send an instance no new connections (zone full) while it stays READY, keeps "
+                    "its lease and its current sessions; the server's own SetAccepting does not "
+                    "undo it until its answer changes");
+    cmd->add_option("service", args->service, "Service name")->required();
+    cmd->add_option("id", args->id, "Instance id")->required();
+    cmd->add_option("--generation", args->generation, "Generation (default: the current one)");
+    cmd->callback([args, accepting] { SetAccepting(*args, accepting); });
+  }
   auto* dereg = ctl->add_subcommand("deregister", "Remove an instance (leaves a tombstone)");
   dereg->add_option("service", args->service, "Service name")->required();
   dereg->add_option("id", args->id, "Instance id")->required();

@@ -144,6 +144,29 @@ Readiness HostCore::CheckReadiness() const {
   return {true, ""};
 }
 
+Status HostCore::SetAccepting(bool accepting, const std::string& reason) {
+  if (full_.exchange(!accepting) == !accepting) return Status::Ok();  // no change
+  const std::string name = options_.service + "/" + options_.instance_id;
+  spdlog::info("host {}: {}{}", name, accepting ? "has room again" : "full",
+               reason.empty() ? std::string() : " (" + reason + ")");
+  const Readiness r = CheckReadiness();  // application code: outside the lock
+  MutexLock lock(registry_mu_);
+  const bool want = accepting && r.ready;
+  if (!registered_ || deregistering_ || want == accepting_) return Status::Ok();
+  const Status set = writer_.SetState(key_, std::nullopt, want, options_.call_timeout);
+  if (set.ok()) {
+    accepting_ = want;
+    PublishRegistrationLocked();
+    spdlog::info("host {}: told the registry it {} new connections", name,
+                 want ? "accepts" : "takes no");
+  } else {
+    // The next heartbeat tries again: it compares what the registry was told with full_.
+    spdlog::warn("host {}: could not tell the registry it {} new connections: {}", name,
+                 want ? "accepts" : "takes no", set.ToString());
+  }
+  return set;
+}
+
 std::string HostCore::Metrics() const {
   // One series per state, 1 for the current one: an alert or a dashboard selects a state without
   // knowing the others.
@@ -180,6 +203,9 @@ std::string HostCore::Metrics() const {
   }
   out.Gauge("drover_host_generation", "The generation registered; 0 while not registered",
             static_cast<double>(registered_generation_.load()));
+  out.Gauge("drover_host_full",
+            "1 while the application says it takes no new connections (ServerHost::SetAccepting)",
+            full_.load() ? 1 : 0);
   out.Gauge("drover_host_accepting",
             "1 while registered and the registry was told the instance accepts new connections",
             registered_accepting_.load() ? 1 : 0);
@@ -392,7 +418,7 @@ Status HostCore::RegisterLocked(const char* why) {
     // An application that serves its metrics elsewhere says so with its own label.
     r.labels.try_emplace(std::string(kMetricsLabel), probe);
   }
-  r.accepting = CheckReadiness().ready;
+  r.accepting = CheckReadiness().ready && !full_.load();
   const Status s = writer_.Register(r, options_.call_timeout);
   if (s.ok()) {
     registered_ = true;
@@ -442,14 +468,15 @@ void HostCore::BeatOnce() {
       heartbeat_failing_ = false;
     }
     heartbeat_retry_ = Duration::zero();
-    if (r.ready != accepting_ && !deregistering_ && key.generation == key_.generation) {
-      const Status set = writer_.SetState(key, std::nullopt, r.ready, options_.call_timeout);
+    const bool want = r.ready && !full_.load();
+    if (want != accepting_ && !deregistering_ && key.generation == key_.generation) {
+      const Status set = writer_.SetState(key, std::nullopt, want, options_.call_timeout);
       if (set.ok()) {
-        accepting_ = r.ready;
+        accepting_ = want;
         PublishRegistrationLocked();
-        if (r.ready) {
+        if (want) {
           spdlog::info("host {}: ready again; accepting new connections", name);
-        } else {
+        } else if (!r.ready) {
           spdlog::warn("host {}: not ready ({}); told the registry to send no new connections",
                        name, r.reason);
         }

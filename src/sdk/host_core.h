@@ -45,6 +45,10 @@ class HostCore {
   void Shutdown();
 
   Readiness CheckReadiness() const;
+  // Capacity (see ServerHost::SetAccepting): whether the application takes new connections.
+  // Applied to the registry at once when registered (else at registration); never changes
+  // readiness. Returns the registry call's status (OK when there was nothing to tell it).
+  Status SetAccepting(bool accepting, const std::string& reason) DROVER_EXCLUDES(registry_mu_);
   // The probe port's /metrics: the host's state, registration and counters in the Prometheus
   // text format. Takes no lock a registry call holds, so a scrape never waits for the registry.
   std::string Metrics() const;
@@ -104,6 +108,7 @@ class HostCore {
   std::stop_source stop_;  // Shutdown() requested: ends warm-up and Start's waits
   std::atomic<Phase> phase_{Phase::kCreated};
   std::atomic<bool> draining_{false};
+  std::atomic<bool> full_{false};                // the application said it takes no new connections
   std::atomic<std::size_t> warming_hook_{0};     // index of the running warm-up hook
   std::atomic<std::uint64_t> superseded_by_{0};  // a newer generation holds our id
 

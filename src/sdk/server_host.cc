@@ -213,6 +213,9 @@ ServerHost::~ServerHost() { Shutdown(); }
 
 Status ServerHost::Start() { return impl_->core->Start(); }
 void ServerHost::Shutdown() { impl_->core->Shutdown(); }
+Status ServerHost::SetAccepting(bool accepting, const std::string& reason) {
+  return impl_->core->SetAccepting(accepting, reason);
+}
 const std::string& ServerHost::id() const { return impl_->core->id(); }
 std::string ServerHost::address() const { return impl_->core->address(); }
 std::uint16_t ServerHost::health_port() const { return impl_->core->health_port(); }

@@ -442,6 +442,35 @@ TEST_F(HostCoreTest, AFailingReadinessCheckStopsNewConnectionsWithoutLosingTheLe
   EXPECT_EQ(writer_.Count("heartbeat 7"), 2u);
 }
 
+// Zone full: SetAccepting(false) tells the registry at once, readiness stays; heartbeats do not
+// undo it, and a readiness flap while full does not re-open the instance.
+TEST_F(HostCoreTest, SetAcceptingChangesCapacityButNotReadiness) {
+  std::atomic<bool> db_ok{true};
+  HostOptions o = Options();
+  o.readiness.push_back(
+      {"db", [&] { return db_ok ? Status::Ok() : UnavailableError("connection refused"); }});
+  Make(std::move(o));
+  ASSERT_TRUE(host_->SetAccepting(false, "before start").ok());  // carried by registration
+  ASSERT_TRUE(host_->Start().ok());
+  EXPECT_EQ(writer_.Count("register 7 not-accepting"), 1u);
+  EXPECT_TRUE(host_->CheckReadiness().ready);  // /ready stays 200
+  ASSERT_TRUE(host_->SetAccepting(true, "room").ok());
+  EXPECT_EQ(writer_.Count("set 7 accepting"), 1u);
+  ASSERT_TRUE(host_->SetAccepting(true, "room").ok());  // no change, no call
+  EXPECT_EQ(writer_.Count("set 7 accepting"), 1u);
+  ASSERT_TRUE(host_->SetAccepting(false, "2 players").ok());
+  EXPECT_EQ(writer_.Count("set 7 not-accepting"), 1u);
+  EXPECT_TRUE(host_->CheckReadiness().ready);
+  Beat([&] { return writer_.Count("heartbeat 7") >= 1; });
+  EXPECT_EQ(writer_.Count("set 7 accepting"), 1u);  // the heartbeat did not undo it
+  db_ok = false;
+  Beat([&] { return writer_.Count("heartbeat 7") >= 2; });
+  db_ok = true;
+  Beat([&] { return writer_.Count("heartbeat 7") >= 3; });
+  EXPECT_EQ(writer_.Count("set 7 accepting"), 1u);  // still full: readiness back is not room
+  EXPECT_NE(host_->Metrics().find("drover_host_full 1"), std::string::npos) << host_->Metrics();
+}
+
 // /metrics on the probe port follows the life cycle, and its address is registered for Prometheus
 // next to drover.health.
 TEST_F(HostCoreTest, MetricsFollowTheLifeCycleOnTheRegisteredProbePort) {

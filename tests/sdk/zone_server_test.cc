@@ -4,6 +4,7 @@
 #include <sys/wait.h>
 
 #include <csignal>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <regex>
 
@@ -13,6 +14,7 @@
 #include "testing/line_client.h"
 #include "testing/port_in.h"
 #include "testing/registry_process.h"
+#include "testing/run_command.h"
 #include "testing/temp_dir.h"
 
 namespace drover {
@@ -102,6 +104,97 @@ TEST_F(ZoneServerTest, BadOptionsExitWithUsageErrors) {
   const int status = zone->Wait();
   ASSERT_TRUE(WIFEXITED(status));
   EXPECT_NE(WEXITSTATUS(status), 0);
+}
+
+// Zone full (issue 25): a zone server at --max-players tells the registry it takes no new players
+// while /ready stays 200; a real gateway then sends every new player elsewhere and the players on
+// it keep playing. `drover ctl refuse|accept` does the same by hand.
+TEST_F(ZoneServerTest, AFullZoneIsSkippedForNewPlayersWhileReadyAndItsPlayersKeepPlaying) {
+  struct Started {
+    std::unique_ptr<ChildProcess> process;
+    std::uint16_t health = 0;
+    std::uint16_t port = 0;
+  };
+  auto start = [&](const std::string& id, std::vector<std::string> extra) {
+    Started z;
+    extra.insert(extra.end(), {"--warmup-ms", "0"});
+    z.process = Zone(id, extra);
+    if (auto first = z.process->ReadLine(20s)) {
+      z.health = PortIn(*first, R"(probes on http://127\.0\.0\.1:(\d+)/ready)");
+    }
+    if (auto second = z.process->ReadLine(20s)) {
+      z.port = PortIn(*second, R"(serving at 127\.0\.0\.1:(\d+))");
+    }
+    return z;
+  };
+  Started z1 = start("z1", {"--max-players", "2"});
+  Started z2 = start("z2", {});
+  ASSERT_NE(z1.port, 0);
+  ASSERT_NE(z2.port, 0);
+
+  const std::string config = dir_.path() + "/gateway.yaml";
+  std::ofstream(config) << "registry: 127.0.0.1:" << grpc_port_ << "\nthreads: 1\n"
+                        << "listeners:\n  - name: zone\n    address: 127.0.0.1:0\n"
+                        << "    service: zone\n    policy: least_conn\n";
+  ChildProcess gateway({DROVER_BINARY, "gateway", "--config", config});
+  const auto line = gateway.ReadLine(20s);
+  ASSERT_TRUE(line.has_value());
+  const std::uint16_t front = PortIn(*line, R"(zone=127\.0\.0\.1:(\d+))");
+  ASSERT_NE(front, 0) << *line;
+  // One short session through the gateway: the zone that welcomed it.
+  auto session = [&]() -> std::string {
+    LineClient player(front);
+    const auto welcome = player.Ask("HELLO p");
+    player.Ask("QUIT");
+    return welcome ? *welcome : "";
+  };
+  // Every one of `n` sessions in a row lands on `zone` (until the gateway has heard).
+  auto all_land_on = [&](const std::string& zone, int n) {
+    return testing::Eventually(
+        [&] {
+          for (int i = 0; i < n; ++i) {
+            if (session() != "WELCOME " + zone) return false;
+          }
+          return true;
+        },
+        10s, 20ms);
+  };
+  auto accepting = [&](const std::string& id) {
+    for (const auto& in : Instances()) {
+      if (in["id"] == id) return in["state"] == "READY" && in.value("accepting", false);
+    }
+    return false;
+  };
+  ASSERT_TRUE(testing::Eventually([&] { return accepting("z1") && accepting("z2"); }, 10s));
+
+  // Two players on z1: full.
+  LineClient ann(z1.port), bob(z1.port);
+  ASSERT_EQ(ann.Ask("HELLO ann"), "WELCOME z1");
+  ASSERT_EQ(bob.Ask("HELLO bob"), "WELCOME z1");
+  ASSERT_TRUE(testing::Eventually([&] { return !accepting("z1"); }, 10s))
+      << "z1 never said it was full";
+  EXPECT_EQ(testing::Http(z1.health, "GET", "/ready").status, 200);  // full is not unready
+  EXPECT_TRUE(all_land_on("z2", 20)) << "new players still reach the full zone";
+  EXPECT_EQ(ann.Ask("PING"), "PONG");  // its players keep playing
+  EXPECT_EQ(bob.Ask("PING"), "PONG");
+  const std::string metrics = testing::Http(z1.health, "GET", "/metrics").body;
+  EXPECT_NE(metrics.find("drover_host_full 1"), std::string::npos) << metrics;
+
+  // Both leave: room again, and with z2 refused by hand every new player goes to z1.
+  EXPECT_EQ(ann.Ask("QUIT"), "BYE");
+  EXPECT_EQ(bob.Ask("QUIT"), "BYE");
+  ASSERT_TRUE(testing::Eventually([&] { return accepting("z1"); }, 10s));
+  const std::string ctl = std::string(DROVER_BINARY) +
+                          " ctl --registry http://127.0.0.1:" + std::to_string(http_port_) + " ";
+  const auto refuse = testing::RunCommand(ctl + "refuse zone z2");
+  ASSERT_EQ(refuse.exit_code, 0) << refuse.out;
+  EXPECT_NE(refuse.out.find("zone/z2 takes no new connections"), std::string::npos) << refuse.out;
+  EXPECT_FALSE(accepting("z2"));
+  EXPECT_TRUE(all_land_on("z1", 20)) << "new players still reach the refused zone";
+  EXPECT_EQ(testing::Http(z1.health, "GET", "/ready").status, 200);
+  const auto accept = testing::RunCommand(ctl + "accept zone z2");
+  ASSERT_EQ(accept.exit_code, 0) << accept.out;
+  EXPECT_TRUE(testing::Eventually([&] { return session() == "WELCOME z2"; }, 10s, 20ms));
 }
 
 }  // namespace
