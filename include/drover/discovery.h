@@ -59,6 +59,12 @@ struct DiscoveryOptions {
   // client moves to the next registry. Zero: never.
   Duration watch_silence_limit = std::chrono::seconds(15);
   double max_drop_fraction = 0.5;  // see ServiceView: bigger drops need a second read
+  // Staleness policy (RT-2): a snapshot the registry has not confirmed for longer than this is
+  // stale -- Stale() turns true and the client logs it once (and once when the registry is heard
+  // again). It keeps serving the snapshot all the same: routing on the last table beats routing
+  // on none. What to do about it is the owner's (a gateway reports not-ready on its /ready, so a
+  // load balancer in front prefers another gateway). Zero: never stale.
+  Duration max_stale = std::chrono::seconds(30);
 };
 
 struct DiscoverySnapshot {
@@ -96,6 +102,8 @@ class DiscoveryClient {
   Result<DiscoverySnapshot> Snapshot() const;
   // How long since the registry last confirmed the snapshot (RT-2's staleness metric).
   Duration Age() const;
+  // Age() over options.max_stale (with a snapshot, and max_stale not zero).
+  bool Stale() const;
   DiscoveryStats Stats() const;
   // Waits (real time) until the snapshot is at `revision` or later. False on timeout.
   bool WaitForRevision(std::uint64_t revision, std::chrono::milliseconds timeout) const;

@@ -346,6 +346,7 @@ Result<GatewayConfig> ParseGatewayConfig(const std::string& yaml) {
     DROVER_CONFIG_TRY(r.Get("name", c.name));
     DROVER_CONFIG_TRY(r.Get("advertise", c.advertise));
     DROVER_CONFIG_TRY(r.GetMs("drain_ms", c.drain, 0, 3'600'000));
+    DROVER_CONFIG_TRY(r.GetMs("max_stale_ms", c.max_stale, 0, 86'400'000));
     const YAML::Node listeners = r.node("listeners");
     DROVER_CONFIG_TRY(r.NoUnknownKeys());
     if (listeners && !listeners.IsSequence()) {

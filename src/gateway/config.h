@@ -138,6 +138,10 @@ struct GatewayConfig {
   std::string cpu_affinity = "spread";
   std::string admin = "127.0.0.1:9900";
   Duration drain = std::chrono::seconds(10);
+  // Staleness policy: a listener whose registry has not been heard for longer than this still
+  // routes on its last table, but the gateway's /ready turns 503 (a load balancer in front
+  // prefers another gateway). 0: never.
+  Duration max_stale = std::chrono::seconds(30);
   std::vector<ListenerConfig> listeners;
   // Registration as service drover-gateway (the dashboard finds the gateway there), while the
   // admin endpoint is on: `name` is the instance id (default gateway-<host>-<admin port>),

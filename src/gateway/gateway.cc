@@ -35,6 +35,7 @@ double Seconds(Duration d) { return std::chrono::duration<double>(d).count(); }
 std::string MetricsTextOf(const Gateway::Impl& g);
 std::string SnapshotJsonOf(const Gateway::Impl& g);
 bool ReadyOf(const Gateway::Impl& g);
+std::string NotReadyReason(const Gateway::Impl& g);
 
 }  // namespace
 
@@ -110,9 +111,9 @@ net::HttpResponse Gateway::Impl::Admin(const net::HttpRequest& req) const {
   } else if (target == "/live") {
     res.body() = "live\n";
   } else if (target == "/ready") {
-    const bool ready = ReadyOf(*this);
-    res.result(ready ? http::status::ok : http::status::service_unavailable);
-    res.body() = ready ? "ready\n" : "not ready: waiting for the registry\n";
+    const std::string why = NotReadyReason(*this);
+    res.result(why.empty() ? http::status::ok : http::status::service_unavailable);
+    res.body() = why.empty() ? "ready\n" : "not ready: " + why + "\n";
   } else {
     res.result(http::status::not_found);
     res.body() = "try /metrics, /admin/snapshot, /live or /ready\n";
@@ -235,6 +236,9 @@ void WriteUpstreamMetrics(metrics::TextWriter& out, const Gateway::Impl::Upstrea
   if (age != Duration::max()) {
     out.Gauge("drover_gateway_discovery_age_seconds",
               "Time since the registry last confirmed the routing table.", Seconds(age), labels);
+    out.Gauge("drover_gateway_discovery_stale",
+              "1 while the routing table is older than max_stale (still routed on; /ready 503).",
+              u.upstream->DiscoveryStale() ? 1 : 0, labels);
   }
   if (const auto figures = u.upstream->DiscoveryFigures()) {
     out.Gauge("drover_gateway_discovery_connected", "1 while a watch stream to a registry is live.",
@@ -326,12 +330,25 @@ std::string SnapshotJsonOf(const Gateway::Impl& g) {
   return nlohmann::json{{"listeners", std::move(listeners)}}.dump(2) + "\n";
 }
 
-bool ReadyOf(const Gateway::Impl& g) {
+// Why the gateway is not ready, or "" when it is: a listener still waiting for its first table,
+// or one whose table is older than max_stale (routed on all the same).
+std::string NotReadyReason(const Gateway::Impl& g) {
   for (const auto& u : g.upstreams) {
-    if (!u.upstream->Snapshot()->discovered) return false;
+    if (!u.upstream->Snapshot()->discovered) return "waiting for the registry";
   }
-  return true;
+  for (const auto& u : g.upstreams) {
+    if (u.upstream->DiscoveryStale()) {
+      return fmt::format(
+          "the registry has not been heard for {:.0f} s (max_stale {:.0f} s; listener {}, "
+          "service {}); still routing on the last table",
+          Seconds(u.upstream->DiscoveryAge()), Seconds(g.config.max_stale), u.listener,
+          u.upstream->listener().service);
+    }
+  }
+  return {};
 }
+
+bool ReadyOf(const Gateway::Impl& g) { return NotReadyReason(g).empty(); }
 
 }  // namespace
 

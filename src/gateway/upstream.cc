@@ -41,6 +41,7 @@ Result<std::unique_ptr<Upstream>> Upstream::Start(const GatewayConfig& gateway,
   d.registry_ca = gateway.registry_ca;
   d.token = gateway.token;
   d.service = listener.service;
+  d.max_stale = gateway.max_stale;
   auto discovery = DiscoveryClient::Start(d, clock);
   if (!discovery.ok()) return discovery.status();
   up->discovery_ = std::move(*discovery);
@@ -166,6 +167,8 @@ void Upstream::ReportCheck(InstanceCounters& ic, bool ok) const {
                  listener_.name, ic.id, in_row);
   }
 }
+
+bool Upstream::DiscoveryStale() const { return discovery_ && discovery_->Stale(); }
 
 Duration Upstream::DiscoveryAge() const {
   return discovery_ ? discovery_->Age() : Duration::zero();

@@ -93,6 +93,8 @@ class Upstream {
 
   // Discovery's staleness (RT-2), for metrics and the admin view; max() before the first answer.
   Duration DiscoveryAge() const;
+  // Older than the gateway's max_stale (DiscoveryClient::Stale): routed on all the same.
+  bool DiscoveryStale() const;
   // The discovery client's figures (the registry in use, connected, longest gap); empty in tests
   // without one.
   std::optional<DiscoveryStats> DiscoveryFigures() const;

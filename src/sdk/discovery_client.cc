@@ -34,6 +34,8 @@ struct DiscoveryClient::Impl {
         view(options.service, sdk::ServiceViewOptions{options.max_drop_fraction}) {}
 
   void Run(std::stop_token stop);
+  void NoteStaleness();
+  bool stale_logged = false;  // the watch thread's only
   // One watch stream from the view's revision, until it ends. True if it delivered anything.
   bool WatchOnce();
   // Lists the service and applies it; a list that drops too much is confirmed by a second one.
@@ -123,6 +125,7 @@ void DiscoveryClient::Impl::Publish(bool connected) {
     published.Store(std::move(snapshot));
   }
   published_cv.NotifyAll();
+  NoteStaleness();
 }
 
 bool DiscoveryClient::Impl::ListOnce(bool confirming) {
@@ -294,6 +297,29 @@ void DiscoveryClient::Impl::Watchdog(std::stop_token stop) {
   }
 }
 
+// Logs the snapshot turning stale, and fresh again, once each (run on the watch thread, between
+// attempts: while a watch is live the snapshot is fresh).
+void DiscoveryClient::Impl::NoteStaleness() {
+  const Duration limit = options.max_stale;
+  auto snapshot = published.Load();
+  if (limit <= Duration::zero() || !snapshot) return;
+  const Duration age = clock.Now() - snapshot->heard_at;
+  const bool stale = age > limit;
+  if (stale == stale_logged) return;
+  stale_logged = stale;
+  const double seconds = std::chrono::duration<double>(age).count();
+  if (stale) {
+    spdlog::warn(
+        "discovery {}: the registry has not been heard for {:.1f} s (max_stale {:.0f} s): the "
+        "snapshot at revision {} is stale; still serving it",
+        options.service, seconds, std::chrono::duration<double>(limit).count(),
+        snapshot->table->version());
+  } else {
+    spdlog::info("discovery {}: the registry is heard again; the snapshot is fresh",
+                 options.service);
+  }
+}
+
 void DiscoveryClient::Impl::Run(std::stop_token stop) {
   MonoTime next_list{};
   while (!stop.stop_requested()) {
@@ -308,6 +334,7 @@ void DiscoveryClient::Impl::Run(std::stop_token stop) {
     WatchOnce();
     if (stop.stop_requested()) break;
     if (published.Load()) Publish(false);  // still the last good view, now disconnected
+    NoteStaleness();
     if (failover.AllFailing()) {
       // Every registry failed: wait on the next one's connection, not a blind sleep -- the
       // watch reopens as soon as it connects, within the same backoff.
@@ -384,6 +411,12 @@ DiscoveryStats DiscoveryClient::Stats() const {
   }
   out.registry = impl_->failover.endpoint(impl_->failover.current());
   return out;
+}
+
+bool DiscoveryClient::Stale() const {
+  const Duration limit = impl_->options.max_stale;
+  if (limit <= Duration::zero() || !impl_->published.Load()) return false;
+  return Age() > limit;
 }
 
 Duration DiscoveryClient::Age() const {

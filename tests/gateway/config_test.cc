@@ -12,6 +12,7 @@ registry: 127.0.0.1:7071
 threads: 2
 admin: 127.0.0.1:9900
 drain_ms: 5000
+max_stale_ms: 45000
 listeners:
   - name: zone
     address: 0.0.0.0:7000
@@ -58,6 +59,8 @@ TEST(GatewayConfigTest, ParsesEverySetting) {
   ASSERT_TRUE(none.ok()) << none.status().ToString();
   EXPECT_EQ(none->cpu_affinity, "none");
   EXPECT_EQ(c->drain, 5s);
+  EXPECT_EQ(c->max_stale, 45s);
+  EXPECT_EQ(GatewayConfig().max_stale, 30s);  // the default
   ASSERT_EQ(c->listeners.size(), 3u);
   EXPECT_EQ(c->listeners[0].policy, Policy::kP2c);
   EXPECT_EQ(c->listeners[0].slow_start, 20s);

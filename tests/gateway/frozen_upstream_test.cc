@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <csignal>
+#include <nlohmann/json.hpp>
 #include <regex>
 
 #include "gateway/gateway.h"
@@ -12,6 +13,7 @@
 #include "registry/sqlite_store.h"
 #include "testing/child_process.h"
 #include "testing/eventually.h"
+#include "testing/http_client.h"
 #include "testing/line_client.h"
 #include "testing/temp_dir.h"
 
@@ -111,6 +113,83 @@ TEST_F(FrozenUpstreamTest, ActiveChecksTakeAFrozenServerOutOfRoutingAndBringItBa
   zones[0]->Signal(SIGCONT);
   ASSERT_TRUE(
       testing::Eventually([&] { return std::regex_search(gateway->MetricsText(), healthy_z1); }));
+  gateway->Shutdown();
+}
+
+// The routing table's version is the registry revision it was built from: non-zero once
+// discovered, and new with every change of the table.
+TEST_F(FrozenUpstreamTest, TheTableVersionIsSetByDiscoveryAndMovesWithTheTable) {
+  auto z1 = Zone("z1");
+  GatewayConfig c;
+  c.registry = registry_address_;
+  c.threads = 1;
+  c.admin = "";
+  c.register_self = false;
+  ListenerConfig l;
+  l.name = "zone";
+  l.address = "127.0.0.1:0";
+  l.service = "zone";
+  c.listeners.push_back(l);
+  auto gateway = Gateway::Start(c, clock_).value();
+  auto table = [&] {
+    const auto j = nlohmann::json::parse(gateway->SnapshotJson())["listeners"][0];
+    return std::pair{j["version"].get<std::uint64_t>(), j["instances"].size()};
+  };
+  ASSERT_TRUE(testing::Eventually([&] { return table().second == 1; }));
+  const std::uint64_t first = table().first;
+  EXPECT_GT(first, 0u);
+  auto z2 = Zone("z2");
+  ASSERT_TRUE(testing::Eventually([&] { return table().second == 2; }));
+  const std::uint64_t second = table().first;
+  EXPECT_GT(second, first);
+  EXPECT_NE(gateway->MetricsText().find("drover_gateway_routing_table_version{listener=\"zone\","
+                                        "service=\"zone\"} " +
+                                        std::to_string(second)),
+            std::string::npos);
+  z2->Signal(SIGTERM);  // leaves discovery: a new table, a new version
+  ASSERT_TRUE(testing::Eventually([&] { return table().second == 1; }));
+  EXPECT_GT(table().first, second);
+  gateway->Shutdown();
+}
+
+// Staleness policy: a gateway whose registry has been gone longer than max_stale says so on its
+// /ready (503, why) and in its metrics, and still routes on its last table.
+TEST_F(FrozenUpstreamTest, AGatewayPastMaxStaleIsNotReadyButStillRoutes) {
+  auto z1 = Zone("z1");
+  GatewayConfig c;
+  c.registry = registry_address_;
+  c.threads = 1;
+  c.admin = "127.0.0.1:0";
+  c.register_self = false;
+  c.max_stale = 1s;
+  ListenerConfig l;
+  l.name = "zone";
+  l.address = "127.0.0.1:0";
+  l.service = "zone";
+  c.listeners.push_back(l);
+  auto gateway = Gateway::Start(c, clock_).value();
+  ASSERT_TRUE(testing::Eventually(
+      [&] { return gateway->SnapshotJson().find("\"routable\": true") != std::string::npos; }));
+  EXPECT_EQ(testing::Http(gateway->admin_port(), "GET", "/ready").status, 200);
+
+  server_->Stop();  // the registry is gone
+  testing::HttpReply ready;
+  ASSERT_TRUE(testing::Eventually(
+      [&] {
+        ready = testing::Http(gateway->admin_port(), "GET", "/ready");
+        return ready.status == 503;
+      },
+      10s, 50ms));
+  EXPECT_NE(ready.body.find("the registry has not been heard for"), std::string::npos)
+      << ready.body;
+  EXPECT_NE(ready.body.find("still routing on the last table"), std::string::npos) << ready.body;
+  EXPECT_NE(gateway->MetricsText().find("drover_gateway_discovery_stale{listener=\"zone\","
+                                        "service=\"zone\"} 1"),
+            std::string::npos);
+  for (int i = 0; i < 5; ++i) {  // routing goes on
+    testing::LineClient player(gateway->port("zone"));
+    EXPECT_EQ(player.Ask("HELLO p"), "WELCOME z1");
+  }
   gateway->Shutdown();
 }
 
