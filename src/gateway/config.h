@@ -27,7 +27,8 @@
 //       hash: maglev                # hash: maglev | ring; the key is the first line (below)
 //       bounded_load: 1.25          # hash: no instance takes more than c x its fair share
 //       connect_timeout_ms: 1000
-//       connect_attempts: 3         # distinct instances tried before the client is closed
+//       connect_attempts: 3         # distinct instances tried before the client is closed,
+//                                   # each further one within the retry budget (below)
 //       idle_timeout_ms: 300000     # no byte either way for this long: both sides closed
 //       response_timeout_ms: 0      # upstream silent this long after client data: closed
 //       key_timeout_ms: 5000        # hash: time allowed for the key line
@@ -44,8 +45,9 @@
 //       upstream_max_age_ms: 60000         # pooled upstream connection retired after ~this (+-10%)
 //       upstream_idle_timeout_ms: 30000    # pooled upstream connection unused this long: closed
 //       max_idle_per_instance: 128         # pooled idle connections kept per instance
-//       retry_budget_percent: 20           # retries in flight <= max(min, percent x requests)
-//       retry_budget_min: 3
+//       retry_budget_percent: 20           # retries in flight <= max(min, percent x requests);
+//       retry_budget_min: 3                # tcp listeners too: connects to a further instance
+//                                          # <= max(min, percent x dials in flight)
 //       max_header_bytes: 16384            # a larger request head is answered 431
 //       routes:                            # longest prefix wins; a path matching none: 404
 //         - prefix: /api/

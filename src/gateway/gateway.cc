@@ -196,6 +196,11 @@ void WriteListenerMetrics(metrics::TextWriter& out, const ListenerConfig& l,
     Count(out, "drover_gateway_bad_key_total",
           "Client connections closed for a missing or malformed DROVER-KEY line.", c.bad_key,
           labels);
+    Count(out, "drover_gateway_tcp_connect_retries_total",
+          "Connects to a further instance after a failed one.", c.retries, labels);
+    Count(out, "drover_gateway_tcp_retry_budget_exhausted_total",
+          "Connects to a further instance refused because the retry budget was spent.",
+          c.budget_exhausted, labels);
     return;
   }
   WriteHttpListenerMetrics(out, static_cast<const HttpProxy&>(proxy), c, labels);

@@ -16,6 +16,7 @@
 #include "drover/router.h"
 #include "gateway/key_line.h"
 #include "gateway/relay_chunk.h"
+#include "gateway/retry_budget.h"
 #include "gateway/thread_random.h"
 #include "gateway/upstream.h"
 #include "net/tcp_listener.h"
@@ -69,7 +70,23 @@ struct Conn {
 constexpr auto kTuneProbesAfter = std::chrono::seconds(10);
 
 // A session's connect phase; owned by the pending connect's handler.
+// One session's dial. Holds its place in the listener's retry budget: as a dial in flight (the
+// budget's "requests") for as long as it lives, and as a retry while a further attempt connects.
 struct Dialing {
+  explicit Dialing(RetryBudget& b) : budget(b) { budget.RequestStarted(); }
+  ~Dialing() {
+    EndRetry();
+    budget.RequestEnded();
+  }
+  Dialing(const Dialing&) = delete;
+  Dialing& operator=(const Dialing&) = delete;
+  void EndRetry() {
+    if (retrying) budget.RetryEnded();
+    retrying = false;
+  }
+
+  RetryBudget& budget;
+  bool retrying = false;  // holds a retry slot
   std::shared_ptr<Conn> c;
   std::shared_ptr<const UpstreamSnapshot> snapshot;  // loaded once for the session
   std::uint64_t key_hash = 0;
@@ -116,6 +133,9 @@ struct TcpProxy::State : std::enable_shared_from_this<State> {
   Upstream& upstream;
   Clock& clock;
   ListenerCounters counters;
+  // Connects to a further instance share it (as HTTP retries do): when an upstream fails
+  // wholesale, retries add at most retry_budget_percent more connects.
+  RetryBudget budget{config.retry_budget_percent, config.retry_budget_min};
 };
 
 asio::awaitable<std::optional<std::string>> TcpProxy::State::ReadKeyLine(std::shared_ptr<Conn> c,
@@ -279,6 +299,15 @@ void TcpProxy::State::Dial(std::unique_ptr<Dialing> d) {
       d->last_error = pick.status().message();
       break;
     }
+    if (!d->tried.empty()) {  // a further instance: a retry
+      if (!budget.TryStartRetry()) {
+        counters.budget_exhausted.fetch_add(1, std::memory_order_relaxed);
+        d->last_error += "; no retry: the retry budget is spent";
+        break;
+      }
+      d->retrying = true;
+      counters.retries.fetch_add(1, std::memory_order_relaxed);
+    }
     const router::Endpoint& e = d->snapshot->router->table->at(*pick);
     d->tried.push_back(*pick);
     d->pick = *pick;
@@ -306,6 +335,7 @@ void TcpProxy::State::GiveUp(Dialing& d) {
 }
 
 void TcpProxy::State::Dialed(std::unique_ptr<Dialing> d, bool ok) {
+  d->EndRetry();  // this attempt's connect is over
   const std::size_t pick = d->pick;
   upstream.ReportConnect(*d->snapshot, pick, ok, clock.Now());
   const std::shared_ptr<InstanceCounters>& counters_of = d->snapshot->counters[pick];
@@ -378,7 +408,7 @@ asio::awaitable<void> TcpProxy::State::ReadKeyThenDial(std::shared_ptr<Conn> c) 
 }
 
 void TcpProxy::State::StartDial(std::shared_ptr<Conn> c, std::uint64_t key_hash, std::string rest) {
-  auto d = std::make_unique<Dialing>();
+  auto d = std::make_unique<Dialing>(budget);
   d->c = std::move(c);
   d->snapshot = upstream.Snapshot();
   d->key_hash = key_hash;

@@ -215,6 +215,7 @@ TEST_F(TcpProxyTest, AFailedConnectIsRetriedOnADifferentInstance) {
       CountersOf("dead1").connect_failures.load() + CountersOf("dead2").connect_failures.load(),
       0u);
   EXPECT_EQ(proxy_->counters().no_upstream.load(), 0u);
+  EXPECT_GT(proxy_->counters().retries.load(), 0u);  // counted as connect retries
 }
 
 TEST_F(TcpProxyTest, GivesUpAfterConnectAttemptsAndClosesTheClient) {
@@ -229,6 +230,28 @@ TEST_F(TcpProxyTest, GivesUpAfterConnectAttemptsAndClosesTheClient) {
                                  CountersOf("d2").connect_failures +
                                  CountersOf("d3").connect_failures;
   EXPECT_EQ(failures, 2u);  // exactly the attempts allowed, each on a different instance
+}
+
+// Connects to a further instance take the listener's retry budget, as HTTP retries do: with
+// none to spend (min 0, 0 %), a failed connect ends the session instead of trying the next.
+TEST_F(TcpProxyTest, ConnectRetriesShareTheRetryBudget) {
+  Backend live("live");
+  ListenerConfig l;
+  l.connect_attempts = 3;
+  l.policy = Policy::kLeastConn;
+  l.retry_budget_min = 0;
+  l.retry_budget_percent = 0;
+  StartProxy(l);
+  SetTable({live.Endpoint()});
+  LineClient holder(port());  // one connection on the live one: the dead one is picked first
+  ASSERT_EQ(holder.Ask("HELLO h"), "WELCOME live");
+  SetTable({Dead("dead"), live.Endpoint()});
+  LineClient player(port());
+  EXPECT_EQ(player.Ask("HELLO p"), std::nullopt);
+  EXPECT_TRUE(Eventually([&] { return proxy_->counters().budget_exhausted.load() == 1; }));
+  EXPECT_EQ(proxy_->counters().no_upstream.load(), 1u);
+  EXPECT_EQ(proxy_->counters().retries.load(), 0u);
+  EXPECT_EQ(CountersOf("dead").connect_failures.load(), 1u);
 }
 
 TEST_F(TcpProxyTest, AnIdleConnectionIsClosedOnBothSides) {
