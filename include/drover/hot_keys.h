@@ -6,8 +6,12 @@
 //   SpaceSaving     the heavy-hitters sketch (bounded memory, deterministic error bounds).
 //   HotKeyDetector  a thread-safe sketch with optional exponential decay, fed with routed keys.
 //   HotKeySpreader  an immutable hot set: writes go to every "key#i", reads to one random "key#i".
+//   HotKeyRouting   detection and spreading in a live routing path (a gateway listener, an SDK
+//                   client): a hot key's connections go to its first `owners` owners in the
+//                   ring/Maglev order, chosen uniformly per connection; cold keys keep one.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -19,6 +23,7 @@
 
 #include "drover/mutex.h"
 #include "drover/router.h"
+#include "drover/router/published.h"
 
 namespace drover::router {
 
@@ -190,5 +195,66 @@ class HotKeySpreader {
   std::unordered_set<std::string, TransparentStringHash, std::equal_to<>> hot_;
   std::uint32_t replicas_ = 1;
 };
+
+struct HotKeyPolicy {
+  // A key carrying more than this share of the recent traffic is hot; 0: no spreading. With few
+  // distinct keys every key carries a large share: set it well above 1 / (keys that matter).
+  double fraction = 0;
+  // A hot key's traffic is spread over this many owners: its own and the next ones in the
+  // ring/Maglev probe order (the owners its traffic would fail over to anyway).
+  std::uint32_t owners = 3;
+  // No key is hot before the window holds this much traffic: a handful of connections decides
+  // nothing.
+  std::uint64_t min_traffic = 1000;
+  // The sketch; by default decayed with a half-life of 10,000 recorded keys, so a key that cools
+  // stops being spread.
+  HotKeyDetectorOptions detector{1024, 10'000};
+};
+
+struct HotKey {
+  std::string key;
+  std::uint64_t hash = 0;  // HashKey(key)
+  double share = 0;        // of the window's traffic (an upper bound)
+};
+
+// Hot-key spreading in a live path: Record() each routed key, Refresh() now and then (a control
+// thread, every second or so), and ask Rank() which of the key's owners to use.
+//
+// Thread-safety: all members from any thread. Record() takes the detector's mutex; Rank() is a
+// relaxed load while nothing is hot, else a snapshot load (no mutex).
+class HotKeyRouting {
+ public:
+  explicit HotKeyRouting(HotKeyPolicy policy = {});
+
+  bool enabled() const { return policy_.fraction > 0 && policy_.owners > 1; }
+  const HotKeyPolicy& policy() const { return policy_; }
+
+  void Record(std::string_view key);
+  // Recomputes the hot set from the window and publishes it.
+  void Refresh();
+
+  // 0 (the key's own owner) for a cold key; for a hot one, uniform in [0, owners): the caller
+  // takes the owner at that rank in the picker's probe order (PickRanked).
+  std::uint32_t Rank(std::uint64_t key_hash, RandomSource& random) const;
+
+  // The current hot set, hottest first.
+  std::vector<HotKey> Hot() const;
+
+ private:
+  struct HotSet {
+    std::vector<HotKey> keys;
+    std::unordered_set<std::uint64_t> hashes;
+  };
+  const HotKeyPolicy policy_;
+  HotKeyDetector detector_;
+  std::atomic<bool> any_hot_{false};
+  Published<HotSet> current_;
+};
+
+// The owner of `key_hash` at `rank` in the snapshot's key-affine probe order (Maglev when built,
+// else the ring): rank 0 is Pick(), rank 1 the owner its traffic would go to without that one,
+// and so on. Fewer members than rank + 1: the last one in that order.
+Result<std::size_t> PickRanked(const RouterSnapshot& snapshot, std::uint64_t key_hash,
+                               std::uint32_t rank);
 
 }  // namespace drover::router

@@ -143,6 +143,8 @@ Result<ListenerConfig> ParseListener(const YAML::Node& node, const std::string& 
   DROVER_CONFIG_TRY(r.Get("slow_start_min_percent", l.slow_start_min_percent));
   DROVER_CONFIG_TRY(r.Get("hash", hash));
   DROVER_CONFIG_TRY(r.Get("bounded_load", l.bounded_load));
+  DROVER_CONFIG_TRY(r.Get("hot_key_fraction", l.hot_key_fraction));
+  DROVER_CONFIG_TRY(r.Get("hot_key_owners", l.hot_key_owners));
   DROVER_CONFIG_TRY(r.GetMs("connect_timeout_ms", l.connect_timeout, 1, 600'000));
   DROVER_CONFIG_TRY(r.Get("connect_attempts", l.connect_attempts));
   DROVER_CONFIG_TRY(r.GetMs("idle_timeout_ms", l.idle_timeout, 1, 86'400'000));
@@ -299,6 +301,12 @@ Status ValidateGatewayConfig(const GatewayConfig& c) {
     }
     if (!(l.slow_start_min_percent >= 1 && l.slow_start_min_percent <= 100)) {
       return InvalidArgumentError(path + ".slow_start_min_percent: must be within 1..100");
+    }
+    if (!(l.hot_key_fraction >= 0 && l.hot_key_fraction < 1)) {
+      return InvalidArgumentError(path + ".hot_key_fraction: must be within [0, 1)");
+    }
+    if (l.hot_key_owners < 1 || l.hot_key_owners > 16) {
+      return InvalidArgumentError(path + ".hot_key_owners: must be within 1..16");
     }
     if (!(l.bounded_load >= 1 && std::isfinite(l.bounded_load))) {
       return InvalidArgumentError(path + ".bounded_load: must be a finite number >= 1");

@@ -26,6 +26,8 @@
 //       slow_start_min_percent: 10
 //       hash: maglev                # hash: maglev | ring; the key is the first line (below)
 //       bounded_load: 1.25          # hash: no instance takes more than c x its fair share
+//       hot_key_fraction: 0         # hash: a key above this share of the traffic is hot (0: off)
+//       hot_key_owners: 3           # hash: a hot key's sessions spread over its first N owners
 //       connect_timeout_ms: 1000
 //       connect_attempts: 3         # distinct instances tried before the client is closed,
 //                                   # each further one within the retry budget (below)
@@ -102,6 +104,10 @@ struct ListenerConfig {
   double slow_start_min_percent = 10;
   HashKind hash = HashKind::kMaglev;
   double bounded_load = 1.25;
+  // hash: hot keys (drover/hot_keys.h, HotKeyPolicy) -- a key above this share of the recent
+  // keyed traffic is spread over its first hot_key_owners owners in the ring/Maglev order; 0: off.
+  double hot_key_fraction = 0;
+  int hot_key_owners = 3;
   Duration connect_timeout = std::chrono::seconds(1);
   int connect_attempts = 3;
   Duration idle_timeout = std::chrono::minutes(5);

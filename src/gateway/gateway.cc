@@ -241,6 +241,18 @@ void WriteUpstreamMetrics(metrics::TextWriter& out, const Gateway::Impl::Upstrea
   if (age != Duration::max()) {
     out.Gauge("drover_gateway_discovery_age_seconds",
               "Time since the registry last confirmed the routing table.", Seconds(age), labels);
+    if (u.upstream->hot_keys().enabled()) {
+      const std::vector<router::HotKey> hot = u.upstream->HotKeys();
+      out.Gauge("drover_gateway_hot_keys",
+                "Keys spread over several owners for carrying more than hot_key_fraction.",
+                static_cast<double>(hot.size()), labels);
+      for (const router::HotKey& k : hot) {
+        metrics::Labels with_key = labels;
+        with_key.emplace_back("key", k.key);
+        out.Gauge("drover_gateway_hot_key_share", "A hot key's share of the recent keyed traffic.",
+                  k.share, with_key);
+      }
+    }
     out.Gauge("drover_gateway_discovery_stale",
               "1 while the routing table is older than max_stale (still routed on; /ready 503).",
               u.upstream->DiscoveryStale() ? 1 : 0, labels);
@@ -300,6 +312,10 @@ nlohmann::json UpstreamJson(const Upstream& upstream, MonoTime now) {
   }
   const Duration age = upstream.DiscoveryAge();
   const ListenerConfig& l = upstream.listener();
+  nlohmann::json hot = nlohmann::json::array();
+  for (const router::HotKey& k : upstream.HotKeys()) {
+    hot.push_back({{"key", k.key}, {"share", k.share}, {"owners", l.hot_key_owners}});
+  }
   return {{"service", l.service},
           {"policy", std::string(PolicyName(l.policy))},
           {"slow_start_seconds", l.policy == Policy::kP2c ? Seconds(l.slow_start) : 0.0},
@@ -307,7 +323,9 @@ nlohmann::json UpstreamJson(const Upstream& upstream, MonoTime now) {
           {"discovered", snapshot->discovered},
           {"discovery_age_seconds",
            age == Duration::max() ? nlohmann::json(nullptr) : nlohmann::json(Seconds(age))},
-          {"instances", std::move(instances)}};
+          {"instances", std::move(instances)},
+          {"hot_key_fraction", upstream.hot_keys().enabled() ? l.hot_key_fraction : 0.0},
+          {"hot_keys", std::move(hot)}};
 }
 
 std::string SnapshotJsonOf(const Gateway::Impl& g) {

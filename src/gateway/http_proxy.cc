@@ -217,7 +217,9 @@ struct HttpScratch {
   http1::BodyDecoder request_body, response_body;
   std::string request_head, response_head;  // as sent
   Relay relay;
-  std::vector<std::size_t> tried;  // instances tried for the request in flight
+  std::vector<std::size_t> tried;    // instances tried for the request in flight
+  std::vector<std::size_t> passed;   // a hot key's owners before the rank drawn for the request
+  std::vector<std::size_t> exclude;  // passed + tried, for the pick
   // The streams the client's and the instance's sockets go into while a request runs, kept like
   // the rest: a Beast stream's state is one shared allocation with two timers, and made for every
   // request the two were two malloc and free per request. Between uses their sockets are closed.
@@ -511,6 +513,7 @@ class HttpExchange {
   bool head_ = false;
   bool expect_continue_ = false;
   std::uint64_t key_hash_ = 0;
+  bool keyed_ = false;  // the key came from the request (a hot one may pass over its first owners)
   // Across attempts.
   std::shared_ptr<const UpstreamSnapshot> snapshot_;
   bool body_read_ = false;  // a byte of the request body was taken from the client
@@ -765,9 +768,12 @@ std::optional<HttpExchange::Reject> HttpExchange::Prepare() {
     // 9110 10.1.1): its body just goes on.
     expect_continue_ = version_ == 11 && !x_.request_body.done();
   }
+  keyed_ = false;
   if (route_->policy == Policy::kHash) {
     const http1::Field* key = req.Find(route_->hash_header);
-    key_hash_ = key != nullptr ? router::HashKey(key->value) : ThreadRandom().Next();
+    keyed_ = key != nullptr;
+    key_hash_ = keyed_ ? router::HashKey(key->value) : ThreadRandom().Next();
+    if (keyed_) upstream_->RecordKey(key->value);
   }
   // (Formatted per request rather than kept by every idle client: 32 bytes each.)
   WriteRequestHead(req, drover::net::AddressText(c_.peer.address()), x_.request_head);
@@ -809,6 +815,8 @@ net::awaitable<bool> HttpExchange::Run() {
 
   snapshot_ = c_.worker.snapshots[route_index_].Current();
   x_.tried.clear();
+  x_.passed.clear();
+  if (keyed_) upstream_->PassedOwners(*snapshot_, key_hash_, ThreadRandom(), x_.passed);
   for (int attempt = 0; attempt <= route_->retries; ++attempt) {
     if (attempt > 0 && !StartRetry()) break;
     struct RetryDone {
@@ -819,8 +827,18 @@ net::awaitable<bool> HttpExchange::Run() {
       }
     } retry_done{budget, attempt > 0};
 
-    const Result<std::size_t> pick =
-        upstream_->Pick(*snapshot_, key_hash_, x_.tried, s_.clock.Now(), ThreadRandom());
+    const std::vector<std::size_t>* exclude = &x_.tried;
+    if (!x_.passed.empty()) {
+      x_.exclude.assign(x_.passed.begin(), x_.passed.end());
+      x_.exclude.insert(x_.exclude.end(), x_.tried.begin(), x_.tried.end());
+      exclude = &x_.exclude;
+    }
+    Result<std::size_t> pick =
+        upstream_->Pick(*snapshot_, key_hash_, *exclude, s_.clock.Now(), ThreadRandom());
+    if (!pick.ok() && !x_.passed.empty()) {  // the passed owners are better than none
+      x_.passed.clear();
+      pick = upstream_->Pick(*snapshot_, key_hash_, x_.tried, s_.clock.Now(), ThreadRandom());
+    }
     if (!pick.ok()) {
       if (x_.tried.empty()) failure_ = 503;
       failure_text_ = pick.status().message() + (x_.tried.empty() ? "" : "; " + failure_text_);

@@ -92,6 +92,7 @@ struct Dialing {
   std::uint64_t key_hash = 0;
   std::string rest;  // bytes the client sent after its key line
   std::vector<std::size_t> tried;
+  std::vector<std::size_t> passed;  // a hot key's owners before the rank drawn for this session
   std::string last_error;
   std::size_t pick = 0;  // the instance being connected
 };
@@ -107,7 +108,9 @@ struct TcpProxy::State : std::enable_shared_from_this<State> {
   asio::awaitable<std::optional<std::string>> ReadKeyLine(std::shared_ptr<Conn> c,
                                                           std::string& rest);
   // A session's dial, on the upstream snapshot of the moment.
-  void StartDial(std::shared_ptr<Conn> c, std::uint64_t key_hash, std::string rest);
+  // `keyed`: a key line gave the hash (a hot key's session may pass over its first owners).
+  void StartDial(std::shared_ptr<Conn> c, std::uint64_t key_hash, std::string rest,
+                 bool keyed = false);
   // Picks an instance and connects to it, trying others after a failed connect (up to
   // connect_attempts); the session starts (Started) on the first that answers, or ends when none
   // could be reached.
@@ -293,8 +296,20 @@ void TcpProxy::State::Watchdog(std::shared_ptr<Conn> c) {
 void TcpProxy::State::Dial(std::unique_ptr<Dialing> d) {
   Conn& c = *d->c;
   while (static_cast<int>(d->tried.size()) < config.connect_attempts) {
-    const Result<std::size_t> pick =
-        upstream.Pick(*d->snapshot, d->key_hash, d->tried, clock.Now(), ThreadRandom());
+    const std::vector<std::size_t>* exclude = &d->tried;
+    thread_local std::vector<std::size_t> both;
+    if (!d->passed.empty()) {
+      both.assign(d->passed.begin(), d->passed.end());
+      both.insert(both.end(), d->tried.begin(), d->tried.end());
+      exclude = &both;
+    }
+    Result<std::size_t> pick =
+        upstream.Pick(*d->snapshot, d->key_hash, *exclude, clock.Now(), ThreadRandom());
+    if (!pick.ok() && !d->passed.empty()) {
+      // Every owner past the passed ones is out: the passed ones are better than none.
+      d->passed.clear();
+      pick = upstream.Pick(*d->snapshot, d->key_hash, d->tried, clock.Now(), ThreadRandom());
+    }
     if (!pick.ok()) {
       d->last_error = pick.status().message();
       break;
@@ -404,15 +419,18 @@ asio::awaitable<void> TcpProxy::State::ReadKeyThenDial(std::shared_ptr<Conn> c) 
     c->CloseBoth();
     co_return;
   }
-  StartDial(std::move(c), router::HashKey(*key), std::move(rest));
+  upstream.RecordKey(*key);
+  StartDial(std::move(c), router::HashKey(*key), std::move(rest), true);
 }
 
-void TcpProxy::State::StartDial(std::shared_ptr<Conn> c, std::uint64_t key_hash, std::string rest) {
+void TcpProxy::State::StartDial(std::shared_ptr<Conn> c, std::uint64_t key_hash, std::string rest,
+                                bool keyed) {
   auto d = std::make_unique<Dialing>(budget);
   d->c = std::move(c);
   d->snapshot = upstream.Snapshot();
   d->key_hash = key_hash;
   d->rest = std::move(rest);
+  if (keyed) upstream.PassedOwners(*d->snapshot, key_hash, ThreadRandom(), d->passed);
   Dial(std::move(d));
 }
 

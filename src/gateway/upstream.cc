@@ -23,11 +23,16 @@ bool Excluded(const std::vector<std::size_t>& exclude, std::size_t i) {
 
 // Loads for a pick: excluded instances look full, so every picker passes them by.
 constexpr std::uint64_t kExcludedLoad = std::uint64_t{1} << 40;
+constexpr auto kHotKeyRefresh = std::chrono::milliseconds(250);
 
 }  // namespace
 
 Upstream::Upstream(const ListenerConfig& listener)
-    : listener_(listener), router_(RouterOptionsFor(listener)) {
+    : listener_(listener),
+      router_(RouterOptionsFor(listener)),
+      hot_keys_(router::HotKeyPolicy{
+          .fraction = listener.policy == Policy::kHash ? listener.hot_key_fraction : 0,
+          .owners = static_cast<std::uint32_t>(std::max(listener.hot_key_owners, 1))}) {
   auto empty = std::make_shared<UpstreamSnapshot>();
   empty->router = router_.Snapshot();
   current_.Store(std::move(empty));
@@ -36,6 +41,7 @@ Upstream::Upstream(const ListenerConfig& listener)
 Result<std::unique_ptr<Upstream>> Upstream::Start(const GatewayConfig& gateway,
                                                   const ListenerConfig& listener, Clock& clock) {
   std::unique_ptr<Upstream> up(new Upstream(listener));
+  up->clock_ = &clock;
   DiscoveryOptions d;
   d.registry = gateway.registry;
   d.registry_ca = gateway.registry_ca;
@@ -66,7 +72,12 @@ void Upstream::Stop() {
 
 void Upstream::Run(std::stop_token stop) {
   std::uint64_t version = 0;
+  MonoTime hot_refreshed = clock_->Now();
   while (!stop.stop_requested()) {
+    if (hot_keys_.enabled() && clock_->Now() - hot_refreshed >= kHotKeyRefresh) {
+      hot_keys_.Refresh();
+      hot_refreshed = clock_->Now();
+    }
     // Wakes at once on a new revision; the timeout only bounds how late a stop is noticed.
     discovery_->WaitForRevision(version + 1, std::chrono::milliseconds(200));
     auto snapshot = discovery_->Snapshot();
@@ -177,6 +188,18 @@ Duration Upstream::DiscoveryAge() const {
 std::optional<DiscoveryStats> Upstream::DiscoveryFigures() const {
   if (!discovery_) return std::nullopt;
   return discovery_->Stats();
+}
+
+void Upstream::PassedOwners(const UpstreamSnapshot& snapshot, std::uint64_t key_hash,
+                            router::RandomSource& random, std::vector<std::size_t>& passed) const {
+  const std::uint32_t rank = hot_keys_.Rank(key_hash, random);
+  for (std::uint32_t r = 0; r < rank; ++r) {
+    const Result<std::size_t> owner = router::PickRanked(*snapshot.router, key_hash, r);
+    if (!owner.ok()) return;
+    if (std::find(passed.begin(), passed.end(), *owner) == passed.end()) {
+      passed.push_back(*owner);
+    }
+  }
 }
 
 Result<std::size_t> Upstream::Pick(const UpstreamSnapshot& snapshot, std::uint64_t key_hash,

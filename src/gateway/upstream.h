@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "drover/discovery.h"
+#include "drover/hot_keys.h"
 #include "drover/mutex.h"
 #include "drover/router.h"
 #include "gateway/config.h"
@@ -83,6 +84,18 @@ class Upstream {
                            const std::vector<std::size_t>& exclude, MonoTime now,
                            router::RandomSource& random) const;
 
+  // Hot keys (policy hash with hot_key_fraction > 0; drover/hot_keys.h): every keyed connection
+  // records its key; a connection of a hot key passes over the owners before a rank drawn for
+  // it (PassedOwners appends them to `passed`, to be excluded from Pick as if tried), so the
+  // key's connections spread over its first hot_key_owners owners. Nothing for a cold key. The
+  // control thread refreshes the hot set every second.
+  void RecordKey(std::string_view key) { hot_keys_.Record(key); }
+  void PassedOwners(const UpstreamSnapshot& snapshot, std::uint64_t key_hash,
+                    router::RandomSource& random, std::vector<std::size_t>& passed) const;
+  void RefreshHotKeys() { hot_keys_.Refresh(); }
+  std::vector<router::HotKey> HotKeys() const { return hot_keys_.Hot(); }
+  const router::HotKeyRouting& hot_keys() const { return hot_keys_; }
+
   // Outcome of a connect to table instance `index` of `snapshot`: feeds outlier ejection.
   void ReportConnect(const UpstreamSnapshot& snapshot, std::size_t index, bool ok, MonoTime now);
   // Outcome of an active /ready check of `counters`: flips `unhealthy` at the thresholds.
@@ -109,6 +122,8 @@ class Upstream {
 
   const ListenerConfig listener_;
   router::Router router_;
+  router::HotKeyRouting hot_keys_;
+  Clock* clock_ = nullptr;  // Start()'s (the control thread's hot-key refresh)
   std::unique_ptr<DiscoveryClient> discovery_;
   Mutex apply_mu_;  // serialises Apply()
   std::map<std::string, std::shared_ptr<InstanceCounters>> counters_ DROVER_GUARDED_BY(apply_mu_);

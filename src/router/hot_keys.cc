@@ -217,4 +217,69 @@ std::string HotKeySpreader::ReadKey(std::string_view key, RandomSource& random) 
   return SubKey(key, static_cast<std::uint32_t>(random.Uniform(replicas_)));
 }
 
+// ---------------------------------------------------------------------------------------------
+// HotKeyRouting
+
+HotKeyRouting::HotKeyRouting(HotKeyPolicy policy)
+    : policy_(policy), detector_(policy.detector), current_(std::make_shared<const HotSet>()) {}
+
+void HotKeyRouting::Record(std::string_view key) {
+  if (enabled()) detector_.Record(key);
+}
+
+void HotKeyRouting::Refresh() {
+  if (!enabled()) return;
+  auto next = std::make_shared<HotSet>();
+  const std::uint64_t total = detector_.total();
+  if (total >= policy_.min_traffic) {
+    for (const HeavyHitter& h : detector_.HotKeys(policy_.fraction)) {
+      // Only a key the sketch is sure of: an unlucky cold key that inherited a big error is not
+      // spread.
+      if (!h.guaranteed) continue;
+      HotKey k;
+      k.key = h.key;
+      k.hash = HashKey(h.key);
+      k.share = static_cast<double>(h.count) / static_cast<double>(total);
+      next->hashes.insert(k.hash);
+      next->keys.push_back(std::move(k));
+    }
+  }
+  any_hot_.store(!next->keys.empty(), std::memory_order_relaxed);
+  current_.Store(std::move(next));
+}
+
+std::uint32_t HotKeyRouting::Rank(std::uint64_t key_hash, RandomSource& random) const {
+  if (!any_hot_.load(std::memory_order_relaxed)) return 0;
+  const std::shared_ptr<const HotSet> hot = current_.Load();
+  if (!hot->hashes.contains(key_hash)) return 0;
+  return static_cast<std::uint32_t>(random.Uniform(policy_.owners));
+}
+
+std::vector<HotKey> HotKeyRouting::Hot() const { return current_.Load()->keys; }
+
+Result<std::size_t> PickRanked(const RouterSnapshot& snapshot, std::uint64_t key_hash,
+                               std::uint32_t rank) {
+  if (!snapshot.maglev && !snapshot.ring) {
+    return FailedPreconditionError("PickRanked: the snapshot has no ring or Maglev table");
+  }
+  // The owners before `rank` are taken out with a load no cap admits; everyone else has room
+  // (an unbounded factor), so the walk is the picker's own probe order.
+  constexpr std::uint64_t kTaken = std::uint64_t{1} << 62;
+  const BoundedLoadOptions unbounded{1e12};
+  std::vector<std::uint64_t> loads(snapshot.table->size(), 0);
+  auto pick = [&] {
+    const LoadView view{loads, 0};
+    return snapshot.maglev ? snapshot.maglev->PickBounded(key_hash, view, unbounded)
+                           : snapshot.ring->PickBounded(key_hash, view, unbounded);
+  };
+  Result<std::size_t> owner = pick();
+  for (std::uint32_t r = 0; r < rank && owner.ok(); ++r) {
+    loads[*owner] = kTaken;
+    Result<std::size_t> next = pick();
+    if (!next.ok()) break;  // no more members: the last one stands
+    owner = next;
+  }
+  return owner;
+}
+
 }  // namespace drover::router

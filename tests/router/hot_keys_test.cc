@@ -435,5 +435,76 @@ TEST(HotKeySpreaderTest, SubKeysLandOnSeveralOwners) {
   EXPECT_GT(static_cast<double>(total_owners) / static_cast<double>(hot.size()), 3.5);
 }
 
+std::vector<Endpoint> Ready(int n) {
+  std::vector<Endpoint> out;
+  for (int i = 0; i < n; ++i) {
+    Endpoint e;
+    e.id = "s" + std::to_string(i);
+    e.address = "10.0.0." + std::to_string(i + 1) + ":7000";
+    e.state = EndpointState::kReady;
+    out.push_back(e);
+  }
+  return out;
+}
+
+// PickRanked walks the picker's own probe order: rank 0 is Pick(), rank 1 the owner a key's
+// traffic goes to without it, each rank a distinct owner -- for Maglev and for the ring.
+TEST(PickRankedTest, RanksAreTheProbeOrderDistinctOwners) {
+  for (const bool maglev : {true, false}) {
+    RouterOptions options;
+    options.build_maglev = maglev;
+    Router router(options);
+    ASSERT_TRUE(router.Update(Ready(5)).ok());
+    const auto snapshot = router.Snapshot();
+    for (int k = 0; k < 200; ++k) {
+      const std::uint64_t h = HashKey("key-" + std::to_string(k));
+      const Result<std::size_t> own = maglev ? snapshot->maglev->Pick(h) : snapshot->ring->Pick(h);
+      ASSERT_TRUE(own.ok());
+      EXPECT_EQ(*PickRanked(*snapshot, h, 0), *own);
+      std::set<std::size_t> owners;
+      for (std::uint32_t r = 0; r < 5; ++r) owners.insert(*PickRanked(*snapshot, h, r));
+      EXPECT_EQ(owners.size(), 5u) << "maglev " << maglev << " key " << k;
+      // Past the members: the last one stands.
+      EXPECT_EQ(*PickRanked(*snapshot, h, 9), *PickRanked(*snapshot, h, 4));
+    }
+  }
+}
+
+TEST(HotKeyRoutingTest, AKeyOverTheFractionIsSpreadOverItsOwnersAndColdKeysKeepOne) {
+  HotKeyPolicy policy;
+  policy.fraction = 0.05;
+  policy.owners = 3;
+  policy.min_traffic = 1000;
+  HotKeyRouting routing(policy);
+  ASSERT_TRUE(routing.enabled());
+  Xoshiro256 random(7);
+  // Too little traffic yet: nothing is hot.
+  for (int i = 0; i < 500; ++i) routing.Record("boss");
+  routing.Refresh();
+  EXPECT_TRUE(routing.Hot().empty());
+  // "boss" carries about a third of the traffic, the rest is spread over 1,000 keys.
+  for (int i = 0; i < 3000; ++i) {
+    routing.Record(i % 3 == 0 ? std::string("boss") : "k" + std::to_string(i % 1000));
+  }
+  routing.Refresh();
+  const std::vector<HotKey> hot = routing.Hot();
+  ASSERT_EQ(hot.size(), 1u);
+  EXPECT_EQ(hot[0].key, "boss");
+  EXPECT_EQ(hot[0].hash, HashKey("boss"));
+  EXPECT_GT(hot[0].share, 0.3);
+  std::map<std::uint32_t, int> ranks;
+  for (int i = 0; i < 3000; ++i) ++ranks[routing.Rank(HashKey("boss"), random)];
+  ASSERT_EQ(ranks.size(), 3u);  // 0, 1, 2: about a third each
+  for (const auto& [rank, count] : ranks) EXPECT_NEAR(count, 1000, 150) << rank;
+  EXPECT_EQ(routing.Rank(HashKey("k1"), random), 0u);
+
+  HotKeyRouting off;  // fraction 0: nothing recorded, nothing hot
+  EXPECT_FALSE(off.enabled());
+  for (int i = 0; i < 5000; ++i) off.Record("boss");
+  off.Refresh();
+  EXPECT_TRUE(off.Hot().empty());
+  EXPECT_EQ(off.Rank(HashKey("boss"), random), 0u);
+}
+
 }  // namespace
 }  // namespace drover::router
