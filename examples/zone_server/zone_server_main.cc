@@ -119,7 +119,7 @@ int ZoneServerMain(int argc, char** argv) {
   std::string instance;                    // the id, once known (the handler runs only after Start)
   drover::ServerHost* host_ptr = nullptr;  // set before Start: sessions arrive only after it
   std::mutex players_mu;
-  std::size_t players = 0;  // guarded by players_mu; SetAccepting is called under it, in order
+  std::size_t players = 0;  // guarded by players_mu; SetAccepting (which never blocks) under it
   // Zone full: at --max-players the zone asks for no new players; a player who arrives anyway
   // (a gateway that has not heard yet) is still served. One below the limit, it has room again.
   auto count_player = [&](int delta) {
@@ -134,8 +134,11 @@ int ZoneServerMain(int argc, char** argv) {
   };
   options.on_session = [&instance, &count_player](drover::Session& s) {
     count_player(+1);
+    struct Left {  // counted out however the session ends
+      decltype(count_player)& count;
+      ~Left() { count(-1); }
+    } left{count_player};
     drover::examples::ServeZoneSession(s, instance);
-    count_player(-1);
   };
 
   auto host = drover::ServerHost::Create(options);

@@ -179,13 +179,14 @@ class ServerHost {
   HostStats stats() const;
 
   // Capacity, apart from readiness: false when the server is full (a zone at its player limit)
-  // and should get no new connections; true when it has room again. Tells the registry at once
-  // (its `accepting`; gateways and discovery clients skip the instance for new connections) while
-  // /ready stays 200 and the lease, the sessions and the existing players go on. `reason` is
-  // logged. An operator can do the same by hand (`drover ctl refuse|accept`); the host writes
-  // only when its own answer changes, so it does not undo that. Returns the registry call's
-  // status (a failed call is tried again with the next heartbeat); OK when not yet registered
-  // (registration carries it). Thread-safe.
+  // and should get no new connections; true when it has room again. Returns at once; the host's
+  // heartbeat thread tells the registry right away (its `accepting`; gateways and discovery
+  // clients skip the instance for new connections) while /ready stays 200 and the lease, the
+  // sessions and the existing players go on (before registration, registration carries it).
+  // `reason` is logged. An operator can do the same by hand (`drover ctl refuse|accept`): the
+  // host writes only when its own answer (ready and not full) changes, so an operator's refusal
+  // holds until then -- a readiness flap or a SetAccepting call overrides it. Thread-safe; never
+  // blocks on the registry, so a session thread may call it.
   Status SetAccepting(bool accepting, const std::string& reason = {});
 
   struct Impl;

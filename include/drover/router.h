@@ -17,13 +17,14 @@
 // This header includes every header of drover/router/, one concept each: hash.h (key hashing),
 // random.h (RandomSource), routing_table.h (Endpoint, RoutingTable), published.h (Published<T>),
 // bounded_load.h (LoadView, BoundedLoadCap), ring_hash.h, maglev.h, mod_n.h, p2c.h (slow start,
-// P2cPicker) and router.h (RouterSnapshot, Router); code that uses one concept can include just
-// its header.
+// P2cPicker), router.h (RouterSnapshot, Router) and migration.h (KeyMigration: staged moves); code
+// that uses one concept can include just its header.
 #pragma once
 
 #include "drover/router/bounded_load.h"
 #include "drover/router/hash.h"
 #include "drover/router/maglev.h"
+#include "drover/router/migration.h"
 #include "drover/router/mod_n.h"
 #include "drover/router/p2c.h"
 #include "drover/router/published.h"

@@ -145,6 +145,8 @@ Result<ListenerConfig> ParseListener(const YAML::Node& node, const std::string& 
   DROVER_CONFIG_TRY(r.Get("bounded_load", l.bounded_load));
   DROVER_CONFIG_TRY(r.Get("hot_key_fraction", l.hot_key_fraction));
   DROVER_CONFIG_TRY(r.Get("hot_key_owners", l.hot_key_owners));
+  DROVER_CONFIG_TRY(r.Get("migration_steps", l.migration_steps));
+  DROVER_CONFIG_TRY(r.GetMs("migration_step_ms", l.migration_step, 1, 3'600'000));
   DROVER_CONFIG_TRY(r.GetMs("connect_timeout_ms", l.connect_timeout, 1, 600'000));
   DROVER_CONFIG_TRY(r.Get("connect_attempts", l.connect_attempts));
   DROVER_CONFIG_TRY(r.GetMs("idle_timeout_ms", l.idle_timeout, 1, 86'400'000));
@@ -278,6 +280,11 @@ Status ValidateGatewayConfig(const GatewayConfig& c) {
     return InvalidArgumentError("admin: must be IPv4 host:port, got '" + c.admin + "'");
   }
   if (c.drain < Duration::zero()) return InvalidArgumentError("drain_ms: cannot be negative");
+  // The registry confirms an idle table every 5 s (PROGRESS): a shorter limit would call a
+  // healthy registry stale between two of them.
+  if (c.max_stale != Duration::zero() && c.max_stale < std::chrono::seconds(10)) {
+    return InvalidArgumentError("max_stale_ms: must be 0 (never stale) or at least 10000");
+  }
   if (c.listeners.empty()) return InvalidArgumentError("listeners: at least one is required");
   std::set<std::string> names;
   for (std::size_t i = 0; i < c.listeners.size(); ++i) {
@@ -307,6 +314,9 @@ Status ValidateGatewayConfig(const GatewayConfig& c) {
     }
     if (l.hot_key_owners < 1 || l.hot_key_owners > 16) {
       return InvalidArgumentError(path + ".hot_key_owners: must be within 1..16");
+    }
+    if (l.migration_steps < 1 || l.migration_steps > 100) {
+      return InvalidArgumentError(path + ".migration_steps: must be within 1..100");
     }
     if (!(l.bounded_load >= 1 && std::isfinite(l.bounded_load))) {
       return InvalidArgumentError(path + ".bounded_load: must be a finite number >= 1");

@@ -28,6 +28,8 @@
 //       bounded_load: 1.25          # hash: no instance takes more than c x its fair share
 //       hot_key_fraction: 0         # hash: a key above this share of the traffic is hot (0: off)
 //       hot_key_owners: 3           # hash: a hot key's sessions spread over its first N owners
+//       migration_steps: 4          # hash: keys move to new instances in N steps (1: at once),
+//       migration_step_ms: 1000     #   one step every this long
 //       connect_timeout_ms: 1000
 //       connect_attempts: 3         # distinct instances tried before the client is closed,
 //                                   # each further one within the retry budget (below)
@@ -108,6 +110,11 @@ struct ListenerConfig {
   // keyed traffic is spread over its first hot_key_owners owners in the ring/Maglev order; 0: off.
   double hot_key_fraction = 0;
   int hot_key_owners = 3;
+  // hash: staged key migration (drover/router/migration.h) -- when instances join, keys move to
+  // their new owners in this many steps, one every migration_step (each a new table); keys whose
+  // owner left move at once. 1: every key at once.
+  int migration_steps = 4;
+  Duration migration_step = std::chrono::seconds(1);
   Duration connect_timeout = std::chrono::seconds(1);
   int connect_attempts = 3;
   Duration idle_timeout = std::chrono::minutes(5);
@@ -148,7 +155,8 @@ struct GatewayConfig {
   Duration drain = std::chrono::seconds(10);
   // Staleness policy: a listener whose registry has not been heard for longer than this still
   // routes on its last table, but the gateway's /ready turns 503 (a load balancer in front
-  // prefers another gateway). 0: never.
+  // prefers another gateway). 0: never; else at least 10 s (an idle registry confirms the table
+  // every 5 s).
   Duration max_stale = std::chrono::seconds(30);
   std::vector<ListenerConfig> listeners;
   // Registration as service drover-gateway (the dashboard finds the gateway there), while the

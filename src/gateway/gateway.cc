@@ -37,6 +37,21 @@ std::string SnapshotJsonOf(const Gateway::Impl& g);
 bool ReadyOf(const Gateway::Impl& g);
 std::string NotReadyReason(const Gateway::Impl& g);
 
+// A client's key as JSON and metric labels can carry it: bytes outside printable ASCII (which
+// could make invalid UTF-8) as \xNN.
+std::string PrintableKey(std::string_view key) {
+  std::string out;
+  for (const char c : key) {
+    const auto b = static_cast<unsigned char>(c);
+    if (b >= 0x20 && b < 0x7f && c != '\\') {
+      out.push_back(c);
+    } else {
+      out += fmt::format("\\x{:02x}", b);
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 struct Gateway::Impl {
@@ -237,6 +252,9 @@ void WriteUpstreamMetrics(metrics::TextWriter& out, const Gateway::Impl::Upstrea
   out.Gauge("drover_gateway_routing_table_version",
             "Registry revision of the routing table in use.",
             static_cast<double>(snapshot->version()), labels);
+  out.Gauge("drover_gateway_migration_step",
+            "Step of the staged key migration under way (0: none; keys move at their step).",
+            static_cast<double>(snapshot->migration_step), labels);
   const Duration age = u.upstream->DiscoveryAge();
   if (age != Duration::max()) {
     out.Gauge("drover_gateway_discovery_age_seconds",
@@ -248,7 +266,7 @@ void WriteUpstreamMetrics(metrics::TextWriter& out, const Gateway::Impl::Upstrea
                 static_cast<double>(hot.size()), labels);
       for (const router::HotKey& k : hot) {
         metrics::Labels with_key = labels;
-        with_key.emplace_back("key", k.key);
+        with_key.emplace_back("key", PrintableKey(k.key));
         out.Gauge("drover_gateway_hot_key_share", "A hot key's share of the recent keyed traffic.",
                   k.share, with_key);
       }
@@ -314,18 +332,25 @@ nlohmann::json UpstreamJson(const Upstream& upstream, MonoTime now) {
   const ListenerConfig& l = upstream.listener();
   nlohmann::json hot = nlohmann::json::array();
   for (const router::HotKey& k : upstream.HotKeys()) {
-    hot.push_back({{"key", k.key}, {"share", k.share}, {"owners", l.hot_key_owners}});
+    hot.push_back({{"key", PrintableKey(k.key)}, {"share", k.share}, {"owners", l.hot_key_owners}});
   }
-  return {{"service", l.service},
-          {"policy", std::string(PolicyName(l.policy))},
-          {"slow_start_seconds", l.policy == Policy::kP2c ? Seconds(l.slow_start) : 0.0},
-          {"version", snapshot->version()},
-          {"discovered", snapshot->discovered},
-          {"discovery_age_seconds",
-           age == Duration::max() ? nlohmann::json(nullptr) : nlohmann::json(Seconds(age))},
-          {"instances", std::move(instances)},
-          {"hot_key_fraction", upstream.hot_keys().enabled() ? l.hot_key_fraction : 0.0},
-          {"hot_keys", std::move(hot)}};
+  return {
+      {"service", l.service},
+      {"policy", std::string(PolicyName(l.policy))},
+      {"slow_start_seconds", l.policy == Policy::kP2c ? Seconds(l.slow_start) : 0.0},
+      {"version", snapshot->version()},
+      {"discovered", snapshot->discovered},
+      {"discovery_age_seconds",
+       age == Duration::max() ? nlohmann::json(nullptr) : nlohmann::json(Seconds(age))},
+      {"instances", std::move(instances)},
+      {"migration", snapshot->migration
+                        ? nlohmann::json{{"from_version", snapshot->migration->from().version()},
+                                         {"to_version", snapshot->version()},
+                                         {"step", snapshot->migration_step},
+                                         {"steps", snapshot->migration->steps()}}
+                        : nlohmann::json(nullptr)},
+      {"hot_key_fraction", upstream.hot_keys().enabled() ? l.hot_key_fraction : 0.0},
+      {"hot_keys", std::move(hot)}};
 }
 
 std::string SnapshotJsonOf(const Gateway::Impl& g) {

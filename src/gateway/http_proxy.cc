@@ -219,7 +219,7 @@ struct HttpScratch {
   Relay relay;
   std::vector<std::size_t> tried;    // instances tried for the request in flight
   std::vector<std::size_t> passed;   // a hot key's owners before the rank drawn for the request
-  std::vector<std::size_t> exclude;  // passed + tried, for the pick
+  std::vector<std::size_t> exclude;  // passed + tried, for the pick (scratch)
   // The streams the client's and the instance's sockets go into while a request runs, kept like
   // the rest: a Beast stream's state is one shared allocation with two timers, and made for every
   // request the two were two malloc and free per request. Between uses their sockets are closed.
@@ -827,18 +827,8 @@ net::awaitable<bool> HttpExchange::Run() {
       }
     } retry_done{budget, attempt > 0};
 
-    const std::vector<std::size_t>* exclude = &x_.tried;
-    if (!x_.passed.empty()) {
-      x_.exclude.assign(x_.passed.begin(), x_.passed.end());
-      x_.exclude.insert(x_.exclude.end(), x_.tried.begin(), x_.tried.end());
-      exclude = &x_.exclude;
-    }
-    Result<std::size_t> pick =
-        upstream_->Pick(*snapshot_, key_hash_, *exclude, s_.clock.Now(), ThreadRandom());
-    if (!pick.ok() && !x_.passed.empty()) {  // the passed owners are better than none
-      x_.passed.clear();
-      pick = upstream_->Pick(*snapshot_, key_hash_, x_.tried, s_.clock.Now(), ThreadRandom());
-    }
+    const Result<std::size_t> pick = upstream_->PickPassing(
+        *snapshot_, key_hash_, x_.passed, x_.tried, s_.clock.Now(), ThreadRandom(), x_.exclude);
     if (!pick.ok()) {
       if (x_.tried.empty()) failure_ = 503;
       failure_text_ = pick.status().message() + (x_.tried.empty() ? "" : "; " + failure_text_);

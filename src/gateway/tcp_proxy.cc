@@ -296,20 +296,9 @@ void TcpProxy::State::Watchdog(std::shared_ptr<Conn> c) {
 void TcpProxy::State::Dial(std::unique_ptr<Dialing> d) {
   Conn& c = *d->c;
   while (static_cast<int>(d->tried.size()) < config.connect_attempts) {
-    const std::vector<std::size_t>* exclude = &d->tried;
-    thread_local std::vector<std::size_t> both;
-    if (!d->passed.empty()) {
-      both.assign(d->passed.begin(), d->passed.end());
-      both.insert(both.end(), d->tried.begin(), d->tried.end());
-      exclude = &both;
-    }
-    Result<std::size_t> pick =
-        upstream.Pick(*d->snapshot, d->key_hash, *exclude, clock.Now(), ThreadRandom());
-    if (!pick.ok() && !d->passed.empty()) {
-      // Every owner past the passed ones is out: the passed ones are better than none.
-      d->passed.clear();
-      pick = upstream.Pick(*d->snapshot, d->key_hash, d->tried, clock.Now(), ThreadRandom());
-    }
+    thread_local std::vector<std::size_t> scratch;
+    const Result<std::size_t> pick = upstream.PickPassing(
+        *d->snapshot, d->key_hash, d->passed, d->tried, clock.Now(), ThreadRandom(), scratch);
     if (!pick.ok()) {
       d->last_error = pick.status().message();
       break;

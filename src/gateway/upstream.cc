@@ -73,7 +73,14 @@ void Upstream::Stop() {
 void Upstream::Run(std::stop_token stop) {
   std::uint64_t version = 0;
   MonoTime hot_refreshed = clock_->Now();
+  MonoTime stepped = clock_->Now();
   while (!stop.stop_requested()) {
+    if (!Snapshot()->migration) {
+      stepped = clock_->Now();
+    } else if (clock_->Now() - stepped >= listener_.migration_step) {
+      AdvanceMigration();
+      stepped = clock_->Now();
+    }
     if (hot_keys_.enabled() && clock_->Now() - hot_refreshed >= kHotKeyRefresh) {
       hot_keys_.Refresh();
       hot_refreshed = clock_->Now();
@@ -93,11 +100,23 @@ void Upstream::Run(std::stop_token stop) {
 
 void Upstream::Apply(std::shared_ptr<const router::RoutingTable> table) {
   MutexLock lock(apply_mu_);
+  const std::shared_ptr<const router::RouterSnapshot> before = current_.Load()->router;
   const Status s = router_.Publish(table);
   if (!s.ok()) return;  // an older table: nothing to do
   auto next = std::make_shared<UpstreamSnapshot>();
   next->router = router_.Snapshot();
   next->discovered = true;
+  if (listener_.policy == Policy::kHash && listener_.migration_steps > 1 && before &&
+      before->table->size() > 0) {
+    auto migration = std::make_shared<const router::KeyMigration>(
+        before, next->router, static_cast<std::uint32_t>(listener_.migration_steps));
+    next->migration = std::move(migration);
+    next->migration_step = 1;
+    spdlog::info(
+        "gateway {}: table version {} -> {}: keys move in {} steps, one every {} ms",
+        listener_.name, before->version(), table->version(), listener_.migration_steps,
+        std::chrono::duration_cast<std::chrono::milliseconds>(listener_.migration_step).count());
+  }
   std::map<std::string, std::shared_ptr<InstanceCounters>> kept;
   for (const router::Endpoint& e : table->endpoints()) {
     auto it = counters_.find(e.id);
@@ -110,6 +129,21 @@ void Upstream::Apply(std::shared_ptr<const router::RoutingTable> table) {
   spdlog::debug("gateway {}: routing table version {} ({} instances)", listener_.name,
                 table->version(), table->size());
   current_.Store(std::move(next));
+}
+
+bool Upstream::AdvanceMigration() {
+  MutexLock lock(apply_mu_);
+  const std::shared_ptr<const UpstreamSnapshot> now = current_.Load();
+  if (!now->migration) return false;
+  auto next = std::make_shared<UpstreamSnapshot>(*now);
+  if (++next->migration_step > next->migration->steps()) {
+    next->migration.reset();
+    next->migration_step = 0;
+    spdlog::info("gateway {}: key migration to table version {} done", listener_.name,
+                 next->version());
+  }
+  current_.Store(std::move(next));
+  return true;
 }
 
 void Upstream::MarkDiscovered() {
@@ -192,7 +226,15 @@ std::optional<DiscoveryStats> Upstream::DiscoveryFigures() const {
 
 void Upstream::PassedOwners(const UpstreamSnapshot& snapshot, std::uint64_t key_hash,
                             router::RandomSource& random, std::vector<std::size_t>& passed) const {
-  const std::uint32_t rank = hot_keys_.Rank(key_hash, random);
+  std::uint32_t rank = hot_keys_.Rank(key_hash, random);
+  if (rank == 0) return;
+  // Never past the last owner: with fewer members than hot_key_owners, the ranks wrap.
+  std::uint32_t members = 0;
+  for (const router::Endpoint& e : snapshot.router->table->endpoints()) {
+    members += e.KeyEligible() ? 1 : 0;
+  }
+  if (members <= 1) return;
+  rank %= members;
   for (std::uint32_t r = 0; r < rank; ++r) {
     const Result<std::size_t> owner = router::PickRanked(*snapshot.router, key_hash, r);
     if (!owner.ok()) return;
@@ -200,6 +242,19 @@ void Upstream::PassedOwners(const UpstreamSnapshot& snapshot, std::uint64_t key_
       passed.push_back(*owner);
     }
   }
+}
+
+Result<std::size_t> Upstream::PickPassing(const UpstreamSnapshot& snapshot, std::uint64_t key_hash,
+                                          const std::vector<std::size_t>& passed,
+                                          const std::vector<std::size_t>& tried, MonoTime now,
+                                          router::RandomSource& random,
+                                          std::vector<std::size_t>& scratch) const {
+  if (passed.empty()) return Pick(snapshot, key_hash, tried, now, random);
+  scratch.assign(passed.begin(), passed.end());
+  scratch.insert(scratch.end(), tried.begin(), tried.end());
+  Result<std::size_t> pick = Pick(snapshot, key_hash, scratch, now, random);
+  if (pick.ok()) return pick;
+  return Pick(snapshot, key_hash, tried, now, random);
 }
 
 Result<std::size_t> Upstream::Pick(const UpstreamSnapshot& snapshot, std::uint64_t key_hash,
@@ -249,6 +304,14 @@ Result<std::size_t> Upstream::Pick(const UpstreamSnapshot& snapshot, std::uint64
 
   switch (listener_.policy) {
     case Policy::kHash: {
+      // A key not yet moved by a staged migration stays on its old owner while that one is
+      // usable; a moved one goes where the new table (with bounded load) puts it.
+      if (snapshot.migration) {
+        const auto owners = snapshot.migration->Owner(key_hash, snapshot.migration_step);
+        if (owners.ok() && owners->moving && !owners->previous && usable(owners->owner)) {
+          return owners->owner;
+        }
+      }
       const router::LoadView view{loads, total};
       const router::BoundedLoadOptions bounded{listener_.bounded_load};
       Result<std::size_t> pick = snapshot.router->maglev

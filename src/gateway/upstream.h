@@ -56,6 +56,10 @@ struct UpstreamSnapshot {
   // id that comes back at another address never gets the old one's connections).
   std::vector<std::string> pool_keys;
   bool discovered = false;  // the registry has answered at least once
+  // A staged key migration under way (hash policy): keys not yet moved stay on their old owner.
+  // Null when none. `migration_step` counts 1..steps; each step is a snapshot of its own.
+  std::shared_ptr<const router::KeyMigration> migration;
+  std::uint32_t migration_step = 0;
 
   std::uint64_t version() const { return router->version(); }
 };
@@ -88,7 +92,7 @@ class Upstream {
   // records its key; a connection of a hot key passes over the owners before a rank drawn for
   // it (PassedOwners appends them to `passed`, to be excluded from Pick as if tried), so the
   // key's connections spread over its first hot_key_owners owners. Nothing for a cold key. The
-  // control thread refreshes the hot set every second.
+  // control thread refreshes the hot set about every 250 ms.
   void RecordKey(std::string_view key) { hot_keys_.Record(key); }
   void PassedOwners(const UpstreamSnapshot& snapshot, std::uint64_t key_hash,
                     router::RandomSource& random, std::vector<std::size_t>& passed) const;
@@ -96,13 +100,27 @@ class Upstream {
   std::vector<router::HotKey> HotKeys() const { return hot_keys_.Hot(); }
   const router::HotKeyRouting& hot_keys() const { return hot_keys_; }
 
+  // Pick() excluding `passed` (a hot key's lower-ranked owners) and `tried`; when that leaves
+  // nothing, the passed owners are better than none: Pick() excluding `tried` alone. `scratch`
+  // is the caller's, reused.
+  Result<std::size_t> PickPassing(const UpstreamSnapshot& snapshot, std::uint64_t key_hash,
+                                  const std::vector<std::size_t>& passed,
+                                  const std::vector<std::size_t>& tried, MonoTime now,
+                                  router::RandomSource& random,
+                                  std::vector<std::size_t>& scratch) const;
+
   // Outcome of a connect to table instance `index` of `snapshot`: feeds outlier ejection.
   void ReportConnect(const UpstreamSnapshot& snapshot, std::size_t index, bool ok, MonoTime now);
   // Outcome of an active /ready check of `counters`: flips `unhealthy` at the thresholds.
   void ReportCheck(InstanceCounters& counters, bool ok) const;
 
-  // Publishes `table` (tests, and the control thread). Older versions are ignored.
+  // Publishes `table` (tests, and the control thread). Older versions are ignored. A hash
+  // listener whose members changed starts a staged migration from the previous table (one under
+  // way is finished at once: its keys are where the previous table put them).
   void Apply(std::shared_ptr<const router::RoutingTable> table);
+  // The migration's next step, published as a snapshot of its own; after the last, the plain
+  // table. False when none was under way. The control thread calls it every migration_step.
+  bool AdvanceMigration();
 
   // Discovery's staleness (RT-2), for metrics and the admin view; max() before the first answer.
   Duration DiscoveryAge() const;

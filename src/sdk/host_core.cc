@@ -146,25 +146,16 @@ Readiness HostCore::CheckReadiness() const {
 
 Status HostCore::SetAccepting(bool accepting, const std::string& reason) {
   if (full_.exchange(!accepting) == !accepting) return Status::Ok();  // no change
-  const std::string name = options_.service + "/" + options_.instance_id;
-  spdlog::info("host {}: {}{}", name, accepting ? "has room again" : "full",
+  spdlog::info("host {}/{}: {}{}", options_.service, options_.instance_id,
+               accepting ? "has room again" : "full",
                reason.empty() ? std::string() : " (" + reason + ")");
-  const Readiness r = CheckReadiness();  // application code: outside the lock
-  MutexLock lock(registry_mu_);
-  const bool want = accepting && r.ready;
-  if (!registered_ || deregistering_ || want == accepting_) return Status::Ok();
-  const Status set = writer_.SetState(key_, std::nullopt, want, options_.call_timeout);
-  if (set.ok()) {
-    accepting_ = want;
-    PublishRegistrationLocked();
-    spdlog::info("host {}: told the registry it {} new connections", name,
-                 want ? "accepts" : "takes no");
-  } else {
-    // The next heartbeat tries again: it compares what the registry was told with full_.
-    spdlog::warn("host {}: could not tell the registry it {} new connections: {}", name,
-                 want ? "accepts" : "takes no", set.ToString());
+  // The heartbeat thread tells the registry (at once: hastened), as it does for readiness: one
+  // writer, the latest answer wins, and the caller -- a session thread -- never waits for the
+  // registry nor runs the readiness checks.
+  if (const std::uint64_t task = beat_task_.load(); task != 0) {
+    heartbeats_.Hasten(task, Duration::zero());
   }
-  return set;
+  return Status::Ok();
 }
 
 std::string HostCore::Metrics() const {

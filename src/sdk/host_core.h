@@ -46,9 +46,9 @@ class HostCore {
 
   Readiness CheckReadiness() const;
   // Capacity (see ServerHost::SetAccepting): whether the application takes new connections.
-  // Applied to the registry at once when registered (else at registration); never changes
-  // readiness. Returns the registry call's status (OK when there was nothing to tell it).
-  Status SetAccepting(bool accepting, const std::string& reason) DROVER_EXCLUDES(registry_mu_);
+  // Recorded at once; the heartbeat thread, hastened, tells the registry (registration carries
+  // it before that). Never changes readiness. Always OK.
+  Status SetAccepting(bool accepting, const std::string& reason);
   // The probe port's /metrics: the host's state, registration and counters in the Prometheus
   // text format. Takes no lock a registry call holds, so a scrape never waits for the registry.
   std::string Metrics() const;

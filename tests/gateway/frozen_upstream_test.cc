@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <random>
 #include <regex>
+#include <set>
 #include <thread>
 
 #include "gateway/gateway.h"
@@ -167,7 +168,7 @@ TEST_F(FrozenUpstreamTest, AGatewayPastMaxStaleIsNotReadyButStillRoutes) {
   c.threads = 1;
   c.admin = "127.0.0.1:0";
   c.register_self = false;
-  c.max_stale = 1s;
+  c.max_stale = 10s;  // the least allowed: twice the registry's idle PROGRESS interval
   ListenerConfig l;
   l.name = "zone";
   l.address = "127.0.0.1:0";
@@ -185,7 +186,7 @@ TEST_F(FrozenUpstreamTest, AGatewayPastMaxStaleIsNotReadyButStillRoutes) {
         ready = testing::Http(gateway->admin_port(), "GET", "/ready");
         return ready.status == 503;
       },
-      10s, 50ms));
+      20s, 50ms));
   EXPECT_NE(ready.body.find("the registry has not been heard for"), std::string::npos)
       << ready.body;
   EXPECT_NE(ready.body.find("still routing on the last table"), std::string::npos) << ready.body;
@@ -278,6 +279,98 @@ TEST_F(FrozenUpstreamTest, HotKeysSpreadOverTheirNextOwnersEvenTheLoad) {
   EXPECT_GT(off, on);
   EXPECT_FALSE(nlohmann::json::parse(on_snapshot)["listeners"][0]["hot_keys"].empty());
   EXPECT_TRUE(nlohmann::json::parse(off_snapshot)["listeners"][0]["hot_keys"].empty());
+}
+
+// Staged key migration through a real gateway (issue 25): a sixth zone server joins five; keys
+// move to it in 4 steps, about a quarter of the moving ones each, a sixth of all keys in the end;
+// sessions already open are never cut.
+TEST_F(FrozenUpstreamTest, AJoiningServerTakesItsKeysInStepsWithoutCuttingASession) {
+  std::vector<std::unique_ptr<testing::ChildProcess>> zones;
+  for (int i = 1; i <= 5; ++i) zones.push_back(Zone("z" + std::to_string(i)));
+  GatewayConfig c;
+  c.registry = registry_address_;
+  c.threads = 1;
+  c.admin = "";
+  c.register_self = false;
+  ListenerConfig l;
+  l.name = "keyed";
+  l.address = "127.0.0.1:0";
+  l.service = "zone";
+  l.policy = Policy::kHash;
+  l.bounded_load = 1e9;  // only the keys decide
+  l.migration_steps = 4;
+  l.migration_step = 1500ms;
+  c.listeners.push_back(l);
+  auto gateway = Gateway::Start(c, clock_).value();
+  auto listener = [&] { return nlohmann::json::parse(gateway->SnapshotJson())["listeners"][0]; };
+  ASSERT_TRUE(testing::Eventually([&] {
+    const auto j = listener();
+    return j["instances"].size() == 5 && j["migration"].is_null();
+  }));
+  constexpr int kKeys = 300;
+  auto owners = [&] {
+    std::vector<std::string> out;
+    for (int k = 0; k < kKeys; ++k) {
+      testing::LineClient player(gateway->port("keyed"));
+      player.Send("DROVER-KEY k" + std::to_string(k));
+      const auto welcome = player.Ask("HELLO p");
+      player.Ask("QUIT");
+      out.push_back(welcome ? *welcome : "");
+    }
+    return out;
+  };
+  const std::vector<std::string> before = owners();
+  // Players who stay connected through the whole migration.
+  std::vector<std::unique_ptr<testing::LineClient>> stayers;
+  for (int k = 0; k < 5; ++k) {
+    stayers.push_back(std::make_unique<testing::LineClient>(gateway->port("keyed")));
+    stayers.back()->Send("DROVER-KEY k" + std::to_string(k));
+    ASSERT_TRUE(stayers.back()->Ask("HELLO stayer").has_value());
+  }
+  zones.push_back(Zone("z6"));
+  std::map<int, int> moved_at_step;  // step -> keys away from their first owner
+  std::set<std::string> versions_seen;
+  const auto deadline = std::chrono::steady_clock::now() + 30s;
+  while (std::chrono::steady_clock::now() < deadline) {
+    const auto j = listener();
+    const int step = j["migration"].is_null() ? 0 : j["migration"]["step"].get<int>();
+    versions_seen.insert(std::to_string(j["version"].get<std::uint64_t>()) + "/" +
+                         std::to_string(step));
+    if (moved_at_step.count(0)) break;  // measured after the last step: done
+    // Step 0 with six instances is the end (the migration starts at step 1 with the new table).
+    if (j["instances"].size() != 6 || moved_at_step.count(step) ||
+        (step == 0 && moved_at_step.size() < 4)) {
+      std::this_thread::sleep_for(50ms);
+      continue;
+    }
+    const std::vector<std::string> now = owners();
+    const auto k = listener();  // the step must not have moved on while the keys were read
+    const int after = k["migration"].is_null() ? 0 : k["migration"]["step"].get<int>();
+    if (after != step) continue;
+    int moved = 0;
+    for (int key = 0; key < kKeys; ++key) moved += now[key] != before[key] ? 1 : 0;
+    moved_at_step[step] = moved;
+  }
+  std::printf("keys moved (of %d) at each step:", kKeys);
+  for (const auto& [step, n] : moved_at_step) std::printf(" step %d: %d", step, n);
+  std::printf("; table versions/steps seen:");
+  for (const std::string& v : versions_seen) std::printf(" %s", v.c_str());
+  std::printf("\n");
+  ASSERT_TRUE(moved_at_step.count(0)) << "the migration never finished";
+  const int total = moved_at_step[0];
+  EXPECT_LE(total, static_cast<int>(kKeys * 1.1 / 6));  // <= 1.1x the ideal sixth
+  EXPECT_GT(total, kKeys / 12);
+  int previous = 0;
+  for (int step = 1; step <= 4; ++step) {
+    if (!moved_at_step.count(step)) continue;
+    EXPECT_GE(moved_at_step[step], previous) << "step " << step;  // keys move one way, in steps
+    previous = moved_at_step[step];
+  }
+  if (moved_at_step.count(1)) {
+    EXPECT_LT(moved_at_step[1], total) << "step 1 moved everything";
+  }
+  for (auto& stayer : stayers) EXPECT_EQ(stayer->Ask("PING"), "PONG");  // no session cut
+  gateway->Shutdown();
 }
 
 }  // namespace

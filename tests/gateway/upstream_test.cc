@@ -89,28 +89,43 @@ INSTANTIATE_TEST_SUITE_P(Policies, UpstreamTest,
 TEST(UpstreamPolicyTest, HashKeepsAKeyOnItsInstanceAcrossTables) {
   FakeClock clock;
   router::Xoshiro256 random(1);
-  auto up = Upstream::ForTables(Listener(Policy::kHash), clock);
+  auto up = Upstream::ForTables(Listener(Policy::kHash), clock);  // migration_steps: 4
   up->Apply(Table(1, {Ready("a"), Ready("b"), Ready("c"), Ready("d")}));
   const auto before = up->Snapshot();
+  EXPECT_FALSE(before->migration);  // the first table moves nothing
   up->Apply(Table(2, {Ready("a"), Ready("b"), Ready("c"), Ready("d"), Ready("e")}));
-  const auto after = up->Snapshot();
-  int moved = 0, to_newcomer = 0;
+  // A staged migration: each step a snapshot of its own; after the last, the plain table.
+  std::vector<std::shared_ptr<const UpstreamSnapshot>> steps = {up->Snapshot()};
+  while (up->AdvanceMigration()) steps.push_back(up->Snapshot());
+  ASSERT_EQ(steps.size(), 5u);
+  EXPECT_EQ(steps.front()->migration_step, 1u);
+  EXPECT_EQ(steps[3]->migration_step, 4u);
+  EXPECT_FALSE(steps.back()->migration);
+  auto owner = [&](const UpstreamSnapshot& s, std::uint64_t h) {
+    return s.router->table->at(*up->Pick(s, h, {}, clock.Now(), random)).id;
+  };
+  std::vector<int> moved(steps.size(), 0);
+  int to_newcomer = 0;
   for (int k = 0; k < 2000; ++k) {
     const std::uint64_t h = router::HashKey("player" + std::to_string(k));
-    const std::string& x =
-        before->router->table->at(*up->Pick(*before, h, {}, clock.Now(), random)).id;
-    const std::string& y =
-        after->router->table->at(*up->Pick(*after, h, {}, clock.Now(), random)).id;
-    if (x != y) {
-      ++moved;
-      to_newcomer += y == "e" ? 1 : 0;
+    const std::string x = owner(*before, h);
+    for (std::size_t i = 0; i < steps.size(); ++i) {
+      const std::string y = owner(*steps[i], h);
+      if (x != y) ++moved[i];
+      if (i + 1 == steps.size() && x != y && y == "e") ++to_newcomer;
     }
   }
-  // About 1/5 of the keys move (mod-N would move 4/5), nearly all of them to the newcomer
-  // (Maglev trades a little extra churn between old members for its even spread).
-  EXPECT_GT(moved, 2000 / 5 / 2);
-  EXPECT_LT(moved, 2000 / 5 * 2);
-  EXPECT_GT(to_newcomer, moved * 8 / 10);
+  // About 1/5 of the keys move in the end (mod-N would move 4/5), nearly all of them to the
+  // newcomer (Maglev trades a little extra churn between old members for its even spread), a
+  // quarter of them per step.
+  const int total = moved.back();
+  EXPECT_GT(total, 2000 / 5 / 2);
+  EXPECT_LT(total, 2000 / 5 * 2);
+  EXPECT_GT(to_newcomer, total * 8 / 10);
+  for (std::size_t i = 0; i + 1 < steps.size(); ++i) {
+    EXPECT_NEAR(moved[i], total * static_cast<double>(i + 1) / 4, total * 0.12) << "step " << i + 1;
+  }
+  EXPECT_EQ(moved[3], total);  // the last step is the new table
 }
 
 TEST(UpstreamPolicyTest, SlowStartHoldsANewcomerBackWhereLeastConnectionsFloodsIt) {

@@ -1,0 +1,65 @@
+#include "drover/router/migration.h"
+
+#include <algorithm>
+
+namespace drover::router {
+namespace {
+
+// A key's step comes from its hash, remixed so that it does not follow the bits the pickers use
+// (SplitMix64's finaliser).
+std::uint64_t Remix(std::uint64_t h) {
+  h ^= h >> 30;
+  h *= 0xbf58476d1ce4e5b9ULL;
+  h ^= h >> 27;
+  h *= 0x94d049bb133111ebULL;
+  return h ^ (h >> 31);
+}
+
+// The position in `to` of the endpoint `id`, if it owns keys there.
+std::optional<std::size_t> Find(const RoutingTable& to, const std::string& id) {
+  const auto& endpoints = to.endpoints();
+  for (std::size_t i = 0; i < endpoints.size(); ++i) {
+    if (endpoints[i].id == id) {
+      if (!endpoints[i].KeyEligible()) return std::nullopt;
+      return i;
+    }
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+Result<std::size_t> KeyOwner(const RouterSnapshot& snapshot, std::uint64_t key_hash) {
+  if (snapshot.maglev) return snapshot.maglev->Pick(key_hash);
+  if (snapshot.ring) return snapshot.ring->Pick(key_hash);
+  return FailedPreconditionError("KeyOwner: the snapshot has no ring or Maglev table");
+}
+
+KeyMigration::KeyMigration(std::shared_ptr<const RouterSnapshot> from,
+                           std::shared_ptr<const RouterSnapshot> to, std::uint32_t steps)
+    : from_(std::move(from)), to_(std::move(to)), steps_(std::max<std::uint32_t>(steps, 1)) {}
+
+std::uint32_t KeyMigration::StepOf(std::uint64_t key_hash) const {
+  return 1 + static_cast<std::uint32_t>(Remix(key_hash) % steps_);
+}
+
+Result<KeyMigration::Owners> KeyMigration::Owner(std::uint64_t key_hash, std::uint32_t step) const {
+  DROVER_ASSIGN_OR_RETURN(const std::size_t now, KeyOwner(*to_, key_hash));
+  Owners out;
+  out.owner = now;
+  const Result<std::size_t> before = KeyOwner(*from_, key_hash);
+  if (!before.ok()) return out;  // nothing owned keys before: nothing to hand off
+  const std::string& before_id = from_->table->at(*before).id;
+  if (before_id == to_->table->at(now).id) return out;  // stays
+  out.moving = true;
+  const std::optional<std::size_t> old = Find(*to_->table, before_id);
+  if (!old) return out;  // its old owner is gone: it moves at once, from nowhere
+  if (std::min(step, steps_) >= StepOf(key_hash)) {
+    out.previous = *old;
+  } else {
+    out.owner = *old;
+  }
+  return out;
+}
+
+}  // namespace drover::router
