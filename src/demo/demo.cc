@@ -58,7 +58,7 @@ class Run {
       : options_(options),
         fleet_(fleet),
         registry_(std::move(registry)),
-        ready_(registry_, {"zone", "whoami"}),
+        ready_(registry_, {"zone", "whoami", "shard"}),
         clock_(clock),
         stop_(std::move(stop)),
         began_(began),
@@ -136,8 +136,8 @@ class Run {
     Say(Elapsed() + "2/5 job results: a compute step fails ...");
     Keep(JobResultsStep(clock_, stop_));
     if (!Go()) return;
-    Say(Elapsed() + "3/5 shard scale-out 4 -> 5 on the router ...");
-    Keep(ShardStep());
+    Say(Elapsed() + "3/5 shard scale-out: 4 key-routed servers behind the gateway, then 5 ...");
+    Keep(ShardStep(ctx_));
     if (!Go()) return;
     Say(Elapsed() + "4/5 gRPC: 3 WhoAmI servers, then 5 ...");
     Keep(GrpcStep(ctx_));

@@ -51,7 +51,7 @@ Status WaitLive(Child& child, const std::string& url, Duration limit) {
 }
 
 std::string GatewayConfig(const std::string& registry_grpc, std::uint16_t admin, std::uint16_t zone,
-                          std::uint16_t whoami, Duration slow_start) {
+                          std::uint16_t whoami, std::uint16_t shard, Duration slow_start) {
   const auto ms = [](Duration d) {
     return std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(d).count());
   };
@@ -66,7 +66,17 @@ std::string GatewayConfig(const std::string& registry_grpc, std::uint16_t admin,
          "\n    service: zone\n    policy: p2c\n    slow_start_ms: " + ms(slow_start) +
          "\n    health_check_interval_ms: 500\n    health_check_timeout_ms: 300\n"
          "  - name: whoami\n    protocol: tcp\n    address: 127.0.0.1:" +
-         std::to_string(whoami) + "\n    service: whoami\n    policy: p2c\n";
+         std::to_string(whoami) +
+         "\n    service: whoami\n    policy: p2c\n"
+         // Shard: key-routed (seed 002), a hot key spread over 3 owners, keys moving in steps.
+         // Bounded load off: the demo's players come one at a time, and at a load of one the
+         // bound (any c <= 5) would send a player elsewhere whenever the gateway had not yet
+         // counted the previous one out -- moves that are not the scale-out's.
+         "  - name: shard\n    protocol: tcp\n    address: 127.0.0.1:" +
+         std::to_string(shard) +
+         "\n    service: shard\n    policy: hash\n    bounded_load: 1000000\n"
+         "    hot_key_fraction: 0.05\n"
+         "    hot_key_owners: 3\n    migration_steps: 4\n    migration_step_ms: 500\n";
 }
 
 }  // namespace
@@ -145,6 +155,7 @@ Result<std::unique_ptr<Fleet>> Fleet::Start(const FleetOptions& options) {
   f.gateway_admin_ = sdk::FreeLoopbackPort();
   f.zone_ = sdk::FreeLoopbackPort();
   f.whoami_ = sdk::FreeLoopbackPort();
+  f.shard_ = sdk::FreeLoopbackPort();
   for (const std::string& host : HostAddresses()) {
     f.agents_.push_back(FreePortOn(host));
     if (f.agents_.back() == 0) {
@@ -153,14 +164,14 @@ Result<std::unique_ptr<Fleet>> Fleet::Start(const FleetOptions& options) {
     }
   }
   for (std::uint16_t p :
-       {f.registry_http_, f.registry_grpc_, f.gateway_admin_, f.zone_, f.whoami_}) {
+       {f.registry_http_, f.registry_grpc_, f.gateway_admin_, f.zone_, f.whoami_, f.shard_}) {
     if (p == 0) return UnavailableError("no free loopback port");
   }
   const std::string logs = options.data_dir + "/logs/";
   const std::string gateway_yaml = options.data_dir + "/gateway.yaml";
   {
     std::ofstream out(gateway_yaml);
-    out << GatewayConfig(f.registry_grpc(), f.gateway_admin_, f.zone_, f.whoami_,
+    out << GatewayConfig(f.registry_grpc(), f.gateway_admin_, f.zone_, f.whoami_, f.shard_,
                          options.slow_start);
     if (!out) return UnavailableError("cannot write " + gateway_yaml);
   }
@@ -238,5 +249,6 @@ std::vector<std::string> Fleet::agent_urls() const {
 std::string Fleet::gateway_admin_url() const { return Url(gateway_admin_); }
 std::string Fleet::zone_address() const { return "127.0.0.1:" + std::to_string(zone_); }
 std::string Fleet::whoami_address() const { return "127.0.0.1:" + std::to_string(whoami_); }
+std::string Fleet::shard_address() const { return "127.0.0.1:" + std::to_string(shard_); }
 
 }  // namespace drover::demo

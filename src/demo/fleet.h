@@ -78,13 +78,17 @@ class Fleet {
   std::string gateway_admin_url() const;
   std::string zone_address() const;    // the gateway's TCP listener for service "zone"
   std::string whoami_address() const;  // the gateway's TCP listener for service "whoami" (L4)
+  // The gateway's key-routed TCP listener for service "shard" (hash: Maglev, hot keys spread,
+  // staged migration).
+  std::string shard_address() const;
   const FleetOptions& options() const { return options_; }
 
  private:
   explicit Fleet(FleetOptions options) : options_(std::move(options)) {}
 
   FleetOptions options_;
-  std::uint16_t registry_http_ = 0, registry_grpc_ = 0, gateway_admin_ = 0, zone_ = 0, whoami_ = 0;
+  std::uint16_t registry_http_ = 0, registry_grpc_ = 0, gateway_admin_ = 0, zone_ = 0, whoami_ = 0,
+                shard_ = 0;
   std::vector<std::uint16_t> agents_;  // one per host address
   std::vector<Child> children_;        // in start order
 };

@@ -33,8 +33,9 @@ rollout::DeployOutcome DeployZone(Context& c, const std::string& version, double
 
 // Step 2: a failing job surfaced as terminal by Drover's waiter, next to the incident's waiter.
 StepReport JobResultsStep(Clock& clock, std::stop_token stop);
-// Step 3: shard scale-out 4 -> 5 on the router against hash % n, and a hot key.
-StepReport ShardStep();
+// Step 3: shard scale-out 4 -> 5 running servers behind the gateway's key-routed listener: keys
+// moved measured from real sessions (beside hash % n, computed), and a hot key's spread.
+StepReport ShardStep(Context& c);
 // Step 4: gRPC calls through one address vs the Drover channel; 3 -> 5 servers.
 StepReport GrpcStep(Context& c);
 

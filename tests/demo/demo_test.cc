@@ -71,11 +71,15 @@ TEST(DemoTest, ReplaysTheFiveIncidentsWithinTheirBounds) {
   EXPECT_LE(jobs.at("failure_seen_ms").get<double>(), jobs.at("bound_ms").get<double>());
   EXPECT_EQ(jobs.at("incident_waiter_status"), "in progress");
 
-  // 3: movement within 1.1x of ideal; hash % n far from it; bounded load caps the hot key.
+  // 3: a fifth running server behind the gateway takes about a fifth of the keys (measured from
+  // real sessions, every one answered), within 1.1x of ideal; hash % n far from it; the hot key
+  // spreads over several servers; bounded load caps the computed Zipf peak.
   const json& shard = Step(report, 3).at("figures");
+  EXPECT_EQ(shard.at("unanswered_sessions"), 0);
+  EXPECT_GT(shard.at("keys_moved").get<int>(), 0);
   EXPECT_LE(shard.at("maglev_moved_vs_ideal").get<double>(), 1.1);
-  EXPECT_LE(shard.at("ring_moved_vs_ideal").get<double>(), 1.1);
   EXPECT_GT(shard.at("modn_moved_vs_ideal").get<double>(), 3.0);
+  EXPECT_GE(shard.at("hot_key_servers").get<int>(), 2);
   EXPECT_LT(shard.at("hot_peak_to_mean_bounded").get<double>(),
             shard.at("hot_peak_to_mean_unbounded").get<double>());
 
