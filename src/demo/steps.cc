@@ -165,44 +165,44 @@ StepReport JobResultsStep(Clock& clock, std::stop_token stop) {
 
 namespace {
 
-constexpr int kShardKeys = 2000;
-
-// Starts shard server n (a zone server registered as service "shard") through an agent.
-std::string StartShard(Context& c, int n) {
-  const std::string id = "shard-" + std::to_string(n);
+// Starts `<service>-<n>` through an agent (round robin over the hosts): `drover sample <program>`
+// registered in `service`, bound to the host's address, with `extra` flags; returns its id.
+std::string StartSample(Context& c, const std::string& service, const std::string& program, int n,
+                        const std::vector<std::string>& extra) {
+  const std::string id = service + "-" + std::to_string(n);
   rollout::LaunchSpec spec;
-  spec.service = "shard";
+  spec.service = service;
   spec.id = id;
   spec.version = "v1";
   spec.argv = {c.fleet.options().exe,
                "sample",
-               "zone",
+               program,
                "--registry",
                c.fleet.registry_grpc(),
                "--service",
-               "shard",
+               service,
                "--id",
                id,
                "--listen",
                "{host}:{port}",
                "--health",
-               "{host}:{health_port}",
-               "--warmup-ms",
-               "0",
-               "--ttl-ms",
-               "3000",
-               "--propagation-ms",
-               "300",
-               "--drain-ms",
-               "1000",
-               "--grace-ms",
-               "3000"};
+               "{host}:{health_port}"};
+  spec.argv.insert(spec.argv.end(), extra.begin(), extra.end());
   rollout::AgentClient& agent = *c.hosts[static_cast<std::size_t>(n - 1) % c.hosts.size()].client;
   if (Status s = agent.Start(spec); !s.ok() && s.code() != StatusCode::kAlreadyExists) {
     spdlog::warn("demo: starting {}: {}", id, s.message());
   }
   return id;
 }
+
+// A shard server: a zone server registered as service "shard".
+std::string StartShard(Context& c, int n) {
+  return StartSample(c, "shard", "zone", n,
+                     {"--warmup-ms", "0", "--ttl-ms", "3000", "--propagation-ms", "300",
+                      "--drain-ms", "1000", "--grace-ms", "3000"});
+}
+
+constexpr int kShardKeys = 2000;
 
 // One player session through the gateway's key-routed listener: the key line, HELLO, QUIT. The
 // server that welcomed it, or "" when none did within 2 s.
@@ -353,37 +353,9 @@ namespace {
 constexpr int kCalls = 60;
 constexpr auto kCallDeadline = std::chrono::seconds(2);
 
-// Starts WhoAmI server n through an agent (round robin over the hosts); returns its instance id.
 std::string StartWhoami(Context& c, int n) {
-  const std::string id = "whoami-" + std::to_string(n);
-  rollout::LaunchSpec spec;
-  spec.service = "whoami";
-  spec.id = id;
-  spec.version = "v1";
-  spec.argv = {c.fleet.options().exe,
-               "sample",
-               "whoami",
-               "--registry",
-               c.fleet.registry_grpc(),
-               "--service",
-               "whoami",
-               "--id",
-               id,
-               "--listen",
-               "{host}:{port}",
-               "--health",
-               "{host}:{health_port}",
-               "--ttl-ms",
-               "3000",
-               "--propagation-ms",
-               "300",
-               "--drain-ms",
-               "2000"};
-  rollout::AgentClient& agent = *c.hosts[static_cast<std::size_t>(n - 1) % c.hosts.size()].client;
-  if (Status s = agent.Start(spec); !s.ok() && s.code() != StatusCode::kAlreadyExists) {
-    spdlog::warn("demo: starting {}: {}", id, s.message());
-  }
-  return id;
+  return StartSample(c, "whoami", "whoami", n,
+                     {"--ttl-ms", "3000", "--propagation-ms", "300", "--drain-ms", "2000"});
 }
 
 // The two ways a client reaches the WhoAmI servers.
