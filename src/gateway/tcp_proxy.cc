@@ -69,9 +69,9 @@ struct Conn {
 // upstream host within about a minute of silence, as the client side does.
 constexpr auto kTuneProbesAfter = std::chrono::seconds(10);
 
-// A session's connect phase; owned by the pending connect's handler.
-// One session's dial. Holds its place in the listener's retry budget: as a dial in flight (the
-// budget's "requests") for as long as it lives, and as a retry while a further attempt connects.
+// A session's connect phase, owned by the pending connect's handler. Holds its place in the
+// listener's retry budget: as a dial in flight (the budget's "requests") for as long as it lives,
+// and as a retry while a further attempt connects.
 struct Dialing {
   explicit Dialing(RetryBudget& b) : budget(b) { budget.RequestStarted(); }
   ~Dialing() {
