@@ -233,9 +233,10 @@ class HotKeyRouting {
   // Recomputes the hot set from the window and publishes it.
   void Refresh();
 
-  // 0 (the key's own owner) for a cold key; for a hot one, uniform in [0, owners): the caller
-  // takes the owner at that rank in the picker's probe order (PickRanked).
-  std::uint32_t Rank(std::uint64_t key_hash, RandomSource& random) const;
+  // 0 (the key's own owner) for a cold key; for a hot one, uniform in [0, min(owners, members)),
+  // `members` being how many owners the picker has: the caller takes the owner at that rank in
+  // the picker's probe order (PickRanked).
+  std::uint32_t Rank(std::uint64_t key_hash, std::uint32_t members, RandomSource& random) const;
 
   // The current hot set, hottest first.
   std::vector<HotKey> Hot() const;

@@ -226,15 +226,12 @@ std::optional<DiscoveryStats> Upstream::DiscoveryFigures() const {
 
 void Upstream::PassedOwners(const UpstreamSnapshot& snapshot, std::uint64_t key_hash,
                             router::RandomSource& random, std::vector<std::size_t>& passed) const {
-  std::uint32_t rank = hot_keys_.Rank(key_hash, random);
-  if (rank == 0) return;
-  // Never past the last owner: with fewer members than hot_key_owners, the ranks wrap.
-  std::uint32_t members = 0;
+  if (!hot_keys_.enabled()) return;
+  std::uint32_t members = 0;  // a rank never passes the last owner
   for (const router::Endpoint& e : snapshot.router->table->endpoints()) {
     members += e.KeyEligible() ? 1 : 0;
   }
-  if (members <= 1) return;
-  rank %= members;
+  const std::uint32_t rank = hot_keys_.Rank(key_hash, members, random);
   for (std::uint32_t r = 0; r < rank; ++r) {
     const Result<std::size_t> owner = router::PickRanked(*snapshot.router, key_hash, r);
     if (!owner.ok()) return;

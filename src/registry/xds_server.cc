@@ -38,9 +38,11 @@ class AdsStream;
 // What a stream shares with the server: the session, and the right to start the call's next write
 // or its finish (held by one thread at a time, see Pump). Lives as long as either holds it.
 struct StreamCore {
-  explicit StreamCore(std::string peer_address) : peer(std::move(peer_address)), session(peer) {}
+  explicit StreamCore(std::string peer_address)
+      : peer(std::move(peer_address)), client(ConnectionOfPeer(peer)), session(peer) {}
 
   const std::string peer;
+  const std::string client;  // the connection: what the per-client stream count is kept by
   Mutex mu;
   XdsSession session DROVER_GUARDED_BY(mu);
   AdsStream* reactor DROVER_GUARDED_BY(mu) = nullptr;  // null once the call is done
@@ -86,8 +88,8 @@ struct XdsServer::Impl {
 // side as if the client had closed it.
 class AdsStream final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
  public:
-  AdsStream(XdsServer::Impl& server, std::shared_ptr<StreamCore> core, std::string client)
-      : server_(server), core_(std::move(core)), client_(std::move(client)) {
+  AdsStream(XdsServer::Impl& server, std::shared_ptr<StreamCore> core)
+      : server_(server), core_(std::move(core)) {
     {
       MutexLock lock(core_->mu);
       core_->reactor = this;
@@ -98,7 +100,7 @@ class AdsStream final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::B
 
   // Refused at the door: finished at once with `status`.
   static AdsStream* Refuse(XdsServer::Impl& server, const std::string& peer, grpc::Status status) {
-    auto* stream = new AdsStream(server, std::make_shared<StreamCore>(peer), "", true);
+    auto* stream = new AdsStream(server, std::make_shared<StreamCore>(peer), true);
     stream->Finish(std::move(status));
     return stream;
   }
@@ -206,16 +208,12 @@ class AdsStream final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::B
     delete this;
   }
 
-  const std::string& client() const { return client_; }
-
  private:
-  AdsStream(XdsServer::Impl& server, std::shared_ptr<StreamCore> core, std::string client,
-            bool refused)
-      : server_(server), core_(std::move(core)), client_(std::move(client)), refused_(refused) {}
+  AdsStream(XdsServer::Impl& server, std::shared_ptr<StreamCore> core, bool refused)
+      : server_(server), core_(std::move(core)), refused_(refused) {}
 
   XdsServer::Impl& server_;
   std::shared_ptr<StreamCore> core_;
-  const std::string client_;  // the connection, for the per-client count
   const bool refused_ = false;
   grpc::ByteBuffer request_;
 };
@@ -240,8 +238,8 @@ class AdsService final
                                             "this address may not use the registry's xDS server "
                                             "(--xds-allow)"));
     }
-    const std::string client = ConnectionOfPeer(peer);
     auto core = std::make_shared<StreamCore>(peer);
+    const std::string& client = core->client;
     std::shared_ptr<const XdsSnapshot> snapshot;
     {
       MutexLock lock(server_.mu);
@@ -275,7 +273,7 @@ class AdsService final
       core->session.OnSnapshot(std::move(snapshot));
     }
     spdlog::debug("registry xds: stream from {}", peer);
-    return new AdsStream(server_, std::move(core), client);
+    return new AdsStream(server_, std::move(core));
   }
 
  private:
@@ -302,11 +300,9 @@ void XdsServer::Impl::Publish(std::shared_ptr<const XdsSnapshot> next) {
 }
 
 void XdsServer::Impl::Remove(const std::shared_ptr<StreamCore>& core) {
-  // The stream's client key is the connection of its peer, as counted at admission.
-  const std::string client = ConnectionOfPeer(core->peer);
   MutexLock lock(mu);
   if (streams.erase(core) == 0) return;
-  if (auto it = per_client.find(client); it != per_client.end() && --it->second == 0) {
+  if (auto it = per_client.find(core->client); it != per_client.end() && --it->second == 0) {
     per_client.erase(it);
   }
   counters.streams.store(streams.size(), std::memory_order_relaxed);

@@ -248,11 +248,12 @@ void HotKeyRouting::Refresh() {
   current_.Store(std::move(next));
 }
 
-std::uint32_t HotKeyRouting::Rank(std::uint64_t key_hash, RandomSource& random) const {
-  if (!any_hot_.load(std::memory_order_relaxed)) return 0;
+std::uint32_t HotKeyRouting::Rank(std::uint64_t key_hash, std::uint32_t members,
+                                  RandomSource& random) const {
+  if (members <= 1 || !any_hot_.load(std::memory_order_relaxed)) return 0;
   const std::shared_ptr<const HotSet> hot = current_.Load();
   if (!hot->hashes.contains(key_hash)) return 0;
-  return static_cast<std::uint32_t>(random.Uniform(policy_.owners));
+  return static_cast<std::uint32_t>(random.Uniform(std::min(policy_.owners, members)));
 }
 
 std::vector<HotKey> HotKeyRouting::Hot() const { return current_.Load()->keys; }

@@ -52,6 +52,22 @@ class FrozenUpstreamTest : public ::testing::Test {
     return zone;
   }
 
+  // One TCP listener `name` for service "zone" on a free port, routed from this fixture's
+  // registry; no admin endpoint (so no registration as drover-gateway). Tests set the rest.
+  GatewayConfig OneListener(const std::string& name = "zone") const {
+    GatewayConfig c;
+    c.registry = registry_address_;
+    c.threads = 1;
+    c.admin = "";
+    c.register_self = false;
+    ListenerConfig l;
+    l.name = name;
+    l.address = "127.0.0.1:0";
+    l.service = "zone";
+    c.listeners.push_back(l);
+    return c;
+  }
+
   testing::TempDir dir_;
   RealClock clock_;
   std::unique_ptr<registry::Registry> registry_;
@@ -62,16 +78,9 @@ class FrozenUpstreamTest : public ::testing::Test {
 TEST_F(FrozenUpstreamTest, ASigstoppedServerIsCutByTheResponseTimeout) {
   auto zone = Zone("z1");
 
-  GatewayConfig c;
-  c.registry = registry_address_;
-  c.threads = 1;
-  c.admin = "";
-  ListenerConfig l;
-  l.name = "zone";
-  l.address = "127.0.0.1:0";
-  l.service = "zone";
+  GatewayConfig c = OneListener();
+  ListenerConfig& l = c.listeners[0];
   l.response_timeout = 1s;
-  c.listeners.push_back(l);
   auto gateway = Gateway::Start(c, clock_).value();
   ASSERT_TRUE(testing::Eventually(
       [&] { return gateway->SnapshotJson().find("\"routable\": true") != std::string::npos; }));
@@ -90,20 +99,13 @@ TEST_F(FrozenUpstreamTest, ActiveChecksTakeAFrozenServerOutOfRoutingAndBringItBa
   std::vector<std::unique_ptr<testing::ChildProcess>> zones;
   zones.push_back(Zone("z1"));
   zones.push_back(Zone("z2"));
-  GatewayConfig c;
-  c.registry = registry_address_;
-  c.threads = 1;
-  c.admin = "";
-  ListenerConfig l;
-  l.name = "zone";
-  l.address = "127.0.0.1:0";
-  l.service = "zone";
+  GatewayConfig c = OneListener();
+  ListenerConfig& l = c.listeners[0];
   l.policy = Policy::kLeastConn;
   l.health_check_interval = 200ms;
   l.health_check_timeout = 100ms;
   l.unhealthy_threshold = 2;
   l.healthy_threshold = 1;
-  c.listeners.push_back(l);
   auto gateway = Gateway::Start(c, clock_).value();
   const std::regex healthy_z1(R"(drover_gateway_upstream_healthy\{[^}]*instance="z1"\} 1)");
   const std::regex unhealthy_z1(R"(drover_gateway_upstream_healthy\{[^}]*instance="z1"\} 0)");
@@ -127,16 +129,7 @@ TEST_F(FrozenUpstreamTest, ActiveChecksTakeAFrozenServerOutOfRoutingAndBringItBa
 // discovered, and new with every change of the table.
 TEST_F(FrozenUpstreamTest, TheTableVersionIsSetByDiscoveryAndMovesWithTheTable) {
   auto z1 = Zone("z1");
-  GatewayConfig c;
-  c.registry = registry_address_;
-  c.threads = 1;
-  c.admin = "";
-  c.register_self = false;
-  ListenerConfig l;
-  l.name = "zone";
-  l.address = "127.0.0.1:0";
-  l.service = "zone";
-  c.listeners.push_back(l);
+  GatewayConfig c = OneListener();
   auto gateway = Gateway::Start(c, clock_).value();
   auto table = [&] {
     const auto j = nlohmann::json::parse(gateway->SnapshotJson())["listeners"][0];
@@ -163,17 +156,9 @@ TEST_F(FrozenUpstreamTest, TheTableVersionIsSetByDiscoveryAndMovesWithTheTable) 
 // /ready (503, why) and in its metrics, and still routes on its last table.
 TEST_F(FrozenUpstreamTest, AGatewayPastMaxStaleIsNotReadyButStillRoutes) {
   auto z1 = Zone("z1");
-  GatewayConfig c;
-  c.registry = registry_address_;
-  c.threads = 1;
+  GatewayConfig c = OneListener();
   c.admin = "127.0.0.1:0";
-  c.register_self = false;
   c.max_stale = 10s;  // the least allowed: twice the registry's idle PROGRESS interval
-  ListenerConfig l;
-  l.name = "zone";
-  l.address = "127.0.0.1:0";
-  l.service = "zone";
-  c.listeners.push_back(l);
   auto gateway = Gateway::Start(c, clock_).value();
   ASSERT_TRUE(testing::Eventually(
       [&] { return gateway->SnapshotJson().find("\"routable\": true") != std::string::npos; }));
@@ -217,20 +202,12 @@ TEST_F(FrozenUpstreamTest, HotKeysSpreadOverTheirNextOwnersEvenTheLoad) {
   for (double& c : cdf) c /= sum;
 
   auto run = [&](double hot_key_fraction) {
-    GatewayConfig c;
-    c.registry = registry_address_;
-    c.threads = 1;
-    c.admin = "";
-    c.register_self = false;
-    ListenerConfig l;
-    l.name = "keyed";
-    l.address = "127.0.0.1:0";
-    l.service = "zone";
+    GatewayConfig c = OneListener("keyed");
+    ListenerConfig& l = c.listeners[0];
     l.policy = Policy::kHash;
     l.bounded_load = 1e9;  // off: only the keys decide
     l.hot_key_fraction = hot_key_fraction;
     l.hot_key_owners = 4;
-    c.listeners.push_back(l);
     auto gateway = Gateway::Start(c, clock_).value();
     EXPECT_TRUE(testing::Eventually([&] {
       return nlohmann::json::parse(gateway->SnapshotJson())["listeners"][0]["instances"].size() ==
@@ -287,20 +264,12 @@ TEST_F(FrozenUpstreamTest, HotKeysSpreadOverTheirNextOwnersEvenTheLoad) {
 TEST_F(FrozenUpstreamTest, AJoiningServerTakesItsKeysInStepsWithoutCuttingASession) {
   std::vector<std::unique_ptr<testing::ChildProcess>> zones;
   for (int i = 1; i <= 5; ++i) zones.push_back(Zone("z" + std::to_string(i)));
-  GatewayConfig c;
-  c.registry = registry_address_;
-  c.threads = 1;
-  c.admin = "";
-  c.register_self = false;
-  ListenerConfig l;
-  l.name = "keyed";
-  l.address = "127.0.0.1:0";
-  l.service = "zone";
+  GatewayConfig c = OneListener("keyed");
+  ListenerConfig& l = c.listeners[0];
   l.policy = Policy::kHash;
   l.bounded_load = 1e9;  // only the keys decide
   l.migration_steps = 4;
   l.migration_step = 1500ms;
-  c.listeners.push_back(l);
   auto gateway = Gateway::Start(c, clock_).value();
   auto listener = [&] { return nlohmann::json::parse(gateway->SnapshotJson())["listeners"][0]; };
   ASSERT_TRUE(testing::Eventually([&] {

@@ -493,17 +493,17 @@ TEST(HotKeyRoutingTest, AKeyOverTheFractionIsSpreadOverItsOwnersAndColdKeysKeepO
   EXPECT_EQ(hot[0].hash, HashKey("boss"));
   EXPECT_GT(hot[0].share, 0.3);
   std::map<std::uint32_t, int> ranks;
-  for (int i = 0; i < 3000; ++i) ++ranks[routing.Rank(HashKey("boss"), random)];
+  for (int i = 0; i < 3000; ++i) ++ranks[routing.Rank(HashKey("boss"), 5, random)];
   ASSERT_EQ(ranks.size(), 3u);  // 0, 1, 2: about a third each
   for (const auto& [rank, count] : ranks) EXPECT_NEAR(count, 1000, 150) << rank;
-  EXPECT_EQ(routing.Rank(HashKey("k1"), random), 0u);
+  EXPECT_EQ(routing.Rank(HashKey("k1"), 5, random), 0u);
 
   HotKeyRouting off;  // fraction 0: nothing recorded, nothing hot
   EXPECT_FALSE(off.enabled());
   for (int i = 0; i < 5000; ++i) off.Record("boss");
   off.Refresh();
   EXPECT_TRUE(off.Hot().empty());
-  EXPECT_EQ(off.Rank(HashKey("boss"), random), 0u);
+  EXPECT_EQ(off.Rank(HashKey("boss"), 5, random), 0u);
 }
 
 }  // namespace
