@@ -68,6 +68,7 @@
 #include <thread>
 #include <vector>
 
+#include "drover/cli.h"
 #include "testing/child_process.h"
 #include "testing/http_client.h"
 #include "testing/temp_dir.h"
@@ -957,7 +958,7 @@ int main(int argc, char** argv) {
                  "Idle keep-alive HTTP clients held by every proxy for the memory figure (0: skip)")
       ->capture_default_str()
       ->check(CLI::Range(0, 9000));
-  CLI11_PARSE(app, argc, argv);
+  if (const auto code = drover::cli::ParseCommandLine(app, argc, argv)) return *code;
 
   std::atexit(StopPeers);
   drover::testing::TempDir dir;

@@ -40,6 +40,7 @@
 #include <thread>
 #include <vector>
 
+#include "drover/cli.h"
 #include "drover/registry/v1/registry.grpc.pb.h"
 #include "etcd/etcdserverpb/rpc.grpc.pb.h"
 #include "testing/child_process.h"
@@ -1449,7 +1450,7 @@ int main(int argc, char** argv) {
   app.add_option("--system", system)->needs(writer)->group("");
   app.add_option("--base", base)->needs(writer)->group("");
   writer->group("");
-  CLI11_PARSE(app, argc, argv);
+  if (const auto code = drover::cli::ParseCommandLine(app, argc, argv)) return *code;
   if (!write_to.empty()) {
     return system == "etcd" ? EtcdWriter(opt, write_to, base)
                             : DroverWriter(opt, write_to, static_cast<std::uint64_t>(base));

@@ -26,6 +26,7 @@
 #include <thread>
 #include <vector>
 
+#include "drover/cli.h"
 #include "testing/child_process.h"
 #include "testing/line_client.h"
 #include "testing/port_in.h"
@@ -298,6 +299,6 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1.0, 5000.0))
       ->capture_default_str();
   app.add_option("--keep-dir", o.keep_dir, "Keep data and logs here (default: a temp dir)");
-  CLI11_PARSE(app, argc, argv);
+  if (const auto code = drover::cli::ParseCommandLine(app, argc, argv)) return *code;
   return Run(o);
 }

@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "compute_protocol.h"
+#include "drover/cli.h"
 #include "drover/host.h"
 #include "drover/logging.h"
 
@@ -53,7 +54,7 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--log-level", log_options.level, "trace, debug, info, warn, error, off")
       ->capture_default_str();
-  CLI11_PARSE(app, argc, argv);
+  if (const auto code = drover::cli::ParseCommandLine(app, argc, argv)) return *code;
   if (auto s = drover::logging::Setup(log_options); !s.ok()) {
     std::cerr << "compute_worker: " << s.message() << "\n";
     return 2;
@@ -75,7 +76,7 @@ int main(int argc, char** argv) {
   auto store = drover::jobs::RedisStore::Open(redis_options);
   if (!store.ok()) {
     std::cerr << "compute_worker: " << store.status().message() << "\n";
-    return 2;
+    return drover::cli::ExitCodeOf(store.status());
   }
   options.warmup = {};
   options.readiness.push_back({"redis", [s = store->get()] {
@@ -89,7 +90,7 @@ int main(int argc, char** argv) {
   auto host = drover::ServerHost::Create(options);
   if (!host.ok()) {
     std::cerr << "compute_worker: " << host.status().ToString() << "\n";
-    return 2;
+    return drover::cli::kExitUsage;
   }
   drover::ServerHost& h = **host;
   instance = h.id();
@@ -103,9 +104,9 @@ int main(int argc, char** argv) {
       std::cerr << "compute_worker: " << started.ToString() << "\n";
       h.Shutdown();
       pthread_kill(signals.native_handle(), SIGTERM);
-      return 1;
+      return drover::cli::ExitCodeOf(started);  // 3: redis or the registry never answered
     }
-    return 0;
+    return 0;  // stopped by a signal before it was ready (the host said what it waited for)
   }
   std::cout << "compute_worker " << h.id() << ": serving at " << h.address() << " (mode " << mode
             << ", results to redis at " << redis << ")" << std::endl;

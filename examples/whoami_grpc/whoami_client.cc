@@ -9,6 +9,7 @@
 #include <map>
 #include <thread>
 
+#include "drover/cli.h"
 #include "drover/examples/whoami/v1/whoami.grpc.pb.h"
 #include "drover/grpc.h"
 
@@ -39,10 +40,23 @@ int main(int argc, char** argv) {
   app.add_option("--keepalive-timeout-ms", keepalive_timeout_ms, "Ping answer timeout")
       ->check(CLI::Range(100, 86'400'000))
       ->capture_default_str();
-  CLI11_PARSE(app, argc, argv);
+  if (const auto code = drover::cli::ParseCommandLine(app, argc, argv)) return *code;
   if (target.empty() == registry.empty()) {
     std::cerr << "whoami_client: give exactly one of --target and --registry\n";
-    return 2;
+    return drover::cli::kExitUsage;
+  }
+  if (!target.empty() && target.find("://") == std::string::npos) {
+    // host:port with a real port: gRPC would read "127.0.0.1:" or "127.0.0.1:<port>" as port 0
+    // and fail every call without saying why.
+    const std::size_t colon = target.rfind(':');
+    const std::string port = colon == std::string::npos ? "" : target.substr(colon + 1);
+    const bool digits = !port.empty() && port.size() <= 5 &&
+                        port.find_first_not_of("0123456789") == std::string::npos;
+    if (colon == 0 || !digits || std::stoi(port) < 1 || std::stoi(port) > 65535) {
+      std::cerr << "whoami_client: --target wants host:port with a port 1-65535, got '" << target
+                << "'\n";
+      return drover::cli::kExitUsage;
+    }
   }
   drover::RealClock clock;
   drover::grpc_defaults::ChannelOptions options;
@@ -60,7 +74,7 @@ int main(int argc, char** argv) {
     auto started = drover::grpc_defaults::ServiceChannel::Start(d, options, clock);
     if (!started.ok()) {
       std::cerr << "whoami_client: " << started.status().ToString() << "\n";
-      return 1;
+      return drover::cli::ExitCodeOf(started.status());
     }
     drover_channel = std::move(*started);
     for (int i = 0; i < 100 && !channel; ++i) {  // until the registry has answered
@@ -71,11 +85,13 @@ int main(int argc, char** argv) {
       }
     }
     if (!channel) {
-      std::cerr << "whoami_client: no routable instance of " << service << "\n";
-      return 1;
+      std::cerr << "whoami_client: no routable instance of " << service << " after 5 s\n";
+      return drover::cli::kExitRefused;
     }
   }
-  std::map<std::string, int> per;
+  std::map<std::string, int> per;  // answers per instance
+  int failed = 0, unreachable = 0;
+  std::string last_error;
   for (int i = 0; i < calls; ++i) {
     if (drover_channel) {
       if (auto got = drover_channel->Get(); got.ok()) channel = *got;
@@ -85,9 +101,22 @@ int main(int argc, char** argv) {
     drover::grpc_defaults::SetDeadline(ctx, options);
     pb::WhoReply reply;
     const grpc::Status s = stub->Who(&ctx, pb::WhoRequest{}, &reply);
-    ++per[s.ok() ? reply.instance() : "(" + s.error_message() + ")"];
+    if (s.ok()) {
+      ++per[reply.instance()];
+    } else {
+      ++failed;
+      if (s.error_code() == grpc::StatusCode::UNAVAILABLE ||
+          s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
+        ++unreachable;
+      }
+      last_error = s.error_message();
+    }
     if (interval_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(interval_ms));
   }
+  // stdout: one "<instance> <answers>" line each; failures go to stderr and the exit code.
   for (const auto& [who, n] : per) std::cout << who << " " << n << "\n";
-  return 0;
+  if (failed == 0) return drover::cli::kExitOk;
+  std::cerr << "whoami_client: " << failed << " of " << calls
+            << " calls failed (last: " << last_error << ")\n";
+  return unreachable == calls ? drover::cli::kExitUnreachable : drover::cli::kExitRefused;
 }

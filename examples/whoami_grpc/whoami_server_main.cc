@@ -12,6 +12,7 @@
 #include <iostream>
 #include <thread>
 
+#include "drover/cli.h"
 #include "drover/examples/whoami/v1/whoami.grpc.pb.h"
 #include "drover/grpc.h"
 #include "drover/host.h"
@@ -72,8 +73,8 @@ int WhoamiServerMain(int argc, char** argv) {
   app.add_option("--keepalive-permit-ms", permit_ms, "Shortest client ping interval accepted")
       ->check(CLI::Range(std::int64_t{100}, std::int64_t{86'400'000}))
       ->capture_default_str();
-  app.add_option("--ttl-ms", ttl_ms, "Registry lease")
-      ->check(CLI::Range(std::int64_t{300}, std::int64_t{3'600'000}))
+  app.add_option("--ttl-ms", ttl_ms, "Registry lease (the registry takes 1000 ms to 1 h)")
+      ->check(CLI::Range(std::int64_t{1'000}, std::int64_t{3'600'000}))
       ->capture_default_str();
   app.add_option("--propagation-ms", propagation_ms, "Wait between leaving discovery and draining")
       ->check(CLI::NonNegativeNumber)
@@ -83,7 +84,7 @@ int WhoamiServerMain(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--log-level", log_options.level, "trace, debug, info, warn, error, off")
       ->capture_default_str();
-  CLI11_PARSE(app, argc, argv);
+  if (const auto code = drover::cli::ParseCommandLine(app, argc, argv)) return *code;
   if (auto s = drover::logging::Setup(log_options); !s.ok()) {
     std::cerr << "whoami_server: " << s.message() << "\n";
     return 2;
@@ -126,7 +127,7 @@ int WhoamiServerMain(int argc, char** argv) {
     std::cerr << "whoami_server: " << started.ToString() << "\n";
     h.Shutdown();
     pthread_kill(signals.native_handle(), SIGTERM);
-    return 1;
+    return drover::cli::ExitCodeOf(started);
   }
   std::cout << "whoami_server " << id << ": serving gRPC at " << address << std::endl;
   signals.join();

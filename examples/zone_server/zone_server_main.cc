@@ -9,6 +9,7 @@
 #include <sys/resource.h>
 
 #include <CLI/CLI.hpp>
+#include <atomic>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -16,6 +17,7 @@
 #include <mutex>
 #include <thread>
 
+#include "drover/cli.h"
 #include "drover/host.h"
 #include "drover/logging.h"
 #include "zone_protocol.h"
@@ -83,8 +85,8 @@ int ZoneServerMain(int argc, char** argv) {
   app.add_option("--warmup-ms", warmup_ms, "Simulated warm-up time")
       ->check(CLI::Range(std::int64_t{0}, std::int64_t{3'600'000}))
       ->capture_default_str();
-  app.add_option("--ttl-ms", ttl_ms, "Registry lease")
-      ->check(CLI::Range(std::int64_t{300}, std::int64_t{3'600'000}))
+  app.add_option("--ttl-ms", ttl_ms, "Registry lease (the registry takes 1000 ms to 1 h)")
+      ->check(CLI::Range(std::int64_t{1'000}, std::int64_t{3'600'000}))
       ->capture_default_str();
   app.add_option("--propagation-ms", propagation_ms,
                  "Wait between leaving discovery and closing the listener")
@@ -103,7 +105,7 @@ int ZoneServerMain(int argc, char** argv) {
   app.add_option("--log-level", log_options.level, "trace, debug, info, warn, error, off")
       ->capture_default_str();
   app.add_flag("--log-json", log_options.json, "Logs as JSON lines");
-  CLI11_PARSE(app, argc, argv);
+  if (const auto code = drover::cli::ParseCommandLine(app, argc, argv)) return *code;
   if (auto s = drover::logging::Setup(log_options); !s.ok()) {
     std::cerr << "zone_server: " << s.message() << "\n";
     return 2;
@@ -144,7 +146,7 @@ int ZoneServerMain(int argc, char** argv) {
   auto host = drover::ServerHost::Create(options);
   if (!host.ok()) {
     std::cerr << "zone_server: " << host.status().ToString() << "\n";
-    return 2;
+    return drover::cli::kExitUsage;
   }
   drover::ServerHost& h = **host;
   host_ptr = &h;
@@ -154,10 +156,14 @@ int ZoneServerMain(int argc, char** argv) {
             << ":" << h.health_port() << "/ready" << std::endl;
 
   // SIGTERM/SIGINT -> Shutdown, from a thread of its own so that a signal during warm-up ends
-  // the warm-up too. A SIGUSR1-free wake-up: main sends SIGTERM to this thread when it is done.
-  std::jthread signals([&h] {
+  // the warm-up too. A SIGUSR1-free wake-up: when the start fails, main sends SIGTERM to this
+  // thread (`start_failed` set first, so that it does not speak of a signal nobody sent).
+  std::atomic<bool> start_failed{false};
+  std::jthread signals([&h, &start_failed] {
     const int sig = drover::WaitForTerminationSignal();
-    spdlog::info("zone_server: {}; leaving the fleet", sig == SIGINT ? "SIGINT" : "SIGTERM");
+    if (!start_failed.load()) {
+      spdlog::info("zone_server: {}; leaving the fleet", sig == SIGINT ? "SIGINT" : "SIGTERM");
+    }
     h.Shutdown();
   });
 
@@ -165,9 +171,10 @@ int ZoneServerMain(int argc, char** argv) {
   if (!started.ok()) {
     if (started.code() != drover::StatusCode::kCancelled) {
       std::cerr << "zone_server: " << started.ToString() << "\n";
+      start_failed.store(true);
       h.Shutdown();
       pthread_kill(signals.native_handle(), SIGTERM);
-      return 1;
+      return drover::cli::ExitCodeOf(started);
     }
     return 0;  // shut down during start; the signal thread ran Shutdown
   }

@@ -5,6 +5,7 @@
 
 #include <CLI/CLI.hpp>
 #include <string>
+#include <string_view>
 
 #include "common/config_file.h"
 
@@ -38,6 +39,18 @@ inline FlagGiven FlagGivenIn(const CLI::App& cmd) {
     const CLI::Option* option = cmd.get_option_no_throw(std::string(flag));
     return option != nullptr && option->count() > 0;
   };
+}
+
+// Whether the command line had a "--" (what `drover deploy` runs must follow one). main() notes
+// it before parsing; CLI11 does not say.
+inline bool& DoubleDashGiven() {
+  static bool given = false;
+  return given;
+}
+inline void NoteDoubleDash(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    if (std::string_view(argv[i]) == "--") DoubleDashGiven() = true;
+  }
 }
 
 }  // namespace drover::cli

@@ -3,6 +3,7 @@
 // registry could not be reached.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "commands.h"
+#include "drover/cli.h"
 #include "net/http_client.h"
 #include "registry/model.h"
 
@@ -50,12 +52,12 @@ void CheckNames(const CtlArgs& args) {
   const registry::Limits limits;
   if (!args.service.empty()) {
     if (Status s = registry::ValidateName("service", args.service, limits); !s.ok()) {
-      Fail(2, s.message());
+      Fail(kExitUsage, s.message());
     }
   }
   if (!args.id.empty()) {
     if (Status s = registry::ValidateName("instance id", args.id, limits); !s.ok()) {
-      Fail(2, s.message());
+      Fail(kExitUsage, s.message());
     }
   }
 }
@@ -68,24 +70,36 @@ net::HttpClient Client(const CtlArgs& args, const std::string& peer = "registry"
   }
   auto client =
       net::HttpClient::Create(args.registry, token, std::chrono::seconds(10), args.ca_file, peer);
-  if (!client.ok()) Fail(2, client.status().message());
+  if (!client.ok()) Fail(kExitUsage, client.status().message());
   return std::move(client).value();
+}
+
+[[noreturn]] void Unreachable(const Status& status) {
+  Fail(kExitUnreachable, "cannot reach the " + status.message());
+}
+
+// Exits with the registry's refusal: "registry answered 400: OUT_OF_RANGE: ...".
+[[noreturn]] void Refused(const net::HttpResult& reply, const std::string& peer = "registry") {
+  const auto json = nlohmann::json::parse(reply.body, nullptr, /*allow_exceptions=*/false);
+  std::string message = reply.body;
+  while (!message.empty() && message.back() == '\n') message.pop_back();
+  if (json.is_object() && json.contains("error") && json["error"].is_object()) {
+    message = json["error"].value("code", "") + ": " + json["error"].value("message", "");
+  }
+  Fail(kExitRefused, peer + " answered " + std::to_string(reply.status) + ": " + message);
 }
 
 // The JSON body of a successful reply; exits with the registry's error otherwise.
 nlohmann::json Call(const net::HttpClient& client, std::string_view method,
-                    const std::string& target, const std::string& body = {}) {
+                    const std::string& target, const std::string& body = {},
+                    const std::string& peer = "registry") {
   auto reply = client.Send(method, target, body);
-  if (!reply.ok()) Fail(3, reply.status().message());
+  if (!reply.ok()) Unreachable(reply.status());
+  if (reply->status != 200) Refused(*reply, peer);
   auto json = nlohmann::json::parse(reply->body, nullptr, /*allow_exceptions=*/false);
-  if (reply->status != 200) {
-    std::string message = reply->body;
-    if (!json.is_discarded() && json.contains("error")) {
-      message = json["error"].value("code", "") + ": " + json["error"].value("message", "");
-    }
-    Fail(1, "registry answered " + std::to_string(reply->status) + ": " + message);
+  if (json.is_discarded()) {
+    Fail(kExitRefused, peer + " sent a reply that is not JSON: " + reply->body.substr(0, 200));
   }
-  if (json.is_discarded()) Fail(3, "registry sent a reply that is not JSON: " + reply->body);
   return json;
 }
 
@@ -100,7 +114,7 @@ std::uint64_t Generation(const net::HttpClient& client, const CtlArgs& args) {
   for (const auto& in : list["instances"]) {
     if (in.value("id", "") == args.id) return in.value("generation", std::uint64_t{0});
   }
-  Fail(1, args.service + "/" + args.id + " is not registered");
+  Fail(kExitRefused, args.service + "/" + args.id + " is not registered");
 }
 
 // Colours only for a person at a terminal: never into a pipe or file, never with NO_COLOR set.
@@ -172,8 +186,8 @@ void Deploys(const CtlArgs& args) {
   source.id.clear();
   if (!args.deploys_agent.empty()) source.registry = args.deploys_agent;
   const std::string query = args.service.empty() ? "" : "?service=" + args.service;
-  const auto reply = Call(Client(source, args.deploys_agent.empty() ? "registry" : "agent"), "GET",
-                          "/v1/deploys" + query);
+  const std::string peer = args.deploys_agent.empty() ? "registry" : "agent";
+  const auto reply = Call(Client(source, peer), "GET", "/v1/deploys" + query, {}, peer);
   if (args.json) {
     std::cout << reply.dump(2) << "\n";
     return;
@@ -220,7 +234,7 @@ void Watch(const CtlArgs& args) {
   std::string target = "/v1/watch?from=" + std::to_string(args.from);
   if (!args.service.empty()) target += "&service=" + args.service;
   std::uint64_t seen = 0;
-  const Status status = Client(args).Stream(target, [&](std::string_view line) {
+  const auto reply = Client(args).Stream(target, [&](std::string_view line) {
     if (args.json) {
       std::cout << line << std::endl;
     } else {
@@ -241,16 +255,41 @@ void Watch(const CtlArgs& args) {
     }
     return args.count == 0 || ++seen < args.count;
   });
-  if (!status.ok()) Fail(3, status.message());
+  if (!reply.ok()) Unreachable(reply.status());
+  if (reply->status != 200) Refused(*reply);
+}
+
+// The versions READY instances of `service` run, with how many run each: "v2 (3), v1 (1)"
+// ("unversioned" for instances registered without one). What serves, which after a failed deploy is
+// not the version last deployed.
+std::string ServingVersions(const net::HttpClient& client, const std::string& service) {
+  const auto list = Call(client, "GET", "/v1/services/" + service + "/instances");
+  std::map<std::string, int> count;
+  for (const auto& in : list["instances"]) {
+    if (in.value("state", "") != "READY") continue;
+    const std::string version = in.value("version", "");
+    ++count[version.empty() ? "unversioned" : version];
+  }
+  std::vector<std::pair<int, std::string>> by_count;
+  for (const auto& [version, n] : count) by_count.emplace_back(-n, version);
+  std::sort(by_count.begin(), by_count.end());
+  std::string out;
+  for (const auto& [n, version] : by_count) {
+    out += (out.empty() ? "" : ", ") + version + " (" + std::to_string(-n) + ")";
+  }
+  return out.empty() ? "-" : out;
 }
 
 // One screen for "is everything all right": the registry's readiness and revision, every
-// service's READY count, and the newest deploy per service.
+// service's READY count and the versions they serve, and the newest deploy per service.
 void StatusCmd(const CtlArgs& args) {
   const net::HttpClient client = Client(args);
   auto ready = client.Send("GET", "/ready");
-  if (!ready.ok()) Fail(3, ready.status().message());
-  const auto services = Call(client, "GET", "/v1/services");
+  if (!ready.ok()) Unreachable(ready.status());
+  auto services = Call(client, "GET", "/v1/services");
+  for (auto& s : services["services"]) {
+    s["serving"] = ServingVersions(client, s.value("name", ""));
+  }
   // The newest deploy of each service (the registry lists newest first).
   std::map<std::string, nlohmann::json> latest;
   std::string deploys_note;
@@ -291,9 +330,10 @@ void StatusCmd(const CtlArgs& args) {
       deploy = Str(it->second, "version");
       verdict = Str(it->second, "verdict");
     }
-    rows.push_back({name, Str(s, "ready") + "/" + Str(s, "instances"), deploy, verdict});
+    rows.push_back(
+        {name, Str(s, "ready") + "/" + Str(s, "instances"), Str(s, "serving"), deploy, verdict});
   }
-  PrintTable({"SERVICE", "READY", "LAST DEPLOYED", "VERDICT"}, rows);
+  PrintTable({"SERVICE", "READY", "SERVING", "LAST DEPLOYED", "VERDICT"}, rows);
   if (!deploys_note.empty())
     std::cout << "\n(no deploy history: the registry " << deploys_note << ")\n";
 }

@@ -5,6 +5,7 @@
 #include <iostream>
 
 #include "commands.h"
+#include "drover/cli.h"
 #include "drover/logging.h"
 
 int main(int argc, char** argv) {
@@ -38,6 +39,6 @@ int main(int argc, char** argv) {
   drover::cli::AddDemoCommand(app);
   drover::cli::AddSampleCommands(app);
 
-  CLI11_PARSE(app, argc, argv);
-  return 0;
+  drover::cli::NoteDoubleDash(argc, argv);
+  return drover::cli::ParseCommandLine(app, argc, argv).value_or(drover::cli::kExitOk);
 }

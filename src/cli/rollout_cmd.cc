@@ -10,6 +10,7 @@
 
 #include "commands.h"
 #include "common/signals.h"
+#include "drover/cli.h"
 #include "net/http_client.h"
 #include "rollout/agent_client.h"
 #include "rollout/agent_daemon.h"
@@ -154,10 +155,24 @@ void PrintOutcome(const rollout::DeployOutcome& out, bool json) {
     for (const std::string& id : out.left_running) ids += " " + id;
     std::printf("%s incomplete: could not stop%s; stop them by hand\n",
                 passed ? "deploy" : "REVERT", ids.c_str());
+  } else if (!passed && out.nothing_changed) {
+    std::printf("nothing was started or stopped\n");
   } else if (!passed && out.record.contains("new_instances")) {
     std::printf("reverted in %.1f s; the previous version serves\n",
                 std::chrono::duration<double>(out.rollback_took).count());
   }
+}
+
+// `drover deploy`'s exit codes (its --help and the README list them).
+constexpr int kDeployNotReached = cli::kExitUnreachable;  // 3: nothing started
+constexpr int kDeployRefused = 4;                         // refused before starting: nothing did
+constexpr int kDeployIncomplete = 5;                      // instances left running: see output
+
+int DeployExitCode(const rollout::DeployOutcome& out) {
+  if (!out.left_running.empty()) return kDeployIncomplete;
+  if (out.verdict == rollout::Verdict::kPass) return cli::kExitOk;
+  if (out.nothing_changed) return out.unreachable ? kDeployNotReached : kDeployRefused;
+  return cli::kExitRefused;  // failed, reverted
 }
 
 // What a controller needs around the Deployer: clients of the hosts' agents, and Ctrl-C,
@@ -197,8 +212,7 @@ int Control(const std::vector<rollout::AgentTarget>& targets, const std::string&
       });
   const rollout::DeployOutcome out = drive(hosts, signals.stop_token());
   PrintOutcome(out, json);
-  if (!out.left_running.empty()) return 3;
-  return out.verdict == rollout::Verdict::kPass ? 0 : 1;
+  return DeployExitCode(out);
 }
 
 int RunDeploy(const rollout::DeployRequest& request, bool json) {
@@ -207,7 +221,15 @@ int RunDeploy(const rollout::DeployRequest& request, bool json) {
   net::HttpClient registry =
       Connect(request.registry, "registry", std::chrono::seconds(30), request.registry_ca);
   auto targets = rollout::AgentTargets(request.agent, request.agents, registry);
-  if (!targets.ok()) Fail(2, targets.status().message());
+  if (!targets.ok()) {
+    // Unreachable: 3; the registry refused to list the agents: 4; no agent matches: usage.
+    const StatusCode code = targets.status().code();
+    Fail(code == StatusCode::kUnavailable ? kDeployNotReached
+         : code == StatusCode::kUnauthenticated || code == StatusCode::kPermissionDenied
+             ? kDeployRefused
+             : cli::kExitUsage,
+         targets.status().message() + "; nothing started");
+  }
   RealClock clock;
   return Control(
       *targets, request.agent_ca, spec->stop_grace, request.service + " " + request.version, json,
@@ -333,6 +355,12 @@ void AddDeployCommand(CLI::App& app) {
                 "{health_port} {host} are replaced per instance ({host}: the agent's advertised "
                 "host)");
   d->callback([request, spec_file, json, d] {
+    // What runs must follow "--": without it, a word meant for the program (or a mistyped flag)
+    // would silently become part of the command.
+    if (d->get_option("command")->count() > 0 && !DoubleDashGiven()) {
+      Fail(cli::kExitUsage, "put the program after --: drover deploy " + request->service +
+                                " --version ... -- " + request->command.front() + " ...");
+    }
     if (!spec_file->empty()) {
       Result<std::string> text = ReadConfigFile(*spec_file);
       const Status s = text.ok()

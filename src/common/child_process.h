@@ -10,7 +10,9 @@
 //   - reads stdin from /dev/null and appends stdout and stderr to `output` (a log file);
 //   - inherits no other descriptor of the parent (an inherited socket would keep the parent's
 //     peers waiting for an EOF as long as the child lives) and no blocked signal mask;
-//   - says on its stderr why, when the program cannot be run, and exits with 127.
+//   - says on its stderr why, when the program cannot be run, and exits with 127 -- and Spawn
+//     returns that reason too (the exec's errno comes back over a close-on-exec pipe), having
+//     reaped the child.
 #pragma once
 
 #include <sys/types.h>
@@ -33,10 +35,17 @@ struct SpawnOptions {
   std::string what = "child";  // names the child in errors and in the exec failure line
 };
 
-// Forks and execs as described above. Returns the child's pid (also its process group id), or
-// UNAVAILABLE when the log cannot be opened or fork fails. PDEATHSIG follows the calling thread:
-// spawn from a thread that lives as long as the children should.
+// Forks and execs as described above. Returns the child's pid (also its process group id) once
+// the exec happened; FAILED_PRECONDITION "cannot run <argv[0]>: <why>" when it did not (no child
+// remains); UNAVAILABLE when the log cannot be opened or fork fails. PDEATHSIG follows the calling
+// thread: spawn from a thread that lives as long as the children should.
 Result<pid_t> Spawn(const SpawnOptions& options);
+
+// Whether `program` -- a path, or a name looked up in this process's PATH as Spawn's exec does --
+// is an executable file: OK, or FAILED_PRECONDITION "cannot run <program>: <why>" ("No such file
+// or directory", "Permission denied", "not found in PATH (...)"). A check before the fact, for
+// an answer at once; Spawn still reports what the exec itself refuses.
+Status CheckRunnable(const std::string& program);
 
 // How a wait status ended: "exited with code 1", "killed by signal Segmentation fault".
 std::string DescribeWaitStatus(int status);

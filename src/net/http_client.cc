@@ -30,6 +30,19 @@ Status Unreachable(const std::string& peer, const std::string& host, const std::
   return UnavailableError(peer + " at " + host + ":" + port + ": " + what);
 }
 
+// An exchange that failed after connecting. A plain-HTTP request to a TLS port is closed or reset
+// before any answer, and a TLS hello to a plain port fails the handshake: both say which scheme
+// to try, since the bare error ("end of stream") does not.
+Status ExchangeFailed(const std::string& peer, const std::string& host, const std::string& port,
+                      bool tls, const beast::error_code& ec) {
+  std::string what = ec.message();
+  if (!tls && (ec == http::error::end_of_stream || ec == asio::error::connection_reset ||
+               ec == asio::error::eof)) {
+    what = "closed the connection without an HTTP answer (if it serves HTTPS, use https://)";
+  }
+  return Unreachable(peer, host, port, what);
+}
+
 // Resolves and connects `stream` to host:port, with `timeout` armed.
 Status Connect(beast::tcp_stream& stream, const std::string& peer, const std::string& host,
                const std::string& port, std::chrono::seconds timeout) {
@@ -122,9 +135,17 @@ Status HttpClient::WithConnectionTo(const Server& server, bool& connected, Use&&
   DROVER_RETURN_IF_ERROR(Connect(beast::get_lowest_layer(stream), peer_, host, port, timeout_));
   connected = true;  // a TLS failure would be the same on a retry: no moving on
   stream.handshake(ssl::stream_base::client, ec);
-  if (ec) return Unreachable(peer_, host, port, "TLS handshake failed: " + ec.message());
+  if (ec) {
+    const bool plain = ec.message().find("wrong version number") != std::string::npos ||
+                       ec.message().find("packet length too long") != std::string::npos;
+    return Unreachable(peer_, host, port,
+                       "TLS handshake failed: " + ec.message() +
+                           (plain ? " (it answers plain HTTP? use http://)" : ""));
+  }
   Status result = use(stream);
-  stream.shutdown(ec);  // close_notify; a server that just closes is fine too
+  // close_notify; a server that just closes is fine too. (A stream given up early has closed the
+  // socket: no waiting for a peer that is still sending.)
+  if (beast::get_lowest_layer(stream).socket().is_open()) stream.shutdown(ec);
   return result;
 }
 
@@ -142,11 +163,11 @@ Result<HttpResult> HttpClient::Send(std::string_view method, const std::string& 
     req.set(http::field::host, server.host);
     beast::error_code ec;
     http::write(stream, req, ec);
-    if (ec) return Unreachable(peer_, server.host, server.port, ec.message());
+    if (ec) return ExchangeFailed(peer_, server.host, server.port, server.tls, ec);
     beast::flat_buffer buffer;
     http::response<http::string_body> res;
     http::read(stream, buffer, res, ec);
-    if (ec) return Unreachable(peer_, server.host, server.port, ec.message());
+    if (ec) return ExchangeFailed(peer_, server.host, server.port, server.tls, ec);
     result.status = static_cast<int>(res.result_int());
     result.body = std::move(res.body());
     return Status::Ok();
@@ -154,27 +175,29 @@ Result<HttpResult> HttpClient::Send(std::string_view method, const std::string& 
   return result;
 }
 
-Status HttpClient::Stream(const std::string& target,
-                          const std::function<bool(std::string_view)>& on_line) const {
+Result<HttpResult> HttpClient::Stream(const std::string& target,
+                                      const std::function<bool(std::string_view)>& on_line) const {
   http::request<http::empty_body> req{http::verb::get, target, 11};
   req.set(http::field::user_agent, "drover-ctl");
   if (!token_.empty()) req.set(http::field::authorization, "Bearer " + token_);
-  return WithConnection([&](auto& stream, const Server& server) -> Status {
+  HttpResult result;
+  DROVER_RETURN_IF_ERROR(WithConnection([&](auto& stream, const Server& server) -> Status {
     const std::string& host = server.host;
     const std::string& port = server.port;
     req.set(http::field::host, host);
     beast::error_code ec;
     http::write(stream, req, ec);
-    if (ec) return Unreachable(peer_, host, port, ec.message());
+    if (ec) return ExchangeFailed(peer_, host, port, server.tls, ec);
     beast::flat_buffer buffer;
     http::response_parser<http::string_body> parser;
     parser.body_limit(std::numeric_limits<std::uint64_t>::max());  // Boost 1.74: none misreads
     http::read_header(stream, buffer, parser, ec);
-    if (ec) return Unreachable(peer_, host, port, ec.message());
-    if (parser.get().result() != http::status::ok) {
+    if (ec) return ExchangeFailed(peer_, host, port, server.tls, ec);
+    result.status = static_cast<int>(parser.get().result_int());
+    if (parser.get().result() != http::status::ok) {  // a refusal: its body says why
       http::read(stream, buffer, parser, ec);
-      return UnavailableError(peer_ + " answered " + std::to_string(parser.get().result_int()) +
-                              ": " + parser.get().body());
+      result.body = parser.get().body();
+      return Status::Ok();
     }
     beast::get_lowest_layer(stream).expires_never();
     std::string pending;
@@ -195,9 +218,17 @@ Status HttpClient::Stream(const std::string& target,
       http::read_some(stream, buffer, parser, ec);
       if (ec) break;
     }
-    if (stop || !ec || ec == http::error::end_of_stream) return Status::Ok();
-    return Unreachable(peer_, host, port, ec.message());
-  });
+    if (stop) {
+      // Given up by the caller while the server goes on sending: closed here, so that a TLS
+      // close_notify does not wait for the server to stop.
+      beast::error_code ignored;
+      beast::get_lowest_layer(stream).socket().close(ignored);
+      return Status::Ok();
+    }
+    if (!ec || ec == http::error::end_of_stream) return Status::Ok();
+    return ExchangeFailed(peer_, host, port, server.tls, ec);
+  }));
+  return result;
 }
 
 }  // namespace drover::net

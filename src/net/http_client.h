@@ -38,9 +38,11 @@ class HttpClient {
                           const std::string& body = {}) const;
 
   // GETs a chunked stream and calls `on_line` for every complete line until it returns false,
-  // the server ends the stream, or an error occurs (no timeout while streaming).
-  Status Stream(const std::string& target,
-                const std::function<bool(std::string_view)>& on_line) const;
+  // the server ends the stream, or an error occurs (no timeout while streaming). Returns status
+  // 200 (and no body) when the stream ran; a refusal's status and body when the server answered
+  // anything else; UNAVAILABLE when it could not be reached or the stream broke.
+  Result<HttpResult> Stream(const std::string& target,
+                            const std::function<bool(std::string_view)>& on_line) const;
 
  private:
   struct Server {

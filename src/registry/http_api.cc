@@ -59,6 +59,23 @@ Response ErrorResponse(const Request& req, const Status& status) {
   return res;
 }
 
+// 405 for a method the path does not take: UNIMPLEMENTED (the method is not supported there --
+// nothing is wrong with the request's content), with the Allow header listing what is.
+Response MethodNotAllowed(const Request& req, std::string_view allowed, std::string_view path) {
+  std::string list(allowed);
+  for (std::size_t at = 0; (at = list.find(' ', at)) != std::string::npos; at += 2) {
+    list.replace(at, 1, ", ");
+  }
+  Response res = net::ErrorResponse(
+      req,
+      UnimplementedError("method " + std::string(req.method_string()) + " not allowed on " +
+                         std::string(path) + "; use " + list),
+      static_cast<unsigned>(http::status::method_not_allowed));
+  res.set(http::field::server, "drover-registry");
+  res.set(http::field::allow, list);
+  return res;
+}
+
 std::string_view AuthorizationHeader(const Request& req) {
   const auto value = req[http::field::authorization];
   return std::string_view(value.data(), value.size());
@@ -324,11 +341,8 @@ Response HttpServer::Impl::Handle(const Request& req) {
   const auto parts = SplitPath(path);
   const auto method = req.method();
   auto only = [&](http::verb allowed) {
-    return method == allowed
-               ? std::optional<Response>()
-               : ErrorResponse(req, http::status::method_not_allowed, StatusCode::kInvalidArgument,
-                               std::string("use ") + std::string(http::to_string(allowed)) +
-                                   " on " + std::string(path));
+    return method == allowed ? std::optional<Response>()
+                             : MethodNotAllowed(req, std::string(http::to_string(allowed)), path);
   };
 
   if (path == "/live") {
@@ -416,8 +430,7 @@ Response HttpServer::Impl::HandleDeploys(const Request& req, std::string_view id
   const auto method = req.method();
   if (id.empty()) {
     if (method != http::verb::get) {
-      return ErrorResponse(req, http::status::method_not_allowed, StatusCode::kInvalidArgument,
-                           "use GET on /v1/deploys");
+      return MethodNotAllowed(req, "GET", "/v1/deploys");
     }
     const auto params = ParseQuery(query);
     std::string service;
@@ -441,8 +454,7 @@ Response HttpServer::Impl::HandleDeploys(const Request& req, std::string_view id
     return JsonResponse(req, http::status::ok, DeployToJson(**found));
   }
   if (method != http::verb::put) {
-    return ErrorResponse(req, http::status::method_not_allowed, StatusCode::kInvalidArgument,
-                         "use GET or PUT on /v1/deploys/{id}");
+    return MethodNotAllowed(req, "GET PUT", "/v1/deploys/" + id);
   }
   auto body = ParseObject(req.body(), {"expect_version", "active", "record"});
   if (!body.ok()) return ErrorResponse(req, body.status());
@@ -584,10 +596,7 @@ Response HttpServer::Impl::PrometheusTargets(const Request& req, std::string_vie
 
 Response HttpServer::Impl::HandleUi(const Request& req, std::string_view name) {
   if (req.method() != http::verb::get && req.method() != http::verb::head) {
-    Response res = ErrorResponse(req, http::status::method_not_allowed,
-                                 StatusCode::kInvalidArgument, "use GET or HEAD on /ui/");
-    res.set(http::field::allow, "GET, HEAD");
-    return res;
+    return MethodNotAllowed(req, "GET HEAD", "/ui/");
   }
   Response res{http::status::ok, req.version()};
   res.set(http::field::server, "drover-registry");
@@ -641,8 +650,9 @@ Response HttpServer::Impl::HandleInstance(const Request& req, std::string_view s
                     : ErrorResponse(req, rev.status());
   };
   auto not_allowed = [&] {
-    return ErrorResponse(req, http::status::method_not_allowed, StatusCode::kInvalidArgument,
-                         "method not allowed here");
+    const std::string_view target(req.target().data(), req.target().size());
+    return MethodNotAllowed(req, action.empty() ? "PUT DELETE" : "POST",
+                            target.substr(0, target.find('?')));
   };
   // Every instance endpoint writes.
   if (options.auth) {

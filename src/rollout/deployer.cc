@@ -203,9 +203,13 @@ Result<std::vector<Deployer::Old>> Deployer::Inventory(DeployOutcome& out, const
   for (std::size_t h = 0; h < hosts_.size(); ++h) {
     auto listed = hosts_[h].platform->List("");
     if (!listed.ok()) {
-      return FailedPreconditionError("cannot list " + spec.service + " on the platform" +
-                                     (hosts_.size() == 1 ? "" : " of " + hosts_[h].name) + ": " +
-                                     listed.status().message());
+      // Unreachable stays UNAVAILABLE: the deploy says it could not reach, not that it was told no.
+      return Status(listed.status().code() == StatusCode::kUnavailable
+                        ? StatusCode::kUnavailable
+                        : StatusCode::kFailedPrecondition,
+                    "cannot list " + spec.service + " on the platform" +
+                        (hosts_.size() == 1 ? "" : " of " + hosts_[h].name) + ": " +
+                        listed.status().message());
     }
     for (InstanceInfo& i : *listed) {
       if (i.spec.service != spec.service) {
@@ -347,9 +351,11 @@ std::optional<std::string> Deployer::StartBatch(DeployOutcome& out, const Deploy
           "could not start " + Where(target.id, target.host) + ": " + s.message();
       Note(out, why);
       // Whatever did start goes again -- this one too, unless it certainly did not start (a
-      // timeout may hide a start that happened) or is someone else's.
+      // timeout may hide a start that happened; a refusal -- a bad spec, no right, a program the
+      // host cannot run -- does not) or is someone else's.
       if (s.code() != StatusCode::kAlreadyExists && s.code() != StatusCode::kInvalidArgument &&
-          s.code() != StatusCode::kPermissionDenied && s.code() != StatusCode::kUnauthenticated) {
+          s.code() != StatusCode::kPermissionDenied && s.code() != StatusCode::kUnauthenticated &&
+          s.code() != StatusCode::kFailedPrecondition) {
         progress.started.push_back(f);
       }
       return why;
@@ -619,6 +625,8 @@ DeployOutcome Deployer::Run(const DeploySpec& spec, std::stop_token stop, std::s
   owner_ = std::move(owner);
   lease_ = spec.controller_lease;
   DeployOutcome out = Begin(spec);
+  // Until the first batch starts, a failure has changed nothing.
+  out.nothing_changed = true;
   if (std::optional<std::string> invalid = SpecError(spec)) {
     return Finish(std::move(out), Verdict::kFail, *std::move(invalid));
   }
@@ -628,7 +636,10 @@ DeployOutcome Deployer::Run(const DeploySpec& spec, std::stop_token stop, std::s
   Progress progress;
   std::vector<int> others;
   auto old = Inventory(out, spec, others);
-  if (!old.ok()) return Finish(std::move(out), Verdict::kFail, old.status().message());
+  if (!old.ok()) {
+    out.unreachable = old.status().code() == StatusCode::kUnavailable;
+    return Finish(std::move(out), Verdict::kFail, old.status().message());
+  }
   progress.old = std::move(*old);
   auto plan = MakePlan(out, spec, *budget, others, progress);
   if (!plan.ok()) return Finish(std::move(out), Verdict::kFail, plan.status().message());
@@ -639,6 +650,7 @@ DeployOutcome Deployer::Run(const DeploySpec& spec, std::stop_token stop, std::s
       out.reason = first.code() == StatusCode::kFailedPrecondition
                        ? first.message()
                        : "cannot record the deploy: " + first.message();
+      out.unreachable = first.code() == StatusCode::kUnavailable;
       out.record["verdict"] = "fail";
       out.record["reason"] = out.reason;
       spdlog::warn("deploy {}: refused: {}", out.id, out.reason);
@@ -654,6 +666,7 @@ DeployOutcome Deployer::Run(const DeploySpec& spec, std::stop_token stop, std::s
                 " old instance(s) keep serving");
   out.record["state"] = "running";
   Save(out);
+  out.nothing_changed = false;
   return Drive(std::move(out), spec, *plan, progress, 0, stop);
 }
 
@@ -708,6 +721,9 @@ DeployOutcome Deployer::Drive(DeployOutcome out, const DeploySpec& spec, const P
   }
   out.record["state"] = "finishing";
   if (failed) {
+    // Nothing started and nothing stopped (the first start refused: a program that cannot
+    // run, a full host): the revert has nothing to do.
+    out.nothing_changed = progress.started.empty() && progress.stopped_old.empty();
     Note(out, "FAILED: " + *failed + "; reverting");
     out.record["verdict"] = "fail";
     out.record["reason"] = *failed;

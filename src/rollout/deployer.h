@@ -106,6 +106,11 @@ struct DeployOutcome {
   // Instances the deploy meant to stop but could not (the platform kept refusing): after a
   // failure, new ones still running; after a pass, old ones. Empty when everything went.
   std::vector<std::string> left_running;
+  // A failure before any instance was started or stopped: nothing changed, the old version
+  // serves as it did. `unreachable` too when that was because an agent or the registry could not
+  // be reached (else one refused, or the request cannot work).
+  bool nothing_changed = false;
+  bool unreachable = false;
   nlohmann::json record;
 };
 

@@ -77,6 +77,9 @@ std::optional<std::string> HealthGate::Record(MonoTime now, const std::string& i
                                               const Observation& o) {
   if (!o.platform) return "instance " + id + " vanished from the platform";
   for (const InstanceEvent& e : o.platform->events) {
+    if (e.kind == EventKind::kGaveUp && e.detail.starts_with("cannot run")) {
+      return "instance " + id + " could not be started: " + e.detail;
+    }
     if (e.kind == EventKind::kGaveUp) {
       return "instance " + id + " crashed repeatedly since deploy began and the " +
              "platform gave up restarting it (" + e.detail + ")";

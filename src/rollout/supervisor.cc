@@ -144,6 +144,15 @@ struct Supervisor::Impl {
     child.output = LogPath(spec.id);
     child.what = "instance " + spec.id;
     const Result<pid_t> pid = drover::Spawn(child);
+    if (!pid.ok() && pid.status().code() == StatusCode::kFailedPrecondition) {
+      // The exec itself was refused (the program went away, lost its x bit, is no executable):
+      // restarting runs into the same wall, so the agent gives up now and says why.
+      Record(m, EventKind::kCrashed, pid.status().message());
+      Record(m, EventKind::kGaveUp, pid.status().message());
+      m.status = InstanceStatus::kGaveUp;
+      spdlog::error("agent: {}: {}; not restarting it", spec.id, pid.status().message());
+      return;
+    }
     if (!pid.ok()) {
       Crashed(m, pid.status().message());
       return;
@@ -353,6 +362,9 @@ Supervisor::~Supervisor() {
 
 Status Supervisor::Start(const LaunchSpec& spec) {
   DROVER_RETURN_IF_ERROR(ValidateLaunchSpec(spec));
+  // A program that cannot run is refused now, with the reason, rather than started into a crash
+  // loop whose cause only its log file shows.
+  DROVER_RETURN_IF_ERROR(CheckRunnable(Substitute(spec.argv.front(), spec)));
   MutexLock lock(impl_->mu);
   if (impl_->stopping) return UnavailableError("the agent is shutting down");
   if (auto it = impl_->instances.find(spec.id); it != impl_->instances.end()) {

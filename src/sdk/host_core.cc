@@ -247,8 +247,13 @@ Status HostCore::Start() {
   Status s = StartLocked();
   if (!s.ok()) {
     phase_.store(Phase::kFailed);
-    spdlog::error("host {}/{}: start failed: {}", options_.service, options_.instance_id,
-                  s.ToString());
+    if (s.code() == StatusCode::kCancelled) {  // asked to stop: not a failure
+      spdlog::info("host {}/{}: start abandoned: {}", options_.service, options_.instance_id,
+                   s.message());
+    } else {
+      spdlog::error("host {}/{}: start failed: {}", options_.service, options_.instance_id,
+                    s.ToString());
+    }
   }
   return s;
 }
@@ -343,11 +348,28 @@ Result<std::string> HostCore::OpenListener() {
 }
 
 Status HostCore::WaitUntilReady(MonoTime deadline, std::stop_token stop) {
+  // Said at once and every kNotReadyLog while it holds: a host waiting on a dependency says which
+  // one and why, rather than nothing until the start timeout.
+  constexpr Duration kNotReadyLog = std::chrono::seconds(5);
+  const MonoTime began = clock_.Now();
+  std::string said;
+  MonoTime said_at{};
   for (Readiness r = CheckReadiness(); !r.ready; r = CheckReadiness()) {
-    if (clock_.Now() >= deadline) {
+    const MonoTime now = clock_.Now();
+    if (now >= deadline) {
       return DeadlineExceededError("not ready after the start timeout: " + r.reason);
     }
-    if (!clock_.SleepFor(kReadyPoll, stop)) return CancelledError("shut down");
+    if (said.empty() || now - said_at >= kNotReadyLog) {
+      spdlog::warn("host {}/{}: not ready after {:.1f} s: {} (waiting up to {:.0f} s)",
+                   options_.service, options_.instance_id,
+                   std::chrono::duration<double>(now - began).count(), r.reason,
+                   std::chrono::duration<double>(deadline - began).count());
+      said = r.reason;
+      said_at = now;
+    }
+    if (!clock_.SleepFor(kReadyPoll, stop)) {
+      return CancelledError("shut down while not ready (" + r.reason + ")");
+    }
   }
   return Status::Ok();
 }

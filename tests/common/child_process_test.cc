@@ -5,9 +5,11 @@
 #include <fcntl.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -25,6 +27,8 @@ std::string ReadFile(const std::string& path) {
   text << in.rdbuf();
   return text.str();
 }
+
+void WriteFile(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
 
 int Reap(pid_t pid) {
   int status = 0;
@@ -59,17 +63,47 @@ TEST(ChildProcessTest, RunsInItsOwnGroupWithItsOutputInTheLogAndNothingInherited
   EXPECT_THAT(text, HasSubstr("x=42"));
 }
 
-TEST(ChildProcessTest, AProgramThatCannotRunSaysSoInItsLog) {
+// The exec's own refusal comes back from Spawn (and is in the log too); no child is left.
+TEST(ChildProcessTest, AProgramThatCannotRunIsRefusedWithTheReason) {
   testing::TempDir dir;
   SpawnOptions o;
   o.argv = {"/no/such/program", "--flag"};
   o.output = dir.path() + "/child.log";
   o.what = "instance zone-v1-1";
   auto pid = Spawn(o);
-  ASSERT_TRUE(pid.ok()) << pid.status().ToString();
-  EXPECT_EQ(DescribeWaitStatus(Reap(*pid)), "exited with code 127");
+  ASSERT_FALSE(pid.ok());
+  EXPECT_EQ(pid.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(pid.status().message(), "cannot run /no/such/program: No such file or directory");
   EXPECT_THAT(ReadFile(o.output),
               HasSubstr("cannot run instance zone-v1-1 (/no/such/program): No such file"));
+  EXPECT_EQ(::waitpid(-1, nullptr, WNOHANG), -1);  // reaped: no child of this process remains
+  EXPECT_EQ(errno, ECHILD);
+
+  // A file without an execute bit: the exec says so (even to root).
+  const std::string text = dir.path() + "/notes.txt";
+  WriteFile(text, "not a program\n");
+  ::chmod(text.c_str(), 0644);
+  o.argv = {text};
+  pid = Spawn(o);
+  ASSERT_FALSE(pid.ok());
+  EXPECT_EQ(pid.status().message(), "cannot run " + text + ": Permission denied");
+}
+
+TEST(ChildProcessTest, CheckRunnableSaysWhyAProgramCannotRun) {
+  testing::TempDir dir;
+  EXPECT_TRUE(CheckRunnable("/bin/sh").ok());
+  EXPECT_TRUE(CheckRunnable("sh").ok());  // found in PATH
+  EXPECT_EQ(CheckRunnable("/no/such/binary").message(),
+            "cannot run /no/such/binary: No such file or directory");
+  EXPECT_EQ(CheckRunnable("/no/such/binary").code(), StatusCode::kFailedPrecondition);
+  EXPECT_THAT(CheckRunnable("no-such-program-anywhere").message(),
+              HasSubstr("cannot run no-such-program-anywhere: not found in PATH"));
+  EXPECT_THAT(CheckRunnable(dir.path()).message(), HasSubstr("Is a directory"));
+  const std::string plain = dir.path() + "/data";
+  WriteFile(plain, "x");
+  ::chmod(plain.c_str(), 0644);
+  // No execute bit at all: refused even to root.
+  EXPECT_THAT(CheckRunnable(plain).message(), HasSubstr("Permission denied"));
 }
 
 TEST(ChildProcessTest, ErrorsAndDeathsAreDescribed) {

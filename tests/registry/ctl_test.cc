@@ -78,18 +78,27 @@ TEST_F(CtlTest, ExitCodesSayWhatWentWrong) {
   auto fenced = Ctl("deregister zone z1 --generation 4");
   EXPECT_EQ(fenced.exit_code, 1);
   EXPECT_NE(fenced.out.find("FENCED"), std::string::npos) << fenced.out;
+  // A watch the registry refuses (a revision it has not reached) is a refusal: exit 1 with the
+  // code and message, not the raw JSON body.
+  auto ahead = Ctl("watch zone --from 9999");
+  EXPECT_EQ(ahead.exit_code, 1) << ahead.out;
+  EXPECT_NE(ahead.out.find("registry answered 400: OUT_OF_RANGE: "), std::string::npos)
+      << ahead.out;
+  EXPECT_EQ(ahead.out.find("{\"error\""), std::string::npos) << ahead.out;
   const std::string saved = url_;
   url_ = "http://127.0.0.1:1";
   auto down = Ctl("services");
   EXPECT_EQ(down.exit_code, 3);
-  EXPECT_NE(down.out.find("127.0.0.1:1"), std::string::npos) << down.out;
+  EXPECT_NE(down.out.find("cannot reach the registry at 127.0.0.1:1"), std::string::npos)
+      << down.out;
   url_ = "ftp://x";
   EXPECT_EQ(Ctl("services").exit_code, 2);
   url_ = saved;
 }
 
+// What serves is shown beside what was deployed last: after a failed deploy of v7, v6 serves.
 TEST_F(CtlTest, StatusSummarisesTheRegistryWithTheLatestDeployOfEachService) {
-  ASSERT_EQ(Ctl("register zone z1 --address 127.0.0.1:9001").exit_code, 0);
+  ASSERT_EQ(Ctl("register zone z1 --address 127.0.0.1:9001 --version v6").exit_code, 0);
   ASSERT_EQ(Ctl("register zone z2 --address 127.0.0.1:9002 --state STARTING").exit_code, 0);
   ASSERT_EQ(Ctl("register chat c1 --address 127.0.0.1:9003").exit_code, 0);
   // Deploy records, as the deploy controller keeps them in the registry; the newest counts.
@@ -105,8 +114,13 @@ TEST_F(CtlTest, StatusSummarisesTheRegistryWithTheLatestDeployOfEachService) {
   auto table = Ctl("status");
   ASSERT_EQ(table.exit_code, 0) << table.out;
   EXPECT_TRUE(std::regex_search(table.out, std::regex(R"(READY\s+revision 3)"))) << table.out;
-  EXPECT_TRUE(std::regex_search(table.out, std::regex(R"(zone\s+1/2\s+v7\s+fail)"))) << table.out;
-  EXPECT_TRUE(std::regex_search(table.out, std::regex(R"(chat\s+1/1\s+-\s+-)"))) << table.out;
+  EXPECT_TRUE(
+      std::regex_search(table.out, std::regex(R"(SERVICE\s+READY\s+SERVING\s+LAST DEPLOYED)")))
+      << table.out;
+  EXPECT_TRUE(std::regex_search(table.out, std::regex(R"(zone\s+1/2\s+v6 \(1\)\s+v7\s+fail)")))
+      << table.out;
+  EXPECT_TRUE(std::regex_search(table.out, std::regex(R"(chat\s+1/1\s+unversioned \(1\)\s+-\s+-)")))
+      << table.out;
   // Output into a pipe carries no colour codes.
   EXPECT_EQ(table.out.find('\033'), std::string::npos) << table.out;
 
@@ -117,6 +131,8 @@ TEST_F(CtlTest, StatusSummarisesTheRegistryWithTheLatestDeployOfEachService) {
   EXPECT_EQ(body["registry"]["ready"], true);
   EXPECT_EQ(body["registry"]["revision"], 3);
   EXPECT_EQ(body["latest_deploys"]["zone"]["version"], "v7");
+  EXPECT_EQ(body["services"][1]["name"], "zone");
+  EXPECT_EQ(body["services"][1]["serving"], "v6 (1)");
   EXPECT_FALSE(body.contains("deploys_error"));
 
   auto history = Ctl("deploys zone");

@@ -78,9 +78,20 @@ TEST_F(TlsTest, ClientsThatTrustTheCertificateGetInAndOthersDoNot) {
   auto untrusted = Ctl("--registry " + https_ + " list zone");
   EXPECT_EQ(untrusted.exit_code, 3) << untrusted.out;
   EXPECT_NE(untrusted.out.find("certificate verify failed"), std::string::npos) << untrusted.out;
-  // Plain HTTP to the TLS port gets nowhere.
+  // Plain HTTP to the TLS port gets nowhere, and says which scheme to use.
   auto plain = Ctl("--registry http" + https_.substr(5) + " list zone");
   EXPECT_EQ(plain.exit_code, 3) << plain.out;
+  EXPECT_NE(plain.out.find("if it serves HTTPS, use https://"), std::string::npos) << plain.out;
+
+  // A watch that stops after one event returns at once: the TLS close does not wait for the
+  // registry to stop streaming (it used to take ~5 s).
+  const auto began = std::chrono::steady_clock::now();
+  auto watch = Ctl("--registry " + https_ + " --ca " + cert_ + " --json watch zone --count 1");
+  const auto took = std::chrono::steady_clock::now() - began;
+  EXPECT_EQ(watch.exit_code, 0) << watch.out;
+  EXPECT_NE(watch.out.find("RESYNC"), std::string::npos) << watch.out;
+  EXPECT_LT(took, 3s) << "ctl watch --count 1 over HTTPS took "
+                      << std::chrono::duration<double>(took).count() << " s";
 
   // gRPC: a TLS channel that trusts the certificate lists; a plaintext one cannot.
   grpc::SslCredentialsOptions ssl;

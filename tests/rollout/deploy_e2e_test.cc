@@ -305,4 +305,43 @@ TEST_F(DeployE2eTest, ACrashLoopingReleaseIsRejectedAndAHealthyOneReplacesTheOld
   EXPECT_THAT(player.refused(), ::testing::IsEmpty()) << "a player could not get in";
 }
 
+// A deploy that cannot work says why within seconds and changes nothing, with an exit code that
+// says so: a program the host cannot run (4: refused, nothing started), a registry or an agent
+// that cannot be reached (3), a command not after "--" (2).
+TEST_F(DeployE2eTest, ADeployThatCannotWorkFailsFastNamingTheCauseAndStartsNothing) {
+  const std::string agent = " --agent http://127.0.0.1:" + std::to_string(agent_port_);
+  const std::string registry = " --registry http://127.0.0.1:" + std::to_string(registry_http_);
+  struct Case {
+    std::string name, args;
+    int exit_code;
+    std::string says;
+  };
+  const std::vector<Case> cases = {
+      {"binary missing", agent + registry + " -- /no/such/binary --flag", 4,
+       "cannot run /no/such/binary: No such file or directory"},
+      {"registry unreachable", agent + " --registry http://127.0.0.1:1 -- /bin/sleep 60", 3,
+       "registry at 127.0.0.1:1: Connection refused"},
+      {"agent unreachable", " --agent http://127.0.0.1:1" + registry + " -- /bin/sleep 60", 3,
+       "agent at 127.0.0.1:1: Connection refused"},
+      {"no --", agent + registry + " /bin/sleep 60", 2, "put the program after --"},
+  };
+  for (const Case& c : cases) {
+    const auto began = std::chrono::steady_clock::now();
+    const auto run = drover::testing::RunCommand(
+        std::string(DROVER_BINARY) + " --log-level error deploy zone --version vx" + c.args);
+    const auto took = std::chrono::steady_clock::now() - began;
+    std::cout << "--- " << c.name << ": exit " << run.exit_code << " after "
+              << std::chrono::duration<double>(took).count() << " s\n"
+              << run.out;
+    EXPECT_EQ(run.exit_code, c.exit_code) << c.name << "\n" << run.out;
+    EXPECT_NE(run.out.find(c.says), std::string::npos) << c.name << "\n" << run.out;
+    EXPECT_LT(took, 5s) << c.name;
+    if (c.exit_code != 2) {
+      EXPECT_NE(run.out.find("nothing was started or stopped"), std::string::npos) << run.out;
+    }
+    EXPECT_TRUE(AgentInstances().empty()) << c.name;
+    EXPECT_THAT(ProcessesOf("zone-vx-", "/bin/sleep"), ::testing::IsEmpty()) << c.name;
+  }
+}
+
 }  // namespace

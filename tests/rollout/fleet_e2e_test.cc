@@ -482,7 +482,7 @@ TEST_F(FleetTest, AnAgentKilledMidDeployFailsItNamingTheHostAndMatchesTheRecordA
   const auto second = drover::testing::RunCommand(
       std::string(DROVER_BINARY) + " deploy zone --version v9 --agents all --registry " +
       "http://127.0.0.1:" + std::to_string(registry_.http) + " -- /bin/true");
-  EXPECT_EQ(second.exit_code, 1) << second.out;
+  EXPECT_EQ(second.exit_code, 4) << second.out;  // refused before anything started
   EXPECT_NE(second.out.find("of zone is running; one deploy per service at a time"),
             std::string::npos)
       << second.out;
@@ -490,7 +490,7 @@ TEST_F(FleetTest, AnAgentKilledMidDeployFailsItNamingTheHostAndMatchesTheRecordA
   victim.process->Wait();
   deploy.join();
 
-  EXPECT_EQ(v2.exit_code, 3) << v2.out;  // failed, and could not stop everything it started
+  EXPECT_EQ(v2.exit_code, 5) << v2.out;  // failed, and could not stop everything it started
   const std::string reason = v2.record.value("reason", "");
   EXPECT_NE(reason.find("batch 2/3: host " + victim_name + " unreachable for 2 s"),
             std::string::npos)

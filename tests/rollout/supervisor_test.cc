@@ -162,6 +162,18 @@ TEST_F(SupervisorTest, ACrashLoopBacksOffGivesUpAndKeepsOnlyTheNewestEvents) {
       [&] { return Find(*s, "missing")->status == InstanceStatus::kGaveUp; }, 10s));
 }
 
+// A program the host cannot run is refused at Start, with the reason -- not started into a crash
+// loop whose cause only its log shows.
+TEST_F(SupervisorTest, AProgramThatCannotRunIsRefusedAtStart) {
+  auto s = Open();
+  LaunchSpec spec = Shell("ghost", "");
+  spec.argv = {"/no/such/{version}/binary", "--flag"};
+  const Status refused = s->Start(spec);
+  EXPECT_EQ(refused.code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(refused.message(), "cannot run /no/such/v1/binary: No such file or directory");
+  EXPECT_FALSE(Find(*s, "ghost").has_value());  // not recorded
+}
+
 TEST_F(SupervisorTest, StopKillsWhatIgnoresSigterm) {
   auto s = Open();
   ASSERT_TRUE(s->Start(Shell("stubborn", "trap '' TERM; while true; do sleep 0.05; done")).ok());

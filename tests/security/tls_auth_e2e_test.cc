@@ -305,12 +305,13 @@ TEST_F(TlsAuthTest, AnAgentOverTlsStartsInstancesOnlyForATokenWithDeployRights) 
     return RunCommand(command);
   };
 
+  // Refused before anything started: exit 4.
   const auto none = deploy("", "v0");
-  EXPECT_EQ(none.exit_code, 1) << none.out;
+  EXPECT_EQ(none.exit_code, 4) << none.out;
   EXPECT_NE(none.out.find("missing 'Authorization: Bearer <token>'"), std::string::npos)
       << none.out;
   const auto writer = deploy(kZoneToken, "v0");
-  EXPECT_EQ(writer.exit_code, 1) << writer.out;
+  EXPECT_EQ(writer.exit_code, 4) << writer.out;
   EXPECT_NE(writer.out.find("token 'zone-servers' may not deploy service 'zone'"),
             std::string::npos)
       << writer.out;
