@@ -53,6 +53,8 @@
     liveSince: null,
     token: localStorage.getItem(TOKEN_KEY) || '',
     tokenWaiters: [],
+    synced: false,         // a RESYNC snapshot has arrived: an empty list means no instances
+    tokenNeeded: false,    // the registry refused us until a token is given
     // {url, fleet, snapshot, error, at, history: Map(upstream key -> samples)}; `fleet`: the
     // registry key ("drover-gateway/ID") of one found there, fetched through the registry.
     gateways: [],
@@ -176,6 +178,8 @@
     error.hidden = !message;
     error.textContent = message || '';
     setConn('auth', 'token needed');
+    state.tokenNeeded = true;
+    renderServices();
     $('token-input').focus();
   }
 
@@ -188,6 +192,8 @@
       localStorage.setItem(TOKEN_KEY, value);
       $('token-input').value = '';
       $('token-panel').hidden = true;
+      state.tokenNeeded = false;
+      renderServices();
       const waiters = state.tokenWaiters.splice(0);
       for (const resolve of waiters) resolve();
     });
@@ -233,6 +239,7 @@
           if (!next.has(key)) state.gone.set(key, {instance: inst, reason: 'resync', at: Date.now()});
         }
         state.instances = next;
+        state.synced = true;
         noteEvent('resync', `RESYNC at revision ${ev.revision}: ${next.size} instance(s)`);
         break;
       }
@@ -585,7 +592,11 @@
     };
     for (const [key, inst] of state.instances) add(key, inst, null);
     for (const [key, g] of state.gone) add(key, g.instance, g);
+    // Empty means "none registered" only once the registry has said so: before that the page is
+    // still loading, or waiting for a token.
     $('services-empty').hidden = byService.size > 0;
+    $('services-empty').textContent = state.synced ? 'No instances registered yet.'
+      : state.tokenNeeded ? 'Enter a token to see the instances.' : 'Loading the instances…';
     const cards = [];
     for (const name of [...byService.keys()].sort()) {
       const rows = byService.get(name).sort((a, b) => a.inst.id.localeCompare(b.inst.id));

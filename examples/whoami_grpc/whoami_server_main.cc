@@ -10,6 +10,7 @@
 #include <CLI/CLI.hpp>
 #include <csignal>
 #include <iostream>
+#include <string_view>
 #include <thread>
 
 #include "drover/cli.h"
@@ -45,6 +46,8 @@ int WhoamiServerMain(int argc, char** argv) {
   drover::BlockTerminationSignals();
   CLI::App app{"seed 003's WhoAmI gRPC server on Drover's defaults and ServerHost",
                "whoami_server"};
+  // Run as `drover sample ...`, it says so in usage and error messages.
+  if (argc > 0 && std::string_view(argv[0]).starts_with("drover ")) app.name(argv[0]);
   drover::HostOptions options;
   options.service = "whoami";
   drover::grpc_defaults::ServerOptions server_options;

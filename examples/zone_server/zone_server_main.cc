@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <iostream>
 #include <mutex>
+#include <string_view>
 #include <thread>
 
 #include "drover/cli.h"
@@ -49,6 +50,8 @@ int ZoneServerMain(int argc, char** argv) {
       "A sample game zone server on Drover's ServerHost: warms up, registers when ready, "
       "serves HELLO/PING/QUIT lines, leaves discovery before closing on SIGTERM.",
       "zone_server"};
+  // Run as `drover sample ...`, it says so in usage and error messages.
+  if (argc > 0 && std::string_view(argv[0]).starts_with("drover ")) app.name(argv[0]);
   drover::HostOptions options;
   options.service = "zone";
   drover::logging::LogOptions log_options;

@@ -5,7 +5,7 @@
 
 #include <CLI/CLI.hpp>
 #include <string>
-#include <string_view>
+#include <vector>
 
 #include "common/config_file.h"
 
@@ -41,16 +41,17 @@ inline FlagGiven FlagGivenIn(const CLI::App& cmd) {
   };
 }
 
-// Whether the command line had a "--" (what `drover deploy` runs must follow one). main() notes
-// it before parsing; CLI11 does not say.
-inline bool& DoubleDashGiven() {
-  static bool given = false;
-  return given;
-}
-inline void NoteDoubleDash(int argc, char** argv) {
-  for (int i = 1; i < argc; ++i) {
-    if (std::string_view(argv[i]) == "--") DoubleDashGiven() = true;
-  }
+// The words after the first "--" of the command line: what `drover deploy` runs. main() takes
+// them out before CLI11 parses the rest, because CLI11 2.1 still matches a word after "--"
+// against the subcommand's options when that option was not given before it (`--registry` of
+// the program taken as deploy's own).
+struct AfterDoubleDash {
+  bool given = false;  // there was a "--"
+  std::vector<std::string> words;  // only `drover deploy` takes them; main refuses them elsewhere
+};
+inline AfterDoubleDash& WordsAfterDoubleDash() {
+  static AfterDoubleDash after;
+  return after;
 }
 
 }  // namespace drover::cli

@@ -394,7 +394,9 @@ void AddCtlCommands(CLI::App& app) {
   ctl->require_subcommand(1);
   ctl->add_option("--registry", args->registry,
                   "Registry URL http://host:port or https://host:port; several of one cluster "
-                  "comma-separated (the next is tried when one cannot be reached)")
+                  "comma-separated (the next is tried when one cannot be reached); default "
+                  "$DROVER_REGISTRY_URL, else")
+      ->envname("DROVER_REGISTRY_URL")
       ->capture_default_str();
   ctl->add_option("--token", args->token, "Bearer token (default: $DROVER_TOKEN)");
   ctl->add_option("--ca", args->ca_file,

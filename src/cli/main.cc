@@ -3,6 +3,7 @@
 
 #include <CLI/CLI.hpp>
 #include <iostream>
+#include <string_view>
 
 #include "commands.h"
 #include "drover/cli.h"
@@ -25,9 +26,12 @@ int main(int argc, char** argv) {
                  "Log level: trace, debug, info, warn, error, critical, off")
       ->capture_default_str();
   app.add_flag("--log-json", log_options.json, "Write logs as one JSON object per line");
-  app.parse_complete_callback([&] {
+  app.parse_complete_callback([&] {  // after parsing, before any subcommand runs
     if (auto status = drover::logging::Setup(log_options); !status.ok()) {
       throw CLI::ValidationError("--log-level", status.message());
+    }
+    if (drover::cli::WordsAfterDoubleDash().given && !app.got_subcommand("deploy")) {
+      throw CLI::ValidationError("--", "only `drover deploy` takes words after it");
     }
   });
 
@@ -39,6 +43,15 @@ int main(int argc, char** argv) {
   drover::cli::AddDemoCommand(app);
   drover::cli::AddSampleCommands(app);
 
-  drover::cli::NoteDoubleDash(argc, argv);
-  return drover::cli::ParseCommandLine(app, argc, argv).value_or(drover::cli::kExitOk);
+  // The words after "--" are set aside (commands.h) and the rest parsed.
+  int parsed_argc = argc;
+  drover::cli::AfterDoubleDash& after = drover::cli::WordsAfterDoubleDash();
+  for (int i = 1; i < argc; ++i) {
+    if (std::string_view(argv[i]) != "--") continue;
+    after.given = true;
+    after.words.assign(argv + i + 1, argv + argc);
+    parsed_argc = i;
+    break;
+  }
+  return drover::cli::ParseCommandLine(app, parsed_argc, argv).value_or(drover::cli::kExitOk);
 }

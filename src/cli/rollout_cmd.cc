@@ -339,7 +339,9 @@ void AddDeployCommand(CLI::App& app) {
       ->capture_default_str();
   d->add_option("--env", request->env, "KEY=VALUE for the instances' environment (repeatable)");
   d->add_option("--registry", request->registry,
-                "The registry's HTTP(S) URL; several of one cluster comma-separated")
+                "The registry's HTTP(S) URL; several of one cluster comma-separated; default "
+                "$DROVER_REGISTRY_URL, else")
+      ->envname("DROVER_REGISTRY_URL")
       ->capture_default_str();
   d->add_option("--agent-ca", request->agent_ca,
                 "CA certificate (PEM) for an https:// agent (default: the system's trust store)")
@@ -350,23 +352,28 @@ void AddDeployCommand(CLI::App& app) {
   AddGateOptions(*d, *request);
   AddStrategyOptions(*d, *request);
   d->add_flag("--json", *json, "Print the deploy record as JSON");
-  d->add_option("command", request->command,
-                "After --: the program and its arguments; {id} {service} {version} {port} "
-                "{health_port} {host} are replaced per instance ({host}: the agent's advertised "
-                "host)");
+  d->footer(
+      "After --: the program and its arguments (or `command:` in --spec); {id} {service} "
+      "{version} {port} {health_port} {host} are replaced per instance ({host}: the agent's "
+      "advertised host).");
+  // Words before "--" that are not deploy's own are caught below with a better message than
+  // CLI11's: the program must follow "--".
+  d->allow_extras();
   d->callback([request, spec_file, json, d] {
-    // What runs must follow "--": without it, a word meant for the program (or a mistyped flag)
-    // would silently become part of the command.
-    if (d->get_option("command")->count() > 0 && !DoubleDashGiven()) {
+    if (const std::vector<std::string> stray = d->remaining(); !stray.empty()) {
+      if (stray.front().starts_with("-")) {
+        Fail(cli::kExitUsage, "unknown option " + stray.front() + " (drover deploy --help)");
+      }
       Fail(cli::kExitUsage, "put the program after --: drover deploy " + request->service +
-                                " --version ... -- " + request->command.front() + " ...");
+                                " --version ... -- " + stray.front() + " ...");
     }
+    request->command = WordsAfterDoubleDash().words;
     if (!spec_file->empty()) {
       Result<std::string> text = ReadConfigFile(*spec_file);
       const Status s = text.ok()
                            ? rollout::ApplyDeploySpec(*text, *spec_file, FlagGivenIn(*d), *request)
                            : text.status();
-      if (!s.ok()) Fail(2, s.message());
+      if (!s.ok()) Fail(cli::kExitUsage, s.message());
     }
     if (const int code = RunDeploy(*request, *json); code != 0) throw CLI::RuntimeError(code);
   });
@@ -395,7 +402,9 @@ void AddRolloutControl(CLI::App& app) {
       ->check(CLI::IsMember({"status", "pause", "resume", "abort", "promote"}));
   r->add_option("id", args->id, "The deploy's id (drover ctl deploys SERVICE)")->required();
   r->add_option("--registry", args->registry,
-                "The registry's HTTP(S) URL; several of one cluster comma-separated")
+                "The registry's HTTP(S) URL; several of one cluster comma-separated; default "
+                "$DROVER_REGISTRY_URL, else")
+      ->envname("DROVER_REGISTRY_URL")
       ->capture_default_str();
   r->add_option("--registry-ca", args->registry_ca, "CA certificate (PEM) for an https:// registry")
       ->check(CLI::ExistingFile);

@@ -58,9 +58,10 @@ Status CheckOptions(const DaemonOptions& o) {
         ParseHostPort(o.xds, "--xds", {.allow_port_zero = true, .require_ip = true}).status());
   }
   DROVER_RETURN_IF_ERROR(ParseCidrList(o.xds_allow, "--xds-allow").status());
-  if (o.xds_max_streams_per_client < 1 || o.xds_max_streams < 1) {
-    return InvalidArgumentError("--xds-max-streams-per-client and --xds-max-streams must be >= 1");
+  if (o.xds_max_streams_per_client < 1) {
+    return InvalidArgumentError("--xds-max-streams-per-client must be >= 1");
   }
+  if (o.xds_max_streams < 1) return InvalidArgumentError("--xds-max-streams must be >= 1");
   return Status::Ok();
 }
 

@@ -1,6 +1,10 @@
 #include "registry/daemon_config.h"
 
+#include <initializer_list>
 #include <map>
+#include <sstream>
+#include <string>
+#include <tuple>
 
 #include "common/cidr.h"
 #include "registry/ui_url.h"
@@ -88,21 +92,26 @@ Status CheckRanges(const std::string& where, const DaemonOptions& args) {
   if (!(args.self_preservation_fraction >= 0 && args.self_preservation_fraction <= 1)) {
     return InvalidArgumentError(where + "self_preservation must be 0..1");
   }
-  if (args.max_connections < 1 || args.max_watches_per_client < 1 || args.max_watches < 1 ||
-      args.max_body < 1024) {
-    return InvalidArgumentError(
-        where +
-        "max_connections, max_watches_per_client and max_watches must be >= 1, max_body >= 1024");
-  }
-  if (!(args.write_rate >= 0 && args.write_burst >= 0 && args.total_write_rate >= 0)) {
-    return InvalidArgumentError(where +
-                                "write_rate, write_burst and total_write_rate must be >= 0");
+  // One key per message, with the value it had: never "a, b and c must be ...".
+  const auto at_least = [&](const char* key, double value, double min) {
+    std::ostringstream text;
+    text << where << key << " must be >= " << min << ", got " << value;
+    return value >= min ? Status::Ok() : InvalidArgumentError(text.str());
+  };
+  for (const auto& [key, value, min] :
+       std::initializer_list<std::tuple<const char*, double, double>>{
+           {"max_connections", static_cast<double>(args.max_connections), 1},
+           {"max_watches_per_client", static_cast<double>(args.max_watches_per_client), 1},
+           {"max_watches", static_cast<double>(args.max_watches), 1},
+           {"max_body", static_cast<double>(args.max_body), 1024},
+           {"write_rate", args.write_rate, 0},
+           {"write_burst", args.write_burst, 0},
+           {"total_write_rate", args.total_write_rate, 0},
+           {"xds_max_streams_per_client", static_cast<double>(args.xds_max_streams_per_client), 1},
+           {"xds_max_streams", static_cast<double>(args.xds_max_streams), 1}}) {
+    DROVER_RETURN_IF_ERROR(at_least(key, value, min));
   }
   if (args.dns_ttl_s > 86'400) return InvalidArgumentError(where + "dns_ttl must be 0..86400");
-  if (args.xds_max_streams_per_client < 1 || args.xds_max_streams < 1) {
-    return InvalidArgumentError(where +
-                                "xds_max_streams_per_client and xds_max_streams must be >= 1");
-  }
   if (auto cidrs = ParseCidrList(args.xds_allow, "xds_allow"); !cidrs.ok()) {
     return InvalidArgumentError(where + cidrs.status().message());
   }

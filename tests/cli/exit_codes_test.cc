@@ -53,13 +53,17 @@ TEST(ExitCodesTest, DroverSaysWhatWasWrongWithTheCommandLine) {
             {"agent --capacity -1", 2, "--capacity"},
             {"agent --label novalue", 2, "--label wants KEY=VALUE, got 'novalue'"},
             {"deploy zone --version v2 /bin/true", 2, "put the program after --"},
+            {"deploy zone --version v2 --bogus -- /bin/true", 2, "unknown option --bogus"},
+            {"deploy zone --version v2 --", 2, "no command: give it after --"},
+            {"ctl list zone -- x", 2, "only `drover deploy` takes words after it"},
             {"deploy zone --version v2 --instances 0 -- /bin/true", 2, "--instances"},
             {"deploy zone --version v2 --max-surge lots -- /bin/true", 2, "lots"},
             {"rollout frobnicate d1", 2, "frobnicate"},
             {"rollout status", 2, "id is required"},
             {"demo --rate 0", 2, "--rate"},
             {"sample", 2, "drover sample: a command is needed: one of zone, whoami"},
-            {"sample zone --ttl-ms 300", 2, "--ttl-ms: Value 300 not in range 1000"},
+            {"sample zone --ttl-ms 300", 2,
+             "drover sample zone: --ttl-ms: Value 300 not in range 1000"},
             {"sample whoami --registry x --bogus", 2, "--bogus"},
         });
 }

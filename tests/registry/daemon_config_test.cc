@@ -27,7 +27,10 @@ TEST(DaemonConfigTest, BadConfigsNameTheFileAndKeyAndFlagsWin) {
            {"dns_ttl: 90000", "config r.yaml: dns_ttl must be 0..86400"},
            {"xds_allow: [10.0.0.0/99]",
             "config r.yaml: xds_allow '10.0.0.0/99' has a prefix length"},
-           {"xds_max_streams: 0", "xds_max_streams_per_client and xds_max_streams must be >= 1"},
+           {"xds_max_streams: 0", "config r.yaml: xds_max_streams must be >= 1, got 0"},
+           // One key per message, naming the value.
+           {"max_body: 100", "config r.yaml: max_body must be >= 1024, got 100"},
+           {"write_burst: -1", "config r.yaml: write_burst must be >= 0, got -1"},
        }) {
     DaemonOptions args;
     const Status s = ApplyDaemonConfig(c.yaml, "r.yaml", none, args);

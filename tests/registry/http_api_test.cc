@@ -5,6 +5,7 @@
 
 #include <map>
 #include <nlohmann/json.hpp>
+#include <tuple>
 
 #include "common/tokens.h"
 #include "registry/client_limits.h"
@@ -186,6 +187,21 @@ TEST_F(HttpApiTest, MalformedRequestsGet4xxAndChangeNothing) {
     auto reply = Http(port_, c.method, c.target, c.body);
     EXPECT_EQ(reply.status, c.status) << c.name << ": " << reply.body;
     EXPECT_TRUE(Json(reply.body).contains("error")) << c.name << ": " << reply.body;
+  }
+  // A method the path does not take: 405 with UNIMPLEMENTED (nothing is wrong with the content)
+  // and an Allow header.
+  for (const auto& [method, target, allowed] :
+       std::vector<std::tuple<std::string, std::string, std::string>>{
+           {"POST", "/v1/services", "GET"},
+           {"PATCH", "/v1/services/zone/instances/z1", "PUT, DELETE"},
+           {"GET", "/v1/services/zone/instances/z1/heartbeat", "POST"},
+           {"DELETE", "/v1/deploys", "GET"}}) {
+    auto reply = Http(port_, method, target, "");
+    EXPECT_EQ(reply.status, 405) << method << " " << target;
+    EXPECT_EQ(Json(reply.body)["error"]["code"], "UNIMPLEMENTED") << reply.body;
+    EXPECT_NE(reply.headers.find("Allow: " + allowed + "\r\n"), std::string::npos)
+        << method << " " << target << "\n"
+        << reply.headers;
   }
   // A request line that is not HTTP at all.
   EXPECT_EQ(testing::SendRaw(port_, "HELLO\r\n\r\n").status, 400);

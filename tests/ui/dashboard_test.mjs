@@ -161,6 +161,11 @@ async function main() {
     await page.waitForSelector('#token-panel:not([hidden])', {timeout: WAIT_MS});
     await waitFor(page, () => document.querySelector('#conn').dataset.state === 'auth', undefined,
                   'connection status "auth"');
+    // Before the token, the page does not claim that nothing is registered.
+    const empty = await page.evaluate(() => document.querySelector('#services-empty').textContent);
+    if (empty !== 'Enter a token to see the instances.') {
+      throw new Error(`before the token the services panel said: ${empty}`);
+    }
     await page.fill('#token-input', token);
     await page.click('#token-form button[type=submit]');
     const saved = await page.evaluate(() => localStorage.getItem('drover.registry.token'));
