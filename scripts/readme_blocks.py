@@ -13,9 +13,11 @@ after another in one bash (`set -e`: a command that fails fails the run), from a
 directory where `build` is the build tree under test, so `build/src/cli/drover` and
 `$PWD/build/...` mean what they mean in a checkout. Two things are substituted, nothing else:
 
-  - every fixed port (":7070", "-p 8600", ...) gets a free port below the ephemeral range, the
-    same one everywhere it appears, so that the run neither needs nor disturbs the standard
-    ports, and tests running beside it cannot be given its ports meanwhile;
+  - every fixed port (a number after "host:", or after dig's "-p ") gets a free port from
+    10000-19999, the same one everywhere it appears, so that the run neither needs nor disturbs
+    the standard ports, and nothing running beside it is given its ports meanwhile (see
+    free_ports); a port written any other way (":7070" alone, "--port 7070") is not found, so
+    the README writes addresses as host:port;
   - data directories under /tmp/ and /var/lib/ move into a temp dir.
 
 A command started in the background ("... &") is given until its addresses accept connections
@@ -24,8 +26,9 @@ script. At the end every
 process the blocks started is stopped (SIGTERM, then SIGKILL) and the temp dir removed.
 
 Usage: scripts/readme_blocks.py --build BUILD_DIR [--readme README.md] [--list]
-Exit code 0 when every marked block ran; 1 when one failed (its README line is printed); 2 for
-bad usage or a README with no marked block.
+Inside the blocks `curl` fails on an HTTP error (--fail-with-body), as any failing command
+does. Exit code 0 when every marked block ran; 1 when one failed (its README line is printed) or
+the run was stopped; 2 for bad usage or a README with no marked block.
 """
 
 import argparse
@@ -49,6 +52,10 @@ ADDRESS = re.compile(r"((?:127\.\d+\.\d+\.\d+|\$\w+|\$\{\w+\}|localhost)):(\d{2,
 DATA_DIR = re.compile(r"(?<![\w.])/(tmp|var/lib)/")
 
 
+class Usage(Exception):
+    """What makes the run impossible before it starts: exit code 2."""
+
+
 def marked_blocks(readme_path):
     """[(line number of the fence, [lines])] of the marked sh blocks."""
     blocks = []
@@ -64,28 +71,21 @@ def marked_blocks(readme_path):
                 body.append(lines[j])
                 j += 1
             if j == len(lines):
-                raise SystemExit(f"README line {start + 1}: a marked block never closes")
+                raise Usage(f"README line {start + 1}: a marked block never closes")
             blocks.append((start + 1, body))
             i = j
         elif MARK.match(lines[i]):
-            raise SystemExit(f"README line {i + 1}: <!-- run --> is not followed by a ```sh block")
+            raise Usage(f"README line {i + 1}: <!-- run --> is not followed by a ```sh block")
         i += 1
     return blocks
 
 
-def ephemeral_low():
-    try:
-        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
-            return int(f.read().split()[0])
-    except (OSError, ValueError, IndexError):
-        return 32768
-
-
 def free_ports(count):
-    """Ports free now and below the ephemeral range: no port-0 bind of a test running beside this
-    one can take them in the minutes between choosing and using them."""
-    high = ephemeral_low()
-    candidates = list(range(max(10000, high - 12000), high))
+    """Ports free now on every address, from 10000-19999: below the ephemeral range (no port-0
+    bind of a test running beside this one is given them) and below 20000, where `drover agent`
+    picks its instances' ports -- so nothing else is handed them in the minutes between choosing
+    and using them."""
+    candidates = list(range(10000, 20000))
     random.shuffle(candidates)
     chosen = []
     for port in candidates:
@@ -93,14 +93,14 @@ def free_ports(count):
             break
         try:
             with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-                s.bind(("127.0.0.1", port))
+                s.bind(("0.0.0.0", port))
             with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-                s.bind(("127.0.0.1", port))
+                s.bind(("0.0.0.0", port))
             chosen.append(port)
         except OSError:
             continue
     if len(chosen) < count:
-        raise SystemExit("readme: not enough free ports below the ephemeral range")
+        raise Usage(f"only {len(chosen)} of {count} ports are free in 10000-19999")
     return chosen
 
 
@@ -133,6 +133,8 @@ def script_for(blocks, ports, data_root):
         "  done",
         "}",
         "trap 'echo \"readme: failed: $BASH_COMMAND\" >&2' ERR",
+        # A request the server refuses fails the run, as any other failing command does.
+        "curl() { command curl --fail-with-body \"$@\"; }",
     ]
     for fence_line, body in blocks:
         out.append(f"echo '### README block at line {fence_line}'")
@@ -175,23 +177,34 @@ def main():
     parser.add_argument("--readme", default=os.path.join(os.path.dirname(__file__), "..",
                                                          "README.md"))
     parser.add_argument("--list", action="store_true", help="print the script, run nothing")
-    parser.add_argument("--timeout", type=float, default=900, help="seconds for the whole run")
+    parser.add_argument("--timeout", type=float, default=840,
+                        help="seconds for the whole run (below CTest's 900)")
     args = parser.parse_args()
     build = os.path.abspath(args.build)
     if not os.path.isfile(os.path.join(build, "src", "cli", "drover")):
         print(f"readme: {build} is not a build tree (no src/cli/drover)", file=sys.stderr)
         return 2
-    blocks = marked_blocks(args.readme)
-    if not blocks:
-        print(f"readme: {args.readme} has no block marked <!-- run -->", file=sys.stderr)
+    try:
+        blocks = marked_blocks(args.readme)
+        if not blocks:
+            raise Usage(f"{args.readme} has no block marked <!-- run -->")
+        ports = port_map(blocks)
+    except Usage as e:
+        print(f"readme: {e}", file=sys.stderr)
         return 2
 
     scratch = tempfile.mkdtemp(prefix="drover-readme-")
+    process = None
+
+    def on_signal(signum, _frame):
+        raise KeyboardInterrupt(signal.Signals(signum).name)
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGHUP, on_signal)
     try:
         os.symlink(build, os.path.join(scratch, "build"))
         data_root = os.path.join(scratch, "data")
         os.mkdir(data_root)
-        ports = port_map(blocks)
         script = script_for(blocks, ports, data_root)
         if args.list:
             print(script)
@@ -208,13 +221,18 @@ def main():
             print(f"readme: the blocks did not finish within {args.timeout:.0f} s",
                   file=sys.stderr)
             code = -1
-        stop_group(process)
         if code != 0:
             print(f"readme: FAILED (exit {code}); the last '### README block at line N' above "
                   "is the block that failed", file=sys.stderr)
             return 1
         return 0
+    except KeyboardInterrupt as e:
+        print(f"readme: stopped ({e or 'SIGINT'})", file=sys.stderr)
+        return 1
     finally:
+        # Whatever happened, nothing the blocks started outlives the run.
+        if process is not None:
+            stop_group(process)
         shutil.rmtree(scratch, ignore_errors=True)
 
 

@@ -90,7 +90,7 @@ int main(int argc, char** argv) {
   auto host = drover::ServerHost::Create(options);
   if (!host.ok()) {
     std::cerr << "compute_worker: " << host.status().ToString() << "\n";
-    return drover::cli::kExitUsage;
+    return drover::cli::ExitCodeOf(host.status());
   }
   drover::ServerHost& h = **host;
   instance = h.id();

@@ -45,7 +45,12 @@ int main(int argc, char** argv) {
     std::cerr << "whoami_client: give exactly one of --target and --registry\n";
     return drover::cli::kExitUsage;
   }
-  if (!target.empty() && target.find("://") == std::string::npos) {
+  // gRPC's own target forms (dns:///h:p, unix:/path, ipv4:a:p, ...) go through as they are.
+  const std::string scheme = target.substr(0, target.find(':'));
+  const bool grpc_uri = target.find("://") != std::string::npos || scheme == "dns" ||
+                        scheme == "unix" || scheme == "unix-abstract" || scheme == "ipv4" ||
+                        scheme == "ipv6" || scheme == "vsock";
+  if (!target.empty() && !grpc_uri) {
     // host:port with a real port: gRPC would read "127.0.0.1:" or "127.0.0.1:<port>" as port 0
     // and fail every call without saying why.
     const std::size_t colon = target.rfind(':');
@@ -77,15 +82,18 @@ int main(int argc, char** argv) {
       return drover::cli::ExitCodeOf(started.status());
     }
     drover_channel = std::move(*started);
+    drover::Status last;
     for (int i = 0; i < 100 && !channel; ++i) {  // until the registry has answered
       if (auto got = drover_channel->Get(); got.ok()) {
         channel = *got;
       } else {
+        last = got.status();
         std::this_thread::sleep_for(std::chrono::milliseconds(50));
       }
     }
     if (!channel) {
-      std::cerr << "whoami_client: no routable instance of " << service << " after 5 s\n";
+      std::cerr << "whoami_client: no routable instance of " << service << " after 5 s ("
+                << last.message() << ")\n";
       return drover::cli::kExitRefused;
     }
   }

@@ -117,7 +117,7 @@ int WhoamiServerMain(int argc, char** argv) {
   auto host = drover::ServerHost::Create(options);
   if (!host.ok()) {
     std::cerr << "whoami_server: " << host.status().ToString() << "\n";
-    return 2;
+    return drover::cli::ExitCodeOf(host.status());
   }
   drover::ServerHost& h = **host;
   id = h.id();

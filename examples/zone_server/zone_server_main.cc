@@ -149,7 +149,7 @@ int ZoneServerMain(int argc, char** argv) {
   auto host = drover::ServerHost::Create(options);
   if (!host.ok()) {
     std::cerr << "zone_server: " << host.status().ToString() << "\n";
-    return drover::cli::kExitUsage;
+    return drover::cli::ExitCodeOf(host.status());
   }
   drover::ServerHost& h = **host;
   host_ptr = &h;

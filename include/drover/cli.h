@@ -96,9 +96,14 @@ inline std::optional<int> ParseCommandLine(CLI::App& app, int argc, const char* 
     if (dynamic_cast<const CLI::RequiredError*>(&e) != nullptr &&
         what.find("subcommand") != std::string::npos) {
       const std::vector<std::string> unplaced = at->remaining();
-      what = unplaced.empty() ? "a command is needed: one of " + detail::SubcommandNames(at)
-                              : "'" + unplaced.front() + "' is not a command here; one of " +
-                                    detail::SubcommandNames(at);
+      const std::string names = detail::SubcommandNames(at);
+      if (unplaced.empty()) {
+        what = "a command is needed: one of " + names;
+      } else if (unplaced.front().starts_with("-")) {
+        what = "unknown option " + unplaced.front() + "; a command is needed: one of " + names;
+      } else {
+        what = "'" + unplaced.front() + "' is not a command here; one of " + names;
+      }
     }
     const std::string path = detail::CommandPath(at);
     std::cerr << path << ": " << what << "\nRun '" << path << " --help' for the usage.\n";

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -41,12 +42,29 @@ inline FlagGiven FlagGivenIn(const CLI::App& cmd) {
   };
 }
 
+// --registry for the commands that talk to a registry's HTTP API (ctl, deploy, rollout): the
+// flag when given, else $DROVER_REGISTRY_URL when set, else `url`'s value (the default). The
+// variable is read before parsing, so that the flag overwrites it and a --spec file's
+// `registry:` (applied where no flag was given) does too: flag, file, variable, default.
+inline CLI::Option* AddRegistryUrlOption(CLI::App& cmd, std::string& url) {
+  cmd.preparse_callback([&url](std::size_t) {
+    if (const char* env = std::getenv("DROVER_REGISTRY_URL"); env != nullptr && *env != '\0') {
+      url = env;
+    }
+  });
+  return cmd.add_option("--registry", url,
+                        "The registry's URL, http://host:port or https://host:port; several of "
+                        "one cluster comma-separated (the next is tried when one cannot be "
+                        "reached). Default: $DROVER_REGISTRY_URL, else " +
+                            url);
+}
+
 // The words after the first "--" of the command line: what `drover deploy` runs. main() takes
 // them out before CLI11 parses the rest, because CLI11 2.1 still matches a word after "--"
 // against the subcommand's options when that option was not given before it (`--registry` of
 // the program taken as deploy's own).
 struct AfterDoubleDash {
-  bool given = false;  // there was a "--"
+  bool given = false;              // there was a "--"
   std::vector<std::string> words;  // only `drover deploy` takes them; main refuses them elsewhere
 };
 inline AfterDoubleDash& WordsAfterDoubleDash() {

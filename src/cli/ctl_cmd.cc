@@ -259,23 +259,33 @@ void Watch(const CtlArgs& args) {
   if (reply->status != 200) Refused(*reply);
 }
 
-// The versions READY instances of `service` run, with how many run each: "v2 (3), v1 (1)"
-// ("unversioned" for instances registered without one). What serves, which after a failed deploy is
-// not the version last deployed.
-std::string ServingVersions(const net::HttpClient& client, const std::string& service) {
-  const auto list = Call(client, "GET", "/v1/services/" + service + "/instances");
-  std::map<std::string, int> count;
+// The versions READY instances of `service` run, with how many run each ("" for instances
+// registered without one): what serves, which after a failed deploy is not the version last
+// deployed. Null when the list could not be read (the status goes on without it).
+nlohmann::json ServingVersions(const net::HttpClient& client, const std::string& service) {
+  const auto reply = client.Send("GET", "/v1/services/" + service + "/instances");
+  if (!reply.ok() || reply->status != 200) return nullptr;
+  const auto list = nlohmann::json::parse(reply->body, nullptr, false);
+  if (!list.is_object() || !list.contains("instances")) return nullptr;
+  nlohmann::json count = nlohmann::json::object();
   for (const auto& in : list["instances"]) {
     if (in.value("state", "") != "READY") continue;
     const std::string version = in.value("version", "");
-    ++count[version.empty() ? "unversioned" : version];
+    count[version] = count.value(version, 0) + 1;
   }
+  return count;
+}
+
+// "v2 (3), v1 (1)", most first; "unversioned" for ""; "?" when unknown.
+std::string ServingCell(const nlohmann::json& serving) {
+  if (!serving.is_object()) return "?";
   std::vector<std::pair<int, std::string>> by_count;
-  for (const auto& [version, n] : count) by_count.emplace_back(-n, version);
+  for (const auto& [version, n] : serving.items()) by_count.emplace_back(-n.get<int>(), version);
   std::sort(by_count.begin(), by_count.end());
   std::string out;
   for (const auto& [n, version] : by_count) {
-    out += (out.empty() ? "" : ", ") + version + " (" + std::to_string(-n) + ")";
+    out += (out.empty() ? "" : ", ") + (version.empty() ? "unversioned" : version) + " (" +
+           std::to_string(-n) + ")";
   }
   return out.empty() ? "-" : out;
 }
@@ -330,8 +340,8 @@ void StatusCmd(const CtlArgs& args) {
       deploy = Str(it->second, "version");
       verdict = Str(it->second, "verdict");
     }
-    rows.push_back(
-        {name, Str(s, "ready") + "/" + Str(s, "instances"), Str(s, "serving"), deploy, verdict});
+    rows.push_back({name, Str(s, "ready") + "/" + Str(s, "instances"),
+                    ServingCell(s.value("serving", nlohmann::json())), deploy, verdict});
   }
   PrintTable({"SERVICE", "READY", "SERVING", "LAST DEPLOYED", "VERDICT"}, rows);
   if (!deploys_note.empty())
@@ -392,12 +402,7 @@ void AddCtlCommands(CLI::App& app) {
   auto args = std::make_shared<CtlArgs>();
   CLI::App* ctl = app.add_subcommand("ctl", "Operate a running registry over its HTTP API");
   ctl->require_subcommand(1);
-  ctl->add_option("--registry", args->registry,
-                  "Registry URL http://host:port or https://host:port; several of one cluster "
-                  "comma-separated (the next is tried when one cannot be reached); default "
-                  "$DROVER_REGISTRY_URL, else")
-      ->envname("DROVER_REGISTRY_URL")
-      ->capture_default_str();
+  AddRegistryUrlOption(*ctl, args->registry);
   ctl->add_option("--token", args->token, "Bearer token (default: $DROVER_TOKEN)");
   ctl->add_option("--ca", args->ca_file,
                   "PEM CA certificates to trust for an https:// registry (default: the system's)")
@@ -408,7 +413,9 @@ void AddCtlCommands(CLI::App& app) {
     Services(*args);
   });
   auto* status = ctl->add_subcommand(
-      "status", "The registry's health, each service's READY count and its latest deploy");
+      "status",
+      "The registry's health, each service's READY count, the versions its READY instances run "
+      "(SERVING) and its latest deploy");
   status->callback([args] { StatusCmd(*args); });
   auto* deploys = ctl->add_subcommand(
       "deploys", "Deploy history (the registry's; running ones marked), newest first");

@@ -323,8 +323,11 @@ void AddDeployCommand(CLI::App& app) {
       "starts its new instances, passes them only when READY in the registry for "
       "--min-healthy-ms and their latest crash has not moved between checks, then drains and "
       "stops the old ones it replaces. A failing batch reverts the deploy: old instances "
-      "stopped so far start again and serve before the new ones stop. Exit code 0 passed, 1 "
-      "failed (reverted), 2 usage, 3 instances it had to stop could not be stopped (see the "
+      "stopped so far start again and serve before the new ones stop. Exit code 0 passed; 1 "
+      "failed and reverted (the previous version serves); 2 bad usage; 3 an agent or the "
+      "registry could not be reached, nothing started; 4 refused before anything started (a "
+      "program a host cannot run, another deploy of the service running, a token without the "
+      "right): nothing changed; 5 instances it had to stop could not be stopped (see the "
       "output).");
   d->add_option("service", request->service, "Service to deploy");
   d->add_option("--spec", *spec_file,
@@ -338,11 +341,7 @@ void AddDeployCommand(CLI::App& app) {
       ->check(CLI::Range(1, 1000))
       ->capture_default_str();
   d->add_option("--env", request->env, "KEY=VALUE for the instances' environment (repeatable)");
-  d->add_option("--registry", request->registry,
-                "The registry's HTTP(S) URL; several of one cluster comma-separated; default "
-                "$DROVER_REGISTRY_URL, else")
-      ->envname("DROVER_REGISTRY_URL")
-      ->capture_default_str();
+  AddRegistryUrlOption(*d, request->registry);
   d->add_option("--agent-ca", request->agent_ca,
                 "CA certificate (PEM) for an https:// agent (default: the system's trust store)")
       ->check(CLI::ExistingFile);
@@ -401,11 +400,7 @@ void AddRolloutControl(CLI::App& app) {
       ->required()
       ->check(CLI::IsMember({"status", "pause", "resume", "abort", "promote"}));
   r->add_option("id", args->id, "The deploy's id (drover ctl deploys SERVICE)")->required();
-  r->add_option("--registry", args->registry,
-                "The registry's HTTP(S) URL; several of one cluster comma-separated; default "
-                "$DROVER_REGISTRY_URL, else")
-      ->envname("DROVER_REGISTRY_URL")
-      ->capture_default_str();
+  AddRegistryUrlOption(*r, args->registry);
   r->add_option("--registry-ca", args->registry_ca, "CA certificate (PEM) for an https:// registry")
       ->check(CLI::ExistingFile);
   r->add_option("--agent-ca", args->agent_ca,

@@ -120,8 +120,22 @@ Result<pid_t> Spawn(const SpawnOptions& options) {
     int status = 0;
     while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
     }
-    return FailedPreconditionError("cannot run " + options.argv[0] + ": " +
-                                   std::strerror(exec_errno));
+    std::string why = "cannot run " + options.argv[0] + ": " + std::strerror(exec_errno);
+    // What no retry changes (no such file, no permission, not an executable) is a precondition;
+    // the rest passes (a binary still open for writing, out of memory or processes).
+    switch (exec_errno) {
+      case ENOENT:
+      case ENOTDIR:
+      case EACCES:
+      case EPERM:
+      case ENOEXEC:
+      case EISDIR:
+      case ELOOP:
+      case ENAMETOOLONG:
+        return FailedPreconditionError(std::move(why));
+      default:
+        return UnavailableError(std::move(why));
+    }
   }
   return pid;
 }

@@ -36,8 +36,12 @@ struct SpawnOptions {
 };
 
 // Forks and execs as described above. Returns the child's pid (also its process group id) once
-// the exec happened; FAILED_PRECONDITION "cannot run <argv[0]>: <why>" when it did not (no child
-// remains); UNAVAILABLE when the log cannot be opened or fork fails. PDEATHSIG follows the calling
+// the exec happened -- it waits for that, which takes as long as the kernel's exec (the agent
+// spawns under its lock: a program on a hung file system holds the agent up). When the exec
+// failed (no child remains): FAILED_PRECONDITION "cannot run <argv[0]>: <why>" for what no retry
+// changes (no such file, permission denied, not an executable), UNAVAILABLE with the same text for
+// what may pass (ETXTBSY: the binary still open for writing; out of memory or processes).
+// UNAVAILABLE also when the log cannot be opened or fork fails. PDEATHSIG follows the calling
 // thread: spawn from a thread that lives as long as the children should.
 Result<pid_t> Spawn(const SpawnOptions& options);
 

@@ -43,16 +43,25 @@ Status ExchangeFailed(const std::string& peer, const std::string& host, const st
   return Unreachable(peer, host, port, what);
 }
 
-// Resolves and connects `stream` to host:port, with `timeout` armed.
+// Resolves and connects `stream` to host:port within kConnectTimeout (or `timeout`, when
+// shorter), then arms `timeout` for the exchange: a peer that drops SYNs is told from a slow
+// answer in seconds, whatever the exchange may take (a stop waits out an instance's grace).
+constexpr std::chrono::seconds kConnectTimeout{4};
 Status Connect(beast::tcp_stream& stream, const std::string& peer, const std::string& host,
                const std::string& port, std::chrono::seconds timeout) {
   beast::error_code ec;
   tcp::resolver resolver(stream.get_executor());
   const auto endpoints = resolver.resolve(host, port, ec);
   if (ec) return Unreachable(peer, host, port, ec.message());
-  stream.expires_after(timeout);
+  stream.expires_after(std::min(timeout, kConnectTimeout));
   stream.connect(endpoints, ec);
+  if (ec == beast::error::timeout) {
+    return Unreachable(peer, host, port,
+                       "no answer to a connect within " +
+                           std::to_string(std::min(timeout, kConnectTimeout).count()) + " s");
+  }
   if (ec) return Unreachable(peer, host, port, ec.message());
+  stream.expires_after(timeout);
   return Status::Ok();
 }
 
@@ -226,7 +235,7 @@ Result<HttpResult> HttpClient::Stream(const std::string& target,
       return Status::Ok();
     }
     if (!ec || ec == http::error::end_of_stream) return Status::Ok();
-    return ExchangeFailed(peer_, host, port, server.tls, ec);
+    return Unreachable(peer_, host, port, ec.message());  // broken after an answer: no hint
   }));
   return result;
 }

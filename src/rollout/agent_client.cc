@@ -49,9 +49,7 @@ Result<json> AgentClient::Call(std::string_view method, const std::string& targe
 Result<json> RegistryInstances(const net::HttpClient& registry, const std::string& service) {
   DROVER_ASSIGN_OR_RETURN(net::HttpResult reply,
                           registry.Send("GET", "/v1/services/" + service + "/instances"));
-  if (reply.status != 200) {
-    return UnavailableError("registry answered " + std::to_string(reply.status));
-  }
+  if (reply.status != 200) return StatusOfErrorReply(reply.status, reply.body, "registry");
   json body = json::parse(reply.body, nullptr, false);
   if (body.is_discarded() || !body.contains("instances") || !body["instances"].is_array()) {
     return UnavailableError("registry sent a reply that is not a list");

@@ -112,6 +112,9 @@ Result<DeploySpec> DeploySpecOf(const DeployRequest& request) {
   spec.gate.progress_deadline = std::chrono::milliseconds(request.progress_deadline_ms);
   spec.stop_grace = std::chrono::milliseconds(request.stop_grace_ms);
   DROVER_RETURN_IF_ERROR(ValidateGateOptions(spec.gate));
+  // The names and command as the deployer will check them: bad usage, told before anything runs.
+  DROVER_RETURN_IF_ERROR(ValidateLaunchSpec(LaunchSpec{
+      spec.service, spec.service + "-" + spec.version, spec.version, spec.argv, spec.env}));
   return spec;
 }
 

@@ -721,9 +721,11 @@ DeployOutcome Deployer::Drive(DeployOutcome out, const DeploySpec& spec, const P
   }
   out.record["state"] = "finishing";
   if (failed) {
-    // Nothing started and nothing stopped (the first start refused: a program that cannot
-    // run, a full host): the revert has nothing to do.
-    out.nothing_changed = progress.started.empty() && progress.stopped_old.empty();
+    // Nothing started and nothing stopped (the first start refused: a program the host cannot
+    // run, a spec it refuses): the revert has nothing to do. An interrupt is a failure of its
+    // own, whatever it caught.
+    out.nothing_changed =
+        progress.started.empty() && progress.stopped_old.empty() && !stop.stop_requested();
     Note(out, "FAILED: " + *failed + "; reverting");
     out.record["verdict"] = "fail";
     out.record["reason"] = *failed;

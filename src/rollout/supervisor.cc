@@ -145,8 +145,9 @@ struct Supervisor::Impl {
     child.what = "instance " + spec.id;
     const Result<pid_t> pid = drover::Spawn(child);
     if (!pid.ok() && pid.status().code() == StatusCode::kFailedPrecondition) {
-      // The exec itself was refused (the program went away, lost its x bit, is no executable):
-      // restarting runs into the same wall, so the agent gives up now and says why.
+      // The exec itself was refused for good (the program went away, lost its x bit, is no
+      // executable): restarting runs into the same wall, so the agent gives up now and says why.
+      // A refusal that may pass (UNAVAILABLE: ETXTBSY, no memory) is a crash like any other.
       Record(m, EventKind::kCrashed, pid.status().message());
       Record(m, EventKind::kGaveUp, pid.status().message());
       m.status = InstanceStatus::kGaveUp;
@@ -362,9 +363,6 @@ Supervisor::~Supervisor() {
 
 Status Supervisor::Start(const LaunchSpec& spec) {
   DROVER_RETURN_IF_ERROR(ValidateLaunchSpec(spec));
-  // A program that cannot run is refused now, with the reason, rather than started into a crash
-  // loop whose cause only its log file shows.
-  DROVER_RETURN_IF_ERROR(CheckRunnable(Substitute(spec.argv.front(), spec)));
   MutexLock lock(impl_->mu);
   if (impl_->stopping) return UnavailableError("the agent is shutting down");
   if (auto it = impl_->instances.find(spec.id); it != impl_->instances.end()) {
@@ -376,6 +374,9 @@ Status Supervisor::Start(const LaunchSpec& spec) {
   }
   Managed m;
   m.spec = FillHostPlaceholders(spec, impl_->options.host, *impl_->ports);
+  // A program that cannot run is refused now, with the reason, rather than started into a crash
+  // loop whose cause only its log file shows.
+  DROVER_RETURN_IF_ERROR(CheckRunnable(Substitute(m.spec.argv.front(), m.spec)));
   m.next_start = impl_->clock->Now();
   impl_->instances.emplace(spec.id, std::move(m));
   // Not durable, not started: an agent restarted now would not know it.

@@ -4,6 +4,7 @@
 // refused; 3 when it could not be reached. Each row runs the real binary.
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -111,6 +112,27 @@ TEST(ExitCodesTest, RefusedIsOneAndUnreachableIsThree) {
              "cannot reach the registry at 127.0.0.1:1: Connection refused"},
             {"ctl --registry http://127.0.0.1:1 watch zone", 3, "cannot reach the registry"},
             {"rollout status d1 --registry http://127.0.0.1:1", 3, "127.0.0.1:1"},
+        });
+}
+
+// Where ctl, deploy and rollout find the registry: --registry, else (deploy) the --spec file's
+// `registry:`, else $DROVER_REGISTRY_URL, else http://127.0.0.1:7070. Each is told by the
+// address the unreachable message names.
+TEST(ExitCodesTest, TheRegistryUrlIsTheFlagThenTheSpecThenTheEnvironment) {
+  drover::testing::TempDir dir;
+  const std::string spec = dir.path() + "/deploy.yaml";
+  std::ofstream(spec) << "service: zone\nversion: v2\nagents: all\n"
+                      << "registry: http://127.0.0.1:2\ncommand: [/bin/true]\n";
+  const std::string env = "env DROVER_REGISTRY_URL=http://127.0.0.1:3 ";
+  Check(env + DROVER_BINARY,
+        {
+            {"ctl services", 3, "registry at 127.0.0.1:3"},
+            {"ctl --registry http://127.0.0.1:1 services", 3, "registry at 127.0.0.1:1"},
+            {"rollout status d1", 3, "registry at 127.0.0.1:3"},
+            {"deploy --spec " + spec, 3, "registry at 127.0.0.1:2"},
+            {"deploy --spec " + spec + " --registry http://127.0.0.1:1", 3,
+             "registry at 127.0.0.1:1"},
+            {"deploy zone --version v2 --agents all -- /bin/true", 3, "registry at 127.0.0.1:3"},
         });
 }
 

@@ -132,7 +132,7 @@ TEST_F(CtlTest, StatusSummarisesTheRegistryWithTheLatestDeployOfEachService) {
   EXPECT_EQ(body["registry"]["revision"], 3);
   EXPECT_EQ(body["latest_deploys"]["zone"]["version"], "v7");
   EXPECT_EQ(body["services"][1]["name"], "zone");
-  EXPECT_EQ(body["services"][1]["serving"], "v6 (1)");
+  EXPECT_EQ(body["services"][1]["serving"], nlohmann::json({{"v6", 1}}));
   EXPECT_FALSE(body.contains("deploys_error"));
 
   auto history = Ctl("deploys zone");

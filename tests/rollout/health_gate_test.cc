@@ -244,5 +244,23 @@ TEST(HealthGateTest, AnInstanceThatVanishesFails) {
   EXPECT_EQ(gate.Observe(clock.Now(), {}).verdict, Verdict::kFail);
 }
 
+// An instance the platform could not start at all (its exec refused for good) fails the gate
+// at once, saying so rather than "crashed repeatedly".
+TEST(HealthGateTest, AnInstanceThatCouldNotBeStartedFailsWithTheReason) {
+  FakeClock clock;
+  HealthGate gate({"a"}, clock.Now(), GateOptions{});
+  Observation o;
+  o.id = "a";
+  o.platform = InstanceInfo{};
+  o.platform->status = InstanceStatus::kGaveUp;
+  o.platform->events = {
+      {EventKind::kCrashed, clock.SystemNow(), "cannot run /opt/zone: No such file or directory"},
+      {EventKind::kGaveUp, clock.SystemNow(), "cannot run /opt/zone: No such file or directory"}};
+  const GateResult r = gate.Observe(clock.Now(), {o});
+  EXPECT_EQ(r.verdict, Verdict::kFail);
+  EXPECT_EQ(r.reason,
+            "instance a could not be started: cannot run /opt/zone: No such file or directory");
+}
+
 }  // namespace
 }  // namespace drover::rollout

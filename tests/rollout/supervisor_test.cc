@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -172,6 +173,29 @@ TEST_F(SupervisorTest, AProgramThatCannotRunIsRefusedAtStart) {
   EXPECT_EQ(refused.code(), StatusCode::kFailedPrecondition);
   EXPECT_EQ(refused.message(), "cannot run /no/such/v1/binary: No such file or directory");
   EXPECT_FALSE(Find(*s, "ghost").has_value());  // not recorded
+}
+
+// The program goes away between restarts: the exec's refusal is for good, so the agent gives up
+// at once with the reason (no back-off loop), and the gate's message says it could not start.
+TEST_F(SupervisorTest, AProgramGoneBeforeARestartIsGivenUpOnWithTheReason) {
+  const std::string program = dir_.path() + "/release-sh";
+  std::filesystem::copy_file("/bin/sh", program);
+  auto s = Open();
+  LaunchSpec spec = Shell("gone", "sleep 0.2; exit 3");
+  spec.argv.front() = program;
+  ASSERT_TRUE(s->Start(spec).ok());
+  ASSERT_TRUE(testing::Eventually([&] { return Find(*s, "gone")->pid > 0; }));
+  std::filesystem::remove(program);
+  ASSERT_TRUE(testing::Eventually(
+      [&] { return Find(*s, "gone")->status == InstanceStatus::kGaveUp; }, 10s));
+  const InstanceInfo info = *Find(*s, "gone");
+  ASSERT_FALSE(info.events.empty());
+  EXPECT_EQ(info.events.back().kind, EventKind::kGaveUp);
+  EXPECT_EQ(info.events.back().detail, "cannot run " + program + ": No such file or directory");
+  // One exit, one refused exec: no restart loop.
+  EXPECT_EQ(std::count_if(info.events.begin(), info.events.end(),
+                          [](const InstanceEvent& e) { return e.kind == EventKind::kStarted; }),
+            1);
 }
 
 TEST_F(SupervisorTest, StopKillsWhatIgnoresSigterm) {
