@@ -64,6 +64,17 @@ inline const CLI::App* Deepest(const CLI::App& app) {
   }
 }
 
+// The command a message is about: the one that owns the option it starts with ("--log-level:
+// ..." is the top-level command's, whatever subcommand was reached), else `at`.
+inline const CLI::App* OwnerOfOption(const CLI::App* at, const std::string& what) {
+  if (!what.starts_with("--")) return at;
+  const std::string name = what.substr(0, what.find_first_of(": ="));
+  for (const CLI::App* a = at; a != nullptr; a = a->get_parent()) {
+    if (a->get_option_no_throw(name) != nullptr) return a;
+  }
+  return at;
+}
+
 inline std::string SubcommandNames(const CLI::App* app) {
   std::string names;
   for (const CLI::App* sub : app->get_subcommands({})) {
@@ -105,7 +116,7 @@ inline std::optional<int> ParseCommandLine(CLI::App& app, int argc, const char* 
         what = "'" + unplaced.front() + "' is not a command here; one of " + names;
       }
     }
-    const std::string path = detail::CommandPath(at);
+    const std::string path = detail::CommandPath(detail::OwnerOfOption(at, what));
     std::cerr << path << ": " << what << "\nRun '" << path << " --help' for the usage.\n";
     return kExitUsage;
   }
