@@ -131,11 +131,8 @@ int ZoneServerMain(int argc, char** argv) {
     if (max_players == 0) return;
     std::lock_guard lock(players_mu);
     players = delta > 0 ? players + 1 : players - 1;
-    if (delta > 0 && players == max_players) {
-      (void)host_ptr->SetAccepting(false, std::to_string(players) + " players");
-    } else if (delta < 0 && players + 1 == max_players) {
-      (void)host_ptr->SetAccepting(true, std::to_string(players) + " players");
-    }
+    // A call that changes nothing is ignored: only crossing the limit reaches the registry.
+    (void)host_ptr->SetAccepting(players < max_players, std::to_string(players) + " players");
   };
   options.on_session = [&instance, &count_player](drover::Session& s) {
     count_player(+1);

@@ -356,23 +356,21 @@ void PrintRevision(const CtlArgs& args, const nlohmann::json& reply, const std::
   }
 }
 
-void Drain(const CtlArgs& args) {
+// POST .../state with `change` (and the generation to write with), then says `done`.
+void PostState(const CtlArgs& args, nlohmann::json change, const std::string& done) {
   const net::HttpClient client = Client(args);
-  const std::uint64_t generation = Generation(client, args);
-  const nlohmann::json body = {{"generation", generation}, {"state", "DRAINING"}};
-  PrintRevision(args, Call(client, "POST", InstancePath(args) + "/state", body.dump()),
-                args.service + "/" + args.id + " draining");
+  change["generation"] = Generation(client, args);
+  PrintRevision(args, Call(client, "POST", InstancePath(args) + "/state", change.dump()),
+                args.service + "/" + args.id + " " + done);
 }
+
+void Drain(const CtlArgs& args) { PostState(args, {{"state", "DRAINING"}}, "draining"); }
 
 // accept / refuse: the instance's capacity flag, as a full server says it with
 // ServerHost::SetAccepting; its state, lease and readiness stay as they are.
 void SetAccepting(const CtlArgs& args, bool accepting) {
-  const net::HttpClient client = Client(args);
-  const std::uint64_t generation = Generation(client, args);
-  const nlohmann::json body = {{"generation", generation}, {"accepting", accepting}};
-  PrintRevision(args, Call(client, "POST", InstancePath(args) + "/state", body.dump()),
-                args.service + "/" + args.id +
-                    (accepting ? " accepts new connections" : " takes no new connections"));
+  PostState(args, {{"accepting", accepting}},
+            accepting ? "accepts new connections" : "takes no new connections");
 }
 
 void Deregister(const CtlArgs& args) {

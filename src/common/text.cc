@@ -55,4 +55,21 @@ std::string AsciiLower(std::string_view text) {
   return out;
 }
 
+std::string EscapeBytes(std::string_view raw, std::size_t limit) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  for (std::size_t i = 0; i < raw.size() && i < limit; ++i) {
+    const auto c = static_cast<unsigned char>(raw[i]);
+    if (c >= 0x20 && c < 0x7f && c != '\\') {
+      out.push_back(static_cast<char>(c));
+    } else {
+      out += "\\x";
+      out.push_back(kHex[c >> 4]);
+      out.push_back(kHex[c & 0xf]);
+    }
+  }
+  if (raw.size() > limit) out += "...";
+  return out;
+}
+
 }  // namespace drover

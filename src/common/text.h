@@ -25,4 +25,9 @@ bool EqualsIgnoreCase(std::string_view a, std::string_view b);
 // `text` with ASCII capitals lowered.
 std::string AsciiLower(std::string_view text);
 
+// The first `limit` bytes of `raw` with printable ASCII kept and every other byte (and the
+// backslash) as \xNN, then "..." when `raw` was longer: raw bytes as a log line, a JSON string or
+// a metric label can carry them (never invalid UTF-8).
+std::string EscapeBytes(std::string_view raw, std::size_t limit = std::string_view::npos);
+
 }  // namespace drover

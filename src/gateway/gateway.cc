@@ -14,6 +14,7 @@
 #include "common/cpu_affinity.h"
 #include "common/host_port.h"
 #include "common/metrics_text.h"
+#include "common/text.h"
 #include "gateway/health_check.h"
 #include "gateway/http_proxy.h"
 #include "gateway/tcp_proxy.h"
@@ -36,21 +37,6 @@ std::string MetricsTextOf(const Gateway::Impl& g);
 std::string SnapshotJsonOf(const Gateway::Impl& g);
 bool ReadyOf(const Gateway::Impl& g);
 std::string NotReadyReason(const Gateway::Impl& g);
-
-// A client's key as JSON and metric labels can carry it: bytes outside printable ASCII (which
-// could make invalid UTF-8) as \xNN.
-std::string PrintableKey(std::string_view key) {
-  std::string out;
-  for (const char c : key) {
-    const auto b = static_cast<unsigned char>(c);
-    if (b >= 0x20 && b < 0x7f && c != '\\') {
-      out.push_back(c);
-    } else {
-      out += fmt::format("\\x{:02x}", b);
-    }
-  }
-  return out;
-}
 
 }  // namespace
 
@@ -266,7 +252,7 @@ void WriteUpstreamMetrics(metrics::TextWriter& out, const Gateway::Impl::Upstrea
                 static_cast<double>(hot.size()), labels);
       for (const router::HotKey& k : hot) {
         metrics::Labels with_key = labels;
-        with_key.emplace_back("key", PrintableKey(k.key));
+        with_key.emplace_back("key", EscapeBytes(k.key));
         out.Gauge("drover_gateway_hot_key_share", "A hot key's share of the recent keyed traffic.",
                   k.share, with_key);
       }
@@ -332,7 +318,7 @@ nlohmann::json UpstreamJson(const Upstream& upstream, MonoTime now) {
   const ListenerConfig& l = upstream.listener();
   nlohmann::json hot = nlohmann::json::array();
   for (const router::HotKey& k : upstream.HotKeys()) {
-    hot.push_back({{"key", PrintableKey(k.key)}, {"share", k.share}, {"owners", l.hot_key_owners}});
+    hot.push_back({{"key", EscapeBytes(k.key)}, {"share", k.share}, {"owners", l.hot_key_owners}});
   }
   return {
       {"service", l.service},

@@ -106,7 +106,7 @@ void Upstream::Apply(std::shared_ptr<const router::RoutingTable> table) {
   auto next = std::make_shared<UpstreamSnapshot>();
   next->router = router_.Snapshot();
   next->discovered = true;
-  if (listener_.policy == Policy::kHash && listener_.migration_steps > 1 && before &&
+  if (listener_.policy == Policy::kHash && listener_.migration_steps > 1 &&
       before->table->size() > 0) {
     auto migration = std::make_shared<const router::KeyMigration>(
         before, next->router, static_cast<std::uint32_t>(listener_.migration_steps));
@@ -227,11 +227,13 @@ std::optional<DiscoveryStats> Upstream::DiscoveryFigures() const {
 void Upstream::PassedOwners(const UpstreamSnapshot& snapshot, std::uint64_t key_hash,
                             router::RandomSource& random, std::vector<std::size_t>& passed) const {
   if (!hot_keys_.enabled()) return;
-  std::uint32_t members = 0;  // a rank never passes the last owner
-  for (const router::Endpoint& e : snapshot.router->table->endpoints()) {
-    members += e.KeyEligible() ? 1 : 0;
-  }
-  const std::uint32_t rank = hot_keys_.Rank(key_hash, members, random);
+  // A rank never passes the last owner: the picker's key-eligible members, counted when it was
+  // built (no walk of the table per keyed pick).
+  const router::RouterSnapshot& pickers = *snapshot.router;
+  const std::size_t members = pickers.maglev ? pickers.maglev->members()
+                              : pickers.ring ? pickers.ring->members()
+                                             : 0;
+  const std::uint32_t rank = hot_keys_.Rank(key_hash, static_cast<std::uint32_t>(members), random);
   for (std::uint32_t r = 0; r < rank; ++r) {
     const Result<std::size_t> owner = router::PickRanked(*snapshot.router, key_hash, r);
     if (!owner.ok()) return;

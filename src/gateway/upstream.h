@@ -96,7 +96,6 @@ class Upstream {
   void RecordKey(std::string_view key) { hot_keys_.Record(key); }
   void PassedOwners(const UpstreamSnapshot& snapshot, std::uint64_t key_hash,
                     router::RandomSource& random, std::vector<std::size_t>& passed) const;
-  void RefreshHotKeys() { hot_keys_.Refresh(); }
   std::vector<router::HotKey> HotKeys() const { return hot_keys_.Hot(); }
   const router::HotKeyRouting& hot_keys() const { return hot_keys_; }
 

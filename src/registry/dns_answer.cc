@@ -18,9 +18,8 @@ constexpr std::size_t kUdpPlain = 512;
 // fragments.
 constexpr std::uint16_t kUdpEdnsMax = 1232;
 constexpr std::size_t kTcpMax = 65535;
-constexpr std::uint8_t kBadVersion = 1;
-constexpr std::size_t kMaxSplits = 4;  // dotted instance ids of up to 4 labels  // extended RCODE
-                                       // 16 (BADVERS): high bits 1, low bits 0
+constexpr std::uint8_t kBadVersion = 1;  // extended RCODE 16 (BADVERS): high bits 1, low bits 0
+constexpr std::size_t kMaxSplits = 4;    // dotted instance ids of up to 4 labels
 
 struct PktFree {
   void operator()(ldns_pkt* p) const { ldns_pkt_free(p); }
@@ -154,10 +153,6 @@ Named Classify(const ldns_rdf* owner, const DnsZone& zone, const DnsCatalog& cat
   return named;
 }
 
-bool Serving(const Instance& instance) {
-  return instance.spec.state == InstanceState::kReady && instance.spec.accepting;
-}
-
 Rdf Dname(const std::string& text) { return Rdf(ldns_dname_new_frm_str(text.c_str())); }
 
 Rr NewRr(ldns_rdf* owner, ldns_rr_type type, std::uint32_t ttl) {
@@ -206,7 +201,7 @@ void AddressAnswers(const Named& named, ldns_rdf* owner, ldns_rr_type type, cons
                     Sections& out) {
   std::vector<std::string> seen;  // an RRset holds each address once (RFC 2181 5)
   for (const Instance& instance : named.instances) {
-    if (named.kind != NameKind::kInstance && !Serving(instance)) continue;
+    if (named.kind != NameKind::kInstance && !instance.Serving()) continue;
     auto host = ParseHostPort(instance.spec.address, "address");
     if (!host.ok()) continue;
     const bool wanted =
@@ -221,7 +216,7 @@ void AddressAnswers(const Named& named, ldns_rdf* owner, ldns_rr_type type, cons
 
 void SrvAnswers(const Named& named, ldns_rdf* owner, const DnsZone& zone, Sections& out) {
   for (const Instance& instance : named.instances) {
-    if (!Serving(instance)) continue;
+    if (!instance.Serving()) continue;
     auto host = ParseHostPort(instance.spec.address, "address");
     if (!host.ok()) continue;
     const std::string target_name =

@@ -586,9 +586,7 @@ Response HttpServer::Impl::PrometheusTargets(const Request& req, std::string_vie
     auto list = registry.List(service);
     if (!list.ok()) return ErrorResponse(req, list.status());
     for (const Instance& in : list->instances) {
-      if (in.spec.state == InstanceState::kReady && in.spec.accepting) {
-        groups.push_back(TargetGroup(in));
-      }
+      if (in.Serving()) groups.push_back(TargetGroup(in));
     }
   }
   return JsonResponse(req, http::status::ok, groups);

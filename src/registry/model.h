@@ -43,6 +43,10 @@ struct Instance {
   std::uint64_t mod_revision = 0;     // revision of the last change
   SystemTime ready_since{};           // when it last became READY (zero if never)
 
+  // Whether clients that route by themselves (DNS, xDS, Prometheus discovery) are sent to it:
+  // READY and accepting new connections -- what a gateway routes to.
+  bool Serving() const { return spec.state == InstanceState::kReady && spec.accepting; }
+
   friend bool operator==(const Instance&, const Instance&) = default;
 };
 

@@ -75,7 +75,7 @@ std::string EndpointsOf(const std::string& service, const std::vector<Instance>&
             [](const Instance* a, const Instance* b) { return a->id < b->id; });
   for (const Instance* in : sorted) {
     core::HealthStatus health;
-    if (in->spec.state == InstanceState::kReady && in->spec.accepting) {
+    if (in->Serving()) {
       health = core::HEALTHY;
     } else if (in->spec.state == InstanceState::kDraining) {
       health = core::DRAINING;

@@ -333,8 +333,8 @@ void DiscoveryClient::Impl::Run(std::stop_token stop) {
     retry_wait = Duration::zero();
     WatchOnce();
     if (stop.stop_requested()) break;
-    if (published.Load()) Publish(false);  // still the last good view, now disconnected
-    NoteStaleness();
+    if (published.Load())
+      Publish(false);  // still the last good view, now disconnected (and stale?)
     if (failover.AllFailing()) {
       // Every registry failed: wait on the next one's connection, not a blind sleep -- the
       // watch reopens as soon as it connects, within the same backoff.

@@ -3,6 +3,7 @@
 
 #include <cstdio>
 
+#include "common/text.h"
 #include "drover/jobs.h"
 #include "drover/mutex.h"
 
@@ -25,24 +26,6 @@ std::string DeliveryId(std::string_view value) {
   char buf[17];
   std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
   return buf;
-}
-
-// The first `limit` bytes of a raw value, printable ASCII kept and the rest escaped: for the
-// debug log only, never for a user-facing field.
-std::string DebugExcerpt(std::string_view value, std::size_t limit = 200) {
-  std::string out;
-  for (std::size_t i = 0; i < value.size() && i < limit; ++i) {
-    const auto c = static_cast<unsigned char>(value[i]);
-    if (c >= 0x20 && c < 0x7F && c != '\\') {
-      out += static_cast<char>(c);
-    } else {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\x%02x", c);
-      out += buf;
-    }
-  }
-  if (value.size() > limit) out += "...";
-  return out;
 }
 
 // Nudges wake the waiter's sleep: each sleep gets a fresh stop_source the callback can trip.
@@ -99,7 +82,7 @@ void TakeTerminal(ResultStore& store, const std::string& key, const std::string&
       out.kind = WaitOutcome::Kind::kProtocolError;
       out.message = parsed.problem;
       spdlog::debug("job {} step {}: {}; the raw value ({} bytes): {}", job_id, step,
-                    parsed.problem, value.size(), DebugExcerpt(value));
+                    parsed.problem, value.size(), EscapeBytes(value, 200));
       break;
   }
   if (options.mode == ReadMode::kAtLeastOnce && options.already_committed &&

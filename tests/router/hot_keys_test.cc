@@ -14,6 +14,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "testing/endpoints.h"
+
 namespace drover::router {
 namespace {
 
@@ -435,18 +437,6 @@ TEST(HotKeySpreaderTest, SubKeysLandOnSeveralOwners) {
   EXPECT_GT(static_cast<double>(total_owners) / static_cast<double>(hot.size()), 3.5);
 }
 
-std::vector<Endpoint> Ready(int n) {
-  std::vector<Endpoint> out;
-  for (int i = 0; i < n; ++i) {
-    Endpoint e;
-    e.id = "s" + std::to_string(i);
-    e.address = "10.0.0." + std::to_string(i + 1) + ":7000";
-    e.state = EndpointState::kReady;
-    out.push_back(e);
-  }
-  return out;
-}
-
 // PickRanked walks the picker's own probe order: rank 0 is Pick(), rank 1 the owner a key's
 // traffic goes to without it, each rank a distinct owner -- for Maglev and for the ring.
 TEST(PickRankedTest, RanksAreTheProbeOrderDistinctOwners) {
@@ -454,7 +444,7 @@ TEST(PickRankedTest, RanksAreTheProbeOrderDistinctOwners) {
     RouterOptions options;
     options.build_maglev = maglev;
     Router router(options);
-    ASSERT_TRUE(router.Update(Ready(5)).ok());
+    ASSERT_TRUE(router.Update(testing::ReadyEndpoints(5)).ok());
     const auto snapshot = router.Snapshot();
     for (int k = 0; k < 200; ++k) {
       const std::uint64_t h = HashKey("key-" + std::to_string(k));
