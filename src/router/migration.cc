@@ -15,18 +15,6 @@ std::uint64_t Remix(std::uint64_t h) {
   return h ^ (h >> 31);
 }
 
-// The position in `to` of the endpoint `id`, if it owns keys there.
-std::optional<std::size_t> Find(const RoutingTable& to, const std::string& id) {
-  const auto& endpoints = to.endpoints();
-  for (std::size_t i = 0; i < endpoints.size(); ++i) {
-    if (endpoints[i].id == id) {
-      if (!endpoints[i].KeyEligible()) return std::nullopt;
-      return i;
-    }
-  }
-  return std::nullopt;
-}
-
 }  // namespace
 
 Result<std::size_t> KeyOwner(const RouterSnapshot& snapshot, std::uint64_t key_hash) {
@@ -37,7 +25,13 @@ Result<std::size_t> KeyOwner(const RouterSnapshot& snapshot, std::uint64_t key_h
 
 KeyMigration::KeyMigration(std::shared_ptr<const RouterSnapshot> from,
                            std::shared_ptr<const RouterSnapshot> to, std::uint32_t steps)
-    : from_(std::move(from)), to_(std::move(to)), steps_(std::max<std::uint32_t>(steps, 1)) {}
+    : from_(std::move(from)), to_(std::move(to)), steps_(std::max<std::uint32_t>(steps, 1)) {
+  in_to_.resize(from_->table->size());
+  for (std::size_t i = 0; i < in_to_.size(); ++i) {
+    const std::optional<std::size_t> j = to_->table->IndexOf(from_->table->at(i).id);
+    if (j && to_->table->at(*j).KeyEligible()) in_to_[i] = j;
+  }
+}
 
 std::uint32_t KeyMigration::StepOf(std::uint64_t key_hash) const {
   return 1 + static_cast<std::uint32_t>(Remix(key_hash) % steps_);
@@ -49,10 +43,9 @@ Result<KeyMigration::Owners> KeyMigration::Owner(std::uint64_t key_hash, std::ui
   out.owner = now;
   const Result<std::size_t> before = KeyOwner(*from_, key_hash);
   if (!before.ok()) return out;  // nothing owned keys before: nothing to hand off
-  const std::string& before_id = from_->table->at(*before).id;
-  if (before_id == to_->table->at(now).id) return out;  // stays
+  const std::optional<std::size_t> old = in_to_[*before];  // where its old owner is now
+  if (old == now) return out;                              // stays
   out.moving = true;
-  const std::optional<std::size_t> old = Find(*to_->table, before_id);
   if (!old) return out;  // its old owner is gone: it moves at once, from nowhere
   if (std::min(step, steps_) >= StepOf(key_hash)) {
     out.previous = *old;

@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <vector>
 
 #include "drover/router/router.h"
 #include "drover/status.h"
@@ -49,6 +50,9 @@ class KeyMigration {
   std::shared_ptr<const RouterSnapshot> from_;
   std::shared_ptr<const RouterSnapshot> to_;
   std::uint32_t steps_;
+  // For each position in `from`'s table, the same endpoint's position in `to`'s where it still
+  // owns keys (else nullopt): computed once, so a pick compares positions, not ids.
+  std::vector<std::optional<std::size_t>> in_to_;
 };
 
 // The key's owner in a snapshot (Maglev when built, else the ring).
