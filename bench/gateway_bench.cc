@@ -68,6 +68,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/procfs.h"
 #include "drover/cli.h"
 #include "testing/child_process.h"
 #include "testing/http_client.h"
@@ -159,31 +160,24 @@ std::uint16_t PortIn(const std::string& line, const std::string& pattern) {
 }
 
 // `pid` and its direct children (nginx's workers): the processes a proxy's figures add up.
-std::vector<std::string> ProcessTree(pid_t pid) {
-  std::vector<std::string> tree = {"/proc/" + std::to_string(pid)};
-  std::error_code ec;
-  for (const auto& entry : std::filesystem::directory_iterator("/proc", ec)) {
-    const std::string name = entry.path().filename();
-    if (name.empty() || !std::isdigit(static_cast<unsigned char>(name[0]))) continue;
-    std::ifstream stat(entry.path() / "stat");
-    std::string text((std::istreambuf_iterator<char>(stat)), {});
-    const std::size_t paren = text.rfind(')');
-    if (paren == std::string::npos) continue;
-    std::istringstream rest(text.substr(paren + 2));
-    std::string state;
-    pid_t ppid = 0;
-    rest >> state >> ppid;
-    if (ppid == pid) tree.push_back(entry.path().string());
+std::vector<int> ProcessTree(pid_t pid) {
+  std::vector<int> tree = {pid};
+  for (const int p : drover::procfs::Pids()) {
+    const auto stat = drover::procfs::StatOf(p);
+    if (stat && stat->ppid == pid) tree.push_back(p);
   }
   return tree;
 }
 
 // A `/proc/.../status` field's number ("VmRSS:", "nonvoluntary_ctxt_switches:"); 0 if absent.
-std::uint64_t StatusField(const std::string& proc, std::string_view field) {
-  std::ifstream status(proc + "/status");
+std::uint64_t StatusField(int pid, std::string_view field, std::optional<int> tid = std::nullopt) {
+  std::istringstream status(drover::procfs::Read(pid, "status", tid));
   std::string line;
   while (std::getline(status, line)) {
-    if (line.starts_with(field)) return std::stoull(line.substr(field.size()));
+    if (!line.starts_with(field)) continue;
+    std::uint64_t value = 0;
+    std::istringstream(line.substr(field.size())) >> value;
+    return value;
   }
   return 0;
 }
@@ -199,17 +193,16 @@ struct SchedCounters {
   std::uint64_t preempted = 0;
 
   // Every thread's counters now, by its /proc path.
-  using Threads = std::map<std::string, SchedCounters>;
+  using Threads = std::map<std::pair<int, int>, SchedCounters>;  // by (pid, tid)
   static Threads Of(pid_t pid) {
     Threads threads;
-    std::error_code ec;
-    for (const std::string& proc : ProcessTree(pid)) {
-      for (const auto& task : std::filesystem::directory_iterator(proc + "/task", ec)) {
+    for (const int proc : ProcessTree(pid)) {
+      for (const int tid : drover::procfs::Tasks(proc)) {
         SchedCounters c;
-        std::ifstream schedstat(task.path() / "schedstat");
+        std::istringstream schedstat(drover::procfs::Read(proc, "schedstat", tid));
         if (!(schedstat >> c.cpu_ns >> c.wait_ns)) continue;  // ended meanwhile
-        c.preempted = StatusField(task.path().string(), "nonvoluntary_ctxt_switches:");
-        threads[task.path().string()] = c;
+        c.preempted = StatusField(proc, "nonvoluntary_ctxt_switches:", tid);
+        threads[{proc, tid}] = c;
       }
     }
     return threads;
@@ -598,7 +591,7 @@ int ConnectLoopback(std::uint16_t port) {
 // Resident KiB of `pid` and its direct children.
 std::uint64_t TreeRssKb(pid_t pid) {
   std::uint64_t total = 0;
-  for (const std::string& proc : ProcessTree(pid)) total += StatusField(proc, "VmRSS:");
+  for (const int proc : ProcessTree(pid)) total += StatusField(proc, "VmRSS:");
   return total;
 }
 
@@ -915,7 +908,7 @@ void PrintVerdicts(const Options& o, nlohmann::json& report) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int BenchMain(int argc, char** argv) {
   Options o;
   CLI::App app{
       "Drover's gateway against HAProxy and nginx: TCP sessions, HTTP requests, bytes and idle "
@@ -1159,4 +1152,13 @@ int main(int argc, char** argv) {
   PrintVerdicts(o, report);
   if (o.json) std::printf("%s\n", report.dump(2).c_str());
   return 0;
+}
+
+// Whatever throws ends the run with what it was (the peers stopped on the way out), not an abort.
+int main(int argc, char** argv) {
+  try {
+    return BenchMain(argc, argv);
+  } catch (const std::exception& e) {
+    Fail(std::string("unexpected error: ") + e.what());
+  }
 }

@@ -1392,7 +1392,7 @@ nlohmann::json ToJson(const SystemFigures& f) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int BenchMain(int argc, char** argv) {
   Options opt;
 #ifdef DROVER_BINARY
   opt.drover = DROVER_BINARY;
@@ -1507,4 +1507,13 @@ int main(int argc, char** argv) {
     PrintReport(opt, drover_figures, drover_etcd_figures, etcd_figures);
   }
   return 0;
+}
+
+// Whatever throws ends the run with what it was (the peers stopped on the way out), not an abort.
+int main(int argc, char** argv) {
+  try {
+    return BenchMain(argc, argv);
+  } catch (const std::exception& e) {
+    Fail(std::string("unexpected error: ") + e.what());
+  }
 }

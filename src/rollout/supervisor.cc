@@ -16,11 +16,13 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <sstream>
 #include <thread>
 
 #include "common/child_process.h"
 #include "common/files.h"
 #include "common/host_port.h"
+#include "common/procfs.h"
 #include "common/text.h"
 #include "drover/mutex.h"
 #include "rollout/host_ports.h"
@@ -39,7 +41,7 @@ std::string Substitute(const std::string& text, const LaunchSpec& spec) {
 
 // The value of DROVER_INSTANCE_ID in a live process's environment ("" if unreadable).
 std::string InstanceIdOf(int pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/environ", std::ios::binary);
+  std::istringstream in(procfs::Read(pid, "environ"));
   std::string entry;
   while (std::getline(in, entry, '\0')) {
     if (entry.rfind("DROVER_INSTANCE_ID=", 0) == 0) return entry.substr(19);
@@ -51,11 +53,7 @@ bool Alive(int pid) { return pid > 0 && ::kill(pid, 0) == 0; }
 
 // SIGKILLs the processes of process group `pgid` that belong to instance `id`.
 void KillGroupMembers(int pgid, const std::string& id) {
-  std::error_code ec;
-  for (const auto& entry : std::filesystem::directory_iterator("/proc", ec)) {
-    const std::string name = entry.path().filename();
-    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-    const int pid = std::stoi(name);
+  for (const int pid : procfs::Pids()) {
     if (::getpgid(pid) == pgid && InstanceIdOf(pid) == id) ::kill(pid, SIGKILL);
   }
 }

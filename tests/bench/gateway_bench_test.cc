@@ -3,19 +3,39 @@
 // figure. Speed and memory are not checked here.
 #include <gtest/gtest.h>
 
+#include <deque>
+#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "testing/run_command.h"
+#include "testing/temp_dir.h"
 
 namespace {
 
+// The last `n` lines of the file at `path`.
+std::string LastLines(const std::string& path, std::size_t n) {
+  std::ifstream in(path);
+  std::deque<std::string> lines;
+  for (std::string line; std::getline(in, line);) {
+    lines.push_back(std::move(line));
+    if (lines.size() > n) lines.pop_front();
+  }
+  std::string out;
+  for (const auto& line : lines) out += line + "\n";
+  return out;
+}
+
 TEST(GatewayBenchTest, EveryProxyCarriesEverySession) {
+  // The report is stdout; what the bench and its peers log goes to a file, shown on a failure.
+  drover::testing::TempDir dir;
+  const std::string log = dir.path() + "/stderr.log";
   auto run = drover::testing::RunCommand(
-      std::string(GATEWAY_BENCH) +
+      "(" + std::string(GATEWAY_BENCH) +
           " --json --threads 1 --rounds 1 --clients 4 --seconds 0.3 --upstreams 2"
-          " --http-connections 4 --http-seconds 1 --idle-sessions 200 --idle-http-clients 200",
+          " --http-connections 4 --http-seconds 1 --idle-sessions 200 --idle-http-clients 200 2>" +
+          log + ")",
       /*with_stderr=*/false);
-  ASSERT_EQ(run.exit_code, 0) << run.out;
+  ASSERT_EQ(run.exit_code, 0) << run.out << "\nstderr:\n" << LastLines(log, 40);
   const auto start = run.out.find('{');
   ASSERT_NE(start, std::string::npos) << run.out;
   const auto report = nlohmann::json::parse(run.out.substr(start), nullptr, false);

@@ -8,6 +8,7 @@
 #include <signal.h>
 
 #include <atomic>
+#include <fstream>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <regex>

@@ -8,6 +8,7 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "testing/processes.h"
 #include "testing/run_command.h"
 #include "testing/temp_dir.h"
 
@@ -24,19 +25,6 @@ const json& Step(const json& report, int number) {
   return none;
 }
 
-// Processes whose command line mentions `marker` (the demo's data dir is in every child's).
-int ProcessesWith(const std::string& marker) {
-  int n = 0;
-  std::error_code ec;
-  for (const auto& entry : std::filesystem::directory_iterator("/proc", ec)) {
-    std::ifstream cmdline(entry.path() / "cmdline");
-    const std::string args((std::istreambuf_iterator<char>(cmdline)),
-                           std::istreambuf_iterator<char>());
-    if (args.find(marker) != std::string::npos) ++n;
-  }
-  return n;
-}
-
 TEST(DemoTest, ReplaysTheFiveIncidentsWithinTheirBounds) {
   drover::testing::TempDir dir;
   const std::string data = dir.path() + "/demo-data";
@@ -47,7 +35,8 @@ TEST(DemoTest, ReplaysTheFiveIncidentsWithinTheirBounds) {
                                   " demo --exit --data-dir " + data + " --report " + report_path);
   std::cout << run.out << std::endl;
   ASSERT_EQ(run.exit_code, 0) << "the demo failed; its children's logs are in " << data << "/logs";
-  EXPECT_EQ(ProcessesWith(data), 0) << "a process of the demo outlived it";
+  // (The demo's data dir is in every child's command line.)
+  EXPECT_EQ(drover::testing::ProcessesWith(data).size(), 0u) << "a process of the demo outlived it";
 
   std::ifstream in(report_path);
   const json report = json::parse(in, nullptr, false);

@@ -4,11 +4,12 @@
 
 #include <gtest/gtest.h>
 #include <sched.h>
+#include <unistd.h>
 
-#include <filesystem>
 #include <thread>
 
 #include "common/cpu_affinity.h"
+#include "common/procfs.h"
 #include "sdk/socket_util.h"
 #include "testing/free_port.h"
 #include "testing/http_client.h"
@@ -87,11 +88,10 @@ TEST(GatewayTest, AdminAnswersAndReadyWaitsForTheRegistry) {
 // The CPUs each thread of this process may run on, by thread id.
 std::vector<std::vector<int>> ThreadCpus() {
   std::vector<std::vector<int>> out;
-  std::error_code ec;
-  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task", ec)) {
+  for (const int tid : procfs::Tasks(::getpid())) {
     cpu_set_t set;
     CPU_ZERO(&set);
-    if (::sched_getaffinity(std::stoi(task.path().filename().string()), sizeof(set), &set) != 0) {
+    if (::sched_getaffinity(tid, sizeof(set), &set) != 0) {
       continue;  // (a thread that just ended)
     }
     std::vector<int> cpus;

@@ -27,6 +27,7 @@
 #include "testing/http_client.h"
 #include "testing/line_client.h"
 #include "testing/port_in.h"
+#include "testing/processes.h"
 #include "testing/run_command.h"
 #include "testing/temp_dir.h"
 
@@ -48,21 +49,10 @@ double SecondsIn(const std::string& text, const std::string& pattern) {
 // (this test's registry address: other tests' instances are not ours).
 std::vector<std::string> ProcessesOf(const std::string& prefix, const std::string& marker) {
   std::vector<std::string> found;
-  std::error_code ec;
-  for (const auto& entry : std::filesystem::directory_iterator("/proc", ec)) {
-    std::ifstream cmdline(entry.path() / "cmdline");
-    const std::string args((std::istreambuf_iterator<char>(cmdline)),
-                           std::istreambuf_iterator<char>());
-    if (args.find(marker) == std::string::npos) continue;
-    std::ifstream environ(entry.path() / "environ");
-    std::string var;
-    while (std::getline(environ, var, '\0')) {
-      if (var.rfind("DROVER_INSTANCE_ID=" + prefix, 0) != 0) continue;
-      std::ifstream stat(entry.path() / "stat");
-      std::string line;
-      std::getline(stat, line);
-      found.push_back(var + " pid " + entry.path().filename().string() + ": " + line);
-    }
+  for (const auto& p : drover::testing::ProcessesWith(marker)) {
+    if (!p.instance_id.starts_with(prefix)) continue;
+    found.push_back(p.instance_id + " pid " + std::to_string(p.pid) + " state " + p.state + ": " +
+                    p.cmdline);
   }
   return found;
 }

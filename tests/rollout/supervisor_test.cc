@@ -16,7 +16,9 @@
 #include <sstream>
 #include <thread>
 
+#include "common/procfs.h"
 #include "testing/eventually.h"
+#include "testing/processes.h"
 #include "testing/temp_dir.h"
 
 namespace drover::rollout {
@@ -42,25 +44,11 @@ struct Proc {
 // Every live (not zombie) process with a DROVER_INSTANCE_ID.
 std::vector<Proc> InstanceProcesses() {
   std::vector<Proc> out;
-  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
-    const std::string name = entry.path().filename();
-    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-    std::ifstream stat(entry.path() / "stat");
-    std::string line;
-    std::getline(stat, line);
-    const auto paren = line.rfind(')');
-    if (paren == std::string::npos || paren + 2 >= line.size() || line[paren + 2] == 'Z') continue;
-    std::istringstream fields(line.substr(paren + 2));
-    std::string state;
-    int ppid = 0, pgid = 0;
-    fields >> state >> ppid >> pgid;
-    std::ifstream in(entry.path() / "environ", std::ios::binary);
-    std::string var;
-    while (std::getline(in, var, '\0')) {
-      if (var.rfind("DROVER_INSTANCE_ID=", 0) == 0) {
-        out.push_back(Proc{std::stoi(name), pgid, var.substr(19)});
-      }
-    }
+  for (const int pid : procfs::Pids()) {
+    const auto stat = procfs::StatOf(pid);
+    if (!stat || stat->state == 'Z') continue;
+    std::string instance = testing::InstanceIdOf(pid);
+    if (!instance.empty()) out.push_back(Proc{pid, stat->pgrp, std::move(instance)});
   }
   return out;
 }

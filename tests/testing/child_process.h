@@ -10,11 +10,11 @@
 #include <unistd.h>
 
 #include <chrono>
-#include <filesystem>
-#include <fstream>
 #include <optional>
 #include <string>
 #include <vector>
+
+#include "common/procfs.h"
 
 namespace drover::testing {
 
@@ -56,19 +56,14 @@ class ChildProcess {
   // before every thread has actually stopped, and a test must not race the last ones.
   bool Freeze() const {
     Signal(SIGSTOP);
-    const std::string tasks = "/proc/" + std::to_string(pid_) + "/task";
     for (int i = 0; i < 2000; ++i) {
-      bool all_stopped = true;
-      std::error_code ec;
-      for (const auto& task : std::filesystem::directory_iterator(tasks, ec)) {
-        std::ifstream stat(task.path() / "stat");
-        std::string line;
-        std::getline(stat, line);
-        const std::size_t paren = line.rfind(')');
-        all_stopped = all_stopped && paren != std::string::npos && paren + 2 < line.size() &&
-                      line[paren + 2] == 'T';
+      const std::vector<int> tasks = procfs::Tasks(pid_);
+      bool all_stopped = !tasks.empty();
+      for (const int tid : tasks) {
+        const auto stat = procfs::StatOf(pid_, tid);
+        all_stopped = all_stopped && stat && stat->state == 'T';
       }
-      if (all_stopped && !ec) return true;
+      if (all_stopped) return true;
       ::usleep(1000);
     }
     return false;

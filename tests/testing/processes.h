@@ -4,13 +4,23 @@
 
 #include <sys/types.h>
 
-#include <filesystem>
-#include <fstream>
-#include <iterator>
+#include <sstream>
 #include <string>
 #include <vector>
 
+#include "common/procfs.h"
+
 namespace drover::testing {
+
+// DROVER_INSTANCE_ID from the environment of process `pid` ("" if none or gone).
+inline std::string InstanceIdOf(int pid) {
+  std::istringstream environ(procfs::Read(pid, "environ"));
+  std::string var;
+  while (std::getline(environ, var, '\0')) {
+    if (var.rfind("DROVER_INSTANCE_ID=", 0) == 0) return var.substr(19);
+  }
+  return {};
+}
 
 struct ProcessInfo {
   pid_t pid = 0;
@@ -25,35 +35,16 @@ struct ProcessInfo {
 // being read are skipped.
 inline std::vector<ProcessInfo> ProcessesWith(const std::string& marker) {
   std::vector<ProcessInfo> found;
-  std::error_code ec;
-  for (const auto& entry : std::filesystem::directory_iterator("/proc", ec)) {
-    const std::string name = entry.path().filename();
-    if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
-    std::ifstream cmdline_file(entry.path() / "cmdline");
-    std::string cmdline((std::istreambuf_iterator<char>(cmdline_file)),
-                        std::istreambuf_iterator<char>());
-    if (cmdline.find(marker) == std::string::npos) continue;
-    for (char& c : cmdline) c = c == '\0' ? ' ' : c;
+  for (const int pid : procfs::Pids()) {
     ProcessInfo p;
-    p.pid = static_cast<pid_t>(std::stol(name));
-    p.cmdline = std::move(cmdline);
-    std::ifstream stat(entry.path() / "stat");
-    std::string line;
-    std::getline(stat, line);
-    const std::size_t paren = line.rfind(')');
-    if (paren == std::string::npos || paren + 4 >= line.size()) continue;  // gone meanwhile
-    p.state = line[paren + 2];
-    try {
-      p.ppid = static_cast<pid_t>(std::stol(line.substr(paren + 4)));
-    } catch (const std::exception&) {
-      continue;
-    }
-    if (p.state == 'Z' || p.state == 'X') continue;
-    std::ifstream environ(entry.path() / "environ");
-    std::string var;
-    while (std::getline(environ, var, '\0')) {
-      if (var.rfind("DROVER_INSTANCE_ID=", 0) == 0) p.instance_id = var.substr(19);
-    }
+    p.pid = pid;
+    p.cmdline = procfs::CommandLine(pid);
+    if (p.cmdline.find(marker) == std::string::npos) continue;
+    const auto stat = procfs::StatOf(pid);
+    if (!stat || stat->state == 'Z' || stat->state == 'X') continue;  // gone or going
+    p.state = stat->state;
+    p.ppid = stat->ppid;
+    p.instance_id = InstanceIdOf(pid);
     found.push_back(std::move(p));
   }
   return found;

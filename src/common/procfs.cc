@@ -1,0 +1,60 @@
+#include "common/procfs.h"
+
+#include <dirent.h>
+
+#include <charconv>
+#include <fstream>
+#include <iterator>
+#include <sstream>
+
+namespace drover::procfs {
+namespace {
+
+// The entries of `dir` that are whole decimal numbers. readdir's errors (a /proc/<pid>/task
+// whose process ended reads as ENOENT) end the list where they happen.
+std::vector<int> NumericEntries(const std::string& dir) {
+  std::vector<int> ids;
+  DIR* d = ::opendir(dir.c_str());
+  if (d == nullptr) return ids;
+  while (const dirent* entry = ::readdir(d)) {
+    const std::string_view name = entry->d_name;
+    int id = 0;
+    const auto [end, ec] = std::from_chars(name.data(), name.data() + name.size(), id);
+    if (ec == std::errc() && end == name.data() + name.size() && !name.empty()) ids.push_back(id);
+  }
+  ::closedir(d);
+  return ids;
+}
+
+}  // namespace
+
+std::vector<int> Pids() { return NumericEntries("/proc"); }
+
+std::vector<int> Tasks(int pid) { return NumericEntries("/proc/" + std::to_string(pid) + "/task"); }
+
+std::string Read(int pid, std::string_view file, std::optional<int> tid) {
+  std::string path = "/proc/" + std::to_string(pid);
+  if (tid) path += "/task/" + std::to_string(*tid);
+  path += "/";
+  path += file;
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+std::optional<Stat> StatOf(int pid, std::optional<int> tid) {
+  const std::string text = Read(pid, "stat", tid);
+  const std::size_t paren = text.rfind(')');
+  if (paren == std::string::npos || paren + 2 >= text.size()) return std::nullopt;
+  std::istringstream rest(text.substr(paren + 2));
+  Stat stat;
+  if (!(rest >> stat.state >> stat.ppid >> stat.pgrp)) return std::nullopt;
+  return stat;
+}
+
+std::string CommandLine(int pid) {
+  std::string line = Read(pid, "cmdline");
+  for (char& c : line) c = c == '\0' ? ' ' : c;
+  return line;
+}
+
+}  // namespace drover::procfs

@@ -1,0 +1,68 @@
+// /proc read without exceptions: this process and its threads are listed, a child's stat is
+// parsed whatever its name holds, and a process that has gone reads as gone.
+#include "common/procfs.h"
+
+#include <gtest/gtest.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <thread>
+
+namespace drover::procfs {
+namespace {
+
+bool Contains(const std::vector<int>& ids, int id) {
+  return std::find(ids.begin(), ids.end(), id) != ids.end();
+}
+
+TEST(ProcfsTest, ListsThisProcessAndItsThreads) {
+  EXPECT_TRUE(Contains(Pids(), ::getpid()));
+  int other = 0;
+  std::thread t([&] { other = ::gettid(); });
+  t.join();
+  const std::vector<int> tasks = Tasks(::getpid());
+  EXPECT_TRUE(Contains(tasks, ::gettid()));
+  EXPECT_FALSE(Contains(tasks, other)) << "a joined thread is still listed";
+  const auto stat = StatOf(::getpid(), ::gettid());
+  ASSERT_TRUE(stat.has_value());
+  EXPECT_EQ(stat->state, 'R');
+  EXPECT_EQ(stat->ppid, ::getppid());
+  EXPECT_NE(CommandLine(::getpid()).find("common_test"), std::string::npos);
+}
+
+TEST(ProcfsTest, ParsesAStatWhoseNameHoldsSpacesAndParentheses) {
+  int ready[2];
+  ASSERT_EQ(::pipe(ready), 0);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    ::prctl(PR_SET_NAME, "x) S 1 (y", 0, 0, 0);
+    ::setpgid(0, 0);
+    char c = 1;
+    (void)!::write(ready[1], &c, 1);
+    ::pause();
+    ::_exit(0);
+  }
+  char c;
+  ASSERT_EQ(::read(ready[0], &c, 1), 1);
+  ::close(ready[0]);
+  ::close(ready[1]);
+  const auto stat = StatOf(child);
+  ASSERT_TRUE(stat.has_value());
+  EXPECT_EQ(stat->ppid, ::getpid());
+  EXPECT_EQ(stat->pgrp, child);
+  EXPECT_NE(Read(child, "comm").find("x) S 1 (y"), std::string::npos);
+  ::kill(child, SIGKILL);
+  ASSERT_EQ(::waitpid(child, nullptr, 0), child);
+  // Reaped: gone everywhere, and nothing throws.
+  EXPECT_FALSE(StatOf(child).has_value());
+  EXPECT_TRUE(Tasks(child).empty());
+  EXPECT_EQ(Read(child, "status"), "");
+  EXPECT_EQ(CommandLine(child), "");
+  EXPECT_FALSE(Contains(Pids(), child));
+}
+
+}  // namespace
+}  // namespace drover::procfs
