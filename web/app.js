@@ -43,6 +43,7 @@
 
   const state = {
     revision: 0,
+    complete: 0,           // the last revision whose every event arrived: where a watch resumes
     instances: new Map(),  // "service/id" -> instance JSON
     gone: new Map(),       // "service/id" -> {instance, reason, at}
     leases: new Map(),     // "service/id" -> {generation, remaining_ms, at}
@@ -230,7 +231,17 @@
   const keyOf = (inst) => `${inst.service}/${inst.id}`;
 
   function apply(ev) {
-    if (typeof ev.revision === 'number') state.revision = Math.max(state.revision, ev.revision);
+    if (typeof ev.revision === 'number') {
+      // Events of one revision can span lines, and a stream can break between two of them: a
+      // revision is whole once a later one, a RESYNC or a PROGRESS says so, and the watch resumes
+      // from the last whole one (what it replays changes nothing a second time).
+      if (ev.type === 'RESYNC' || ev.type === 'PROGRESS') {
+        state.complete = Math.max(state.complete, ev.revision);
+      } else if (ev.revision > state.revision) {
+        state.complete = state.revision;
+      }
+      state.revision = Math.max(state.revision, ev.revision);
+    }
     switch (ev.type) {
       case 'RESYNC': {
         const next = new Map();
@@ -296,16 +307,17 @@
         setConn(state.revision ? 'reconnecting' : 'connecting',
                 state.revision ? 'reconnecting' : 'connecting');
         armIdle();
-        const res = await fetch(`../v1/watch?from=${state.revision}`,
+        const res = await fetch(`../v1/watch?from=${state.complete}`,
                                 {headers: authHeaders(), cache: 'no-store', signal: ctrl.signal});
         if (res.status === 401) {
           clearTimeout(idle);
           await needToken();
           continue;
         }
-        if (res.status === 400 && state.revision) {
+        if (res.status === 400 && state.complete) {
           // Ahead of the registry: it lost its state (a new data directory). Start over.
           state.revision = 0;
+          state.complete = 0;
           continue;
         }
         if (!res.ok || !res.body) throw new Error(`HTTP ${res.status}`);
@@ -333,7 +345,7 @@
         clearTimeout(idle);
         const wait = jitter(backoff);
         setConn('down', `reconnecting in ${seconds(wait)}`,
-                `${e.message}; resuming from revision ${state.revision}`);
+                `${e.message}; resuming from revision ${state.complete}`);
         await sleep(wait);
         backoff = Math.min(backoff * 2, BACKOFF_MAX_MS);
       } finally {

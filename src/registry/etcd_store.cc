@@ -270,7 +270,13 @@ struct EtcdStore::Impl {
         .count();
   }
 
+  // The compares and operations of one commit, added to `req` (without `last`).
+  void FillTxn(const std::vector<Write>& writes, pb::TxnRequest& req) const;
   Result<std::uint64_t> Txn(const std::vector<Write>& writes, bool as_expirer);
+  // Sets [from, to) of `batch` in one Txn, each a nested Txn with its own compares (one set:
+  // not nested); appends one result per set, or returns the call's failure.
+  Status TxnOfSets(const std::vector<std::vector<Write>>& batch, std::size_t from, std::size_t to,
+                   std::vector<Result<std::uint64_t>>& results);
   // Every commit also touches <prefix>/last, whose mod_revision is then the revision of the
   // latest registry commit: what a process that lost a compare must see before deciding again.
   void MarkLast(pb::TxnRequest& req) const {
@@ -299,17 +305,7 @@ struct EtcdStore::Impl {
   void RevokeSession();
 };
 
-Result<std::uint64_t> EtcdStore::Impl::Txn(const std::vector<Write>& writes, bool as_expirer) {
-  pb::TxnRequest req;
-  if (as_expirer) {
-    const std::int64_t role = expirer_create_revision.load();
-    if (role == 0) return AbortedError("this process is not the expirer");
-    pb::Compare* c = req.add_compare();
-    c->set_key(expirer_key);
-    c->set_target(pb::Compare::CREATE);
-    c->set_result(pb::Compare::EQUAL);
-    c->set_create_revision(role);
-  }
+void EtcdStore::Impl::FillTxn(const std::vector<Write>& writes, pb::TxnRequest& req) const {
   // A removal's reason travels in the tombstone written with it.
   std::map<std::pair<std::string, std::string>, RemovalReason> reasons;
   for (const Write& w : writes) {
@@ -344,6 +340,20 @@ Result<std::uint64_t> EtcdStore::Impl::Txn(const std::vector<Write>& writes, boo
         break;
     }
   }
+}
+
+Result<std::uint64_t> EtcdStore::Impl::Txn(const std::vector<Write>& writes, bool as_expirer) {
+  pb::TxnRequest req;
+  if (as_expirer) {
+    const std::int64_t role = expirer_create_revision.load();
+    if (role == 0) return AbortedError("this process is not the expirer");
+    pb::Compare* c = req.add_compare();
+    c->set_key(expirer_key);
+    c->set_target(pb::Compare::CREATE);
+    c->set_result(pb::Compare::EQUAL);
+    c->set_create_revision(role);
+  }
+  FillTxn(writes, req);
   MarkLast(req);
   pb::TxnResponse resp;
   const grpc::Status s =
@@ -356,6 +366,38 @@ Result<std::uint64_t> EtcdStore::Impl::Txn(const std::vector<Write>& writes, boo
                             : "precondition failed: another registry process changed the row");
   }
   return static_cast<std::uint64_t>(resp.header().revision());
+}
+
+Status EtcdStore::Impl::TxnOfSets(const std::vector<std::vector<Write>>& batch, std::size_t from,
+                                  std::size_t to, std::vector<Result<std::uint64_t>>& results) {
+  if (to - from == 1) {
+    Result<std::uint64_t> rev = Txn(batch[from], false);
+    if (!rev.ok() && rev.status().code() != StatusCode::kAborted) return rev.status();
+    results.push_back(std::move(rev));
+    return Status::Ok();
+  }
+  pb::TxnRequest req;
+  for (std::size_t i = from; i < to; ++i)
+    FillTxn(batch[i], *req.add_success()->mutable_request_txn());
+  MarkLast(req);
+  pb::TxnResponse resp;
+  const grpc::Status s =
+      Retry([&](grpc::ClientContext& ctx) { return kv()->Txn(&ctx, req, &resp); });
+  if (!s.ok()) return FromGrpc(s, "txn of " + std::to_string(to - from) + " commits");
+  if (resp.responses_size() < static_cast<int>(to - from)) {
+    return InternalError("etcd answered a txn of " + std::to_string(to - from) + " commits with " +
+                         std::to_string(resp.responses_size()) + " responses");
+  }
+  const auto revision = static_cast<std::uint64_t>(resp.header().revision());
+  for (std::size_t i = 0; i < to - from; ++i) {
+    if (resp.responses(static_cast<int>(i)).response_txn().succeeded()) {
+      results.emplace_back(revision);
+    } else {
+      results.emplace_back(
+          AbortedError("precondition failed: another registry process changed the row"));
+    }
+  }
+  return Status::Ok();
 }
 
 Status EtcdStore::Impl::RangeAll(const std::string& prefix, std::int64_t& revision,
@@ -847,6 +889,22 @@ Result<StoreState> EtcdStore::Load() { return impl_->Load(); }
 
 Result<std::uint64_t> EtcdStore::Commit(const std::vector<Write>& writes) {
   return impl_->Txn(writes, false);
+}
+
+Result<std::vector<Result<std::uint64_t>>> EtcdStore::CommitBatch(
+    const std::vector<std::vector<Write>>& batch) {
+  std::vector<Result<std::uint64_t>> results;
+  results.reserve(batch.size());
+  for (std::size_t from = 0; from < batch.size(); from += kMaxSetsPerTxn) {
+    const std::size_t to = std::min(batch.size(), from + kMaxSetsPerTxn);
+    Status failed = impl_->TxnOfSets(batch, from, to, results);
+    if (failed.ok()) continue;
+    // Nothing of this Txn is known to be written: the first one's failure is the call's, a later
+    // one's belongs to its own sets (those before it are written).
+    if (from == 0) return failed;
+    while (results.size() < to) results.emplace_back(failed);
+  }
+  return results;
 }
 
 Result<std::uint64_t> EtcdStore::CommitAsExpirer(const std::vector<Write>& writes) {

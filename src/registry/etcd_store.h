@@ -81,6 +81,12 @@ class EtcdStore final : public Store {
 
   Result<StoreState> Load() override;
   Result<std::uint64_t> Commit(const std::vector<Write>& writes) override;
+  // One Txn per kMaxSetsPerTxn sets (etcd's --max-txn-ops is 128 by default), its success branch
+  // holding each set as a nested Txn with its own compares (etcd 3.3+): every set whose compares
+  // hold is written, all at that Txn's one revision; the others are ABORTED.
+  Result<std::vector<Result<std::uint64_t>>> CommitBatch(
+      const std::vector<std::vector<Write>>& batch) override;
+  static constexpr std::size_t kMaxSetsPerTxn = 64;
   Status PruneTombstones(const std::vector<Tombstone>& expired) override;
   Result<std::optional<StoredDeploy>> GetDeploy(const std::string& id) override;
   Result<std::vector<StoredDeploy>> ListDeploys(const std::string& service,

@@ -294,20 +294,16 @@ void Registry::WriterLoop() {
     queue_cv_.Wait(queue_mu_,
                    [&]() DROVER_REQUIRES(queue_mu_) { return stopping_ || !queue_.empty(); });
     if (queue_.empty()) return;  // stopping, and every queued write answered
-    // A group of what is queued (private store), or one write (shared: each its own commit).
+    // A group of what is queued.
     std::vector<PendingWrite> batch;
-    const std::size_t most = shared_ ? 1 : kMaxBatch;
+    const std::size_t most = shared_ ? kMaxSharedBatch : kMaxBatch;
     while (!queue_.empty() && batch.size() < most) {
       batch.push_back(std::move(queue_.front()));
       queue_.pop_front();
     }
     lock.Unlock();
-    std::vector<std::optional<Result<std::uint64_t>>> answers;
-    if (shared_) {
-      answers.emplace_back(MutateShared(batch.front().plan));
-    } else {
-      answers = CommitBatch(batch);
-    }
+    std::vector<std::optional<Result<std::uint64_t>>> answers =
+        shared_ ? CommitShared(batch) : CommitBatch(batch);
     for (std::size_t i = 0; i < batch.size(); ++i) {
       if (answers[i]) batch[i].done(std::move(*answers[i]));
     }
@@ -385,35 +381,76 @@ CommitCounters Registry::commit_counters() const {
   return counters;
 }
 
-Result<std::uint64_t> Registry::MutateShared(const Planner& plan) {
-  for (int attempt = 1;; ++attempt) {
-    Plan p;
-    {
-      MutexLock lock(mu_);
-      DROVER_ASSIGN_OR_RETURN(p, plan(clock_.Now(), clock_.SystemNow()));
-      if (p.writes.empty()) return revision_;
-    }
-    Result<std::uint64_t> rev =
-        p.as_expirer ? store_->CommitAsExpirer(p.writes) : store_->Commit(p.writes);
-    if (rev.ok()) {
-      CountCommit(1);
-      // Committed: the answer is yes whatever happens next. Waiting lets the caller read its
-      // own write from this process.
-      if (Status s = store_->WaitDelivered(*rev, kFeedWait); !s.ok()) {
-        spdlog::warn("registry: revision {} committed but not yet seen on the store's feed: {}",
-                     *rev, s.ToString());
+std::vector<std::optional<Result<std::uint64_t>>> Registry::CommitShared(
+    std::vector<PendingWrite>& batch) {
+  std::vector<std::optional<Result<std::uint64_t>>> answers(batch.size());
+  std::vector<std::vector<Write>> sets;
+  std::vector<std::size_t> owners;  // the batch index each set answers
+  {
+    MutexLock lock(mu_);
+    const MonoTime now = clock_.Now();
+    const SystemTime system_now = clock_.SystemNow();
+    std::set<Key> written;
+    for (std::size_t i = 0; i < batch.size(); ++i) {
+      if (written.contains(batch[i].key)) continue;  // the next group, as with a private store
+      Result<Plan> plan = batch[i].plan(now, system_now);
+      if (!plan.ok()) {
+        answers[i] = plan.status();
+        continue;
       }
-      return *rev;
+      if (plan->writes.empty()) {
+        answers[i] = revision_;
+        continue;
+      }
+      written.insert(batch[i].key);
+      sets.push_back(std::move(plan->writes));
+      owners.push_back(i);
     }
-    if (rev.status().code() != StatusCode::kAborted || attempt >= kMaxAttempts) {
-      return rev.status();
-    }
-    // Another write changed a row this plan read (from another registry process, or from this
-    // one: writes are not serialised here): catch up and decide again (the answer may now be
-    // "fenced", or a different write).
-    DROVER_ASSIGN_OR_RETURN(const std::uint64_t head, store_->Head());
-    DROVER_RETURN_IF_ERROR(store_->WaitDelivered(head, kFeedWait));
   }
+  if (sets.empty()) return answers;
+  auto committed = store_->CommitBatch(sets);
+  if (!committed.ok()) {
+    for (std::size_t i : owners) answers[i] = committed.status();
+    return answers;
+  }
+  std::uint64_t newest = 0;
+  std::uint64_t count = 0;
+  bool lost = false;
+  for (std::size_t j = 0; j < sets.size(); ++j) {
+    Result<std::uint64_t>& rev = (*committed)[j];
+    PendingWrite& w = batch[owners[j]];
+    if (rev.ok()) {
+      newest = std::max(newest, *rev);
+      ++count;
+      answers[owners[j]] = std::move(rev);
+    } else if (rev.status().code() == StatusCode::kAborted && ++w.attempts < kMaxAttempts) {
+      // Another write changed a row this plan read (from another registry process, or another
+      // group of this one): planned again once this process has seen it (the answer may then be
+      // "fenced", or a different write).
+      lost = true;
+    } else {
+      answers[owners[j]] = std::move(rev);
+    }
+  }
+  if (count > 0) CountCommit(count);
+  // Committed: the answer is yes whatever happens next. Waiting lets the caller read its own
+  // write from this process.
+  if (newest > 0) {
+    if (Status s = store_->WaitDelivered(newest, kFeedWait); !s.ok()) {
+      spdlog::warn("registry: revision {} committed but not yet seen on the store's feed: {}",
+                   newest, s.ToString());
+    }
+  }
+  if (lost) {
+    Result<std::uint64_t> head = store_->Head();
+    const Status caught_up = head.ok() ? store_->WaitDelivered(*head, kFeedWait) : head.status();
+    if (!caught_up.ok()) {
+      for (std::size_t j = 0; j < sets.size(); ++j) {
+        if (!answers[owners[j]]) answers[owners[j]] = caught_up;
+      }
+    }
+  }
+  return answers;
 }
 
 void Registry::ApplyLocked(const Change& change, MonoTime now, std::vector<Event>& events) {

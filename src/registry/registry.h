@@ -33,9 +33,12 @@
 //   write per instance per group: a second write to the same instance waits for the next group,
 //   so every plan reads committed state), commits them in one store transaction and one fsync,
 //   each at its own revision, applies them in order and then answers them all at once. A write is
-//   acknowledged only after the fsync that holds it. Shared store: no groups; kSharedWriters
-//   threads each commit one write at a time as its own transaction, many in flight at once, kept
-//   apart by their compare conditions (a lost compare plans again).
+//   acknowledged only after the fsync that holds it. Shared store: kSharedWriters threads each
+//   take a group (one write per instance), plan it against the view and commit it in one store
+//   call (etcd: one Txn, each write a nested Txn with its own compares), several groups in
+//   flight at once, kept apart by their compare conditions; a write answers once the feed has
+//   brought its change back, and a write whose compare was lost is queued again and planned
+//   after this process has caught up.
 //
 // Thread-safe: `write_mu_` is held by whoever talks to a private store (the writer from planning
 // to applying, expiry, pruning, deploys), `mu_` guards the view and is never held across a
@@ -243,11 +246,13 @@ class Registry final : private StoreListener {
     Key key;  // the instance it writes
     Planner plan;
     Done done;
+    int attempts = 0;  // commits of it that lost a compare to another write (shared store)
   };
-  // Writes one group commit holds at most.
+  // Writes one group commit holds at most: private store, shared store.
   static constexpr std::size_t kMaxBatch = 256;
-  // Writer threads on a shared store: writes in flight at once.
-  static constexpr int kSharedWriters = 64;
+  static constexpr std::size_t kMaxSharedBatch = 64;
+  // Writer threads on a shared store: groups in flight at once.
+  static constexpr int kSharedWriters = 8;
 
   Registry(std::unique_ptr<Store> store, Clock& clock, RegistryOptions options)
       : store_(std::move(store)),
@@ -263,7 +268,10 @@ class Registry final : private StoreListener {
   static Result<std::uint64_t> Wait(const std::function<void(Done)>& start);
   void WriterLoop() DROVER_EXCLUDES(write_mu_, mu_, queue_mu_);
   // Shared store: plans, commits and waits for the feed to bring the change back.
-  Result<std::uint64_t> MutateShared(const Planner& plan) DROVER_EXCLUDES(write_mu_, mu_);
+  // A group on a shared store: planned, committed in one store call, waited for on the feed. A
+  // write whose compare was lost stays unanswered (queued again, planned after catching up).
+  std::vector<std::optional<Result<std::uint64_t>>> CommitShared(std::vector<PendingWrite>& batch)
+      DROVER_EXCLUDES(write_mu_, mu_);
   // Private store: plans, commits and applies `batch` as one group, and returns each write's
   // answer, in order; nullopt for one that must wait for the next group (a write to an instance
   // already written in this one).

@@ -115,8 +115,11 @@ class Store {
   // each next one at the revision after the last set written), when its own preconditions
   // hold. One result per set: its revision, or ABORTED when a precondition failed (nothing of
   // that set is written; the others are, and no revision is spent on it), or the store's error
-  // for that set. A failed call (UNAVAILABLE or INTERNAL) wrote no set at all. Durable as
-  // Commit() once it returns. This default commits the sets one by one.
+  // for that set. A failed call (UNAVAILABLE or INTERNAL) wrote no set at all -- on a shared
+  // store, whose call may fail after the store applied it, none that the feed will not report.
+  // A shared store may write every set of one call at one revision (in one change on its feed);
+  // no two sets of a call may write the same instance. Durable as Commit() once it returns. This
+  // default commits the sets one by one.
   virtual Result<std::vector<Result<std::uint64_t>>> CommitBatch(
       const std::vector<std::vector<Write>>& batch) {
     std::vector<Result<std::uint64_t>> results;

@@ -165,13 +165,14 @@ bool DiscoveryClient::Impl::ListOnce(bool confirming) {
 }
 
 void DiscoveryClient::Impl::Apply(const pb::Event& event) {
-  {
+  const sdk::Applied applied = sdk::ApplyWatchEvent(view, event, clock, degraded);
+  if (applied != sdk::Applied::kRepeated) {  // (a resumed watch replays its last revision)
     MutexLock lock(stats_mu);
     if (event.type() == pb::Event::PUT || event.type() == pb::Event::DELETE) ++stats.events;
     if (event.type() == pb::Event::DELETE) ++stats.deletes;
     if (event.type() == pb::Event::RESYNC) ++stats.resyncs;
   }
-  if (sdk::ApplyWatchEvent(view, event, clock, degraded) == sdk::Applied::kNeedsConfirmation) {
+  if (applied == sdk::Applied::kNeedsConfirmation) {
     spdlog::warn("discovery {}: a RESYNC would drop most of the service; confirming by List",
                  options.service);
     ListOnce(true);
@@ -186,7 +187,7 @@ void DiscoveryClient::Impl::Accepted(std::size_t index) {
   if (published.Load()) Publish(true);
   if (outage_logged) {
     spdlog::info("discovery {}: watching again on {} from revision {}", options.service,
-                 failover.endpoint(index), view.revision());
+                 failover.endpoint(index), view.resume_revision());
     outage_logged = false;
   }
 }
@@ -236,7 +237,7 @@ bool DiscoveryClient::Impl::WatchOnce() {
   if (!SetActive(ctx.get())) return false;
   pb::WatchRequest req;
   req.set_service(options.service);
-  req.set_from_revision(view.revision());
+  req.set_from_revision(view.resume_revision());
   const std::size_t index = failover.current();
   last_heard.store(clock.Now().time_since_epoch().count());
   watching.store(true);

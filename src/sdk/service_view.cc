@@ -4,24 +4,38 @@
 
 namespace drover::sdk {
 
-// Events of one revision share its number (a fence is a DELETE and a PUT at one revision), so an
-// event at the view's own revision is still applied; applying one twice changes nothing.
+// Events of one revision share its number (a fence is a DELETE and a PUT at one revision; on etcd
+// a group of writes commits at one revision), so an event at the view's own revision is still
+// applied; applying one twice changes nothing.
+bool ServiceView::FirstTime(char type, const std::string& id, std::uint64_t generation,
+                            std::uint64_t revision) {
+  if (revision > revision_) newest_.clear();
+  return newest_.insert(type + std::to_string(generation) + ":" + id).second;
+}
+
+void ServiceView::Advance(std::uint64_t revision) {
+  // The first event of a newer revision: every event of the older ones has been seen.
+  if (revision > revision_) complete_ = revision_;
+  revision_ = revision;
+}
+
 Applied ServiceView::Put(router::Endpoint endpoint, std::uint64_t revision) {
   if (revision < revision_) return Applied::kStale;
+  if (!FirstTime('P', endpoint.id, endpoint.generation, revision)) return Applied::kRepeated;
+  Advance(revision);
   auto it = members_.find(endpoint.id);
   if (it != members_.end() && it->second.generation > endpoint.generation) {
-    revision_ = revision;  // the event is consumed; the newer incarnation stays
-    return Applied::kStale;
+    return Applied::kStale;  // the event is consumed; the newer incarnation stays
   }
   members_[endpoint.id] = std::move(endpoint);
-  revision_ = revision;
   return Applied::kApplied;
 }
 
 Applied ServiceView::Delete(const std::string& id, std::uint64_t generation,
                             std::uint64_t revision) {
   if (revision < revision_) return Applied::kStale;
-  revision_ = revision;
+  if (!FirstTime('D', id, generation, revision)) return Applied::kRepeated;
+  Advance(revision);
   auto it = members_.find(id);
   if (it == members_.end() || it->second.generation > generation) return Applied::kStale;
   members_.erase(it);
@@ -41,12 +55,17 @@ Applied ServiceView::Replace(std::vector<router::Endpoint> endpoints, std::uint6
     members_.emplace(std::move(id), std::move(e));
   }
   revision_ = revision;
+  complete_ = revision;  // a whole service
+  newest_.clear();
   awaiting_confirmation_ = false;
   return Applied::kApplied;
 }
 
 void ServiceView::Progress(std::uint64_t revision) {
-  if (revision > revision_) revision_ = revision;
+  if (revision < revision_) return;
+  if (revision > revision_) newest_.clear();
+  revision_ = revision;
+  complete_ = revision;  // nothing more up to it
 }
 
 bool ServiceView::DropsTooMuch(const std::vector<router::Endpoint>& next) const {

@@ -10,7 +10,8 @@
 //   as kNeedsConfirmation until a second, independent read (a fresh List) says the same. This is
 //   the empty-list guard: a registry that lost its data, or answered during a partial failure,
 //   cannot wipe a gateway's view in one step.
-// - Revisions only move forward: anything below the view's revision is stale.
+// - Revisions only move forward: anything below the view's revision is stale. Several events
+//   may share a revision; a watch resumes from resume_revision(), not from the view's own.
 //
 // Not thread-safe: one owner (the client's event loop) mutates it.
 #pragma once
@@ -18,6 +19,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -34,6 +36,8 @@ enum class Applied {
   kApplied,            // the view changed (or was confirmed unchanged)
   kStale,              // older than what the view holds; nothing changed
   kNeedsConfirmation,  // a snapshot that would drop too much; held until a second read agrees
+  kRepeated,           // an event of the newest revision applied before (a resumed watch
+                       // replays that revision); nothing changed
 };
 
 class ServiceView {
@@ -53,6 +57,11 @@ class ServiceView {
 
   const std::string& service() const { return service_; }
   std::uint64_t revision() const { return revision_; }
+  // Where a watch resumes: every event up to this revision has been applied. After an event, the
+  // events of its revision may have arrived only in part (a stream that broke between two of
+  // them), so the view's own revision counts as complete only once a newer event, a PROGRESS or
+  // a whole service says so; resuming from the one before replays it whole.
+  std::uint64_t resume_revision() const { return complete_; }
   std::size_t size() const { return members_.size(); }
   // True while a drop-too-much snapshot waits for its confirming read.
   bool awaiting_confirmation() const { return awaiting_confirmation_; }
@@ -62,11 +71,19 @@ class ServiceView {
 
  private:
   bool DropsTooMuch(const std::vector<router::Endpoint>& next) const;
+  // Whether this event of `revision` (not stale) is new: false for one of the newest revision
+  // applied before.
+  bool FirstTime(char type, const std::string& id, std::uint64_t generation,
+                 std::uint64_t revision);
+  // An event at `revision` (not stale) was consumed.
+  void Advance(std::uint64_t revision);
 
   const std::string service_;
   const ServiceViewOptions options_;
   std::map<std::string, router::Endpoint> members_;  // by id
   std::uint64_t revision_ = 0;
+  std::uint64_t complete_ = 0;    // see resume_revision()
+  std::set<std::string> newest_;  // events applied at revision_: type, generation, id
   bool awaiting_confirmation_ = false;
 };
 

@@ -84,5 +84,29 @@ TEST(ServiceViewTest, SnapshotsAndProgressOnlyMoveForward) {
   EXPECT_EQ(Ids(view), std::vector<std::string>{"a"});
 }
 
+// Several events share a revision (a fence; a group of writes committed at one etcd revision). A
+// stream can break between two of them, so a watch resumes from the last revision known whole,
+// and the replayed events of the partial one that were applied already are told apart.
+TEST(ServiceViewTest, AWatchResumesFromTheLastRevisionKnownWhole) {
+  ServiceView view("zone");
+  ASSERT_EQ(view.Replace({Member("a", 1)}, 5, false), Applied::kApplied);
+  EXPECT_EQ(view.resume_revision(), 5u);
+  // Revision 7 holds b and c; only b arrived before the stream broke.
+  ASSERT_EQ(view.Put(Member("b", 1), 7), Applied::kApplied);
+  EXPECT_EQ(view.revision(), 7u);
+  EXPECT_EQ(view.resume_revision(), 5u) << "7 may have more events";
+  // Resumed from 5: revision 7 again, whole (b is known: a repeat), then 8.
+  EXPECT_EQ(view.Put(Member("b", 1), 7), Applied::kRepeated);
+  EXPECT_EQ(view.Put(Member("c", 1), 7), Applied::kApplied);
+  EXPECT_EQ(view.resume_revision(), 5u);
+  EXPECT_EQ(view.Delete("a", 1, 8), Applied::kApplied);
+  EXPECT_EQ(view.resume_revision(), 7u) << "an event of 8: 7 is whole";
+  EXPECT_EQ(Ids(view), (std::vector<std::string>{"b", "c"}));
+  view.Progress(8);
+  EXPECT_EQ(view.resume_revision(), 8u) << "a PROGRESS: nothing more up to 8";
+  view.Progress(6);
+  EXPECT_EQ(view.resume_revision(), 8u);
+}
+
 }  // namespace
 }  // namespace drover::sdk
