@@ -252,7 +252,7 @@ class Registry final : private StoreListener {
   static constexpr std::size_t kMaxBatch = 256;
   static constexpr std::size_t kMaxSharedBatch = 64;
   // Writer threads on a shared store: groups in flight at once.
-  static constexpr int kSharedWriters = 8;
+  static constexpr int kSharedWriters = 2;
 
   Registry(std::unique_ptr<Store> store, Clock& clock, RegistryOptions options)
       : store_(std::move(store)),
