@@ -302,8 +302,7 @@ void Registry::WriterLoop() {
       queue_.pop_front();
     }
     lock.Unlock();
-    std::vector<std::optional<Result<std::uint64_t>>> answers =
-        shared_ ? CommitShared(batch) : CommitBatch(batch);
+    Answers answers = shared_ ? CommitShared(batch) : CommitBatch(batch);
     for (std::size_t i = 0; i < batch.size(); ++i) {
       if (answers[i]) batch[i].done(std::move(*answers[i]));
     }
@@ -322,35 +321,37 @@ void Registry::CountCommit(std::uint64_t writes) {
   counters_.largest = std::max(counters_.largest, writes);
 }
 
-std::vector<std::optional<Result<std::uint64_t>>> Registry::CommitBatch(
-    const std::vector<PendingWrite>& batch) {
-  std::vector<std::optional<Result<std::uint64_t>>> answers(batch.size());
-  MutexLock write_lock(write_mu_);
-  std::vector<std::vector<Write>> sets;
-  std::vector<std::size_t> owners;  // the batch index each set answers
-  {
-    MutexLock lock(mu_);
-    const MonoTime now = clock_.Now();
-    const SystemTime system_now = clock_.SystemNow();
-    std::set<Key> written;
-    for (std::size_t i = 0; i < batch.size(); ++i) {
-      // A second write to one instance would be planned against a view without the first: it
-      // waits for the next batch, which plans against the first one committed.
-      if (written.contains(batch[i].key)) continue;
-      Result<Plan> plan = batch[i].plan(now, system_now);
-      if (!plan.ok()) {
-        answers[i] = plan.status();
-        continue;
-      }
-      if (plan->writes.empty()) {
-        answers[i] = revision_;
-        continue;
-      }
-      written.insert(batch[i].key);
-      sets.push_back(std::move(plan->writes));
-      owners.push_back(i);
+Registry::PlannedGroup Registry::PlanGroup(const std::vector<PendingWrite>& batch,
+                                           Answers& answers) {
+  PlannedGroup group;
+  MutexLock lock(mu_);
+  const MonoTime now = clock_.Now();
+  const SystemTime system_now = clock_.SystemNow();
+  std::set<Key> written;
+  for (std::size_t i = 0; i < batch.size(); ++i) {
+    // A second write to one instance would be planned against a view without the first: it
+    // waits for the next group, which plans against the first one committed.
+    if (written.contains(batch[i].key)) continue;
+    Result<Plan> plan = batch[i].plan(now, system_now);
+    if (!plan.ok()) {
+      answers[i] = plan.status();
+      continue;
     }
+    if (plan->writes.empty()) {
+      answers[i] = revision_;
+      continue;
+    }
+    written.insert(batch[i].key);
+    group.sets.push_back(std::move(plan->writes));
+    group.owners.push_back(i);
   }
+  return group;
+}
+
+Registry::Answers Registry::CommitBatch(const std::vector<PendingWrite>& batch) {
+  Answers answers(batch.size());
+  MutexLock write_lock(write_mu_);
+  auto [sets, owners] = PlanGroup(batch, answers);
   if (sets.empty()) return answers;
   auto committed = store_->CommitBatch(sets);
   MutexLock lock(mu_);
@@ -381,32 +382,9 @@ CommitCounters Registry::commit_counters() const {
   return counters;
 }
 
-std::vector<std::optional<Result<std::uint64_t>>> Registry::CommitShared(
-    std::vector<PendingWrite>& batch) {
-  std::vector<std::optional<Result<std::uint64_t>>> answers(batch.size());
-  std::vector<std::vector<Write>> sets;
-  std::vector<std::size_t> owners;  // the batch index each set answers
-  {
-    MutexLock lock(mu_);
-    const MonoTime now = clock_.Now();
-    const SystemTime system_now = clock_.SystemNow();
-    std::set<Key> written;
-    for (std::size_t i = 0; i < batch.size(); ++i) {
-      if (written.contains(batch[i].key)) continue;  // the next group, as with a private store
-      Result<Plan> plan = batch[i].plan(now, system_now);
-      if (!plan.ok()) {
-        answers[i] = plan.status();
-        continue;
-      }
-      if (plan->writes.empty()) {
-        answers[i] = revision_;
-        continue;
-      }
-      written.insert(batch[i].key);
-      sets.push_back(std::move(plan->writes));
-      owners.push_back(i);
-    }
-  }
+Registry::Answers Registry::CommitShared(std::vector<PendingWrite>& batch) {
+  Answers answers(batch.size());
+  auto [sets, owners] = PlanGroup(batch, answers);
   if (sets.empty()) return answers;
   auto committed = store_->CommitBatch(sets);
   if (!committed.ok()) {

@@ -267,16 +267,24 @@ class Registry final : private StoreListener {
   // Runs `start` with a Done and waits for its answer.
   static Result<std::uint64_t> Wait(const std::function<void(Done)>& start);
   void WriterLoop() DROVER_EXCLUDES(write_mu_, mu_, queue_mu_);
-  // Shared store: plans, commits and waits for the feed to bring the change back.
-  // A group on a shared store: planned, committed in one store call, waited for on the feed. A
-  // write whose compare was lost stays unanswered (queued again, planned after catching up).
-  std::vector<std::optional<Result<std::uint64_t>>> CommitShared(std::vector<PendingWrite>& batch)
-      DROVER_EXCLUDES(write_mu_, mu_);
-  // Private store: plans, commits and applies `batch` as one group, and returns each write's
-  // answer, in order; nullopt for one that must wait for the next group (a write to an instance
-  // already written in this one).
-  std::vector<std::optional<Result<std::uint64_t>>> CommitBatch(
-      const std::vector<PendingWrite>& batch) DROVER_EXCLUDES(write_mu_, mu_, queue_mu_);
+  // Each write's answer, in order; nullopt for one that goes back to the queue (a write to an
+  // instance already written in this group, or a lost compare on a shared store).
+  using Answers = std::vector<std::optional<Result<std::uint64_t>>>;
+  // The sets a group commits, and the batch index each one answers.
+  struct PlannedGroup {
+    std::vector<std::vector<Write>> sets;
+    std::vector<std::size_t> owners;
+  };
+  // Plans each write of `batch` against the view, one per instance; answers those that need no
+  // commit (refused, or nothing to write).
+  PlannedGroup PlanGroup(const std::vector<PendingWrite>& batch, Answers& answers)
+      DROVER_EXCLUDES(mu_);
+  // Shared store: a group planned, committed in one store call, waited for on the feed. A write
+  // whose compare was lost stays unanswered (queued again, planned after catching up).
+  Answers CommitShared(std::vector<PendingWrite>& batch) DROVER_EXCLUDES(write_mu_, mu_);
+  // Private store: plans, commits and applies `batch` as one group.
+  Answers CommitBatch(const std::vector<PendingWrite>& batch)
+      DROVER_EXCLUDES(write_mu_, mu_, queue_mu_);
   // Applies a committed change to the view and adds its events to `events` (for Publish).
   void ApplyLocked(const Change& change, MonoTime now, std::vector<Event>& events)
       DROVER_REQUIRES(mu_);
