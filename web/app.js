@@ -44,6 +44,7 @@
   const state = {
     revision: 0,
     complete: 0,           // the last revision whose every event arrived: where a watch resumes
+    newest: new Set(),     // the events of `revision` applied: "TYPE service/id generation"
     instances: new Map(),  // "service/id" -> instance JSON
     gone: new Map(),       // "service/id" -> {instance, reason, at}
     leases: new Map(),     // "service/id" -> {generation, remaining_ms, at}
@@ -234,11 +235,21 @@
     if (typeof ev.revision === 'number') {
       // Events of one revision can span lines, and a stream can break between two of them: a
       // revision is whole once a later one, a RESYNC or a PROGRESS says so, and the watch resumes
-      // from the last whole one (what it replays changes nothing a second time).
-      if (ev.type === 'RESYNC' || ev.type === 'PROGRESS') {
+      // from the last whole one. The events of the newest revision already applied are
+      // remembered, so that those it replays are skipped.
+      if (ev.type === 'PUT' || ev.type === 'DELETE') {
+        const seen = `${ev.type} ${keyOf(ev.instance)} ${ev.instance.generation}`;
+        if (ev.revision < state.revision) return;  // stale
+        if (ev.revision > state.revision) {
+          state.complete = state.revision;
+          state.newest.clear();
+        } else if (state.newest.has(seen)) {
+          return;  // replayed
+        }
+        state.newest.add(seen);
+      } else if (ev.type === 'RESYNC' || ev.type === 'PROGRESS') {
+        if (ev.revision > state.revision) state.newest.clear();
         state.complete = Math.max(state.complete, ev.revision);
-      } else if (ev.revision > state.revision) {
-        state.complete = state.revision;
       }
       state.revision = Math.max(state.revision, ev.revision);
     }
@@ -318,6 +329,7 @@
           // Ahead of the registry: it lost its state (a new data directory). Start over.
           state.revision = 0;
           state.complete = 0;
+          state.newest.clear();
           continue;
         }
         if (!res.ok || !res.body) throw new Error(`HTTP ${res.status}`);

@@ -1,12 +1,13 @@
 // DiscoveryClient: a watch-driven view of one service in the registry (RT-1, RT-2).
 //
-// One thread per client follows the registry's gRPC Watch from the last revision it has seen,
+// One thread per client follows the registry's gRPC Watch from the last revision it saw whole,
 // applies every event to a ServiceView (generation-aware, with the empty-list guard) and
 // publishes an immutable snapshot; readers on any thread get values, never pointers into state
 // that changes. When the watch breaks, the client keeps serving the last good snapshot
 // (stale-if-error), polls List every `list_interval` and reconnects -- to the next registry of
-// its list at once, with capped backoff once every one has failed -- resuming from its revision
-// (the registry replays what it missed, or sends a RESYNC). A failure is never an
+// its list at once, with capped backoff once every one has failed -- resuming from the last
+// revision it saw whole (the registry replays what it missed, or sends a RESYNC; the events of a
+// revision cut off mid-way come again and are recognised). A failure is never an
 // empty list: before the first answer Snapshot() is an error -- the registry's own refusal when it
 // gave one (UNAUTHENTICATED for a wrong or expired token), otherwise UNAVAILABLE.
 #pragma once
@@ -43,8 +44,8 @@ struct DiscoveryOptions {
   // The registry: host:port, grpc://host:port or grpcs://host:port (TLS). With `registry_ca`
   // (a PEM file) the registry's certificate is checked against it, and TLS is implied; TLS
   // without it checks against the system's trust store. Several registries of one cluster are
-  // comma-separated: the client watches one and fails over to the next, resuming from its
-  // revision (no gap, no duplicate event).
+  // comma-separated: the client watches one and fails over to the next, resuming from the last
+  // revision it saw whole (no gap; replayed events are recognised, not applied twice).
   std::string registry;
   std::string registry_ca;
   std::string service;
@@ -69,6 +70,9 @@ struct DiscoveryOptions {
 
 struct DiscoverySnapshot {
   std::shared_ptr<const router::RoutingTable> table;  // version: the registry revision
+  // Changes to the members applied so far: the events of one revision arrive one by one, so
+  // several tables can carry one version, each holding more of it.
+  std::uint64_t changes = 0;
   MonoTime heard_at{};     // when the registry last confirmed it (event, progress or list)
   bool connected = false;  // a watch stream is live
   bool degraded = false;   // the registry reported self-preservation for the service
@@ -105,8 +109,13 @@ class DiscoveryClient {
   // Age() over options.max_stale (with a snapshot, and max_stale not zero).
   bool Stale() const;
   DiscoveryStats Stats() const;
-  // Waits (real time) until the snapshot is at `revision` or later. False on timeout.
+  // Waits (real time) until the snapshot is at `revision` or later (events of that revision may
+  // still be arriving). False on timeout.
   bool WaitForRevision(std::uint64_t revision, std::chrono::milliseconds timeout) const;
+  // Waits (real time) until the snapshot is past `revision` or has more than `changes` applied:
+  // what a follower of every table waits for. False on timeout.
+  bool WaitForChange(std::uint64_t revision, std::uint64_t changes,
+                     std::chrono::milliseconds timeout) const;
   // Ends the watch and joins the thread. Idempotent.
   void Stop();
 

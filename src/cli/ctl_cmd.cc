@@ -427,7 +427,10 @@ void AddCtlCommands(CLI::App& app) {
 
   auto* watch = ctl->add_subcommand("watch", "Follow changes as they happen");
   watch->add_option("service", args->service, "Only this service");
-  watch->add_option("--from", args->from, "Resume after this revision (0: snapshot first)");
+  watch->add_option(
+      "--from", args->from,
+      "Resume after this revision (0: snapshot first); events of one revision can span lines, so "
+      "after a --count stop, resume from the revision before the last one printed");
   watch->add_option("--count", args->count, "Stop after this many events");
   watch->callback([args] { Watch(*args); });
 

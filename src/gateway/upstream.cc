@@ -71,7 +71,8 @@ void Upstream::Stop() {
 }
 
 void Upstream::Run(std::stop_token stop) {
-  std::uint64_t version = 0;
+  std::uint64_t version = 0;  // of the last table applied
+  std::uint64_t changes = 0;  // and the changes it held
   MonoTime hot_refreshed = clock_->Now();
   MonoTime stepped = clock_->Now();
   while (!stop.stop_requested()) {
@@ -85,12 +86,14 @@ void Upstream::Run(std::stop_token stop) {
       hot_keys_.Refresh();
       hot_refreshed = clock_->Now();
     }
-    // Wakes at once on a new revision; the timeout only bounds how late a stop is noticed.
-    discovery_->WaitForRevision(version + 1, std::chrono::milliseconds(200));
+    // Wakes at once on a new table; the timeout only bounds how late a stop is noticed. A table
+    // of the revision already applied counts too: its events arrive one by one.
+    discovery_->WaitForChange(version, changes, std::chrono::milliseconds(200));
     auto snapshot = discovery_->Snapshot();
     if (!snapshot.ok()) continue;
-    if (snapshot->table->version() > version) {
+    if (snapshot->table->version() > version || snapshot->changes > changes) {
       version = snapshot->table->version();
+      changes = snapshot->changes;
       Apply(snapshot->table);
     } else if (!Snapshot()->discovered) {
       MarkDiscovered();  // an empty registry (revision 0) is an answer too

@@ -329,12 +329,17 @@ Registry::PlannedGroup Registry::PlanGroup(const std::vector<PendingWrite>& batc
   const SystemTime system_now = clock_.SystemNow();
   std::set<Key> written;
   for (std::size_t i = 0; i < batch.size(); ++i) {
+    if (answers[i]) continue;  // answered already
     // A second write to one instance would be planned against a view without the first: it
     // waits for the next group, which plans against the first one committed.
     if (written.contains(batch[i].key)) continue;
     Result<Plan> plan = batch[i].plan(now, system_now);
     if (!plan.ok()) {
       answers[i] = plan.status();
+      continue;
+    }
+    if (plan->as_expirer) {  // expiry commits itself (ExpireLeases), fenced on the role
+      answers[i] = InternalError("registry: an expiry cannot be queued as a write");
       continue;
     }
     if (plan->writes.empty()) {
@@ -384,6 +389,18 @@ CommitCounters Registry::commit_counters() const {
 
 Registry::Answers Registry::CommitShared(std::vector<PendingWrite>& batch) {
   Answers answers(batch.size());
+  // A write that lost a compare is planned again only once this process has seen the change
+  // that won (done here, so that the group it lost in was answered without waiting for it).
+  if (std::any_of(batch.begin(), batch.end(),
+                  [](const PendingWrite& w) { return w.attempts > 0; })) {
+    Result<std::uint64_t> head = store_->Head();
+    const Status caught_up = head.ok() ? store_->WaitDelivered(*head, kFeedWait) : head.status();
+    if (!caught_up.ok()) {
+      for (std::size_t i = 0; i < batch.size(); ++i) {
+        if (batch[i].attempts > 0) answers[i] = caught_up;
+      }
+    }
+  }
   auto [sets, owners] = PlanGroup(batch, answers);
   if (sets.empty()) return answers;
   auto committed = store_->CommitBatch(sets);
@@ -393,7 +410,6 @@ Registry::Answers Registry::CommitShared(std::vector<PendingWrite>& batch) {
   }
   std::uint64_t newest = 0;
   std::uint64_t count = 0;
-  bool lost = false;
   for (std::size_t j = 0; j < sets.size(); ++j) {
     Result<std::uint64_t>& rev = (*committed)[j];
     PendingWrite& w = batch[owners[j]];
@@ -401,14 +417,12 @@ Registry::Answers Registry::CommitShared(std::vector<PendingWrite>& batch) {
       newest = std::max(newest, *rev);
       ++count;
       answers[owners[j]] = std::move(rev);
-    } else if (rev.status().code() == StatusCode::kAborted && ++w.attempts < kMaxAttempts) {
-      // Another write changed a row this plan read (from another registry process, or another
-      // group of this one): planned again once this process has seen it (the answer may then be
-      // "fenced", or a different write).
-      lost = true;
-    } else {
+    } else if (rev.status().code() != StatusCode::kAborted || ++w.attempts >= kMaxAttempts) {
       answers[owners[j]] = std::move(rev);
     }
+    // Else another write changed a row this plan read (from another registry process, or another
+    // group of this one): left unanswered, it is queued again and planned once this process has
+    // seen that change (the answer may then be "fenced", or a different write).
   }
   if (count > 0) CountCommit(count);
   // Committed: the answer is yes whatever happens next. Waiting lets the caller read its own
@@ -417,15 +431,6 @@ Registry::Answers Registry::CommitShared(std::vector<PendingWrite>& batch) {
     if (Status s = store_->WaitDelivered(newest, kFeedWait); !s.ok()) {
       spdlog::warn("registry: revision {} committed but not yet seen on the store's feed: {}",
                    newest, s.ToString());
-    }
-  }
-  if (lost) {
-    Result<std::uint64_t> head = store_->Head();
-    const Status caught_up = head.ok() ? store_->WaitDelivered(*head, kFeedWait) : head.status();
-    if (!caught_up.ok()) {
-      for (std::size_t j = 0; j < sets.size(); ++j) {
-        if (!answers[owners[j]]) answers[owners[j]] = caught_up;
-      }
     }
   }
   return answers;

@@ -31,9 +31,11 @@ Result<std::uint64_t> Router::Update(std::vector<Endpoint> endpoints) {
 Status Router::Publish(std::shared_ptr<const RoutingTable> table) {
   if (!table) return InvalidArgumentError("router: no table");
   MutexLock lock(update_mu_);
-  if (table->version() <= last_version_) {
+  // A table of the last version replaces it: a revision's events arrive one by one, and each
+  // table of it holds more of them.
+  if (table->version() < last_version_) {
     return FailedPreconditionError("router: table version " + std::to_string(table->version()) +
-                                   " is not newer than " + std::to_string(last_version_));
+                                   " is older than " + std::to_string(last_version_));
   }
   last_version_ = table->version();
   current_.Store(BuildSnapshot(std::move(table), options_));

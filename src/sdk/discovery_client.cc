@@ -117,6 +117,7 @@ void DiscoveryClient::Impl::Publish(bool connected) {
   }
   auto snapshot = std::make_shared<DiscoverySnapshot>();
   snapshot->table = std::move(*table);
+  snapshot->changes = view.changes();
   snapshot->heard_at = heard_at;
   snapshot->connected = connected;
   snapshot->degraded = degraded;
@@ -432,6 +433,15 @@ bool DiscoveryClient::WaitForRevision(std::uint64_t revision,
   return impl_->published_cv.WaitFor(impl_->published_mu, timeout, [&] {
     auto snapshot = impl_->published.Load();
     return snapshot && snapshot->table->version() >= revision;
+  });
+}
+
+bool DiscoveryClient::WaitForChange(std::uint64_t revision, std::uint64_t changes,
+                                    std::chrono::milliseconds timeout) const {
+  MutexLock lock(impl_->published_mu);
+  return impl_->published_cv.WaitFor(impl_->published_mu, timeout, [&] {
+    auto snapshot = impl_->published.Load();
+    return snapshot && (snapshot->table->version() > revision || snapshot->changes > changes);
   });
 }
 

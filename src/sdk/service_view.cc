@@ -28,6 +28,7 @@ Applied ServiceView::Put(router::Endpoint endpoint, std::uint64_t revision) {
     return Applied::kStale;  // the event is consumed; the newer incarnation stays
   }
   members_[endpoint.id] = std::move(endpoint);
+  ++changes_;
   return Applied::kApplied;
 }
 
@@ -39,6 +40,7 @@ Applied ServiceView::Delete(const std::string& id, std::uint64_t generation,
   auto it = members_.find(id);
   if (it == members_.end() || it->second.generation > generation) return Applied::kStale;
   members_.erase(it);
+  ++changes_;
   return Applied::kApplied;
 }
 
@@ -57,6 +59,7 @@ Applied ServiceView::Replace(std::vector<router::Endpoint> endpoints, std::uint6
   revision_ = revision;
   complete_ = revision;  // a whole service
   newest_.clear();
+  ++changes_;
   awaiting_confirmation_ = false;
   return Applied::kApplied;
 }

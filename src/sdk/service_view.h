@@ -62,6 +62,9 @@ class ServiceView {
   // them), so the view's own revision counts as complete only once a newer event, a PROGRESS or
   // a whole service says so; resuming from the one before replays it whole.
   std::uint64_t resume_revision() const { return complete_; }
+  // How many times the members changed (an applied PUT, DELETE or whole service): two tables of
+  // one revision, built as its events arrive one by one, differ by it.
+  std::uint64_t changes() const { return changes_; }
   std::size_t size() const { return members_.size(); }
   // True while a drop-too-much snapshot waits for its confirming read.
   bool awaiting_confirmation() const { return awaiting_confirmation_; }
@@ -83,6 +86,7 @@ class ServiceView {
   std::map<std::string, router::Endpoint> members_;  // by id
   std::uint64_t revision_ = 0;
   std::uint64_t complete_ = 0;    // see resume_revision()
+  std::uint64_t changes_ = 0;     // see changes()
   std::set<std::string> newest_;  // events applied at revision_: type, generation, id
   bool awaiting_confirmation_ = false;
 };

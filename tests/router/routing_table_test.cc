@@ -85,9 +85,12 @@ TEST(RouterTest, PublishKeepsTheTableVersionAndRefusesOlderTables) {
   ASSERT_TRUE(router.Publish(RoutingTable::Create(40, ReadyEndpoints(3)).value()).ok());
   EXPECT_EQ(router.Snapshot()->version(), 40u);
   EXPECT_TRUE(router.Snapshot()->maglev->Pick(HashKey("k")).ok());
-  const Status stale = router.Publish(RoutingTable::Create(40, ReadyEndpoints(5)).value());
+  const Status stale = router.Publish(RoutingTable::Create(39, ReadyEndpoints(5)).value());
   EXPECT_EQ(stale.code(), StatusCode::kFailedPrecondition);
   EXPECT_EQ(router.Snapshot()->table->size(), 3u);
+  // More events of revision 40: the same version replaces the table.
+  ASSERT_TRUE(router.Publish(RoutingTable::Create(40, ReadyEndpoints(4)).value()).ok());
+  EXPECT_EQ(router.Snapshot()->table->size(), 4u);
   EXPECT_EQ(router.Publish(nullptr).code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(*router.Update(ReadyEndpoints(2)), 41u);  // Update continues from there
 }

@@ -95,9 +95,14 @@ TEST(ServiceViewTest, AWatchResumesFromTheLastRevisionKnownWhole) {
   ASSERT_EQ(view.Put(Member("b", 1), 7), Applied::kApplied);
   EXPECT_EQ(view.revision(), 7u);
   EXPECT_EQ(view.resume_revision(), 5u) << "7 may have more events";
-  // Resumed from 5: revision 7 again, whole (b is known: a repeat), then 8.
+  // Resumed from 5: revision 7 again, whole (b is known: a repeat), then 8. Each change to the
+  // members counts, so two tables of revision 7 differ by it.
+  const std::uint64_t changes = view.changes();
   EXPECT_EQ(view.Put(Member("b", 1), 7), Applied::kRepeated);
+  EXPECT_EQ(view.changes(), changes);
   EXPECT_EQ(view.Put(Member("c", 1), 7), Applied::kApplied);
+  EXPECT_EQ(view.changes(), changes + 1);
+  EXPECT_EQ(view.Table().value()->version(), 7u);
   EXPECT_EQ(view.resume_revision(), 5u);
   EXPECT_EQ(view.Delete("a", 1, 8), Applied::kApplied);
   EXPECT_EQ(view.resume_revision(), 7u) << "an event of 8: 7 is whole";

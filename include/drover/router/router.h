@@ -49,7 +49,8 @@ class Router {
   // Publishes a table of `endpoints` with the next version. On error nothing is published.
   Result<std::uint64_t> Update(std::vector<Endpoint> endpoints);
   // Publishes a table built elsewhere (a discovery snapshot), keeping its version -- the
-  // registry revision. FAILED_PRECONDITION, publishing nothing, unless it is newer than the last.
+  // registry revision. FAILED_PRECONDITION, publishing nothing, when it is older than the last;
+  // one of the same version replaces it (it holds more of that revision's events).
   Status Publish(std::shared_ptr<const RoutingTable> table);
 
   // The current snapshot; never null (version 0 is the initial empty table).
