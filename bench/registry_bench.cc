@@ -118,6 +118,7 @@ std::vector<std::shared_ptr<grpc::Channel>> Connect(const std::string& target, i
     grpc::ChannelArguments args;
     args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
     args.SetInt("drover.bench.connection", i);
+    args.SetMaxReceiveMessageSize(-1);  // a List of --instances can pass gRPC's 4 MiB
     channels.push_back(grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args));
   }
   for (auto& ch : channels) {

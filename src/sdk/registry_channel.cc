@@ -72,6 +72,10 @@ Result<std::shared_ptr<grpc::Channel>> NewRegistryChannel(const std::string& reg
   channel_args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   channel_args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
   channel_args.SetInt(GRPC_ARG_DNS_MIN_TIME_BETWEEN_RESOLUTIONS_MS, 500);
+  // A List or RESYNC of a large service is one message: over gRPC's 4 MiB default from about
+  // 40,000 plain instances (fewer with labels), which would leave the client with no view at
+  // all. The registry is trusted; the bound only stops a runaway answer.
+  channel_args.SetMaxReceiveMessageSize(kMaxRegistryAnswer);
   return grpc::CreateCustomChannel(ChannelTarget(target.address), credentials, channel_args);
 }
 

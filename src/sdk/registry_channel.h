@@ -13,7 +13,8 @@
 // one at a time and fails over to the next (sdk/registry_failover.h). A DNS name with several A
 // records is one endpoint whose addresses gRPC tries in turn, re-resolving the name on failure.
 // Every channel reconnects with gRPC's backoff capped at one second, so a registry that comes back
-// is reached again within about a second, not after gRPC's default of up to two minutes.
+// is reached again within about a second, not after gRPC's default of up to two minutes, and
+// takes answers up to kMaxRegistryAnswer (gRPC's default of 4 MiB is about 40,000 instances).
 #pragma once
 
 #include <memory>
@@ -30,6 +31,9 @@ class Channel;
 }  // namespace grpc
 
 namespace drover::sdk {
+
+// The largest answer a registry channel accepts (a List or RESYNC of a large service).
+inline constexpr int kMaxRegistryAnswer = 256 << 20;
 
 struct RegistryTarget {
   std::string address;  // host:port, for gRPC

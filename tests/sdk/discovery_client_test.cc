@@ -149,5 +149,25 @@ TEST_F(DiscoveryClientTest, ReadersOnEightThreadsSeeOnlyCompleteSnapshots) {
   EXPECT_EQ(client_->Snapshot()->table->size(), static_cast<std::size_t>(kInstances));
 }
 
+// A service whose List is larger than gRPC's default 4 MiB message limit (520 instances with 32
+// labels of the largest size each, about 5.5 MB): the client still gets its view.
+TEST_F(DiscoveryClientTest, AServiceLargerThanGrpcsDefaultMessageLimitIsStillSeen) {
+  constexpr int kInstances = 520;
+  registry::InstanceSpec spec = Spec(1);
+  for (int l = 0; l < 32; ++l) {
+    std::string key = "label-" + std::to_string(l);
+    key.resize(63, 'k');
+    spec.labels[key] = std::string(256, 'v');
+  }
+  for (int i = 0; i < kInstances; ++i) {
+    ASSERT_TRUE(registry_->Register("zone", "z" + std::to_string(i), spec).ok());
+  }
+  StartClient();
+  ASSERT_TRUE(client_->WaitForRevision(kInstances, 20s));
+  auto snapshot = client_->Snapshot();
+  ASSERT_TRUE(snapshot.ok()) << snapshot.status().ToString();
+  EXPECT_EQ(snapshot->table->size(), static_cast<std::size_t>(kInstances));
+}
+
 }  // namespace
 }  // namespace drover
