@@ -177,7 +177,7 @@ def main():
     parser.add_argument("--readme", default=os.path.join(os.path.dirname(__file__), "..",
                                                          "README.md"))
     parser.add_argument("--list", action="store_true", help="print the script, run nothing")
-    parser.add_argument("--timeout", type=float, default=840,
+    parser.add_argument("--timeout", type=float, default=900,
                         help="seconds for the whole run (below CTest's 900)")
     args = parser.parse_args()
     build = os.path.abspath(args.build)

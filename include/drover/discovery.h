@@ -76,6 +76,12 @@ struct DiscoverySnapshot {
   MonoTime heard_at{};     // when the registry last confirmed it (event, progress or list)
   bool connected = false;  // a watch stream is live
   bool degraded = false;   // the registry reported self-preservation for the service
+
+  // A later table than the one at `revision` holding `changes_then`: a newer revision, or more
+  // of it.
+  bool NewerThan(std::uint64_t revision, std::uint64_t changes_then) const {
+    return table->version() > revision || changes > changes_then;
+  }
 };
 
 // What the client has done so far, for tests, metrics and logs.

@@ -18,6 +18,7 @@
 #include "drover/cli.h"
 #include "net/http_client.h"
 #include "registry/model.h"
+#include "rollout/agent_client.h"
 
 namespace drover::cli {
 namespace {
@@ -263,12 +264,10 @@ void Watch(const CtlArgs& args) {
 // registered without one): what serves, which after a failed deploy is not the version last
 // deployed. Null when the list could not be read (the status goes on without it).
 nlohmann::json ServingVersions(const net::HttpClient& client, const std::string& service) {
-  const auto reply = client.Send("GET", "/v1/services/" + service + "/instances");
-  if (!reply.ok() || reply->status != 200) return nullptr;
-  const auto list = nlohmann::json::parse(reply->body, nullptr, false);
-  if (!list.is_object() || !list.contains("instances")) return nullptr;
+  const auto list = rollout::RegistryInstances(client, service);
+  if (!list.ok()) return nullptr;
   nlohmann::json count = nlohmann::json::object();
-  for (const auto& in : list["instances"]) {
+  for (const auto& in : *list) {
     if (in.value("state", "") != "READY") continue;
     const std::string version = in.value("version", "");
     count[version] = count.value(version, 0) + 1;

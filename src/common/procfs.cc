@@ -57,4 +57,19 @@ std::string CommandLine(int pid) {
   return line;
 }
 
+std::string EnvValue(int pid, std::string_view name) {
+  const std::string environ = Read(pid, "environ");
+  std::string_view rest = environ;
+  while (!rest.empty()) {
+    const std::size_t end = rest.find('\0');
+    const std::string_view entry = rest.substr(0, end);
+    if (entry.size() > name.size() && entry.starts_with(name) && entry[name.size()] == '=') {
+      return std::string(entry.substr(name.size() + 1));
+    }
+    if (end == std::string_view::npos) break;
+    rest.remove_prefix(end + 1);
+  }
+  return {};
+}
+
 }  // namespace drover::procfs

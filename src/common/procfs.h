@@ -32,4 +32,7 @@ std::optional<Stat> StatOf(int pid, std::optional<int> tid = std::nullopt);
 // The process's command line with its NUL separators as spaces ("" if gone).
 std::string CommandLine(int pid);
 
+// The value of `name` in the process's environment ("" if unset, unreadable or gone).
+std::string EnvValue(int pid, std::string_view name);
+
 }  // namespace drover::procfs

@@ -91,7 +91,7 @@ void Upstream::Run(std::stop_token stop) {
     discovery_->WaitForChange(version, changes, std::chrono::milliseconds(200));
     auto snapshot = discovery_->Snapshot();
     if (!snapshot.ok()) continue;
-    if (snapshot->table->version() > version || snapshot->changes > changes) {
+    if (snapshot->NewerThan(version, changes)) {
       version = snapshot->table->version();
       changes = snapshot->changes;
       Apply(snapshot->table);
@@ -232,10 +232,7 @@ void Upstream::PassedOwners(const UpstreamSnapshot& snapshot, std::uint64_t key_
   if (!hot_keys_.enabled()) return;
   // A rank never passes the last owner: the picker's key-eligible members, counted when it was
   // built (no walk of the table per keyed pick).
-  const router::RouterSnapshot& pickers = *snapshot.router;
-  const std::size_t members = pickers.maglev ? pickers.maglev->members()
-                              : pickers.ring ? pickers.ring->members()
-                                             : 0;
+  const std::size_t members = router::KeyMembers(*snapshot.router);
   const std::uint32_t rank = hot_keys_.Rank(key_hash, static_cast<std::uint32_t>(members), random);
   for (std::uint32_t r = 0; r < rank; ++r) {
     const Result<std::size_t> owner = router::PickRanked(*snapshot.router, key_hash, r);

@@ -53,12 +53,13 @@ Status Connect(beast::tcp_stream& stream, const std::string& peer, const std::st
   tcp::resolver resolver(stream.get_executor());
   const auto endpoints = resolver.resolve(host, port, ec);
   if (ec) return Unreachable(peer, host, port, ec.message());
-  stream.expires_after(std::min(timeout, kConnectTimeout));
+  const std::chrono::seconds connect_within = std::min(timeout, kConnectTimeout);
+  stream.expires_after(connect_within);
   stream.connect(endpoints, ec);
   if (ec == beast::error::timeout) {
-    return Unreachable(peer, host, port,
-                       "no answer to a connect within " +
-                           std::to_string(std::min(timeout, kConnectTimeout).count()) + " s");
+    return Unreachable(
+        peer, host, port,
+        "no answer to a connect within " + std::to_string(connect_within.count()) + " s");
   }
   if (ec) return Unreachable(peer, host, port, ec.message());
   stream.expires_after(timeout);

@@ -38,6 +38,10 @@ std::string PrefixEnd(std::string prefix) {
   return std::string(1, '\0');  // every key
 }
 
+// A commit whose compares did not hold.
+constexpr const char* kLostCompare =
+    "precondition failed: another registry process changed the row";
+
 Status FromGrpc(const grpc::Status& s, const std::string& what) {
   StatusCode code = static_cast<StatusCode>(s.error_code());
   // etcd's own refusals that a retry elsewhere may cure are reported as unavailable.
@@ -270,6 +274,14 @@ struct EtcdStore::Impl {
         .count();
   }
 
+  // A Txn sent with Retry; the failure names `what`.
+  Result<pb::TxnResponse> SendTxn(const pb::TxnRequest& req, std::string_view what) const {
+    pb::TxnResponse resp;
+    const grpc::Status s =
+        Retry([&](grpc::ClientContext& ctx) { return kv()->Txn(&ctx, req, &resp); });
+    if (!s.ok()) return FromGrpc(s, std::string(what));
+    return resp;
+  }
   // The compares and operations of one commit, added to `req` (without `last`).
   void FillTxn(const std::vector<Write>& writes, pb::TxnRequest& req) const;
   Result<std::uint64_t> Txn(const std::vector<Write>& writes, bool as_expirer);
@@ -355,15 +367,11 @@ Result<std::uint64_t> EtcdStore::Impl::Txn(const std::vector<Write>& writes, boo
   }
   FillTxn(writes, req);
   MarkLast(req);
-  pb::TxnResponse resp;
-  const grpc::Status s =
-      Retry([&](grpc::ClientContext& ctx) { return kv()->Txn(&ctx, req, &resp); });
-  if (!s.ok()) return FromGrpc(s, "txn");
+  DROVER_ASSIGN_OR_RETURN(const pb::TxnResponse resp, SendTxn(req, "txn"));
   if (!resp.succeeded()) {
-    return AbortedError(as_expirer
-                            ? "precondition failed: a row changed, or this process is no longer "
-                              "the expirer"
-                            : "precondition failed: another registry process changed the row");
+    return AbortedError(as_expirer ? "precondition failed: a row changed, or this process is no "
+                                     "longer the expirer"
+                                   : kLostCompare);
   }
   return static_cast<std::uint64_t>(resp.header().revision());
 }
@@ -380,10 +388,8 @@ Status EtcdStore::Impl::TxnOfSets(const std::vector<std::vector<Write>>& batch, 
   for (std::size_t i = from; i < to; ++i)
     FillTxn(batch[i], *req.add_success()->mutable_request_txn());
   MarkLast(req);
-  pb::TxnResponse resp;
-  const grpc::Status s =
-      Retry([&](grpc::ClientContext& ctx) { return kv()->Txn(&ctx, req, &resp); });
-  if (!s.ok()) return FromGrpc(s, "txn of " + std::to_string(to - from) + " commits");
+  DROVER_ASSIGN_OR_RETURN(const pb::TxnResponse resp,
+                          SendTxn(req, "txn of " + std::to_string(to - from) + " commits"));
   if (resp.responses_size() < static_cast<int>(to - from)) {
     return InternalError("etcd answered a txn of " + std::to_string(to - from) + " commits with " +
                          std::to_string(resp.responses_size()) + " responses");
@@ -393,8 +399,7 @@ Status EtcdStore::Impl::TxnOfSets(const std::vector<std::vector<Write>>& batch, 
     if (resp.responses(static_cast<int>(i)).response_txn().succeeded()) {
       results.emplace_back(revision);
     } else {
-      results.emplace_back(
-          AbortedError("precondition failed: another registry process changed the row"));
+      results.emplace_back(AbortedError(kLostCompare));
     }
   }
   return Status::Ok();
@@ -924,10 +929,7 @@ Status EtcdStore::PruneTombstones(const std::vector<Tombstone>& expired) {
     req.add_success()->mutable_request_delete_range()->set_key(
         impl_->TombstoneKey(t.service, t.id));
     impl_->MarkLast(req);
-    pb::TxnResponse resp;
-    const grpc::Status s =
-        impl_->Retry([&](grpc::ClientContext& ctx) { return impl_->kv()->Txn(&ctx, req, &resp); });
-    if (!s.ok()) return FromGrpc(s, "prune tombstone");
+    DROVER_ASSIGN_OR_RETURN(const pb::TxnResponse resp, impl_->SendTxn(req, "prune tombstone"));
     last = std::max(last, static_cast<std::uint64_t>(resp.header().revision()));
   }
   // Back from here, this process's view no longer has them: a register right after must not
@@ -1166,10 +1168,7 @@ Result<std::uint64_t> EtcdStore::PutDeploy(const StoredDeploy& deploy,
   } else if (!deploy.active && held == deploy.id) {
     req.add_success()->mutable_request_delete_range()->set_key(active_key);
   }
-  pb::TxnResponse resp;
-  const grpc::Status s =
-      impl_->Retry([&](grpc::ClientContext& ctx) { return impl_->kv()->Txn(&ctx, req, &resp); });
-  if (!s.ok()) return FromGrpc(s, "put deploy");
+  DROVER_ASSIGN_OR_RETURN(const pb::TxnResponse resp, impl_->SendTxn(req, "put deploy"));
   if (!resp.succeeded()) {
     return AbortedError("deploy " + deploy.id + " or the running deploy of " + deploy.service +
                         " changed concurrently; read it again");

@@ -338,10 +338,6 @@ Registry::PlannedGroup Registry::PlanGroup(const std::vector<PendingWrite>& batc
       answers[i] = plan.status();
       continue;
     }
-    if (plan->as_expirer) {  // expiry commits itself (ExpireLeases), fenced on the role
-      answers[i] = InternalError("registry: an expiry cannot be queued as a write");
-      continue;
-    }
     if (plan->writes.empty()) {
       answers[i] = revision_;
       continue;
@@ -958,8 +954,7 @@ std::vector<Registry::Plan> Registry::PlanExpiry(MonoTime now, SystemTime system
       continue;
     }
     svc.degraded = false;
-    Plan plan;
-    plan.as_expirer = true;
+    Plan plan;  // committed by ExpireLeases, fenced on the expirer role
     for (const Instance* in : lapsed) {
       Tombstone t;
       t.service = name;

@@ -238,7 +238,6 @@ class Registry final : private StoreListener {
   // the plan renewed the lease instead).
   struct Plan {
     std::vector<Write> writes;
-    bool as_expirer = false;
   };
   using Planner = std::function<Result<Plan>(MonoTime now, SystemTime system_now)>;
   // A write in the queue.

@@ -16,7 +16,6 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
-#include <sstream>
 #include <thread>
 
 #include "common/child_process.h"
@@ -40,14 +39,7 @@ std::string Substitute(const std::string& text, const LaunchSpec& spec) {
 }
 
 // The value of DROVER_INSTANCE_ID in a live process's environment ("" if unreadable).
-std::string InstanceIdOf(int pid) {
-  std::istringstream in(procfs::Read(pid, "environ"));
-  std::string entry;
-  while (std::getline(in, entry, '\0')) {
-    if (entry.rfind("DROVER_INSTANCE_ID=", 0) == 0) return entry.substr(19);
-  }
-  return {};
-}
+std::string InstanceIdOf(int pid) { return procfs::EnvValue(pid, "DROVER_INSTANCE_ID"); }
 
 bool Alive(int pid) { return pid > 0 && ::kill(pid, 0) == 0; }
 

@@ -23,6 +23,12 @@ Result<std::size_t> KeyOwner(const RouterSnapshot& snapshot, std::uint64_t key_h
   return FailedPreconditionError("KeyOwner: the snapshot has no ring or Maglev table");
 }
 
+std::size_t KeyMembers(const RouterSnapshot& snapshot) {
+  if (snapshot.maglev) return snapshot.maglev->members();
+  if (snapshot.ring) return snapshot.ring->members();
+  return 0;
+}
+
 KeyMigration::KeyMigration(std::shared_ptr<const RouterSnapshot> from,
                            std::shared_ptr<const RouterSnapshot> to, std::uint32_t steps)
     : from_(std::move(from)), to_(std::move(to)), steps_(std::max<std::uint32_t>(steps, 1)) {

@@ -62,8 +62,17 @@ struct DiscoveryClient::Impl {
   bool outage_logged = false;  // one warning per outage, not one per retry
 
   router::Published<DiscoverySnapshot> published;
-  mutable Mutex published_mu;  // with published_cv: WaitForRevision
+  mutable Mutex published_mu;  // with published_cv: the Wait* calls
   mutable CondVar published_cv;
+  // Waits until a published snapshot satisfies `done` (false after `timeout`).
+  template <typename Done>
+  bool WaitUntil(std::chrono::milliseconds timeout, Done done) const {
+    MutexLock lock(published_mu);
+    return published_cv.WaitFor(published_mu, timeout, [&] {
+      auto snapshot = published.Load();
+      return snapshot && done(*snapshot);
+    });
+  }
 
   // Why the registry has not answered, for Snapshot() before the first answer.
   void NoteFailure(std::size_t index, const grpc::Status& status);
@@ -429,19 +438,15 @@ Duration DiscoveryClient::Age() const {
 
 bool DiscoveryClient::WaitForRevision(std::uint64_t revision,
                                       std::chrono::milliseconds timeout) const {
-  MutexLock lock(impl_->published_mu);
-  return impl_->published_cv.WaitFor(impl_->published_mu, timeout, [&] {
-    auto snapshot = impl_->published.Load();
-    return snapshot && snapshot->table->version() >= revision;
+  return impl_->WaitUntil(timeout, [&](const DiscoverySnapshot& snapshot) {
+    return snapshot.table->version() >= revision;
   });
 }
 
 bool DiscoveryClient::WaitForChange(std::uint64_t revision, std::uint64_t changes,
                                     std::chrono::milliseconds timeout) const {
-  MutexLock lock(impl_->published_mu);
-  return impl_->published_cv.WaitFor(impl_->published_mu, timeout, [&] {
-    auto snapshot = impl_->published.Load();
-    return snapshot && (snapshot->table->version() > revision || snapshot->changes > changes);
+  return impl_->WaitUntil(timeout, [&](const DiscoverySnapshot& snapshot) {
+    return snapshot.NewerThan(revision, changes);
   });
 }
 

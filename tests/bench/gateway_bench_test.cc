@@ -3,27 +3,13 @@
 // figure. Speed and memory are not checked here.
 #include <gtest/gtest.h>
 
-#include <deque>
-#include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "testing/file_tail.h"
 #include "testing/run_command.h"
 #include "testing/temp_dir.h"
 
 namespace {
-
-// The last `n` lines of the file at `path`.
-std::string LastLines(const std::string& path, std::size_t n) {
-  std::ifstream in(path);
-  std::deque<std::string> lines;
-  for (std::string line; std::getline(in, line);) {
-    lines.push_back(std::move(line));
-    if (lines.size() > n) lines.pop_front();
-  }
-  std::string out;
-  for (const auto& line : lines) out += line + "\n";
-  return out;
-}
 
 TEST(GatewayBenchTest, EveryProxyCarriesEverySession) {
   // The report is stdout; what the bench and its peers log goes to a file, shown on a failure.
@@ -35,7 +21,7 @@ TEST(GatewayBenchTest, EveryProxyCarriesEverySession) {
           " --http-connections 4 --http-seconds 1 --idle-sessions 200 --idle-http-clients 200 2>" +
           log + ")",
       /*with_stderr=*/false);
-  ASSERT_EQ(run.exit_code, 0) << run.out << "\nstderr:\n" << LastLines(log, 40);
+  ASSERT_EQ(run.exit_code, 0) << run.out << "\nstderr:\n" << drover::testing::Tail(log, 40);
   const auto start = run.out.find('{');
   ASSERT_NE(start, std::string::npos) << run.out;
   const auto report = nlohmann::json::parse(run.out.substr(start), nullptr, false);

@@ -32,6 +32,30 @@ TEST(ProcfsTest, ListsThisProcessAndItsThreads) {
   EXPECT_NE(CommandLine(::getpid()).find("common_test"), std::string::npos);
 }
 
+TEST(ProcfsTest, ReadsOneVariableOfAProcesssEnvironment) {
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    char a[] = "DROVER_X=1", b[] = "DROVER_INSTANCE_ID_NOT=2", c[] = "DROVER_INSTANCE_ID=zone-v2-1";
+    char* env[] = {a, b, c, nullptr};
+    char sleep[] = "sleep", seconds[] = "5";
+    char* argv[] = {sleep, seconds, nullptr};
+    ::execve("/bin/sleep", argv, env);
+    ::_exit(127);
+  }
+  std::string id;  // (before the exec the child still has this process's environment)
+  for (int i = 0; i < 500 && id.empty(); ++i) {
+    id = EnvValue(child, "DROVER_INSTANCE_ID");
+    if (id.empty()) ::usleep(10'000);
+  }
+  EXPECT_EQ(id, "zone-v2-1");
+  EXPECT_EQ(EnvValue(child, "DROVER_X"), "1");
+  EXPECT_EQ(EnvValue(child, "DROVER"), "");
+  ::kill(child, SIGKILL);
+  ASSERT_EQ(::waitpid(child, nullptr, 0), child);
+  EXPECT_EQ(EnvValue(child, "DROVER_X"), "");
+}
+
 TEST(ProcfsTest, ParsesAStatWhoseNameHoldsSpacesAndParentheses) {
   int ready[2];
   ASSERT_EQ(::pipe(ready), 0);

@@ -18,7 +18,6 @@
 
 #include "common/procfs.h"
 #include "testing/eventually.h"
-#include "testing/processes.h"
 #include "testing/temp_dir.h"
 
 namespace drover::rollout {
@@ -47,7 +46,7 @@ std::vector<Proc> InstanceProcesses() {
   for (const int pid : procfs::Pids()) {
     const auto stat = procfs::StatOf(pid);
     if (!stat || stat->state == 'Z') continue;
-    std::string instance = testing::InstanceIdOf(pid);
+    std::string instance = procfs::EnvValue(pid, "DROVER_INSTANCE_ID");
     if (!instance.empty()) out.push_back(Proc{pid, stat->pgrp, std::move(instance)});
   }
   return out;

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "testing/child_process.h"
+#include "testing/file_tail.h"
 #include "testing/free_port.h"
 #include "testing/http_client.h"
 #include "testing/temp_dir.h"
@@ -128,19 +129,6 @@ inline std::string Base64(const std::string& in) {
         static_cast<unsigned char>(in[i]) << 16 | static_cast<unsigned char>(in[i + 1]) << 8;
     out += {kAlphabet[n >> 18], kAlphabet[(n >> 12) & 63], kAlphabet[(n >> 6) & 63], '='};
   }
-  return out;
-}
-
-inline std::string Tail(const std::string& path, std::size_t lines) {
-  std::ifstream in(path);
-  std::deque<std::string> last;
-  std::string line;
-  while (std::getline(in, line)) {
-    last.push_back(line);
-    if (last.size() > lines) last.pop_front();
-  }
-  std::string out;
-  for (const auto& l : last) out += l + "\n";
   return out;
 }
 
@@ -371,8 +359,7 @@ class EtcdCluster {
       if (!WaitReady(i, deadline)) {
         for (int j = 0; j < size(); ++j) {
           bind_failed_ = bind_failed_ ||
-                         etcd_internal::Tail(log_path(j), 200).find("address already in use") !=
-                             std::string::npos;
+                         Tail(log_path(j), 200).find("address already in use") != std::string::npos;
         }
         error_ = "EtcdCluster: member m" + std::to_string(i) + " of " + std::to_string(size()) +
                  (alive(i) ? " not ready within " + std::to_string(kStartTimeout.count()) + " s"
@@ -469,7 +456,7 @@ class EtcdCluster {
              : WIFSIGNALED(status) ? "killed by signal " + std::to_string(WTERMSIG(status))
                                    : "wait status " + std::to_string(status);
     }
-    const std::string tail = etcd_internal::Tail(log_path(i), 20);
+    const std::string tail = Tail(log_path(i), 20);
     out += tail.empty() ? ", empty log " + log_path(i)
                         : "; last lines of " + log_path(i) + ":\n" + tail;
     return out;

@@ -4,23 +4,12 @@
 
 #include <sys/types.h>
 
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include "common/procfs.h"
 
 namespace drover::testing {
-
-// DROVER_INSTANCE_ID from the environment of process `pid` ("" if none or gone).
-inline std::string InstanceIdOf(int pid) {
-  std::istringstream environ(procfs::Read(pid, "environ"));
-  std::string var;
-  while (std::getline(environ, var, '\0')) {
-    if (var.rfind("DROVER_INSTANCE_ID=", 0) == 0) return var.substr(19);
-  }
-  return {};
-}
 
 struct ProcessInfo {
   pid_t pid = 0;
@@ -44,7 +33,7 @@ inline std::vector<ProcessInfo> ProcessesWith(const std::string& marker) {
     if (!stat || stat->state == 'Z' || stat->state == 'X') continue;  // gone or going
     p.state = stat->state;
     p.ppid = stat->ppid;
-    p.instance_id = InstanceIdOf(pid);
+    p.instance_id = procfs::EnvValue(pid, "DROVER_INSTANCE_ID");
     found.push_back(std::move(p));
   }
   return found;

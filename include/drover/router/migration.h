@@ -57,5 +57,7 @@ class KeyMigration {
 
 // The key's owner in a snapshot (Maglev when built, else the ring).
 Result<std::size_t> KeyOwner(const RouterSnapshot& snapshot, std::uint64_t key_hash);
+// The members a key can land on in that table, counted when it was built (0 without one).
+std::size_t KeyMembers(const RouterSnapshot& snapshot);
 
 }  // namespace drover::router
