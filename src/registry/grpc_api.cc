@@ -711,7 +711,11 @@ class WatchPump {
     ready_.push_back(call);
     if (alarm_set_ || stopped_) return;
     alarm_set_ = true;
-    alarm_.Set(cq_.get(), gpr_now(GPR_CLOCK_MONOTONIC), &wake_);
+    // A deadline already past fires at once, on this thread (the alarm's completion is queued
+    // and the pump kicked). "Now" would be rounded up to the next millisecond and left to gRPC's
+    // timer thread: measured at 1,000 watchers, 0.4 ms to wake the pump at the median and 3-4.5
+    // ms at p90, against 0.13-0.28 and 0.8-3.2 ms this way.
+    alarm_.Set(cq_.get(), gpr_inf_past(GPR_CLOCK_MONOTONIC), &wake_);
   }
 
   void OnWake() {
