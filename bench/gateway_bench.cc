@@ -169,19 +169,6 @@ std::vector<int> ProcessTree(pid_t pid) {
   return tree;
 }
 
-// A `/proc/.../status` field's number ("VmRSS:", "nonvoluntary_ctxt_switches:"); 0 if absent.
-std::uint64_t StatusField(int pid, std::string_view field, std::optional<int> tid = std::nullopt) {
-  std::istringstream status(drover::procfs::Read(pid, "status", tid));
-  std::string line;
-  while (std::getline(status, line)) {
-    if (!line.starts_with(field)) continue;
-    std::uint64_t value = 0;
-    std::istringstream(line.substr(field.size())) >> value;
-    return value;
-  }
-  return 0;
-}
-
 // What the scheduler did with a proxy's threads (all of them, with its direct children's), read
 // from /proc before and after a measured run: CPU time, time spent runnable but waiting for a
 // CPU, and how often a thread was switched out while it could still run (preempted). Per thread,
@@ -201,7 +188,8 @@ struct SchedCounters {
         SchedCounters c;
         std::istringstream schedstat(drover::procfs::Read(proc, "schedstat", tid));
         if (!(schedstat >> c.cpu_ns >> c.wait_ns)) continue;  // ended meanwhile
-        c.preempted = StatusField(proc, "nonvoluntary_ctxt_switches:", tid);
+        c.preempted =
+            drover::procfs::StatusField(proc, "nonvoluntary_ctxt_switches", tid).value_or(0);
         threads[{proc, tid}] = c;
       }
     }
@@ -591,7 +579,8 @@ int ConnectLoopback(std::uint16_t port) {
 // Resident KiB of `pid` and its direct children.
 std::uint64_t TreeRssKb(pid_t pid) {
   std::uint64_t total = 0;
-  for (const int proc : ProcessTree(pid)) total += StatusField(proc, "VmRSS:");
+  for (const int proc : ProcessTree(pid))
+    total += drover::procfs::StatusField(proc, "VmRSS").value_or(0);
   return total;
 }
 

@@ -40,6 +40,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/procfs.h"
 #include "drover/cli.h"
 #include "drover/registry/v1/registry.grpc.pb.h"
 #include "etcd/etcdserverpb/rpc.grpc.pb.h"
@@ -696,15 +697,7 @@ pb::RegisterRequest Registration(std::uint64_t i) {
 
 // A process's resident memory, in bytes (VmRSS).
 double RssBytes(pid_t pid) {
-  std::FILE* f = std::fopen(("/proc/" + std::to_string(pid) + "/status").c_str(), "r");
-  if (f == nullptr) return 0;
-  char line[256];
-  double kb = 0;
-  while (std::fgets(line, sizeof line, f) != nullptr) {
-    if (std::sscanf(line, "VmRSS: %lf kB", &kb) == 1) break;
-  }
-  std::fclose(f);
-  return kb * 1024;
+  return static_cast<double>(drover::procfs::StatusField(pid, "VmRSS").value_or(0)) * 1024;
 }
 
 // One counter from the registry's /metrics (0 when absent).

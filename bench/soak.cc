@@ -26,6 +26,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/procfs.h"
 #include "drover/cli.h"
 #include "testing/child_process.h"
 #include "testing/line_client.h"
@@ -56,17 +57,8 @@ struct Sample {
 };
 
 long RssKb(pid_t pid) {
-  std::ifstream status("/proc/" + std::to_string(pid) + "/status");
-  std::string key;
-  while (status >> key) {
-    if (key == "VmRSS:") {
-      long kb = 0;
-      status >> kb;
-      return kb;
-    }
-    status.ignore(1 << 12, '\n');
-  }
-  return -1;
+  const auto kb = drover::procfs::StatusField(pid, "VmRSS");
+  return kb ? static_cast<long>(*kb) : -1;
 }
 
 long OpenFds(pid_t pid) {

@@ -57,6 +57,26 @@ std::string CommandLine(int pid) {
   return line;
 }
 
+std::optional<std::uint64_t> StatusField(int pid, std::string_view name, std::optional<int> tid) {
+  const std::string status = Read(pid, "status", tid);
+  std::string_view rest = status;
+  while (!rest.empty()) {
+    const std::size_t end = rest.find('\n');
+    std::string_view line = rest.substr(0, end);
+    if (line.size() > name.size() && line.starts_with(name) && line[name.size()] == ':') {
+      line.remove_prefix(name.size() + 1);
+      while (!line.empty() && (line.front() == ' ' || line.front() == '\t')) line.remove_prefix(1);
+      std::uint64_t value = 0;
+      const auto [next, error] = std::from_chars(line.data(), line.data() + line.size(), value);
+      if (error != std::errc{} || next == line.data()) return std::nullopt;
+      return value;
+    }
+    if (end == std::string_view::npos) break;
+    rest.remove_prefix(end + 1);
+  }
+  return std::nullopt;
+}
+
 std::string EnvValue(int pid, std::string_view name) {
   const std::string environ = Read(pid, "environ");
   std::string_view rest = environ;

@@ -3,6 +3,7 @@
 // throws for that: what is gone is simply not listed, or reads as empty.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -28,6 +29,12 @@ struct Stat {
   int pgrp = 0;
 };
 std::optional<Stat> StatOf(int pid, std::optional<int> tid = std::nullopt);
+
+// The number a line of /proc/<pid>/status (or of a thread's, given `tid`) gives `name`
+// ("VmRSS" -> its kB, "nonvoluntary_ctxt_switches"); nullopt if the line is absent or the
+// process gone.
+std::optional<std::uint64_t> StatusField(int pid, std::string_view name,
+                                         std::optional<int> tid = std::nullopt);
 
 // The process's command line with its NUL separators as spaces ("" if gone).
 std::string CommandLine(int pid);

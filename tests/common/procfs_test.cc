@@ -32,6 +32,17 @@ TEST(ProcfsTest, ListsThisProcessAndItsThreads) {
   EXPECT_NE(CommandLine(::getpid()).find("common_test"), std::string::npos);
 }
 
+TEST(ProcfsTest, ReadsANumberFromAProcesssStatus) {
+  const auto rss = StatusField(::getpid(), "VmRSS");
+  ASSERT_TRUE(rss.has_value());
+  EXPECT_GT(*rss, 100u) << "kB";
+  EXPECT_EQ(StatusField(::getpid(), "Threads"), Tasks(::getpid()).size());
+  EXPECT_TRUE(StatusField(::getpid(), "nonvoluntary_ctxt_switches", ::gettid()).has_value());
+  EXPECT_FALSE(StatusField(::getpid(), "VmRS").has_value()) << "a prefix of a name is not the name";
+  EXPECT_FALSE(StatusField(::getpid(), "Name").has_value()) << "not a number";
+  EXPECT_FALSE(StatusField(::getpid(), "NoSuchField").has_value());
+}
+
 TEST(ProcfsTest, ReadsOneVariableOfAProcesssEnvironment) {
   const pid_t child = ::fork();
   ASSERT_GE(child, 0);
@@ -84,6 +95,7 @@ TEST(ProcfsTest, ParsesAStatWhoseNameHoldsSpacesAndParentheses) {
   EXPECT_FALSE(StatOf(child).has_value());
   EXPECT_TRUE(Tasks(child).empty());
   EXPECT_EQ(Read(child, "status"), "");
+  EXPECT_FALSE(StatusField(child, "VmRSS").has_value());
   EXPECT_EQ(CommandLine(child), "");
   EXPECT_FALSE(Contains(Pids(), child));
 }
