@@ -97,9 +97,6 @@ Result<DeploySpec> DeploySpecOf(const DeployRequest& request) {
   if (!request.canary.empty()) {
     DROVER_ASSIGN_OR_RETURN(spec.canary, ParseAmount(request.canary, "--canary"));
   }
-  DROVER_RETURN_IF_ERROR(
-      ResolveBudget(Strategy{spec.instances, spec.max_surge, spec.max_unavailable, spec.canary})
-          .status());
   if (!request.agents.empty() && !request.agent.empty()) {
     return InvalidArgumentError("give --agent URLs or an --agents selector, not both");
   }
@@ -111,10 +108,8 @@ Result<DeploySpec> DeploySpecOf(const DeployRequest& request) {
   spec.gate.check_delay = std::chrono::milliseconds(request.check_delay_ms);
   spec.gate.progress_deadline = std::chrono::milliseconds(request.progress_deadline_ms);
   spec.stop_grace = std::chrono::milliseconds(request.stop_grace_ms);
-  DROVER_RETURN_IF_ERROR(ValidateGateOptions(spec.gate));
-  // The names and command as the deployer will check them: bad usage, told before anything runs.
-  DROVER_RETURN_IF_ERROR(ValidateLaunchSpec(LaunchSpec{
-      spec.service, spec.service + "-" + spec.version, spec.version, spec.argv, spec.env}));
+  // As the deployer will check it: bad usage, told before anything runs.
+  DROVER_RETURN_IF_ERROR(ValidateDeploySpec(spec));
   return spec;
 }
 

@@ -23,16 +23,6 @@ std::string Join(const std::vector<std::string>& ids) {
 }
 
 // Why the spec cannot be deployed at all, or nullopt.
-std::optional<std::string> SpecError(const DeploySpec& spec) {
-  if (Status s = ValidateLaunchSpec(LaunchSpec{spec.service, spec.service + "-" + spec.version,
-                                               spec.version, spec.argv, spec.env});
-      !s.ok() || spec.instances < 1) {
-    return s.ok() ? "instances must be at least 1" : s.message();
-  }
-  if (Status s = ValidateGateOptions(spec.gate); !s.ok()) return s.message();
-  return std::nullopt;
-}
-
 // The launch of the n-th new instance: its id, and the command line and environment as given
 // ("{port}", "{health_port}" and "{host}" are filled by the agent that runs it, on its host).
 LaunchSpec LaunchOf(const DeploySpec& spec, std::size_t n) {
@@ -50,6 +40,15 @@ std::int64_t Ms(Duration d) {
 }
 
 }  // namespace
+
+Status ValidateDeploySpec(const DeploySpec& spec) {
+  DROVER_RETURN_IF_ERROR(ValidateLaunchSpec(LaunchSpec{
+      spec.service, spec.service + "-" + spec.version, spec.version, spec.argv, spec.env}));
+  DROVER_RETURN_IF_ERROR(
+      ResolveBudget(Strategy{spec.instances, spec.max_surge, spec.max_unavailable, spec.canary})
+          .status());
+  return ValidateGateOptions(spec.gate);
+}
 
 json DeploySpecToJson(const DeploySpec& spec) {
   return {{"service", spec.service},
@@ -627,8 +626,8 @@ DeployOutcome Deployer::Run(const DeploySpec& spec, std::stop_token stop, std::s
   DeployOutcome out = Begin(spec);
   // Until the first batch starts, a failure has changed nothing.
   out.nothing_changed = true;
-  if (std::optional<std::string> invalid = SpecError(spec)) {
-    return Finish(std::move(out), Verdict::kFail, *std::move(invalid));
+  if (Status invalid = ValidateDeploySpec(spec); !invalid.ok()) {
+    return Finish(std::move(out), Verdict::kFail, invalid.message());
   }
   auto budget =
       ResolveBudget(Strategy{spec.instances, spec.max_surge, spec.max_unavailable, spec.canary});

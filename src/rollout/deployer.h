@@ -62,6 +62,12 @@ struct DeploySpec {
   Duration controller_lease = std::chrono::seconds(10);
 };
 
+// INVALID_ARGUMENT when the spec could never deploy: names and command as an agent would refuse
+// them, fewer than one instance, a surge/unavailable/canary budget that replaces nothing, or gate
+// timings that cannot judge. `drover deploy` asks before anything runs; the deployer asks again,
+// since a spec also comes from a stored record or the library.
+Status ValidateDeploySpec(const DeploySpec& spec);
+
 // The spec as the deploy record keeps it (durations in ms), for a controller that resumes it.
 nlohmann::json DeploySpecToJson(const DeploySpec& spec);
 Result<DeploySpec> DeploySpecFromJson(const nlohmann::json& j);

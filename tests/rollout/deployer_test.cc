@@ -218,6 +218,38 @@ TEST_F(DeployerTest, GateTimingsThatCannotJudgeAreRefused) {
   EXPECT_THAT(Run(spec).reason, HasSubstr("must be at least the check delay"));
 }
 
+// One check for `drover deploy` (before anything runs) and for the deployer (a spec from a record
+// or the library): each kind of spec that could never deploy is refused, with what is wrong.
+TEST_F(DeployerTest, ASpecThatCouldNeverDeployIsRefusedSayingWhy) {
+  EXPECT_TRUE(ValidateDeploySpec(Spec("v2")).ok());
+  const auto refused = [](DeploySpec spec, const std::string& why) {
+    const Status s = ValidateDeploySpec(spec);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << why;
+    EXPECT_THAT(s.message(), HasSubstr(why));
+  };
+  DeploySpec spec = Spec("v2");
+  spec.instances = 0;
+  refused(spec, "instances must be at least 1");
+  spec = Spec("v2");
+  spec.max_surge = Amount{0, false};
+  spec.max_unavailable = Amount{0, false};
+  refused(spec, "no instance could ever be replaced");
+  spec = Spec("v2");
+  spec.argv.clear();
+  refused(spec, "no command to run");
+  spec = Spec("v2");
+  spec.gate.progress_deadline = 30ms;
+  refused(spec, "progress deadline");
+  // The deployer asks too, before it touches anything.
+  spec = Spec("v2");
+  spec.max_surge = Amount{0, false};
+  spec.max_unavailable = Amount{0, false};
+  const DeployOutcome out = Run(spec);
+  EXPECT_EQ(out.verdict, Verdict::kFail);
+  EXPECT_THAT(out.reason, HasSubstr("no instance could ever be replaced"));
+  EXPECT_EQ(platform_.calls().size(), 2u);  // nothing started
+}
+
 TEST_F(DeployerTest, NoDataSaysWhyInTheReason) {
   registry_up_ = false;
   DeploySpec spec = Spec("v2");
