@@ -579,8 +579,9 @@ int ConnectLoopback(std::uint16_t port) {
 // Resident KiB of `pid` and its direct children.
 std::uint64_t TreeRssKb(pid_t pid) {
   std::uint64_t total = 0;
-  for (const int proc : ProcessTree(pid))
+  for (const int proc : ProcessTree(pid)) {
     total += drover::procfs::StatusField(proc, "VmRSS").value_or(0);
+  }
   return total;
 }
 
