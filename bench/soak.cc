@@ -61,14 +61,10 @@ long RssKb(pid_t pid) {
   return kb ? static_cast<long>(*kb) : -1;
 }
 
+// -1 once the process is gone (a daemon always holds some).
 long OpenFds(pid_t pid) {
-  std::error_code ec;
-  long n = 0;
-  for (auto it = std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/fd", ec);
-       !ec && it != std::filesystem::directory_iterator(); it.increment(ec)) {
-    ++n;
-  }
-  return ec ? -1 : n;
+  const std::size_t n = drover::procfs::Fds(pid).size();
+  return n == 0 ? -1 : static_cast<long>(n);
 }
 
 // Least-squares slope of RSS in MB per minute.

@@ -32,6 +32,8 @@ std::vector<int> Pids() { return NumericEntries("/proc"); }
 
 std::vector<int> Tasks(int pid) { return NumericEntries("/proc/" + std::to_string(pid) + "/task"); }
 
+std::vector<int> Fds(int pid) { return NumericEntries("/proc/" + std::to_string(pid) + "/fd"); }
+
 std::string Read(int pid, std::string_view file, std::optional<int> tid) {
   std::string path = "/proc/" + std::to_string(pid);
   if (tid) path += "/task/" + std::to_string(*tid);

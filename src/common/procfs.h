@@ -17,6 +17,10 @@ std::vector<int> Pids();
 // The thread ids of process `pid`; empty once it is gone.
 std::vector<int> Tasks(int pid);
 
+// The open file descriptors of process `pid` (the listing's own among them when `pid` is this
+// process); empty once it is gone.
+std::vector<int> Fds(int pid);
+
 // The whole of /proc/<pid>/<file>, or of /proc/<pid>/task/<tid>/<file> given `tid`; "" if the
 // process (or thread) is gone or the file cannot be read. `file` may name a subpath ("stat").
 std::string Read(int pid, std::string_view file, std::optional<int> tid = std::nullopt);

@@ -32,6 +32,16 @@ TEST(ProcfsTest, ListsThisProcessAndItsThreads) {
   EXPECT_NE(CommandLine(::getpid()).find("common_test"), std::string::npos);
 }
 
+TEST(ProcfsTest, ListsAProcesssOpenDescriptors) {
+  int pipe_fds[2];
+  ASSERT_EQ(::pipe(pipe_fds), 0);
+  const std::vector<int> open = Fds(::getpid());
+  EXPECT_TRUE(Contains(open, pipe_fds[0]) && Contains(open, pipe_fds[1]));
+  ::close(pipe_fds[0]);
+  ::close(pipe_fds[1]);
+  EXPECT_FALSE(Contains(Fds(::getpid()), pipe_fds[1]));
+}
+
 TEST(ProcfsTest, ReadsANumberFromAProcesssStatus) {
   const auto rss = StatusField(::getpid(), "VmRSS");
   ASSERT_TRUE(rss.has_value());
@@ -94,6 +104,7 @@ TEST(ProcfsTest, ParsesAStatWhoseNameHoldsSpacesAndParentheses) {
   // Reaped: gone everywhere, and nothing throws.
   EXPECT_FALSE(StatOf(child).has_value());
   EXPECT_TRUE(Tasks(child).empty());
+  EXPECT_TRUE(Fds(child).empty());
   EXPECT_EQ(Read(child, "status"), "");
   EXPECT_FALSE(StatusField(child, "VmRSS").has_value());
   EXPECT_EQ(CommandLine(child), "");

@@ -8,9 +8,9 @@
 #include <sys/socket.h>
 
 #include <boost/asio/io_context.hpp>
-#include <filesystem>
 #include <thread>
 
+#include "common/procfs.h"
 #include "gateway/upstream.h"
 #include "sdk/session_server.h"
 #include "testing/eventually.h"
@@ -118,8 +118,7 @@ TEST_F(TcpProxyTest, CarriesBothDirectionsAndCountsAgainstTheInstance) {
 
 // This process's descriptor of a TCP connection to `address` ("ip:port"), or -1.
 int SocketConnectedTo(const std::string& address) {
-  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd")) {
-    const int fd = std::atoi(entry.path().filename().c_str());
+  for (const int fd : procfs::Fds(::getpid())) {
     sockaddr_in peer{};
     socklen_t size = sizeof peer;
     if (::getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &size) != 0) continue;
