@@ -22,7 +22,17 @@ std::string Join(const std::vector<std::string>& ids) {
   return out;
 }
 
-// Why the spec cannot be deployed at all, or nullopt.
+// The spec's budget once the whole spec is found deployable (see ValidateDeploySpec).
+Result<Budget> CheckedBudget(const DeploySpec& spec) {
+  DROVER_RETURN_IF_ERROR(ValidateLaunchSpec(LaunchSpec{
+      spec.service, spec.service + "-" + spec.version, spec.version, spec.argv, spec.env}));
+  DROVER_ASSIGN_OR_RETURN(
+      const Budget budget,
+      ResolveBudget(Strategy{spec.instances, spec.max_surge, spec.max_unavailable, spec.canary}));
+  DROVER_RETURN_IF_ERROR(ValidateGateOptions(spec.gate));
+  return budget;
+}
+
 // The launch of the n-th new instance: its id, and the command line and environment as given
 // ("{port}", "{health_port}" and "{host}" are filled by the agent that runs it, on its host).
 LaunchSpec LaunchOf(const DeploySpec& spec, std::size_t n) {
@@ -41,14 +51,7 @@ std::int64_t Ms(Duration d) {
 
 }  // namespace
 
-Status ValidateDeploySpec(const DeploySpec& spec) {
-  DROVER_RETURN_IF_ERROR(ValidateLaunchSpec(LaunchSpec{
-      spec.service, spec.service + "-" + spec.version, spec.version, spec.argv, spec.env}));
-  DROVER_RETURN_IF_ERROR(
-      ResolveBudget(Strategy{spec.instances, spec.max_surge, spec.max_unavailable, spec.canary})
-          .status());
-  return ValidateGateOptions(spec.gate);
-}
+Status ValidateDeploySpec(const DeploySpec& spec) { return CheckedBudget(spec).status(); }
 
 json DeploySpecToJson(const DeploySpec& spec) {
   return {{"service", spec.service},
@@ -626,11 +629,7 @@ DeployOutcome Deployer::Run(const DeploySpec& spec, std::stop_token stop, std::s
   DeployOutcome out = Begin(spec);
   // Until the first batch starts, a failure has changed nothing.
   out.nothing_changed = true;
-  if (Status invalid = ValidateDeploySpec(spec); !invalid.ok()) {
-    return Finish(std::move(out), Verdict::kFail, invalid.message());
-  }
-  auto budget =
-      ResolveBudget(Strategy{spec.instances, spec.max_surge, spec.max_unavailable, spec.canary});
+  const Result<Budget> budget = CheckedBudget(spec);  // as ValidateDeploySpec
   if (!budget.ok()) return Finish(std::move(out), Verdict::kFail, budget.status().message());
   Progress progress;
   std::vector<int> others;
