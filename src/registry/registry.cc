@@ -161,6 +161,15 @@ constexpr Duration kWatchCatchUp = std::chrono::seconds(2);
 
 }  // namespace
 
+void Registry::Entry::Renew(MonoTime now) {
+  lease_deadline = std::max(lease_deadline, now + Ttl(instance.spec));
+}
+
+void Registry::ServiceState::SetLease(Entry& entry, MonoTime deadline) {
+  entry.lease_deadline = deadline;
+  earliest_deadline = std::min(earliest_deadline, deadline);
+}
+
 Result<std::unique_ptr<Registry>> Registry::Open(std::unique_ptr<Store> store, Clock& clock,
                                                  RegistryOptions options) {
   DROVER_ASSIGN_OR_RETURN(StoreState state, store->Load());
@@ -175,10 +184,11 @@ Result<std::unique_ptr<Registry>> Registry::Open(std::unique_ptr<Store> store, C
     registry->history_floor_ = revision;
     for (Instance& in : state.instances) {
       const Duration ttl = Ttl(in.spec);
-      auto& entry = registry->services_[in.service].instances[in.id];
+      ServiceState& svc = registry->services_[in.service];
+      auto& entry = svc.instances[in.id];
       entry.instance = std::move(in);
       // A fresh lease for everyone: while the registry was down nobody could heartbeat.
-      entry.lease_deadline = now + ttl;
+      svc.SetLease(entry, now + ttl);
     }
     for (Tombstone& t : state.tombstones) {
       Key key{t.service, t.id};
@@ -450,8 +460,9 @@ void Registry::ApplyLocked(const Change& change, MonoTime now, std::vector<Event
         entry.instance.id = w.id;
         entry.instance.mod_revision = rev;
         if (w.create) entry.instance.create_revision = rev;
-        // A committed change is a sign of life: the lease starts (again) now.
-        entry.lease_deadline = now + Ttl(entry.instance.spec);
+        // A committed change is a sign of life: the lease starts (again) now, with the TTL it
+        // names (shorter than before, perhaps).
+        svc.SetLease(entry, now + Ttl(entry.instance.spec));
         events.push_back(PutEvent(entry.instance));
         break;
       }
@@ -504,7 +515,7 @@ void Registry::OnRenewals(const std::vector<LeaseRenewal>& renewals) {
     auto it = svc->second.instances.find(r.id);
     if (it == svc->second.instances.end()) continue;
     if (it->second.instance.spec.generation != r.generation) continue;
-    it->second.lease_deadline = now + Ttl(it->second.instance.spec);
+    it->second.Renew(now);
   }
 }
 
@@ -514,9 +525,7 @@ void Registry::OnFeedRestored() {
   MutexLock lock(mu_);
   const MonoTime now = clock_.Now();
   for (auto& [name, svc] : services_) {
-    for (auto& [id, entry] : svc.instances) {
-      entry.lease_deadline = std::max(entry.lease_deadline, now + Ttl(entry.instance.spec));
-    }
+    for (auto& [id, entry] : svc.instances) entry.Renew(now);
   }
 }
 
@@ -533,16 +542,17 @@ void Registry::OnReset(StoreState state) {
     Entry& entry = svc.instances[in.id];
     // Leases start now (renewals may have been lost while the feed was away), or later if this
     // process knew a later deadline.
-    entry.lease_deadline = now + Ttl(in.spec);
+    MonoTime deadline = now + Ttl(in.spec);
     if (auto old = services_.find(in.service); old != services_.end()) {
       svc.recent_expiries = old->second.recent_expiries;
       svc.degraded = old->second.degraded;
       auto known = old->second.instances.find(in.id);
       if (known != old->second.instances.end() &&
           known->second.instance.spec.generation == in.spec.generation) {
-        entry.lease_deadline = std::max(entry.lease_deadline, known->second.lease_deadline);
+        deadline = std::max(deadline, known->second.lease_deadline);
       }
     }
+    svc.SetLease(entry, deadline);
     entry.instance = std::move(in);
   }
   services_ = std::move(services);
@@ -618,7 +628,7 @@ void Registry::RegisterAsync(std::string service, std::string id, InstanceSpec s
     next.create_revision = cur.create_revision;
     next.ready_since = ReadySince(&cur, next.spec.state, system_now);
     if (next.spec == cur.spec) {
-      existing->lease_deadline = now + Ttl(next.spec);
+      existing->Renew(now);
       if (shared_) store_->ShareRenewals({LeaseRenewal{service, id, spec.generation}});
       return plan;  // nothing to write
     }
@@ -655,7 +665,7 @@ Status Registry::RenewLocked(const std::string& service, const std::string& id,
                              std::uint64_t generation, MonoTime now) {
   DROVER_RETURN_IF_ERROR(ValidateKey(service, id));
   DROVER_ASSIGN_OR_RETURN(Entry * entry, FindForWrite(service, id, generation));
-  entry->lease_deadline = now + Ttl(entry->instance.spec);
+  entry->Renew(now);
   return Status::Ok();
 }
 
@@ -694,7 +704,7 @@ void Registry::SetStateAsync(std::string service, std::string id, std::uint64_t 
     if (next.spec == cur.spec) {
       // A state change is a sign of life and renews the lease -- once it is accepted (a
       // committed change renews it when applied).
-      entry->lease_deadline = now + Ttl(cur.spec);
+      entry->Renew(now);
       if (shared_) store_->ShareRenewals({LeaseRenewal{service, id, generation}});
       return plan;
     }
@@ -925,10 +935,18 @@ std::vector<Registry::Plan> Registry::PlanExpiry(MonoTime now, SystemTime system
            svc.recent_expiries.front() + options_.self_preservation_window <= now) {
       svc.recent_expiries.pop_front();
     }
+    // Nothing can have lapsed yet. (A degraded service is looked at every tick, to see it leave
+    // self-preservation as soon as its instances heartbeat again.)
+    if (!svc.degraded && now < svc.earliest_deadline) continue;
     std::vector<const Instance*> lapsed;
+    MonoTime earliest = MonoTime::max();
     for (const auto& [id, entry] : svc.instances) {
       if (entry.lease_deadline <= now) lapsed.push_back(&entry.instance);
+      earliest = std::min(earliest, entry.lease_deadline);
     }
+    // Exact now; lapsed leases that stay (frozen, or their expiry fails) keep it at or before
+    // `now`, so the next tick looks again.
+    svc.earliest_deadline = earliest;
     if (lapsed.empty()) {
       if (svc.degraded) {
         spdlog::info("registry: service {} left self-preservation: leases are being renewed", name);

@@ -226,11 +226,22 @@ class Registry final : private StoreListener {
   struct Entry {
     Instance instance;
     MonoTime lease_deadline;
+    // A sign of life at `now`: the lease runs a full TTL from then. It never moves the deadline
+    // earlier (a renewal has no reason to), which keeps ServiceState::earliest_deadline a bound.
+    void Renew(MonoTime now);
   };
   struct ServiceState {
     std::map<std::string, Entry> instances;
     std::deque<MonoTime> recent_expiries;  // within the self-preservation window
     bool degraded = false;
+    // No instance's lease lapses before this: a lower bound on every `lease_deadline`, so that
+    // expiry looks through a service's instances only once one of them may have lapsed (at
+    // 100,000 instances a look is ~15 ms under mu_). Renewals leave it; SetLease lowers it;
+    // PlanExpiry sets it exactly after a look. min(): not known, look at the next tick.
+    MonoTime earliest_deadline = MonoTime::min();
+    // Sets an instance's lease deadline to any instant, earlier than before included (a
+    // registration, a changed TTL, a load).
+    void SetLease(Entry& entry, MonoTime deadline);
   };
   using Key = std::pair<std::string, std::string>;  // service, id
 

@@ -274,6 +274,39 @@ TEST_P(RegistryTest, LeasesExpireOnFakeClockWithReason) {
   EXPECT_EQ(registry_->Heartbeat("svc", "a", 1).status().code(), StatusCode::kNotFound);
 }
 
+// Expiry looks at a service's instances only once one may have lapsed; a lease made shorter
+// after such a look (a re-registration with a smaller TTL, a new instance with a short one) must
+// still end on time, and one renewed meanwhile must not.
+TEST_P(RegistryTest, LeasesShortenedOrAddedAfterATickStillLapseOnTime) {
+  RegistryOptions options;
+  options.self_preservation_min_instances = 100;  // two of three expire here, one by one
+  Reopen(options);
+  ASSERT_TRUE(registry_->Register("svc", "long", Spec(1, InstanceState::kReady, 60'000)).ok());
+  ASSERT_TRUE(registry_->Register("svc", "shrinks", Spec(1, InstanceState::kReady, 60'000)).ok());
+  clock_.Advance(1s);
+  ASSERT_TRUE(registry_->Tick().ok());  // nothing lapses before ~60 s from here
+  ASSERT_TRUE(registry_->Register("svc", "shrinks", Spec(1, InstanceState::kReady, 2'000)).ok());
+  ASSERT_TRUE(registry_->Register("svc", "short", Spec(1, InstanceState::kReady, 3'000)).ok());
+  clock_.Advance(2500ms);
+  ASSERT_TRUE(registry_->Tick().ok());
+  auto list = registry_->List("svc");
+  ASSERT_EQ(list->instances.size(), 2u);
+  EXPECT_EQ(list->instances[0].id, "long");
+  EXPECT_EQ(list->instances[1].id, "short");
+  ASSERT_TRUE(registry_->Heartbeat("svc", "short", 1).ok());  // now lasts until +3 s
+  clock_.Advance(1s);
+  ASSERT_TRUE(registry_->Tick().ok());
+  EXPECT_EQ(registry_->List("svc")->instances.size(), 2u);
+  clock_.Advance(2s);
+  ASSERT_TRUE(registry_->Tick().ok());
+  list = registry_->List("svc");
+  ASSERT_EQ(list->instances.size(), 1u);
+  EXPECT_EQ(list->instances[0].id, "long");
+  clock_.Advance(60s);
+  ASSERT_TRUE(registry_->Tick().ok());
+  EXPECT_TRUE(registry_->List("svc")->instances.empty());
+}
+
 TEST_P(RegistryTest, HeartbeatAllAnswersEachRenewalAsHeartbeatWould) {
   ASSERT_TRUE(registry_->Register("svc", "a", Spec(2, InstanceState::kReady, 10'000)).ok());
   ASSERT_TRUE(registry_->Register("svc", "b", Spec(1, InstanceState::kReady, 10'000)).ok());
