@@ -190,10 +190,7 @@ Result<std::unique_ptr<Registry>> Registry::Open(std::unique_ptr<Store> store, C
       // A fresh lease for everyone: while the registry was down nobody could heartbeat.
       svc.SetLease(entry, now + ttl);
     }
-    for (Tombstone& t : state.tombstones) {
-      Key key{t.service, t.id};
-      registry->tombstones_[std::move(key)] = std::move(t);
-    }
+    for (Tombstone& t : state.tombstones) registry->KeepTombstoneLocked(std::move(t));
     // Until this process expires leases itself, self-preservation is what the expirer says.
     for (const std::string& name : state.degraded) registry->services_[name].degraded = true;
     spdlog::info("registry: opened at revision {} with {} services, {} tombstones", revision,
@@ -483,7 +480,7 @@ void Registry::ApplyLocked(const Change& change, MonoTime now, std::vector<Event
         t.service = w.service;
         t.id = w.id;
         t.revision = rev;
-        tombstones_[Key{w.service, w.id}] = std::move(t);
+        KeepTombstoneLocked(std::move(t));
         break;
       }
       case Write::Kind::kDeleteTombstone:
@@ -492,6 +489,12 @@ void Registry::ApplyLocked(const Change& change, MonoTime now, std::vector<Event
     }
   }
   revision_ = std::max(revision_, rev);
+}
+
+void Registry::KeepTombstoneLocked(Tombstone t) {
+  tombstones_due_ = std::min(tombstones_due_, t.expires_at);
+  Key key{t.service, t.id};
+  tombstones_[std::move(key)] = std::move(t);
 }
 
 void Registry::ApplyAndPublishLocked(const Change& change, MonoTime now) {
@@ -561,10 +564,8 @@ void Registry::OnReset(StoreState state) {
     for (const std::string& name : state.degraded) services_[name].degraded = true;
   }
   tombstones_.clear();
-  for (Tombstone& t : state.tombstones) {
-    Key key{t.service, t.id};
-    tombstones_[std::move(key)] = std::move(t);
-  }
+  tombstones_due_ = SystemTime::max();
+  for (Tombstone& t : state.tombstones) KeepTombstoneLocked(std::move(t));
   revision_ = std::max(revision_, state.revision);
   // The events in between are unknown: nobody may resume inside the gap.
   history_.clear();
@@ -1093,9 +1094,14 @@ Status Registry::PruneTombstones() {
   {
     MutexLock lock(mu_);
     const SystemTime now = clock_.SystemNow();
+    if (now < tombstones_due_) return Status::Ok();
+    SystemTime earliest = SystemTime::max();
     for (const auto& [key, t] : tombstones_) {
       if (t.expires_at <= now) expired.push_back(t);
+      earliest = std::min(earliest, t.expires_at);
     }
+    // Exact; the ones due stay until their pruning is applied, so a failed one is tried again.
+    tombstones_due_ = earliest;
   }
   if (expired.empty()) return Status::Ok();
   MutexLock write_lock(write_mu_);

@@ -296,6 +296,8 @@ class Registry final : private StoreListener {
   Answers CommitBatch(const std::vector<PendingWrite>& batch)
       DROVER_EXCLUDES(write_mu_, mu_, queue_mu_);
   // Applies a committed change to the view and adds its events to `events` (for Publish).
+  // Keeps (or replaces) the tombstone of its service and id.
+  void KeepTombstoneLocked(Tombstone t) DROVER_REQUIRES(mu_);
   void ApplyLocked(const Change& change, MonoTime now, std::vector<Event>& events)
       DROVER_REQUIRES(mu_);
   // ApplyLocked, then Publish of its events.
@@ -352,6 +354,9 @@ class Registry final : private StoreListener {
   std::uint64_t revision_ DROVER_GUARDED_BY(mu_) = 0;
   std::map<std::string, ServiceState> services_ DROVER_GUARDED_BY(mu_);
   std::map<Key, Tombstone> tombstones_ DROVER_GUARDED_BY(mu_);
+  // No tombstone expires before this (a lower bound, as ServiceState::earliest_deadline is for
+  // leases): pruning looks through the tombstones only once one may be due.
+  SystemTime tombstones_due_ DROVER_GUARDED_BY(mu_) = SystemTime::min();
   std::deque<EventPtr> history_ DROVER_GUARDED_BY(mu_);     // PUT/DELETE only
   std::uint64_t history_floor_ DROVER_GUARDED_BY(mu_) = 0;  // events <= this are gone
   std::size_t history_bytes_ DROVER_GUARDED_BY(mu_) = 0;    // EventBytes of history_

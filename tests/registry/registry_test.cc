@@ -173,6 +173,24 @@ TEST_P(RegistryTest, TombstoneLastsAtLeastOneTtl) {
   EXPECT_TRUE(registry_->Register("svc", "a", Spec(1)).ok());
 }
 
+// Pruning looks at the tombstones only once one may be due; one left after such a look, due
+// earlier than every other, still goes on time.
+TEST_P(RegistryTest, ATombstoneLeftAfterAPruningLookStillGoesOnTime) {
+  ASSERT_TRUE(registry_->Register("svc", "long", Spec(1, InstanceState::kReady, 60'000)).ok());
+  ASSERT_TRUE(registry_->Deregister("svc", "long", 1).ok());
+  clock_.Advance(1s);
+  ASSERT_TRUE(registry_->Tick().ok());  // nothing due before ~60 s from here
+  ASSERT_TRUE(registry_->Register("svc", "short", Spec(1, InstanceState::kReady, 2'000)).ok());
+  ASSERT_TRUE(registry_->Deregister("svc", "short", 1).ok());
+  clock_.Advance(1'999ms);
+  ASSERT_TRUE(registry_->Tick().ok());
+  EXPECT_EQ(registry_->Register("svc", "short", Spec(1)).status().code(), StatusCode::kAborted);
+  clock_.Advance(1ms);
+  ASSERT_TRUE(registry_->Tick().ok());
+  EXPECT_TRUE(registry_->Register("svc", "short", Spec(1)).ok());
+  EXPECT_EQ(registry_->Register("svc", "long", Spec(1)).status().code(), StatusCode::kAborted);
+}
+
 TEST_P(RegistryTest, DrainIsStickyAgainstHeartbeatsAndReRegister) {
   ASSERT_TRUE(registry_->Register("svc", "a", Spec(1)).ok());
   ASSERT_TRUE(registry_->SetState("svc", "a", 1, InstanceState::kDraining, std::nullopt).ok());
