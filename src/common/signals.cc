@@ -4,6 +4,8 @@
 
 #include <ctime>
 
+#include "common/thread_name.h"
+
 namespace drover {
 
 sigset_t ShutdownSignals(std::initializer_list<int> extra) {
@@ -46,7 +48,10 @@ SignalWatcher::SignalWatcher(const sigset_t& signals, std::function<void(int)> o
     : signals_(signals),
       on_first_(std::move(on_first)),
       on_again_(std::move(on_again)),
-      thread_([this](std::stop_token done) { Run(done); }) {}
+      thread_([this](std::stop_token done) {
+        NameThisThread("signals");
+        Run(done);
+      }) {}
 
 SignalWatcher::~SignalWatcher() {
   thread_.request_stop();

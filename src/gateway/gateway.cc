@@ -15,6 +15,7 @@
 #include "common/host_port.h"
 #include "common/metrics_text.h"
 #include "common/text.h"
+#include "common/thread_name.h"
 #include "gateway/health_check.h"
 #include "gateway/http_proxy.h"
 #include "gateway/tcp_proxy.h"
@@ -494,6 +495,7 @@ Result<std::unique_ptr<Gateway>> Gateway::Start(GatewayConfig config, Clock& clo
   for (std::size_t i = 0; i < impl->ios.size(); ++i) {
     std::vector<int> set = cpus.empty() ? std::vector<int>{} : cpus[i];
     impl->threads.emplace_back([io = impl->ios[i].get(), set = std::move(set), i] {
+      NameThisThread("gw-io-" + std::to_string(i));
       if (!set.empty()) {
         if (Status s = PinCurrentThread(set); !s.ok()) {
           spdlog::warn("gateway: io thread {}: {}; it runs wherever the kernel puts it", i,

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <limits>
 
+#include "common/thread_name.h"
+
 namespace drover::gateway {
 namespace {
 
@@ -52,7 +54,10 @@ Result<std::unique_ptr<Upstream>> Upstream::Start(const GatewayConfig& gateway,
   if (!discovery.ok()) return discovery.status();
   up->discovery_ = std::move(*discovery);
   Upstream* raw = up.get();
-  up->thread_ = std::jthread([raw](std::stop_token stop) { raw->Run(stop); });
+  up->thread_ = std::jthread([raw](std::stop_token stop) {
+    NameThisThread("gw-discovery");
+    raw->Run(stop);
+  });
   return up;
 }
 

@@ -23,6 +23,7 @@
 
 #include "common/host_port.h"
 #include "common/http_error.h"
+#include "common/thread_name.h"
 #include "drover/mutex.h"
 
 namespace drover::net {
@@ -488,7 +489,10 @@ Result<std::unique_ptr<HttpServer>> HttpServer::Start(HttpServerOptions options,
                                 return raw->Session(std::move(socket), std::move(connection));
                               })));
   for (int i = 0; i < std::max(1, raw->options.threads); ++i) {
-    impl->threads.emplace_back([raw] { raw->io.run(); });
+    impl->threads.emplace_back([raw] {
+      NameThisThread("http-" + raw->options.name);
+      raw->io.run();
+    });
   }
   return std::unique_ptr<HttpServer>(new HttpServer(std::move(impl)));
 }

@@ -9,6 +9,7 @@
 
 #include "common/cidr.h"
 #include "common/host_port.h"
+#include "common/thread_name.h"
 #include "common/tokens.h"
 #include "registry/client_limits.h"
 #include "registry/dns_server.h"
@@ -229,6 +230,7 @@ Result<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& options, Cloc
   impl->ticker =
       std::jthread([&clock, registry = impl->registry.get(),
                     tick = std::chrono::milliseconds(options.tick_ms)](std::stop_token stop) {
+        NameThisThread("reg-ticker");
         while (clock.SleepFor(tick, stop)) {
           if (Status s = registry->Tick(); !s.ok())
             spdlog::error("registry tick: {}", s.ToString());

@@ -22,6 +22,7 @@
 
 #include "common/host_port.h"
 #include "common/text.h"
+#include "common/thread_name.h"
 #include "drover/mutex.h"
 #include "net/tcp_listener.h"
 #include "registry/registry.h"
@@ -226,6 +227,7 @@ Result<std::unique_ptr<DnsServer>> DnsServer::Start(const Registry& registry, Dn
   asio::post(raw->io, [raw] { raw->ReceiveDatagram(); });
   impl->stopped = impl->ran.get_future();
   impl->thread = std::thread([raw] {
+    NameThisThread("dns");
     raw->io.run();
     raw->ran.set_value();
   });

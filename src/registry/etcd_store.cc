@@ -16,6 +16,7 @@
 #include <tuple>
 
 #include "common/host_port.h"
+#include "common/thread_name.h"
 #include "drover/mutex.h"
 #include "etcd/etcdserverpb/rpc.grpc.pb.h"
 
@@ -867,7 +868,10 @@ Result<std::unique_ptr<EtcdStore>> EtcdStore::Open(EtcdOptions options) {
   }
   if (impl->GrantSession()) impl->Campaign();
   Impl* raw = impl.get();
-  impl->keeper_thread = std::thread([raw] { raw->KeeperLoop(); });
+  impl->keeper_thread = std::thread([raw] {
+    NameThisThread("etcd-keeper");
+    raw->KeeperLoop();
+  });
   spdlog::info("registry: etcd store at {} under {} as {}", impl->target().substr(5),
                options.prefix, options.process_name);
   return std::unique_ptr<EtcdStore>(new EtcdStore(std::move(impl)));
@@ -945,7 +949,10 @@ Status EtcdStore::Follow(std::uint64_t revision, StoreListener* listener) {
     impl_->delivered = revision;
   }
   Impl* raw = impl_.get();
-  impl_->feed_thread = std::thread([raw, revision] { raw->FeedLoop(revision); });
+  impl_->feed_thread = std::thread([raw, revision] {
+    NameThisThread("etcd-feed");
+    raw->FeedLoop(revision);
+  });
   return Status::Ok();
 }
 

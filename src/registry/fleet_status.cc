@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "common/thread_name.h"
 #include "drover/discovery.h"
 #include "net/http_client.h"
 #include "registry/registry.h"
@@ -20,9 +21,10 @@ std::string PathOf(const std::string& service) {
 }  // namespace
 
 FleetStatus::FleetStatus(const Registry& registry, FleetStatusOptions options)
-    : registry_(registry),
-      options_(std::move(options)),
-      thread_([this](std::stop_token stop) { Run(stop); }) {}
+    : registry_(registry), options_(std::move(options)), thread_([this](std::stop_token stop) {
+        NameThisThread("fleet-status");
+        Run(stop);
+      }) {}
 
 FleetStatus::~FleetStatus() {
   thread_.request_stop();  // wakes the wait; a fetch in progress ends within its timeout

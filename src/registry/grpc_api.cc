@@ -15,6 +15,7 @@
 #include <stop_token>
 #include <thread>
 
+#include "common/thread_name.h"
 #include "common/tokens.h"
 #include "drover/discovery.h"
 #include "drover/mutex.h"
@@ -530,7 +531,10 @@ class WatchPump {
   // Asks for the first call and starts the thread.
   void Start() {
     Accept();
-    thread_ = std::thread([this] { Run(); });
+    thread_ = std::thread([this] {
+      NameThisThread("watch-pump");
+      Run();
+    });
   }
   // After the server's Shutdown(): drains the queue and joins the thread.
   void Stop() {

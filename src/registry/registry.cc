@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/fencing.h"
+#include "common/thread_name.h"
 
 namespace drover::registry {
 namespace {
@@ -201,7 +202,10 @@ Result<std::unique_ptr<Registry>> Registry::Open(std::unique_ptr<Store> store, C
   }
   const int writers = registry->shared_ ? kSharedWriters : 1;
   for (int i = 0; i < writers; ++i) {
-    registry->writers_.emplace_back([raw = registry.get()] { raw->WriterLoop(); });
+    registry->writers_.emplace_back([raw = registry.get()] {
+      NameThisThread("reg-writer");
+      raw->WriterLoop();
+    });
   }
   return registry;
 }

@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "common/host_port.h"
+#include "common/thread_name.h"
 #include "drover/mutex.h"
 #include "envoy/service/discovery/v3/ads.grpc.pb.h"
 #include "registry/client_limits.h"
@@ -402,7 +403,10 @@ Result<std::unique_ptr<XdsServer>> XdsServer::Start(Registry& registry, XdsOptio
     return UnavailableError("cannot listen for xDS on " + address.ToString());
   }
   Impl* raw = impl.get();
-  impl->publisher = std::jthread([raw](std::stop_token stop) { raw->RunPublisher(stop); });
+  impl->publisher = std::jthread([raw](std::stop_token stop) {
+    NameThisThread("xds-publisher");
+    raw->RunPublisher(stop);
+  });
   spdlog::info(
       "registry: xDS (ADS, v3) on {} for proxyless gRPC clients (xds:///<service>); read-only, no "
       "authentication{}",

@@ -23,6 +23,7 @@
 #include "common/host_port.h"
 #include "common/procfs.h"
 #include "common/text.h"
+#include "common/thread_name.h"
 #include "drover/mutex.h"
 #include "rollout/host_ports.h"
 #include "rollout/json_codec.h"
@@ -329,7 +330,10 @@ Result<std::unique_ptr<Supervisor>> Supervisor::Open(SupervisorOptions options, 
     impl->instances = std::move(restored);
   }
   Impl* raw = impl.get();
-  impl->thread = std::thread([raw] { raw->Loop(); });
+  impl->thread = std::thread([raw] {
+    NameThisThread("supervisor");
+    raw->Loop();
+  });
   return std::unique_ptr<Supervisor>(new Supervisor(std::move(impl)));
 }
 

@@ -6,6 +6,7 @@
 #include <mutex>
 #include <thread>
 
+#include "common/thread_name.h"
 #include "drover/discovery.h"
 #include "drover/mutex.h"
 #include "drover/registry/v1/registry.grpc.pb.h"
@@ -374,9 +375,15 @@ Result<std::unique_ptr<DiscoveryClient>> DiscoveryClient::Start(DiscoveryOptions
   for (const auto& channel : *channels) impl->stubs.push_back(pb::Registry::NewStub(channel));
   impl->channels = std::move(*channels);
   Impl* raw = impl.get();
-  impl->thread = std::jthread([raw](std::stop_token stop) { raw->Run(stop); });
+  impl->thread = std::jthread([raw](std::stop_token stop) {
+    NameThisThread("drover-watch");
+    raw->Run(stop);
+  });
   if (raw->options.watch_silence_limit > Duration::zero()) {
-    impl->watchdog = std::jthread([raw](std::stop_token stop) { raw->Watchdog(stop); });
+    impl->watchdog = std::jthread([raw](std::stop_token stop) {
+      NameThisThread("drover-watchdog");
+      raw->Watchdog(stop);
+    });
   }
   return std::unique_ptr<DiscoveryClient>(new DiscoveryClient(std::move(impl)));
 }

@@ -5,6 +5,7 @@
 
 #include <thread>
 
+#include "common/thread_name.h"
 #include "drover/grpc.h"
 #include "drover/host.h"
 #include "drover/mutex.h"
@@ -103,7 +104,10 @@ Result<std::unique_ptr<ServiceChannel>> ServiceChannel::Start(DiscoveryOptions d
   impl->options = std::move(options);
   DROVER_ASSIGN_OR_RETURN(impl->discovery, DiscoveryClient::Start(std::move(discovery), clock));
   Impl* raw = impl.get();
-  impl->follower = std::thread([raw] { raw->Follow(); });
+  impl->follower = std::thread([raw] {
+    NameThisThread("drover-channel");
+    raw->Follow();
+  });
   return std::unique_ptr<ServiceChannel>(new ServiceChannel(std::move(impl)));
 }
 

@@ -5,10 +5,15 @@
 #include <algorithm>
 #include <exception>
 
+#include "common/thread_name.h"
+
 namespace drover::sdk {
 
 Heartbeats::Heartbeats(Clock& clock) : clock_(clock) {
-  thread_ = std::jthread([this](std::stop_token stop) { Run(stop); });
+  thread_ = std::jthread([this](std::stop_token stop) {
+    NameThisThread("drover-beats");
+    Run(stop);
+  });
 }
 
 Heartbeats::~Heartbeats() { Stop(); }

@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "common/host_port.h"
+#include "common/thread_name.h"
 #include "drover/jobs.h"
 #include "drover/mutex.h"
 #include "sdk/subscriber.h"
@@ -369,7 +370,10 @@ Result<std::unique_ptr<RedisStore>> RedisStore::Open(RedisOptions options) {
   impl->wake_fd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (impl->wake_fd < 0) return UnavailableError("eventfd failed");
   Impl* raw = impl.get();
-  impl->sub_thread = std::thread([raw] { raw->SubscriberLoop(); });
+  impl->sub_thread = std::thread([raw] {
+    NameThisThread("redis-sub");
+    raw->SubscriberLoop();
+  });
   return std::unique_ptr<RedisStore>(new RedisStore(std::move(impl)));
 }
 

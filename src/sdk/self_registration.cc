@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <thread>
 
+#include "common/thread_name.h"
 #include "drover/mutex.h"
 
 namespace drover::sdk {
@@ -61,7 +62,10 @@ std::unique_ptr<SelfRegistration> SelfRegistration::Start(std::string what, Host
   impl->what = std::move(what);
   impl->options = std::move(options);
   Impl* raw = impl.get();
-  impl->thread = std::jthread([raw](std::stop_token stop) { raw->Run(stop); });
+  impl->thread = std::jthread([raw](std::stop_token stop) {
+    NameThisThread("drover-selfreg");
+    raw->Run(stop);
+  });
   return std::unique_ptr<SelfRegistration>(new SelfRegistration(std::move(impl)));
 }
 
