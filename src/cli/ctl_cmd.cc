@@ -297,7 +297,9 @@ void StatusCmd(const CtlArgs& args) {
   if (!ready.ok()) Unreachable(ready.status());
   auto services = Call(client, "GET", "/v1/services");
   for (auto& s : services["services"]) {
-    s["serving"] = ServingVersions(client, s.value("name", ""));
+    // A registry older than `ready_versions` is asked service by service.
+    s["serving"] = s.contains("ready_versions") ? s["ready_versions"]
+                                                : ServingVersions(client, s.value("name", ""));
   }
   // The newest deploy of each service (the registry lists newest first).
   std::map<std::string, nlohmann::json> latest;

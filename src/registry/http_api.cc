@@ -509,6 +509,7 @@ Response HttpServer::Impl::ListServices(const Request& req) {
     services.push_back({{"name", s.name},
                         {"instances", s.instances},
                         {"ready", s.ready},
+                        {"ready_versions", s.ready_versions},
                         {"degraded", s.degraded}});
   }
   return JsonResponse(req, http::status::ok,

@@ -171,6 +171,19 @@ void Registry::ServiceState::SetLease(Entry& entry, MonoTime deadline) {
   earliest_deadline = std::min(earliest_deadline, deadline);
 }
 
+void Registry::ServiceState::Count(const Instance& in) {
+  if (in.spec.state != InstanceState::kReady) return;
+  ++ready;
+  ++ready_versions[in.spec.version];
+}
+
+void Registry::ServiceState::Uncount(const Instance& in) {
+  if (in.spec.state != InstanceState::kReady) return;
+  --ready;
+  auto it = ready_versions.find(in.spec.version);
+  if (it != ready_versions.end() && --it->second == 0) ready_versions.erase(it);
+}
+
 Result<std::unique_ptr<Registry>> Registry::Open(std::unique_ptr<Store> store, Clock& clock,
                                                  RegistryOptions options) {
   DROVER_ASSIGN_OR_RETURN(StoreState state, store->Load());
@@ -188,6 +201,7 @@ Result<std::unique_ptr<Registry>> Registry::Open(std::unique_ptr<Store> store, C
       ServiceState& svc = registry->services_[in.service];
       auto& entry = svc.instances[in.id];
       entry.instance = std::move(in);
+      svc.Count(entry.instance);
       // A fresh lease for everyone: while the registry was down nobody could heartbeat.
       svc.SetLease(entry, now + ttl);
     }
@@ -455,8 +469,11 @@ void Registry::ApplyLocked(const Change& change, MonoTime now, std::vector<Event
           // A new incarnation replaces the old one: watchers see the old one leave.
           events.push_back(DeleteEvent(it->second.instance, rev, RemovalReason::kFence));
         }
-        Entry& entry = svc.instances[w.id];
+        auto [at, added] = svc.instances.try_emplace(w.id);
+        Entry& entry = at->second;
+        if (!added) svc.Uncount(entry.instance);
         entry.instance = w.instance;
+        svc.Count(entry.instance);
         entry.instance.service = w.service;
         entry.instance.id = w.id;
         entry.instance.mod_revision = rev;
@@ -473,6 +490,7 @@ void Registry::ApplyLocked(const Change& change, MonoTime now, std::vector<Event
         auto it = svc->second.instances.find(w.id);
         if (it == svc->second.instances.end()) break;
         events.push_back(DeleteEvent(it->second.instance, rev, w.reason));
+        svc->second.Uncount(it->second.instance);
         svc->second.instances.erase(it);
         // A service with no instances left is forgotten, so the map does not grow with every
         // name ever registered.
@@ -561,6 +579,7 @@ void Registry::OnReset(StoreState state) {
     }
     svc.SetLease(entry, deadline);
     entry.instance = std::move(in);
+    svc.Count(entry.instance);
   }
   services_ = std::move(services);
   if (!expirer_.load()) {
@@ -789,9 +808,8 @@ std::vector<ServiceSummary> Registry::Services() const {
     s.name = name;
     s.instances = svc.instances.size();
     s.degraded = svc.degraded;
-    for (const auto& [id, entry] : svc.instances) {
-      s.ready += entry.instance.spec.state == InstanceState::kReady;
-    }
+    s.ready = svc.ready;
+    s.ready_versions = svc.ready_versions;
     out.push_back(std::move(s));
   }
   return out;

@@ -102,6 +102,8 @@ struct ServiceSummary {
   std::string name;
   std::size_t instances = 0;
   std::size_t ready = 0;
+  // READY instances per version they run ("" for those registered without one).
+  std::map<std::string, std::size_t> ready_versions;
   bool degraded = false;
 };
 
@@ -242,6 +244,13 @@ class Registry final : private StoreListener {
     // Sets an instance's lease deadline to any instant, earlier than before included (a
     // registration, a changed TTL, a load).
     void SetLease(Entry& entry, MonoTime deadline);
+    // READY instances, and how many run each version: kept as instances come, change and go
+    // (Count / Uncount around every change of an entry's instance), so that a summary of every
+    // service -- /ready, /v1/services, /metrics, `ctl status` -- never walks the instances.
+    std::size_t ready = 0;
+    std::map<std::string, std::size_t> ready_versions;
+    void Count(const Instance& in);
+    void Uncount(const Instance& in);
   };
   using Key = std::pair<std::string, std::string>;  // service, id
 

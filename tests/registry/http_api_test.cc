@@ -98,6 +98,26 @@ TEST_F(HttpApiTest, RegisterListWatchOverRealSockets) {
   EXPECT_EQ(services["revision"], 3);
 }
 
+// One request says what every service serves: its READY instances per version.
+TEST_F(HttpApiTest, TheServiceListCountsReadyInstancesPerVersion) {
+  ASSERT_EQ(Http(port_, "PUT", "/v1/services/zone/instances/z1", kGoodBody).status, 200);
+  ASSERT_EQ(Http(port_, "PUT", "/v1/services/zone/instances/z2",
+                 R"({"address":"127.0.0.1:9002","generation":1,"state":"READY"})")
+                .status,
+            200);
+  ASSERT_EQ(
+      Http(port_, "PUT", "/v1/services/zone/instances/z3",
+           R"({"address":"127.0.0.1:9003","generation":1,"state":"STARTING","version":"2.0"})")
+          .status,
+      200);
+  const auto body = Json(Http(port_, "GET", "/v1/services").body);
+  ASSERT_EQ(body["services"].size(), 1u);
+  const auto& zone = body["services"][0];
+  EXPECT_EQ(zone["instances"], 3);
+  EXPECT_EQ(zone["ready"], 2);
+  EXPECT_EQ(zone["ready_versions"], nlohmann::json({{"1.0", 1}, {"", 1}}));
+}
+
 TEST_F(HttpApiTest, ListsShowTheTimeLeftOnEachLease) {
   ASSERT_EQ(Http(port_, "PUT", "/v1/services/zone/instances/z1", kGoodBody).status, 200);
   auto lease = [&] {

@@ -191,6 +191,63 @@ TEST_P(RegistryTest, ATombstoneLeftAfterAPruningLookStillGoesOnTime) {
   EXPECT_EQ(registry_->Register("svc", "long", Spec(1)).status().code(), StatusCode::kAborted);
 }
 
+// The summaries count READY instances and their versions as instances come, change and go;
+// after every step they say what the lists say.
+TEST_P(RegistryTest, ServiceSummariesCountWhatTheListsHold) {
+  const auto expect_matching_lists = [&](const std::string& step) {
+    for (const ServiceSummary& s : registry_->Services()) {
+      auto list = registry_->List(s.name);
+      ASSERT_TRUE(list.ok()) << step;
+      std::size_t ready = 0;
+      std::map<std::string, std::size_t> versions;
+      for (const Instance& in : list->instances) {
+        if (in.spec.state != InstanceState::kReady) continue;
+        ++ready;
+        ++versions[in.spec.version];
+      }
+      EXPECT_EQ(s.instances, list->instances.size()) << step << ": " << s.name;
+      EXPECT_EQ(s.ready, ready) << step << ": " << s.name;
+      EXPECT_EQ(s.ready_versions, versions) << step << ": " << s.name;
+    }
+  };
+  const auto spec = [](std::uint64_t generation, InstanceState state, std::string version) {
+    InstanceSpec sp = Spec(generation, state);
+    sp.version = std::move(version);
+    return sp;
+  };
+  ASSERT_TRUE(registry_->Register("zone", "a", spec(1, InstanceState::kReady, "v1")).ok());
+  ASSERT_TRUE(registry_->Register("zone", "b", spec(1, InstanceState::kReady, "v1")).ok());
+  ASSERT_TRUE(registry_->Register("zone", "c", spec(1, InstanceState::kStarting, "v2")).ok());
+  ASSERT_TRUE(registry_->Register("chat", "x", spec(1, InstanceState::kReady, "")).ok());
+  expect_matching_lists("registered");
+  ASSERT_EQ(registry_->Services()[1].ready_versions,
+            (std::map<std::string, std::size_t>{{"v1", 2}}));
+  ASSERT_TRUE(registry_->SetState("zone", "c", 1, InstanceState::kReady, std::nullopt).ok());
+  expect_matching_lists("c ready");
+  ASSERT_TRUE(registry_->Register("zone", "a", spec(1, InstanceState::kReady, "v2")).ok());
+  expect_matching_lists("a re-registered with v2");
+  ASSERT_TRUE(registry_->Register("zone", "b", spec(2, InstanceState::kStarting, "v2")).ok());
+  expect_matching_lists("b replaced by a new incarnation");
+  ASSERT_TRUE(registry_->SetState("zone", "a", 1, InstanceState::kDraining, std::nullopt).ok());
+  expect_matching_lists("a draining");
+  ASSERT_TRUE(registry_->Deregister("zone", "c", 1).ok());
+  expect_matching_lists("c deregistered");
+  EXPECT_EQ(registry_->Services()[1].ready, 0u);
+  EXPECT_TRUE(registry_->Services()[1].ready_versions.empty());
+  Reopen();
+  expect_matching_lists("after a restart");
+  ASSERT_EQ(registry_->Services()[0].ready_versions, (std::map<std::string, std::size_t>{{"", 1}}));
+  ASSERT_TRUE(registry_->Register("chat", "y", spec(1, InstanceState::kReady, "v3")).ok());
+  clock_.Advance(5s);
+  ASSERT_TRUE(registry_->Heartbeat("chat", "y", 1).ok());
+  clock_.Advance(6s);  // x lapses alone (one of two: no self-preservation); zone's two as well
+  ASSERT_TRUE(registry_->Tick().ok());
+  expect_matching_lists("expired");
+  ASSERT_EQ(registry_->Services().size(), 1u);
+  EXPECT_EQ(registry_->Services()[0].ready_versions,
+            (std::map<std::string, std::size_t>{{"v3", 1}}));
+}
+
 TEST_P(RegistryTest, DrainIsStickyAgainstHeartbeatsAndReRegister) {
   ASSERT_TRUE(registry_->Register("svc", "a", Spec(1)).ok());
   ASSERT_TRUE(registry_->SetState("svc", "a", 1, InstanceState::kDraining, std::nullopt).ok());
