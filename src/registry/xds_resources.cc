@@ -121,16 +121,36 @@ XdsServiceResources BuildXdsResources(const std::string& service,
   return r;
 }
 
-const std::string* XdsSnapshot::Find(std::string_view type_url, std::string_view name) const {
+std::shared_ptr<const std::string> XdsSnapshot::Find(std::string_view type_url,
+                                                     std::string_view name) const {
   auto it = services.find(name);
   if (it == services.end()) return nullptr;
   const XdsServiceResources& r = *it->second;
-  if (type_url == kListenerType) return &r.listener;
-  if (type_url == kRouteType) return &r.route;
-  if (type_url == kClusterType) return &r.cluster;
-  if (type_url == kEndpointType) return &r.endpoints;
-  return nullptr;
+  const std::string* bytes = nullptr;
+  if (type_url == kListenerType) bytes = &r.listener;
+  if (type_url == kRouteType) bytes = &r.route;
+  if (type_url == kClusterType) bytes = &r.cluster;
+  if (type_url == kEndpointType) bytes = &r.endpoints;
+  if (bytes == nullptr) return nullptr;
+  return std::shared_ptr<const std::string>(it->second, bytes);  // owned by the service's
 }
+
+namespace {
+
+using Held = std::map<std::string, std::shared_ptr<const std::string>, std::less<>>;
+
+bool SameBytes(const std::shared_ptr<const std::string>& a,
+               const std::shared_ptr<const std::string>& b) {
+  return a == b || *a == *b;  // unchanged services keep their pointers; the rest are compared
+}
+
+bool SameResources(const Held& a, const Held& b) {
+  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](auto& x, auto& y) {
+           return x.first == y.first && SameBytes(x.second, y.second);
+         });
+}
+
+}  // namespace
 
 // One resource type of one stream.
 struct XdsSession::Type {
@@ -139,8 +159,10 @@ struct XdsSession::Type {
   bool requested = false;         // the client has asked at least once
   bool wildcard = false;          // its first request named nothing (or "*"): every resource
   bool answer = false;            // a request awaits an answer even if nothing changed
+  bool send_all = false;          // ... one without a nonce: with everything, even unchanged
+  bool partial = false;           // Route, ClusterLoadAssignment: a response may leave out some
   std::set<std::string, std::less<>> names;
-  std::map<std::string, std::string, std::less<>> sent;  // what the last response held
+  Held sent;  // what the client holds: everything the responses so far gave it, still subscribed
   std::string last_nonce;
   std::string nacked_nonce;  // logged already
 };
@@ -151,6 +173,7 @@ XdsSession::XdsSession(std::string peer) : peer_(std::move(peer)) {
     auto type = std::make_unique<Type>();
     type->url = url;
     type->wildcard_allowed = wildcard;
+    type->partial = !wildcard;
     types_.push_back(std::move(type));
   }
 }
@@ -204,6 +227,7 @@ void XdsSession::OnRequest(const Request& request) {
   // The first request of a type is always answered -- with nothing, if nothing exists: that is
   // how a client learns a listener or cluster does not exist.
   if (first || changed || request.response_nonce().empty()) type->answer = true;
+  if (request.response_nonce().empty()) type->send_all = true;
 }
 
 void XdsSession::OnSnapshot(std::shared_ptr<const XdsSnapshot> snapshot) {
@@ -218,31 +242,40 @@ std::optional<XdsSession::Response> XdsSession::Next() {
   for (auto& t : types_) {
     Type& type = *t;
     if (!type.requested) continue;
-    std::map<std::string, std::string, std::less<>> current;
+    Held current;
+    const auto hold = [&](std::string_view name) {
+      if (auto bytes = snapshot_->Find(type.url, name)) current.emplace(name, std::move(bytes));
+    };
     if (type.wildcard) {
-      for (const auto& [name, resources] : snapshot_->services) {
-        if (const std::string* bytes = snapshot_->Find(type.url, name))
-          current.emplace(name, *bytes);
-      }
+      for (const auto& [name, resources] : snapshot_->services) hold(name);
     } else {
-      for (const std::string& name : type.names) {
-        if (const std::string* bytes = snapshot_->Find(type.url, name))
-          current.emplace(name, *bytes);
-      }
+      for (const std::string& name : type.names) hold(name);
     }
-    if (!type.answer && current == type.sent) continue;
+    // What this response holds: all of `current`, or -- where the protocol allows -- what the
+    // client does not have yet.
+    std::vector<const Held::value_type*> send;
+    for (const auto& entry : current) {
+      if (type.partial && !type.send_all) {
+        auto had = type.sent.find(entry.first);
+        if (had != type.sent.end() && SameBytes(had->second, entry.second)) continue;
+      }
+      send.push_back(&entry);
+    }
+    const bool changed = type.partial ? !send.empty() : !SameResources(current, type.sent);
+    if (!type.answer && !changed) continue;
     Response response;
     response.set_version_info(std::to_string(snapshot_->version));
     response.set_type_url(std::string(type.url));
-    for (const auto& [name, bytes] : current) {
+    for (const Held::value_type* entry : send) {
       auto* any = response.add_resources();
       any->set_type_url(std::string(type.url));
-      any->set_value(bytes);
+      any->set_value(*entry->second);
     }
     type.last_nonce = std::to_string(++nonce_);
     response.set_nonce(type.last_nonce);
     type.sent = std::move(current);
     type.answer = false;
+    type.send_all = false;
     return response;
   }
   return std::nullopt;

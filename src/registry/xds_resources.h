@@ -26,7 +26,13 @@
 // naming none, or "*", for Listener or Cluster is every one -- the wildcard; a later empty list is
 // an unsubscribe), what was last sent, and the nonce of that
 // response. A request answers with the current resources when it is the type's first, when its
-// subscription changed, or -- after a snapshot -- when what it is subscribed to changed. A
+// subscription changed, or -- after a snapshot -- when what it is subscribed to changed. Listener
+// and Cluster responses hold every resource subscribed to (a client takes one left out as gone);
+// RouteConfiguration and ClusterLoadAssignment responses, where the protocol lets a left-out
+// resource mean "unchanged", hold only what the client does not have yet -- a new name, a changed
+// resource -- except in answer to a request without a nonce, which gets them all: one service's
+// endpoints changing sends that one assignment, not every assignment the client follows. What
+// was sent is kept as shared pointers into the snapshots, never as copies. A
 // request that carries an older nonce than the type's last response is stale and ignored (the
 // ACK of the newer response will say what the client wants); a NACK (error_detail) is logged
 // once and never answered with the same resources again -- only a later change is sent, so a
@@ -81,8 +87,9 @@ struct XdsSnapshot {
   std::uint64_t version = 0;
   std::map<std::string, std::shared_ptr<const XdsServiceResources>, std::less<>> services;
 
-  // The serialized resource of `type_url` named `name`, or nullptr.
-  const std::string* Find(std::string_view type_url, std::string_view name) const;
+  // The serialized resource of `type_url` named `name`, or null. It shares the ownership of the
+  // service's resources (no copy), so a stream can keep what it sent for as long as it needs.
+  std::shared_ptr<const std::string> Find(std::string_view type_url, std::string_view name) const;
 };
 
 class XdsSession {
