@@ -463,8 +463,8 @@ class HttpExchange {
   // when the connection must close (the client left, or was answered 400 or 431).
   net::awaitable<bool> ReadHead(http1::HeadParser& parser);
   std::optional<Reject> Prepare();
-  // Claims a retry slot before every attempt after the first; false when the budget is spent.
-  bool StartRetry();
+  // Takes `retry`'s slot before every attempt after the first; false when the budget is spent.
+  bool StartRetry(RetryBudget::Retry& retry);
   net::awaitable<AttemptEnd> Attempt(std::size_t pick);
   bool TakePooled(Target& t, bool check_closed);
   net::awaitable<AttemptEnd> Connect(Target& t);
@@ -806,26 +806,15 @@ net::awaitable<bool> HttpExchange::Run() {
     co_await s_.Reply(c_, reject->status, reject->text, reject->keep);
     co_return reject->keep;
   }
-  RetryBudget& budget = s_.budget;
-  budget.RequestStarted();
-  struct RequestDone {
-    RetryBudget& budget;
-    ~RequestDone() { budget.RequestEnded(); }
-  } request_done{budget};
+  const RetryBudget::Request in_budget(s_.budget);
 
   snapshot_ = c_.worker.snapshots[route_index_].Current();
   x_.tried.clear();
   x_.passed.clear();
   if (keyed_) upstream_->PassedOwners(*snapshot_, key_hash_, ThreadRandom(), x_.passed);
   for (int attempt = 0; attempt <= route_->retries; ++attempt) {
-    if (attempt > 0 && !StartRetry()) break;
-    struct RetryDone {
-      RetryBudget& budget;
-      bool held;
-      ~RetryDone() {
-        if (held) budget.RetryEnded();
-      }
-    } retry_done{budget, attempt > 0};
+    RetryBudget::Retry retry(s_.budget);
+    if (attempt > 0 && !StartRetry(retry)) break;
 
     const Result<std::size_t> pick = upstream_->PickPassing(
         *snapshot_, key_hash_, x_.passed, x_.tried, s_.clock.Now(), ThreadRandom(), x_.exclude);
@@ -849,8 +838,8 @@ net::awaitable<bool> HttpExchange::Run() {
   co_return keep;
 }
 
-bool HttpExchange::StartRetry() {
-  if (!s_.budget.TryStartRetry()) {
+bool HttpExchange::StartRetry(RetryBudget::Retry& retry) {
+  if (!retry.Take()) {
     s_.counters.budget_exhausted.fetch_add(1, std::memory_order_relaxed);
     failure_text_ += "; no retry: the retry budget is spent";
     return false;

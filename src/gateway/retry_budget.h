@@ -35,6 +35,41 @@ class RetryBudget {
     return std::max<std::int64_t>(min_, by_load);
   }
   std::int64_t requests() const { return requests_.load(std::memory_order_relaxed); }
+
+  // A request counted as active for as long as this lives.
+  class Request {
+   public:
+    explicit Request(RetryBudget& budget) : budget_(budget) { budget_.RequestStarted(); }
+    ~Request() { budget_.RequestEnded(); }
+    Request(const Request&) = delete;
+    Request& operator=(const Request&) = delete;
+
+   private:
+    RetryBudget& budget_;
+  };
+
+  // A retry slot: held from a Take() that succeeded until Release() or the end of this object.
+  class Retry {
+   public:
+    explicit Retry(RetryBudget& budget) : budget_(budget) {}
+    ~Retry() { Release(); }
+    Retry(const Retry&) = delete;
+    Retry& operator=(const Retry&) = delete;
+    // False when the budget is spent. One slot at most: a second Take keeps the one held.
+    bool Take() {
+      if (!held_) held_ = budget_.TryStartRetry();
+      return held_;
+    }
+    void Release() {
+      if (held_) budget_.RetryEnded();
+      held_ = false;
+    }
+    bool held() const { return held_; }
+
+   private:
+    RetryBudget& budget_;
+    bool held_ = false;
+  };
   std::int64_t retries_in_flight() const { return retries_.load(std::memory_order_relaxed); }
 
  private:

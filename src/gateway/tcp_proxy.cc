@@ -73,20 +73,10 @@ constexpr auto kTuneProbesAfter = std::chrono::seconds(10);
 // listener's retry budget: as a dial in flight (the budget's "requests") for as long as it lives,
 // and as a retry while a further attempt connects.
 struct Dialing {
-  explicit Dialing(RetryBudget& b) : budget(b) { budget.RequestStarted(); }
-  ~Dialing() {
-    EndRetry();
-    budget.RequestEnded();
-  }
-  Dialing(const Dialing&) = delete;
-  Dialing& operator=(const Dialing&) = delete;
-  void EndRetry() {
-    if (retrying) budget.RetryEnded();
-    retrying = false;
-  }
+  explicit Dialing(RetryBudget& budget) : request(budget), retry(budget) {}
 
-  RetryBudget& budget;
-  bool retrying = false;  // holds a retry slot
+  RetryBudget::Request request;
+  RetryBudget::Retry retry;  // held while a further attempt connects
   std::shared_ptr<Conn> c;
   std::shared_ptr<const UpstreamSnapshot> snapshot;  // loaded once for the session
   std::uint64_t key_hash = 0;
@@ -304,12 +294,11 @@ void TcpProxy::State::Dial(std::unique_ptr<Dialing> d) {
       break;
     }
     if (!d->tried.empty()) {  // a further instance: a retry
-      if (!budget.TryStartRetry()) {
+      if (!d->retry.Take()) {
         counters.budget_exhausted.fetch_add(1, std::memory_order_relaxed);
         d->last_error += "; no retry: the retry budget is spent";
         break;
       }
-      d->retrying = true;
       counters.retries.fetch_add(1, std::memory_order_relaxed);
     }
     const router::Endpoint& e = d->snapshot->router->table->at(*pick);
@@ -339,7 +328,7 @@ void TcpProxy::State::GiveUp(Dialing& d) {
 }
 
 void TcpProxy::State::Dialed(std::unique_ptr<Dialing> d, bool ok) {
-  d->EndRetry();  // this attempt's connect is over
+  d->retry.Release();  // this attempt's connect is over
   const std::size_t pick = d->pick;
   upstream.ReportConnect(*d->snapshot, pick, ok, clock.Now());
   const std::shared_ptr<InstanceCounters>& counters_of = d->snapshot->counters[pick];

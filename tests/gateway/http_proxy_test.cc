@@ -296,6 +296,31 @@ TEST(RetryBudgetTest, AllowsMinOrPercentOfActiveRequests) {
   EXPECT_FALSE(budget.TryStartRetry());  // 20 in flight, 3 allowed now
 }
 
+// The scoped forms both proxies use: a request counts while its Request lives; a Retry holds a
+// slot from a successful Take until Release or its end, and never two.
+TEST(RetryBudgetTest, ScopedRequestsAndRetriesGiveBackWhatTheyTook) {
+  RetryBudget budget(50, 1);
+  {
+    std::vector<std::unique_ptr<RetryBudget::Request>> requests;
+    for (int i = 0; i < 4; ++i) requests.push_back(std::make_unique<RetryBudget::Request>(budget));
+    EXPECT_EQ(budget.requests(), 4);
+    EXPECT_EQ(budget.Allowed(), 2);
+    RetryBudget::Retry a(budget), b(budget), c(budget);
+    EXPECT_TRUE(a.Take());
+    EXPECT_TRUE(a.Take());  // still the one slot
+    EXPECT_EQ(budget.retries_in_flight(), 1);
+    EXPECT_TRUE(b.Take());
+    EXPECT_FALSE(c.Take());
+    EXPECT_FALSE(c.held());
+    a.Release();
+    a.Release();
+    EXPECT_EQ(budget.retries_in_flight(), 1);
+    EXPECT_TRUE(c.Take());
+  }
+  EXPECT_EQ(budget.requests(), 0);
+  EXPECT_EQ(budget.retries_in_flight(), 0);
+}
+
 TEST_F(HttpProxyTest, ASpentRetryBudgetTurnsTheFailureIntoA502) {
   HttpBackend live("live");
   ListenerConfig l;
