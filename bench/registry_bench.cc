@@ -12,6 +12,11 @@
 //                    from just before the write is sent until a watcher holds the event, so it
 //                    includes the durable commit; printed again "after ack": from when the writer
 //                    had the write's answer (committed) until a watcher holds the event
+//   memory           RSS growth per registered instance (key) and per idle watch stream, in the
+//                    run; and per idle watch stream again in a fresh server (Drover: one each
+//                    for gRPC and HTTP; etcd: its own), from --watchers/2 streams to --watchers:
+//                    what one more stream costs, without fixed costs or memory the run gave
+//                    back to the allocator (the goal lines judge these)
 //
 // Every figure is printed next to etcd's as a ratio (Drover / etcd; above 1 is better for rates,
 // below 1 is better for latencies); the etcd-store column shows what the registry costs on top of
@@ -366,6 +371,10 @@ struct SystemFigures {
   // watch stream, from /proc/<pid>/status before and after.
   double rss_per_instance_b = 0;
   double rss_per_watcher_b = 0;
+  // Drover: the same per idle watch stream of each API, each measured in a registry of its own
+  // (started fresh with two instances, so no stream reuses memory the run gave back).
+  double idle_grpc_watch_b = 0;
+  double idle_http_watch_b = 0;
   // Restart with --restart-instances stored (SQLite | etcd's own data): seconds from starting
   // the process until a list holds them all, and its resident memory then per instance, over
   // that of the same server started empty.
@@ -907,6 +916,68 @@ SystemFigures BenchDrover(const Options& opt, const std::string& etcd_target) {
   return out;
 }
 
+// Resident memory per idle watch stream, gRPC and HTTP, each in a fresh registry on SQLite: the
+// growth from a first half of `--watchers` streams to all of them, over that second half -- what
+// one more stream costs, free of what the first ones paid once (connections, allocator arenas)
+// and of memory the run before gave back to the allocator. Each stream is opened from one
+// revision back; the replayed event says it is live.
+void DroverIdleWatchers(const Options& opt, SystemFigures& out) {
+  const int first = opt.watchers / 2;
+  const int second = opt.watchers - first;
+  if (first < 1) return;
+  LatencyProbe unused(1, opt.watchers, 0);
+  const auto wait_ready = [&](const auto& ready, int count, const char* what) {
+    const auto deadline = Clock::now() + 60s;
+    while (ready() < count && Clock::now() < deadline) std::this_thread::sleep_for(5ms);
+    if (ready() < count) Fail(std::string("drover: idle ") + what + " did not start");
+    std::this_thread::sleep_for(200ms);  // the replayed event written: every stream idle
+  };
+  // `open(server, revision, count)` opens `count` more streams and returns what keeps them.
+  const auto marginal = [&](auto&& open) {
+    DroverServer server(opt.drover, "", opt.watchers);
+    auto channels = Connect(server.target(), 1);
+    auto stub = pb::Registry::NewStub(channels[0]);
+    std::uint64_t revision = 0;
+    for (std::uint64_t i = 0; i < 2; ++i) {
+      grpc::ClientContext ctx;
+      pb::RevisionReply reply;
+      if (!stub->Register(&ctx, Registration(i), &reply).ok()) Fail("drover: Register failed");
+      revision = reply.revision();
+    }
+    auto held_first = open(server, revision, first);
+    const double half = RssBytes(server.pid());
+    auto held_second = open(server, revision, second);
+    return (RssBytes(server.pid()) - half) / static_cast<double>(second);
+  };
+  out.idle_http_watch_b = marginal([&](DroverServer& server, std::uint64_t revision, int count) {
+    auto watchers =
+        std::make_unique<HttpWatchers>(server.http(), count, revision - 1, revision, unused);
+    wait_ready([&] { return watchers->ready(); }, count, "HTTP watchers");
+    return watchers;
+  });
+  struct GrpcWatches {
+    std::vector<std::shared_ptr<grpc::Channel>> channels;
+    std::vector<std::unique_ptr<pb::Registry::Stub>> stubs;
+    std::atomic<int> ready{0};
+    std::vector<std::unique_ptr<DroverWatch>> watches;
+    ~GrpcWatches() {
+      for (auto& w : watches) w->Close();
+    }
+  };
+  out.idle_grpc_watch_b = marginal([&](DroverServer& server, std::uint64_t revision, int count) {
+    auto held = std::make_unique<GrpcWatches>();
+    held->channels = Connect(server.target(), std::max(1, opt.watch_connections / 2));
+    for (auto& ch : held->channels) held->stubs.push_back(pb::Registry::NewStub(ch));
+    for (int w = 0; w < count; ++w) {
+      held->watches.push_back(std::make_unique<DroverWatch>(
+          *held->stubs[static_cast<std::size_t>(w) % held->stubs.size()], revision - 1, revision,
+          unused, held->ready));
+    }
+    wait_ready([&] { return held->ready.load(); }, count, "gRPC watchers");
+    return held;
+  });
+}
+
 // ---------------------------------------------------------------------------------------------
 // etcd
 
@@ -1053,6 +1124,37 @@ void EtcdRestart(const Options& opt, SystemFigures& out) {
       },
       "etcd: the restarted etcd never counted them all");
   out.restart_rss_per_instance_b = (RssBytes(server.pid()) - empty_rss) / static_cast<double>(n);
+}
+
+// etcd's cost per idle watch stream, measured as DroverIdleWatchers measures Drover's: a fresh
+// etcd, half of `--watchers` streams, then the growth the other half brings, per stream.
+void EtcdIdleWatchers(const Options& opt, SystemFigures& out) {
+  const int first = opt.watchers / 2;
+  const int second = opt.watchers - first;
+  if (first < 1) return;
+  EtcdServer server(opt.etcd);
+  auto channels = Connect(server.target(), std::max(1, opt.watch_connections / 2));
+  std::vector<std::unique_ptr<etcd::Watch::Stub>> stubs;
+  for (auto& ch : channels) stubs.push_back(etcd::Watch::NewStub(ch));
+  LatencyProbe unused(1, opt.watchers, 0);
+  std::atomic<int> ready{0};
+  std::vector<std::unique_ptr<EtcdWatch>> watches;
+  const auto open = [&](int count) {
+    for (int w = 0; w < count; ++w) {
+      watches.push_back(
+          std::make_unique<EtcdWatch>(*stubs[watches.size() % stubs.size()], 0, unused, ready));
+    }
+    const int want = static_cast<int>(watches.size());
+    const auto deadline = Clock::now() + 60s;
+    while (ready.load() < want && Clock::now() < deadline) std::this_thread::sleep_for(5ms);
+    if (ready.load() < want) Fail("etcd: idle watchers did not start");
+    std::this_thread::sleep_for(200ms);
+  };
+  open(first);
+  const double half = RssBytes(server.pid());
+  open(second);
+  out.idle_grpc_watch_b = (RssBytes(server.pid()) - half) / static_cast<double>(second);
+  for (auto& w : watches) w->Close();
 }
 
 SystemFigures BenchEtcd(const Options& opt) {
@@ -1253,6 +1355,10 @@ void PrintReport(const Options& opt, const std::optional<SystemFigures>& d,
   const auto per_watcher = [](const SystemFigures& f) { return f.rss_per_watcher_b; };
   row("RSS B per instance (etcd: per key)", per_instance, per_instance, "{:.0f}");
   row("RSS B per idle gRPC watch stream", per_watcher, per_watcher, "{:.0f}");
+  const auto idle_grpc = [](const SystemFigures& f) { return f.idle_grpc_watch_b; };
+  const auto idle_http = [](const SystemFigures& f) { return f.idle_http_watch_b; };
+  row("  one more, fresh server: gRPC", idle_grpc, idle_grpc, "{:.0f}");
+  row("  one more, fresh server: HTTP", idle_http, idle_grpc, "{:.0f}");
   if (opt.restart_instances > 0) {
     const auto restart = [](const SystemFigures& f) { return f.restart_s; };
     const auto loaded = [](const SystemFigures& f) { return f.restart_rss_per_instance_b; };
@@ -1349,8 +1455,10 @@ void PrintReport(const Options& opt, const std::optional<SystemFigures>& d,
       bytes_goal("RSS per instance, drover/sqlite", d->rss_per_instance_b,
                  e ? e->rss_per_instance_b : 0, 1024);
     }
-    bytes_goal("RSS per idle watch stream, drover/sqlite gRPC", d->rss_per_watcher_b,
-               e ? e->rss_per_watcher_b : 0, 2048);
+    bytes_goal("RSS per idle watch stream, drover/sqlite gRPC", d->idle_grpc_watch_b,
+               e ? e->idle_grpc_watch_b : 0, 2048);
+    bytes_goal("RSS per idle watch stream, drover/sqlite HTTP", d->idle_http_watch_b,
+               e ? e->idle_grpc_watch_b : 0, 2048);
   }
 }
 
@@ -1372,6 +1480,8 @@ nlohmann::json ToJson(const SystemFigures& f) {
                         {"committed_writes", f.committed_writes},
                         {"rss_per_instance_b", f.rss_per_instance_b},
                         {"rss_per_watcher_b", f.rss_per_watcher_b},
+                        {"idle_grpc_watch_b", f.idle_grpc_watch_b},
+                        {"idle_http_watch_b", f.idle_http_watch_b},
                         {"restart_s", f.restart_s},
                         {"restart_rss_per_instance_b", f.restart_rss_per_instance_b},
                         {"unary_heartbeats_per_s", f.unary_heartbeats_per_s},
@@ -1473,6 +1583,8 @@ int BenchMain(int argc, char** argv) {
     std::fprintf(stderr, "registry_bench: drover on sqlite, restarted with %d instances ...\n",
                  opt.restart_instances);
     DroverRestart(opt, *drover_figures);
+    std::fprintf(stderr, "registry_bench: drover on sqlite, idle watchers ...\n");
+    DroverIdleWatchers(opt, *drover_figures);
   }
   if (on_etcd) {
     std::fprintf(stderr, "registry_bench: drover on etcd ...\n");
@@ -1486,6 +1598,8 @@ int BenchMain(int argc, char** argv) {
     std::fprintf(stderr, "registry_bench: etcd, restarted with %d keys ...\n",
                  opt.restart_instances);
     EtcdRestart(opt, *etcd_figures);
+    std::fprintf(stderr, "registry_bench: etcd, idle watchers ...\n");
+    EtcdIdleWatchers(opt, *etcd_figures);
   }
   if (opt.json) {
     nlohmann::json out = {{"clients", opt.clients},
