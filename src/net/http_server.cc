@@ -389,6 +389,10 @@ asio::awaitable<void> HttpServer::Impl::Serve(Stream& stream, const std::string&
     if (!req) break;
     HttpReply reply = Answer(*req, client);
     if (reply.stream) {
+      // A stream may stay open for days, mostly idle: the request and the read buffer go first
+      // (the stream has what it needs from them).
+      req.reset();
+      buffer = beast::flat_buffer();
       StreamWriter<Stream> writer(stream, wakeups, [this](unsigned status) { Count(status); });
       co_await reply.stream(writer);
       break;

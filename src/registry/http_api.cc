@@ -177,7 +177,9 @@ struct HttpServer::Impl {
   net::HttpReply Answer(const Request& req, const std::string& peer);
   // GET /v1/watch: checks, then the stream; an error response when a check fails.
   net::HttpReply Watch(const Request& req, std::string_view query, const std::string& client);
-  asio::awaitable<void> Stream(std::shared_ptr<Watcher> w, net::ChunkedWriter& out);
+  // Writes the head, then every event the watcher gets, until the client or the server goes.
+  asio::awaitable<void> Stream(std::shared_ptr<Watcher> w, unsigned version,
+                               net::ChunkedWriter& out);
   Response Handle(const Request& req);
   // OK when auth is off or the request carries a known token.
   Status Authenticate(const Request& req) const {
@@ -279,19 +281,24 @@ net::HttpReply HttpServer::Impl::Watch(const Request& req, std::string_view quer
     return res;
   }
   net::HttpReply reply;
+  // Not a coroutine itself: one frame fewer for as long as the stream lasts.
   reply.stream = [this, w = *watcher, admission,
                   version = req.version()](net::ChunkedWriter& out) -> asio::awaitable<void> {
-    net::HttpHead head{http::status::ok, version};
-    head.set(http::field::server, "drover-registry");
-    head.set(http::field::content_type, "application/x-ndjson");
-    head.set(http::field::cache_control, "no-cache");
-    if (co_await out.Begin(head)) co_await Stream(w, out);
+    return Stream(w, version, out);
   };
   return reply;
 }
 
-asio::awaitable<void> HttpServer::Impl::Stream(std::shared_ptr<Watcher> w,
+asio::awaitable<void> HttpServer::Impl::Stream(std::shared_ptr<Watcher> w, unsigned version,
                                                net::ChunkedWriter& out) {
+  {
+    // Gone before the events flow (its fields are on the heap; a stream may idle for days).
+    net::HttpHead head{http::status::ok, version};
+    head.set(http::field::server, "drover-registry");
+    head.set(http::field::content_type, "application/x-ndjson");
+    head.set(http::field::cache_control, "no-cache");
+    if (!co_await out.Begin(head)) co_return;
+  }
   {
     MutexLock lock(mu);
     watches.insert(w);
