@@ -1309,14 +1309,21 @@ void PrintReport(const Options& opt, const std::optional<SystemFigures>& d,
       opt.warmup);
   std::printf("%-38s %14s %14s %14s %11s %11s\n", "", "drover/sqlite", "drover/etcd", "etcd",
               "sqlite/etcd", "d.etcd/etcd");
-  auto cell = [](const std::optional<SystemFigures>& f, auto get, const char* format) {
-    return f ? fmt::format(fmt::runtime(format), get(*f)) : std::string("-");
+  // A figure of 0 was not measured for that column (the restart and the fresh-server memory are
+  // measured for drover/sqlite and etcd only): "-", as for a system not run.
+  auto measured = [](const std::optional<SystemFigures>& f, auto get) { return f && get(*f) != 0; };
+  auto cell = [&](const std::optional<SystemFigures>& f, auto get, const char* format) {
+    return measured(f, get) ? fmt::format(fmt::runtime(format), get(*f)) : std::string("-");
   };
   auto row = [&](const std::string& name, auto get, auto get_etcd, const char* format) {
+    const auto ratio = [&](const std::optional<SystemFigures>& ours) {
+      return measured(ours, get) && measured(e, get_etcd)
+                 ? fmt::format("{:.2f}x", Ratio(get(*ours), get_etcd(*e)))
+                 : std::string("-");
+    };
     std::printf("%-38s %14s %14s %14s %11s %11s\n", name.c_str(), cell(d, get, format).c_str(),
-                cell(de, get, format).c_str(), cell(e, get_etcd, format).c_str(),
-                d && e ? fmt::format("{:.2f}x", Ratio(get(*d), get_etcd(*e))).c_str() : "-",
-                de && e ? fmt::format("{:.2f}x", Ratio(get(*de), get_etcd(*e))).c_str() : "-");
+                cell(de, get, format).c_str(), cell(e, get_etcd, format).c_str(), ratio(d).c_str(),
+                ratio(de).c_str());
   };
   const auto ka = [](const SystemFigures& f) { return f.keepalive_per_s; };
   row(
