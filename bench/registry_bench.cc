@@ -956,22 +956,25 @@ void DroverIdleWatchers(const Options& opt, SystemFigures& out) {
     return watchers;
   });
   struct GrpcWatches {
-    std::vector<std::shared_ptr<grpc::Channel>> channels;
-    std::vector<std::unique_ptr<pb::Registry::Stub>> stubs;
     std::atomic<int> ready{0};
     std::vector<std::unique_ptr<DroverWatch>> watches;
     ~GrpcWatches() {
       for (auto& w : watches) w->Close();
     }
   };
+  // One set of connections for both halves (as for etcd): the second half adds streams only.
+  std::vector<std::shared_ptr<grpc::Channel>> channels;
+  std::vector<std::unique_ptr<pb::Registry::Stub>> stubs;
   out.idle_grpc_watch_b = marginal([&](DroverServer& server, std::uint64_t revision, int count) {
+    if (stubs.empty()) {
+      channels = Connect(server.target(), std::max(1, opt.watch_connections / 2));
+      for (auto& ch : channels) stubs.push_back(pb::Registry::NewStub(ch));
+    }
     auto held = std::make_unique<GrpcWatches>();
-    held->channels = Connect(server.target(), std::max(1, opt.watch_connections / 2));
-    for (auto& ch : held->channels) held->stubs.push_back(pb::Registry::NewStub(ch));
     for (int w = 0; w < count; ++w) {
-      held->watches.push_back(std::make_unique<DroverWatch>(
-          *held->stubs[static_cast<std::size_t>(w) % held->stubs.size()], revision - 1, revision,
-          unused, held->ready));
+      held->watches.push_back(
+          std::make_unique<DroverWatch>(*stubs[held->watches.size() % stubs.size()], revision - 1,
+                                        revision, unused, held->ready));
     }
     wait_ready([&] { return held->ready.load(); }, count, "gRPC watchers");
     return held;
@@ -1309,9 +1312,12 @@ void PrintReport(const Options& opt, const std::optional<SystemFigures>& d,
       opt.warmup);
   std::printf("%-38s %14s %14s %14s %11s %11s\n", "", "drover/sqlite", "drover/etcd", "etcd",
               "sqlite/etcd", "d.etcd/etcd");
-  // A figure of 0 was not measured for that column (the restart and the fresh-server memory are
-  // measured for drover/sqlite and etcd only): "-", as for a system not run.
-  auto measured = [](const std::optional<SystemFigures>& f, auto get) { return f && get(*f) != 0; };
+  // Rows of figures measured for drover/sqlite and etcd only (the fresh-server memory, the
+  // restart) print "-" for a 0 -- not measured -- as for a system not run; the rest show a 0.
+  bool zero_unmeasured = false;
+  auto measured = [&](const std::optional<SystemFigures>& f, auto get) {
+    return f && (!zero_unmeasured || get(*f) != 0);
+  };
   auto cell = [&](const std::optional<SystemFigures>& f, auto get, const char* format) {
     return measured(f, get) ? fmt::format(fmt::runtime(format), get(*f)) : std::string("-");
   };
@@ -1364,6 +1370,7 @@ void PrintReport(const Options& opt, const std::optional<SystemFigures>& d,
   row("RSS B per idle gRPC watch stream", per_watcher, per_watcher, "{:.0f}");
   const auto idle_grpc = [](const SystemFigures& f) { return f.idle_grpc_watch_b; };
   const auto idle_http = [](const SystemFigures& f) { return f.idle_http_watch_b; };
+  zero_unmeasured = true;  // from here on
   row("  one more, fresh server: gRPC", idle_grpc, idle_grpc, "{:.0f}");
   row("  one more, fresh server: HTTP", idle_http, idle_grpc, "{:.0f}");
   if (opt.restart_instances > 0) {
@@ -1447,6 +1454,10 @@ void PrintReport(const Options& opt, const std::optional<SystemFigures>& d,
   }
   if (d) {
     const auto bytes_goal = [&](const char* what, double ours, double theirs, double goal) {
+      if (ours <= 0) {  // e.g. --watchers 1: no second half to measure
+        std::printf("goal: %-56s <= %.0f B: not measured\n", what, goal);
+        return;
+      }
       std::printf("goal: %-56s <= %.0f B: %.0f B (etcd %s) -- %s\n", what, goal, ours,
                   e ? fmt::format("{:.0f} B", theirs).c_str() : "-", judge(ours <= goal));
     };

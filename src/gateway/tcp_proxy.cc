@@ -73,11 +73,14 @@ constexpr auto kTuneProbesAfter = std::chrono::seconds(10);
 // listener's retry budget: as a dial in flight (the budget's "requests") for as long as it lives,
 // and as a retry while a further attempt connects.
 struct Dialing {
-  explicit Dialing(RetryBudget& budget) : request(budget), retry(budget) {}
+  Dialing(std::shared_ptr<Conn> conn, RetryBudget& budget)
+      : c(std::move(conn)), request(budget), retry(budget) {}
 
-  RetryBudget::Request request;
-  RetryBudget::Retry retry;  // held while a further attempt connects
+  // First, so it goes last: the connection keeps the listener's state, and with it the budget,
+  // alive while the two below give back what they hold.
   std::shared_ptr<Conn> c;
+  RetryBudget::Request request;
+  RetryBudget::Retry retry;                          // held while a further attempt connects
   std::shared_ptr<const UpstreamSnapshot> snapshot;  // loaded once for the session
   std::uint64_t key_hash = 0;
   std::string rest;  // bytes the client sent after its key line
@@ -403,8 +406,7 @@ asio::awaitable<void> TcpProxy::State::ReadKeyThenDial(std::shared_ptr<Conn> c) 
 
 void TcpProxy::State::StartDial(std::shared_ptr<Conn> c, std::uint64_t key_hash, std::string rest,
                                 bool keyed) {
-  auto d = std::make_unique<Dialing>(budget);
-  d->c = std::move(c);
+  auto d = std::make_unique<Dialing>(std::move(c), budget);
   d->snapshot = upstream.Snapshot();
   d->key_hash = key_hash;
   d->rest = std::move(rest);

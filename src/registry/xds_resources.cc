@@ -200,6 +200,14 @@ void XdsSession::OnRequest(const Request& request) {
     }
     return;
   }
+  std::set<std::string, std::less<>> names(request.resource_names().begin(),
+                                           request.resource_names().end());
+  // A resource the client no longer asks for, it no longer holds (gRPC drops a resource nothing
+  // watches): forgotten, so that asking again sends it again -- even when the two requests come
+  // together, or with a stale nonce. (Forgetting too much only sends more.)
+  if (type->partial) {
+    std::erase_if(type->sent, [&](const auto& held) { return !names.contains(held.first); });
+  }
   // A request answering an older response than the newest: its subscription may be out of date;
   // the ACK of the newest will carry the current one.
   if (!request.response_nonce().empty() && request.response_nonce() != type->last_nonce) return;
@@ -214,8 +222,6 @@ void XdsSession::OnRequest(const Request& request) {
           request.error_detail().message());
     }
   }
-  std::set<std::string, std::less<>> names(request.resource_names().begin(),
-                                           request.resource_names().end());
   const bool first = !type->requested;
   // Only a first request that names nothing (or "*") subscribes to everything; a later empty
   // list is the client unsubscribing from its last name (gRPC sends one).

@@ -31,7 +31,8 @@
 // RouteConfiguration and ClusterLoadAssignment responses, where the protocol lets a left-out
 // resource mean "unchanged", hold only what the client does not have yet -- a new name, a changed
 // resource -- except in answer to a request without a nonce, which gets them all: one service's
-// endpoints changing sends that one assignment, not every assignment the client follows. What
+// endpoints changing sends that one assignment, not every assignment the client follows; a name
+// a request leaves out counts as no longer held (the client dropped it), stale nonce or not. What
 // was sent is kept as shared pointers into the snapshots, never as copies. A
 // request that carries an older nonce than the type's last response is stale and ignored (the
 // ACK of the newer response will say what the client wants); a NACK (error_detail) is logged

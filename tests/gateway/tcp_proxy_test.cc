@@ -253,6 +253,55 @@ TEST_F(TcpProxyTest, ConnectRetriesShareTheRetryBudget) {
   EXPECT_EQ(CountersOf("dead").connect_failures.load(), 1u);
 }
 
+// A proxy torn down while a connect is still pending: the pending connect's record (its place
+// in the retry budget, the client connection) is freed with the io_context, after the proxy,
+// and gives its budget place back to a listener state its connection keeps alive (the record
+// holds the connection first for that reason). Run under AddressSanitizer by the CI; whether
+// the record is the state's last holder there depends on the order Asio destroys its pending
+// operations in, so this covers the teardown, not every order of it.
+TEST(TcpProxyTeardownTest, AProxyGoneWithAConnectPendingFreesCleanly) {
+  // An upstream that never completes a connect: a listener whose accept queue is full, so the
+  // kernel drops further SYNs.
+  const int blackhole = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(blackhole, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  ASSERT_EQ(::listen(blackhole, 0), 0);
+  socklen_t len = sizeof addr;
+  ::getsockname(blackhole, reinterpret_cast<sockaddr*>(&addr), &len);
+  const std::string address = "127.0.0.1:" + std::to_string(ntohs(addr.sin_port));
+  std::vector<int> fillers;
+  for (int i = 0; i < 4; ++i) {
+    const int f = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    ::connect(f, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+    fillers.push_back(f);
+  }
+  RealClock clock;
+  auto io = std::make_unique<boost::asio::io_context>(1);
+  auto work = boost::asio::make_work_guard(*io);
+  ListenerConfig l;
+  l.name = "zone";
+  l.address = "127.0.0.1:0";
+  l.service = "zone";
+  l.connect_timeout = 30s;
+  auto upstream = Upstream::ForTables(l, clock);
+  upstream->Apply(router::RoutingTable::Create(1, {Ready("hole", address)}).value());
+  auto proxy = TcpProxy::Start({io.get()}, l, *upstream, clock).value();
+  std::thread thread([&] { io->run(); });
+  LineClient player(proxy->port());
+  player.Send("HELLO p");
+  EXPECT_TRUE(Eventually([&] { return proxy->connections().active.load() == 1; }));
+  std::this_thread::sleep_for(100ms);  // the connect started, and is pending
+  work.reset();
+  io->stop();
+  thread.join();
+  proxy.reset();  // the proxy goes first; the pending connect's handler is still queued
+  io.reset();     // and is destroyed here, giving back its budget place
+  for (int f : fillers) ::close(f);
+  ::close(blackhole);
+}
+
 TEST_F(TcpProxyTest, AnIdleConnectionIsClosedOnBothSides) {
   Backend a("a");
   ListenerConfig l;

@@ -285,6 +285,38 @@ TEST(XdsSessionTest, AStreamKeepsNoCopyOfWhatItSent) {
   EXPECT_LT(per_session, resource_bytes / 8);  // 0 under a sanitizer's allocator: no figure
 }
 
+// A client that drops an assignment has deleted it; asking for it again gets it again, even when
+// both requests arrive before the stream's next response (a write was under way), or when they
+// carry a stale nonce.
+TEST(XdsSessionTest, AnAssignmentDroppedAndAskedForAgainIsSentAgain) {
+  XdsSession s("peer");
+  s.OnSnapshot(Snapshot(1, {{"a", {Make("x", "10.0.0.1:1", InstanceState::kReady)}},
+                            {"b", {Make("y", "10.0.0.2:1", InstanceState::kReady)}}}));
+  s.OnRequest(Ask(kEndpointType, {"a", "b"}));
+  auto first = s.Next();
+  ASSERT_TRUE(first.has_value());
+  s.OnRequest(Ask(kEndpointType, {"a"}, first->nonce(), "1"));       // drops b
+  s.OnRequest(Ask(kEndpointType, {"a", "b"}, first->nonce(), "1"));  // and wants it back
+  auto again = s.Next();
+  ASSERT_TRUE(again.has_value());
+  EXPECT_EQ(Names(*again), std::vector<std::string>{"b"});
+
+  // The same with stale nonces (a newer response is on its way): ignored as requests, but the
+  // drop is remembered, so b goes out again.
+  s.OnSnapshot(Snapshot(2, {{"a", {Make("x", "10.0.0.3:1", InstanceState::kReady)}},
+                            {"b", {Make("y", "10.0.0.2:1", InstanceState::kReady)}}}));
+  auto push = s.Next();
+  ASSERT_TRUE(push.has_value());
+  EXPECT_EQ(Names(*push), std::vector<std::string>{"a"});
+  s.OnRequest(Ask(kEndpointType, {"a"}, again->nonce(), "1"));       // stale: answers `again`
+  s.OnRequest(Ask(kEndpointType, {"a", "b"}, again->nonce(), "1"));  // stale too
+  auto resent = s.Next();
+  ASSERT_TRUE(resent.has_value());
+  EXPECT_EQ(Names(*resent), std::vector<std::string>{"b"});
+  s.OnRequest(Ask(kEndpointType, {"a", "b"}, resent->nonce(), "2"));  // ACK
+  EXPECT_FALSE(s.Next().has_value());
+}
+
 TEST(XdsSessionTest, ANackIsNotAnsweredWithTheSameResourcesAgain) {
   XdsSession s("peer");
   s.OnSnapshot(Snapshot(1, {{"whoami", {Make("a", "10.0.0.1:1", InstanceState::kReady)}}}));
