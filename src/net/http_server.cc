@@ -300,7 +300,11 @@ struct HttpServer::Impl {
 
   Status LoadTls();
   // `connection` is open for as long as the session runs.
+  // Not a coroutine: the plain and the TLS session are coroutines of their own, so a plain
+  // connection's frame holds no room for a TLS stream (a stream may idle for days).
   asio::awaitable<void> Session(tcp::socket socket, Connection connection);
+  asio::awaitable<void> PlainSession(tcp::socket socket, Connection connection, std::string client);
+  asio::awaitable<void> TlsSession(tcp::socket socket, Connection connection, std::string client);
   template <typename Stream>
   asio::awaitable<void> Serve(Stream& stream, const std::string& client);
   // Reads one request; nullopt when the connection is over (after an error reply, if one is due).
@@ -358,13 +362,22 @@ asio::awaitable<void> HttpServer::Impl::Session(tcp::socket socket, Connection c
   const std::string client = HostPort{remote.address().to_string(), remote.port(),
                                       remote.address().is_v6() ? HostKind::kIpv6 : HostKind::kIpv4}
                                  .ToString();
-  if (!tls) {
-    beast::tcp_stream stream(std::move(socket));
-    co_await Serve(stream, client);
-    error_code ignored;
-    stream.socket().shutdown(tcp::socket::shutdown_send, ignored);
-    co_return;
-  }
+  if (!tls) return PlainSession(std::move(socket), std::move(connection), client);
+  return TlsSession(std::move(socket), std::move(connection), client);
+}
+
+asio::awaitable<void> HttpServer::Impl::PlainSession(tcp::socket socket,
+                                                     [[maybe_unused]] Connection connection,
+                                                     std::string client) {
+  beast::tcp_stream stream(std::move(socket));
+  co_await Serve(stream, client);
+  error_code ignored;
+  stream.socket().shutdown(tcp::socket::shutdown_send, ignored);
+}
+
+asio::awaitable<void> HttpServer::Impl::TlsSession(tcp::socket socket,
+                                                   [[maybe_unused]] Connection connection,
+                                                   std::string client) {
   TlsStream stream(std::move(socket), *tls);
   error_code ec;
   beast::get_lowest_layer(stream).expires_after(kTlsHandshakeTimeout);
