@@ -307,6 +307,12 @@ struct HttpServer::Impl {
   asio::awaitable<void> TlsSession(tcp::socket socket, Connection connection, std::string client);
   template <typename Stream>
   asio::awaitable<void> Serve(Stream& stream, const std::string& client);
+  // Reads one request and answers it; true to read the next. When the answer is a stream, it is
+  // left in `run` for Serve to run once this frame (the request, the reply) is gone.
+  template <typename Stream>
+  asio::awaitable<bool> ServeOne(Stream& stream, beast::flat_buffer& buffer,
+                                 const std::string& client,
+                                 std::function<asio::awaitable<void>(ChunkedWriter&)>& run);
   // Reads one request; nullopt when the connection is over (after an error reply, if one is due).
   template <typename Stream>
   asio::awaitable<std::optional<HttpRequest>> Read(Stream& stream, beast::flat_buffer& buffer);
@@ -397,22 +403,30 @@ asio::awaitable<void> HttpServer::Impl::TlsSession(tcp::socket socket,
 template <typename Stream>
 asio::awaitable<void> HttpServer::Impl::Serve(Stream& stream, const std::string& client) {
   beast::flat_buffer buffer;
-  while (true) {
-    std::optional<HttpRequest> req = co_await Read(stream, buffer);
-    if (!req) break;
-    HttpReply reply = Answer(*req, client);
-    if (reply.stream) {
-      // A stream may stay open for days, mostly idle: the request and the read buffer go first
-      // (the stream has what it needs from them).
-      req.reset();
-      buffer = beast::flat_buffer();
-      StreamWriter<Stream> writer(stream, wakeups, [this](unsigned status) { Count(status); });
-      co_await reply.stream(writer);
-      break;
-    }
-    if (!req->keep_alive()) reply.response.keep_alive(false);
-    if (!co_await Write(stream, reply.response)) break;
+  std::function<asio::awaitable<void>(ChunkedWriter&)> run;
+  while (co_await ServeOne(stream, buffer, client, run)) {
   }
+  if (!run) co_return;
+  // A stream may stay open for days, mostly idle: it keeps no request, no reply and no read
+  // buffer (the stream has what it needs from them).
+  buffer = beast::flat_buffer();
+  StreamWriter<Stream> writer(stream, wakeups, [this](unsigned status) { Count(status); });
+  co_await run(writer);
+}
+
+template <typename Stream>
+asio::awaitable<bool> HttpServer::Impl::ServeOne(
+    Stream& stream, beast::flat_buffer& buffer, const std::string& client,
+    std::function<asio::awaitable<void>(ChunkedWriter&)>& run) {
+  std::optional<HttpRequest> req = co_await Read(stream, buffer);
+  if (!req) co_return false;
+  HttpReply reply = Answer(*req, client);
+  if (reply.stream) {
+    run = std::move(reply.stream);
+    co_return false;
+  }
+  if (!req->keep_alive()) reply.response.keep_alive(false);
+  co_return co_await Write(stream, reply.response);
 }
 
 template <typename Stream>

@@ -289,16 +289,23 @@ net::HttpReply HttpServer::Impl::Watch(const Request& req, std::string_view quer
   return reply;
 }
 
+namespace {
+
+// The watch stream's head, in a frame of its own: gone before the events flow (a stream may
+// idle for days).
+asio::awaitable<bool> BeginWatch(unsigned version, net::ChunkedWriter& out) {
+  net::HttpHead head{http::status::ok, version};
+  head.set(http::field::server, "drover-registry");
+  head.set(http::field::content_type, "application/x-ndjson");
+  head.set(http::field::cache_control, "no-cache");
+  co_return co_await out.Begin(head);
+}
+
+}  // namespace
+
 asio::awaitable<void> HttpServer::Impl::Stream(std::shared_ptr<Watcher> w, unsigned version,
                                                net::ChunkedWriter& out) {
-  {
-    // Gone before the events flow (its fields are on the heap; a stream may idle for days).
-    net::HttpHead head{http::status::ok, version};
-    head.set(http::field::server, "drover-registry");
-    head.set(http::field::content_type, "application/x-ndjson");
-    head.set(http::field::cache_control, "no-cache");
-    if (!co_await out.Begin(head)) co_return;
-  }
+  if (!co_await BeginWatch(version, out)) co_return;
   {
     MutexLock lock(mu);
     watches.insert(w);
