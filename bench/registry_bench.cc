@@ -709,6 +709,30 @@ double RssBytes(pid_t pid) {
   return static_cast<double>(drover::procfs::StatusField(pid, "VmRSS").value_or(0)) * 1024;
 }
 
+// Waits up to 60 s until `ready()` -- the streams that have shown they are live -- reaches
+// `count`; stops the bench with "<what> did not start" otherwise.
+template <typename Ready>
+void AwaitStreams(const Ready& ready, int count, const std::string& what) {
+  const auto deadline = Clock::now() + 60s;
+  while (ready() < count && Clock::now() < deadline) std::this_thread::sleep_for(5ms);
+  if (ready() < count) Fail(what + " did not start");
+}
+
+// What one more of `watchers` idle streams costs process `pid` in RSS: half of them opened by
+// `open(n)` (which returns what keeps its streams open), then the growth the other half brings,
+// per stream -- free of what the first ones paid once (connections, allocator arenas). 0 when
+// there is no second half to measure.
+template <typename Open>
+double MarginalStreamBytes(pid_t pid, int watchers, Open&& open) {
+  const int first = watchers / 2;
+  const int second = watchers - first;
+  if (first < 1) return 0;
+  [[maybe_unused]] auto held_first = open(first);  // open until both are measured
+  const double half = RssBytes(pid);
+  [[maybe_unused]] auto held_second = open(second);
+  return (RssBytes(pid) - half) / static_cast<double>(second);
+}
+
 // One counter from the registry's /metrics (0 when absent).
 double Metric(const std::string& http, const std::string& name) {
   const auto colon = http.rfind(':');
@@ -884,9 +908,7 @@ SystemFigures BenchDrover(const Options& opt, const std::string& etcd_target) {
     watches.push_back(std::make_unique<DroverWatch>(*watch_stubs[w % watch_stubs.size()], base - 1,
                                                     base, probe, ready));
   }
-  const auto deadline = Clock::now() + 60s;
-  while (ready.load() < opt.watchers && Clock::now() < deadline) std::this_thread::sleep_for(5ms);
-  if (ready.load() < opt.watchers) Fail("drover: watchers did not start");
+  AwaitStreams([&] { return ready.load(); }, opt.watchers, "drover: watchers");
   std::this_thread::sleep_for(200ms);  // the replayed event written: every stream idle
   out.rss_per_watcher_b =
       (RssBytes(server.pid()) - rss_before_watches) / static_cast<double>(opt.watchers);
@@ -903,11 +925,7 @@ SystemFigures BenchDrover(const Options& opt, const std::string& etcd_target) {
   LatencyProbe http_probe(opt.writes, opt.watchers, opt.warmup);
   const std::uint64_t http_base = base + static_cast<std::uint64_t>(probe.total_writes());
   HttpWatchers http_watchers(server.http(), opt.watchers, http_base - 1, http_base, http_probe);
-  const auto http_deadline = Clock::now() + 60s;
-  while (http_watchers.ready() < opt.watchers && Clock::now() < http_deadline) {
-    std::this_thread::sleep_for(5ms);
-  }
-  if (http_watchers.ready() < opt.watchers) Fail("drover: HTTP watchers did not start");
+  AwaitStreams([&] { return http_watchers.ready(); }, opt.watchers, "drover: HTTP watchers");
   RemoteWrites(opt, "drover", server.target(), static_cast<std::int64_t>(http_base), http_probe);
   http_probe.WaitAll(30s);
   LatencyProbe::Samples http_all;
@@ -916,24 +934,13 @@ SystemFigures BenchDrover(const Options& opt, const std::string& etcd_target) {
   return out;
 }
 
-// Resident memory per idle watch stream, gRPC and HTTP, each in a fresh registry on SQLite: the
-// growth from a first half of `--watchers` streams to all of them, over that second half -- what
-// one more stream costs, free of what the first ones paid once (connections, allocator arenas)
-// and of memory the run before gave back to the allocator. Each stream is opened from one
-// revision back; the replayed event says it is live.
+// Resident memory per idle watch stream, gRPC and HTTP, each as MarginalStreamBytes measures it in
+// a fresh registry on SQLite (so no stream reuses memory the run gave back to the allocator).
+// Each stream is opened from one revision back; the replayed event says it is live.
 void DroverIdleWatchers(const Options& opt, SystemFigures& out) {
-  const int first = opt.watchers / 2;
-  const int second = opt.watchers - first;
-  if (first < 1) return;
   LatencyProbe unused(1, opt.watchers, 0);
-  const auto wait_ready = [&](const auto& ready, int count, const char* what) {
-    const auto deadline = Clock::now() + 60s;
-    while (ready() < count && Clock::now() < deadline) std::this_thread::sleep_for(5ms);
-    if (ready() < count) Fail(std::string("drover: idle ") + what + " did not start");
-    std::this_thread::sleep_for(200ms);  // the replayed event written: every stream idle
-  };
   // `open(server, revision, count)` opens `count` more streams and returns what keeps them.
-  const auto marginal = [&](auto&& open) {
+  const auto measure = [&](auto&& open) {
     DroverServer server(opt.drover, "", opt.watchers);
     auto channels = Connect(server.target(), 1);
     auto stub = pb::Registry::NewStub(channels[0]);
@@ -944,15 +951,16 @@ void DroverIdleWatchers(const Options& opt, SystemFigures& out) {
       if (!stub->Register(&ctx, Registration(i), &reply).ok()) Fail("drover: Register failed");
       revision = reply.revision();
     }
-    auto held_first = open(server, revision, first);
-    const double half = RssBytes(server.pid());
-    auto held_second = open(server, revision, second);
-    return (RssBytes(server.pid()) - half) / static_cast<double>(second);
+    return MarginalStreamBytes(server.pid(), opt.watchers, [&](int count) {
+      auto held = open(server, revision, count);
+      std::this_thread::sleep_for(200ms);  // the replayed event written: every stream idle
+      return held;
+    });
   };
-  out.idle_http_watch_b = marginal([&](DroverServer& server, std::uint64_t revision, int count) {
+  out.idle_http_watch_b = measure([&](DroverServer& server, std::uint64_t revision, int count) {
     auto watchers =
         std::make_unique<HttpWatchers>(server.http(), count, revision - 1, revision, unused);
-    wait_ready([&] { return watchers->ready(); }, count, "HTTP watchers");
+    AwaitStreams([&] { return watchers->ready(); }, count, "drover: idle HTTP watchers");
     return watchers;
   });
   struct GrpcWatches {
@@ -965,7 +973,7 @@ void DroverIdleWatchers(const Options& opt, SystemFigures& out) {
   // One set of connections for both halves (as for etcd): the second half adds streams only.
   std::vector<std::shared_ptr<grpc::Channel>> channels;
   std::vector<std::unique_ptr<pb::Registry::Stub>> stubs;
-  out.idle_grpc_watch_b = marginal([&](DroverServer& server, std::uint64_t revision, int count) {
+  out.idle_grpc_watch_b = measure([&](DroverServer& server, std::uint64_t revision, int count) {
     if (stubs.empty()) {
       channels = Connect(server.target(), std::max(1, opt.watch_connections / 2));
       for (auto& ch : channels) stubs.push_back(pb::Registry::NewStub(ch));
@@ -976,7 +984,7 @@ void DroverIdleWatchers(const Options& opt, SystemFigures& out) {
           std::make_unique<DroverWatch>(*stubs[held->watches.size() % stubs.size()], revision - 1,
                                         revision, unused, held->ready));
     }
-    wait_ready([&] { return held->ready.load(); }, count, "gRPC watchers");
+    AwaitStreams([&] { return held->ready.load(); }, count, "drover: idle gRPC watchers");
     return held;
   });
 }
@@ -1129,12 +1137,8 @@ void EtcdRestart(const Options& opt, SystemFigures& out) {
   out.restart_rss_per_instance_b = (RssBytes(server.pid()) - empty_rss) / static_cast<double>(n);
 }
 
-// etcd's cost per idle watch stream, measured as DroverIdleWatchers measures Drover's: a fresh
-// etcd, half of `--watchers` streams, then the growth the other half brings, per stream.
+// etcd's cost per idle watch stream, as MarginalStreamBytes measures Drover's: in a fresh etcd.
 void EtcdIdleWatchers(const Options& opt, SystemFigures& out) {
-  const int first = opt.watchers / 2;
-  const int second = opt.watchers - first;
-  if (first < 1) return;
   EtcdServer server(opt.etcd);
   auto channels = Connect(server.target(), std::max(1, opt.watch_connections / 2));
   std::vector<std::unique_ptr<etcd::Watch::Stub>> stubs;
@@ -1142,21 +1146,16 @@ void EtcdIdleWatchers(const Options& opt, SystemFigures& out) {
   LatencyProbe unused(1, opt.watchers, 0);
   std::atomic<int> ready{0};
   std::vector<std::unique_ptr<EtcdWatch>> watches;
-  const auto open = [&](int count) {
+  out.idle_grpc_watch_b = MarginalStreamBytes(server.pid(), opt.watchers, [&](int count) {
     for (int w = 0; w < count; ++w) {
       watches.push_back(
           std::make_unique<EtcdWatch>(*stubs[watches.size() % stubs.size()], 0, unused, ready));
     }
-    const int want = static_cast<int>(watches.size());
-    const auto deadline = Clock::now() + 60s;
-    while (ready.load() < want && Clock::now() < deadline) std::this_thread::sleep_for(5ms);
-    if (ready.load() < want) Fail("etcd: idle watchers did not start");
+    const int open = static_cast<int>(watches.size());
+    AwaitStreams([&] { return ready.load(); }, open, "etcd: idle watchers");
     std::this_thread::sleep_for(200ms);
-  };
-  open(first);
-  const double half = RssBytes(server.pid());
-  open(second);
-  out.idle_grpc_watch_b = (RssBytes(server.pid()) - half) / static_cast<double>(second);
+    return open;  // `watches` keeps them
+  });
   for (auto& w : watches) w->Close();
 }
 
@@ -1225,9 +1224,7 @@ SystemFigures BenchEtcd(const Options& opt) {
     watches.push_back(
         std::make_unique<EtcdWatch>(*watch_stubs[w % watch_stubs.size()], base, probe, ready));
   }
-  const auto deadline = Clock::now() + 60s;
-  while (ready.load() < opt.watchers && Clock::now() < deadline) std::this_thread::sleep_for(5ms);
-  if (ready.load() < opt.watchers) Fail("etcd: watchers did not start");
+  AwaitStreams([&] { return ready.load(); }, opt.watchers, "etcd: watchers");
   std::this_thread::sleep_for(200ms);
   out.rss_per_watcher_b =
       (RssBytes(server.pid()) - rss_before_watches) / static_cast<double>(opt.watchers);

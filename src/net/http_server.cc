@@ -299,9 +299,9 @@ struct HttpServer::Impl {
       : options(std::move(o)), handler(std::move(h)), io(std::max(1, options.threads)) {}
 
   Status LoadTls();
-  // `connection` is open for as long as the session runs.
-  // Not a coroutine: the plain and the TLS session are coroutines of their own, so a plain
-  // connection's frame holds no room for a TLS stream (a stream may idle for days).
+  // `connection` is open for as long as the session runs (the plain or the TLS session holds
+  // it). Not a coroutine: those two are coroutines of their own, so a plain connection's frame
+  // holds no room for a TLS stream (a stream may idle for days).
   asio::awaitable<void> Session(tcp::socket socket, Connection connection);
   asio::awaitable<void> PlainSession(tcp::socket socket, Connection connection, std::string client);
   asio::awaitable<void> TlsSession(tcp::socket socket, Connection connection, std::string client);
