@@ -894,6 +894,12 @@ net::awaitable<HttpExchange::AttemptEnd> HttpExchange::Attempt(std::size_t pick)
     unchecked = false;
   }
   if (ec) co_return HeadFailed(t, ec);
+  // The answer goes to the client once the worker has read whatever else was ready with it (a
+  // post: no system call): a turn of the loop reads its batch, then writes its batch, as
+  // HAProxy's loop does. Writing each answer as it is read woke the client's reader once per
+  // answer, and on a busy machine each such wake-up could preempt this thread (see
+  // ARCHITECTURE, "Gateway speed").
+  co_await net::post(c_.client.get_executor(), net::use_awaitable);
   StartResponse(t);
   RelayEnd end = x_.relay.Push(c_.client.socket());
   if (end == RelayEnd::kRead || end == RelayEnd::kWrite) {
@@ -1001,11 +1007,6 @@ HttpExchange::AttemptEnd HttpExchange::RequestEnd(RelayEnd end) {
 net::awaitable<error_code> HttpExchange::ReadResponseHead() {
   beast::flat_buffer& in = x_.upstream_in;
   in.clear();
-  // The instance has only just been sent the request: reading now would answer EAGAIN (a system
-  // call) and then wait. Let the worker serve what else is ready first (a post: no system call);
-  // under load the answer has come by then and one read takes it. Idle, the post costs a turn
-  // of the loop.
-  co_await net::post(c_.upstream->get_executor(), net::use_awaitable);
   http1::HeadParser parser(kMaxResponseHead);
   while (true) {
     if (in.size() > 0) {
@@ -1032,10 +1033,17 @@ net::awaitable<error_code> HttpExchange::ReadResponseHead() {
     }
     error_code ec;
     const std::size_t want = std::max<std::size_t>(kFirstRead * 8, in.size());
-    // What is there, read at once: under load the answer usually is, and a read that finds it
-    // costs no turn of the loop (Asio's read would try the socket, then queue its completion).
-    // Nothing there: the socket is marked drained, so the wait below queues with no system call.
-    std::size_t n = drover::net::ReadSome(c_.upstream->socket(), in.prepare(want), ec);
+    // The instance has only just been sent the request: its answer is not there yet, so the
+    // first read waits for it through the reactor (woken by the answer's arrival, it reads it
+    // there). The rest of a head that came in pieces usually is there: it is read at once (no
+    // turn of the loop); nothing there, the socket is marked drained, so the wait queues with
+    // no system call.
+    std::size_t n = 0;
+    if (in.size() == 0) {
+      ec = net::error::would_block;
+    } else {
+      n = drover::net::ReadSome(c_.upstream->socket(), in.prepare(want), ec);
+    }
     if (ec == net::error::would_block) {
       c_.upstream->expires_after(route_->response_timeout);
       n = co_await c_.upstream->async_read_some(in.prepare(want),
