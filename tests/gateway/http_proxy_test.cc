@@ -581,6 +581,35 @@ TEST_F(HttpProxyTest, ASilentUpstreamGets504WithinTheRouteTimeoutAndIsNotRetried
   EXPECT_EQ(counters().retries.load(), 0u);
 }
 
+// Each answer waits under a timer of its own: answers on one connection that together take
+// longer than the route's timeout are not cut by the timers of those before them, and a late one
+// still is.
+TEST_F(HttpProxyTest, EachAnswerHasTheWholeRouteTimeoutAndAnEarlierTimerCutsNothing) {
+  HttpBackend b("b");
+  b.delay_ms = 120;
+  ListenerConfig l;
+  RouteConfig r;
+  r.service = "svc";
+  r.response_timeout = 300ms;
+  l.routes = {r};
+  StartProxy(l);
+  SetTable({EndpointOf("b", b.address())});
+  Client client(port());
+  for (int i = 0; i < 6; ++i) {  // 720 ms in all, each 120 ms
+    const Reply reply = client.Send(http::verb::get, "/n" + std::to_string(i));
+    EXPECT_EQ(reply.status, 200) << i;
+    EXPECT_EQ(reply.body, "b GET /n" + std::to_string(i));
+  }
+  EXPECT_EQ(counters().response_timeouts.load(), 0u);
+  b.delay_ms = 800;
+  EXPECT_EQ(client.Send(http::verb::get, "/late").status, 504);
+  EXPECT_EQ(counters().response_timeouts.load(), 1u);
+  b.delay_ms = 0;
+  Client again(port());
+  EXPECT_EQ(again.Send(http::verb::get, "/after").body, "b GET /after");
+  EXPECT_EQ(counters().response_timeouts.load(), 1u);
+}
+
 TEST_F(HttpProxyTest, AnInstanceAnswering5xxIsEjectedAndComesBack) {
   HttpBackend sick("sick"), well("well");
   sick.status = 503;
