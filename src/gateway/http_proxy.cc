@@ -896,9 +896,9 @@ net::awaitable<HttpExchange::AttemptEnd> HttpExchange::Attempt(std::size_t pick)
   if (ec) co_return HeadFailed(t, ec);
   // The answer goes to the client once the worker has read whatever else was ready with it (a
   // post: no system call): a turn of the loop reads its batch, then writes its batch, as
-  // HAProxy's loop does. Writing each answer as it is read woke the client's reader once per
-  // answer, and on a busy machine each such wake-up could preempt this thread (see
-  // ARCHITECTURE, "Gateway speed").
+  // HAProxy's loop does. Writing each answer as soon as it was read, the worker was preempted by
+  // the clients it woke 2-3 times as often as HAProxy, and its p99 followed (ARCHITECTURE,
+  // gateway speed, fourteenth pass).
   co_await net::post(c_.client.get_executor(), net::use_awaitable);
   StartResponse(t);
   RelayEnd end = x_.relay.Push(c_.client.socket());
@@ -1034,10 +1034,11 @@ net::awaitable<error_code> HttpExchange::ReadResponseHead() {
     error_code ec;
     const std::size_t want = std::max<std::size_t>(kFirstRead * 8, in.size());
     // The instance has only just been sent the request: its answer is not there yet, so the
-    // first read waits for it through the reactor (woken by the answer's arrival, it reads it
-    // there). The rest of a head that came in pieces usually is there: it is read at once (no
-    // turn of the loop); nothing there, the socket is marked drained, so the wait queues with
-    // no system call.
+    // first read is Asio's timed read, which waits for it through the reactor (Boost 1.74 tries
+    // the socket once first when an earlier read took bytes: a read that finds nothing, kept
+    // over a post before it, which cost more in p99 -- fourteenth pass). The rest of a head that
+    // came in pieces usually is there: it is read at once (no turn of the loop); nothing there,
+    // the socket is marked drained, so the wait queues with no system call.
     std::size_t n = 0;
     if (in.size() == 0) {
       ec = net::error::would_block;

@@ -581,9 +581,8 @@ TEST_F(HttpProxyTest, ASilentUpstreamGets504WithinTheRouteTimeoutAndIsNotRetried
   EXPECT_EQ(counters().retries.load(), 0u);
 }
 
-// Each answer waits under a timer of its own: answers on one connection that together take
-// longer than the route's timeout are not cut by the timers of those before them, and a late one
-// still is.
+// Each answer is timed on its own: answers on one connection that together take longer than the
+// route's timeout are not cut by the timing of those before them, and a late one still is.
 TEST_F(HttpProxyTest, EachAnswerHasTheWholeRouteTimeoutAndAnEarlierTimerCutsNothing) {
   HttpBackend b("b");
   b.delay_ms = 120;
