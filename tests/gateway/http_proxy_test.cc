@@ -106,6 +106,17 @@ Reply Get(std::uint16_t port, const std::string& target) {
 class HttpProxyTest : public ::testing::Test {
  protected:
   // One route per prefix, each to its own service; the listener's settings from `l`.
+  // The proxy with one route whose answers must come within `timeout`, in front of `only`.
+  void StartBehindRouteTimeout(std::chrono::milliseconds timeout, HttpBackend& only) {
+    ListenerConfig l;
+    RouteConfig r;
+    r.service = "svc";
+    r.response_timeout = timeout;
+    l.routes = {r};
+    StartProxy(l);
+    SetTable({EndpointOf(only.id, only.address())});
+  }
+
   void StartProxy(ListenerConfig l, std::vector<std::string> prefixes = {"/"}) {
     l.name = "web";
     l.protocol = Protocol::kHttp;
@@ -564,13 +575,7 @@ TEST_F(HttpProxyTest, AResponseFramedByCloseIsRechunkedAndTheClientKeepsItsConne
 TEST_F(HttpProxyTest, ASilentUpstreamGets504WithinTheRouteTimeoutAndIsNotRetried) {
   HttpBackend slow("slow"), other("other");
   slow.delay_ms = 1500;
-  ListenerConfig l;
-  RouteConfig r;
-  r.service = "svc";
-  r.response_timeout = 300ms;
-  l.routes = {r};
-  StartProxy(l);
-  SetTable({EndpointOf("slow", slow.address())});
+  StartBehindRouteTimeout(300ms, slow);
   const auto t0 = std::chrono::steady_clock::now();
   const Reply reply = Get(port(), "/work");
   EXPECT_EQ(reply.status, 504);
@@ -586,13 +591,7 @@ TEST_F(HttpProxyTest, ASilentUpstreamGets504WithinTheRouteTimeoutAndIsNotRetried
 TEST_F(HttpProxyTest, EachAnswerHasTheWholeRouteTimeoutAndAnEarlierTimerCutsNothing) {
   HttpBackend b("b");
   b.delay_ms = 120;
-  ListenerConfig l;
-  RouteConfig r;
-  r.service = "svc";
-  r.response_timeout = 300ms;
-  l.routes = {r};
-  StartProxy(l);
-  SetTable({EndpointOf("b", b.address())});
+  StartBehindRouteTimeout(300ms, b);
   Client client(port());
   for (int i = 0; i < 6; ++i) {  // 720 ms in all, each 120 ms
     const Reply reply = client.Send(http::verb::get, "/n" + std::to_string(i));
