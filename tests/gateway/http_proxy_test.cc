@@ -105,7 +105,6 @@ Reply Get(std::uint16_t port, const std::string& target) {
 
 class HttpProxyTest : public ::testing::Test {
  protected:
-  // One route per prefix, each to its own service; the listener's settings from `l`.
   // The proxy with one route whose answers must come within `timeout`, in front of `only`.
   void StartBehindRouteTimeout(std::chrono::milliseconds timeout, HttpBackend& only) {
     ListenerConfig l;
@@ -117,6 +116,7 @@ class HttpProxyTest : public ::testing::Test {
     SetTable({EndpointOf(only.id, only.address())});
   }
 
+  // One route per prefix, each to its own service; the listener's settings from `l`.
   void StartProxy(ListenerConfig l, std::vector<std::string> prefixes = {"/"}) {
     l.name = "web";
     l.protocol = Protocol::kHttp;
