@@ -17,7 +17,6 @@
 #include <boost/asio/write.hpp>
 #include <cerrno>
 #include <future>
-#include <map>
 #include <mutex>
 #include <optional>
 #include <vector>
@@ -46,16 +45,19 @@ constexpr auto kRefusalLimit = std::chrono::seconds(1);
 // only owning reference, and its last copy going (the coroutine ended, or whatever the owner moved
 // it into was destroyed, also with its io_context) unregisters it. No frame of the listener's
 // stays with a connection.
-struct Connection::Entry {
-  Entry(std::shared_ptr<TcpListener::State> s, std::uint64_t i, std::size_t d,
-        asio::any_io_executor e, const tcp::endpoint& p)
-      : state(std::move(s)), id(i), door(d), executor(std::move(e)), peer(p) {}
+struct Connection::Entry : std::enable_shared_from_this<Connection::Entry> {
+  Entry(std::shared_ptr<TcpListener::State> s, std::size_t d, asio::any_io_executor e,
+        const tcp::endpoint& p)
+      : state(std::move(s)), door(d), executor(std::move(e)), peer(p) {}
   ~Entry();
   const std::shared_ptr<TcpListener::State> state;  // outlives every connection it accepted
-  const std::uint64_t id;
-  const std::size_t door;  // whose context serves it
+  const std::size_t door;                           // whose context serves it
   const asio::any_io_executor executor;
   const tcp::endpoint peer;
+  // On its door's list of open connections (guarded by the door's mutex): a place in the list
+  // costs no allocation.
+  Entry* prev = nullptr;
+  Entry* next = nullptr;
   Mutex mu;
   Closer closer DROVER_GUARDED_BY(mu);
 };
@@ -67,13 +69,30 @@ void Connection::OnClose(Closer closer) {
 
 const tcp::endpoint& Connection::peer() const { return entry_->peer; }
 
-// One listening socket and the strand its accept loop runs on. Shared by the listener and that
-// loop (and a refusal under way) -- never by the connections, whose last reference may go while
-// the contexts are destroyed: a gate goes with its listener, or at the latest with its context.
+// One listening socket and the executor its accept loop runs on: a strand of the context when
+// that may be run by several threads (the single-context form), the context's own executor when
+// it is run by one (the workers' form: a strand there put a lock and a queue, and with Asio's
+// type-erased executors an allocation, on every step of the loop). Shared by the listener and
+// that loop (and a refusal under way) -- never by the connections, whose last reference may go
+// while the contexts are destroyed: a gate goes with its listener, or at the latest with its
+// context.
 struct TcpListener::Gate {
-  explicit Gate(asio::io_context& context) : strand(asio::make_strand(context)), acceptor(strand) {}
-  const asio::strand<asio::io_context::executor_type> strand;
-  tcp::acceptor acceptor;  // used on `strand` only, once accepting started
+  Gate(asio::io_context& c, bool one_thread)
+      : context(c),
+        executor(one_thread ? asio::any_io_executor(c.get_executor())
+                            : asio::any_io_executor(asio::make_strand(c))),
+        strand(!one_thread),
+        acceptor(executor) {}
+  // True on a thread running the loop's executor (then nothing else can be running it).
+  bool RunningHere() const {
+    return strand ? executor.target<asio::strand<asio::io_context::executor_type>>()
+                        ->running_in_this_thread()
+                  : context.get_executor().running_in_this_thread();
+  }
+  asio::io_context& context;
+  const asio::any_io_executor executor;
+  const bool strand;
+  tcp::acceptor acceptor;  // used on `executor` only, once accepting started
 };
 
 // The connections served on one gate's context, for Balance and Notify (a lock per door: the
@@ -83,8 +102,7 @@ struct Door {
   asio::io_context& io;
   std::atomic<std::size_t> active{0};
   Mutex mu;
-  std::map<std::uint64_t, std::weak_ptr<Connection::Entry>> open DROVER_GUARDED_BY(mu);
-  std::uint64_t next_id DROVER_GUARDED_BY(mu) = 0;
+  Connection::Entry* open DROVER_GUARDED_BY(mu) = nullptr;  // the list's head (Entry::next)
 };
 
 struct TcpListener::State : std::enable_shared_from_this<State> {
@@ -167,8 +185,8 @@ asio::awaitable<void> TcpListener::State::Accept(std::shared_ptr<TcpListener::Ga
         // The client learns at once and may try another server; the ones already here keep
         // their share of the process.
         counters.refused.fetch_add(1, std::memory_order_relaxed);
-        if (auto refused = adopt(gate->strand)) {
-          asio::co_spawn(gate->strand, Refuse(gate, std::move(*refused)), asio::detached);
+        if (auto refused = adopt(gate->executor)) {
+          asio::co_spawn(gate->executor, Refuse(gate, std::move(*refused)), asio::detached);
         }
         continue;
       }
@@ -190,7 +208,7 @@ asio::awaitable<void> TcpListener::State::Accept(std::shared_ptr<TcpListener::Ga
       if (!acceptor.is_open()) co_return;
       spdlog::warn("{}: accept failed ({}); retrying in {} ms", options.name, ec.message(),
                    kAcceptPause.count());
-      asio::steady_timer pause(gate->strand, kAcceptPause);
+      asio::steady_timer pause(gate->executor, kAcceptPause);
       co_await pause.async_wait(asio::redirect_error(asio::use_awaitable, ec));
     }
   }
@@ -201,7 +219,7 @@ asio::awaitable<void> TcpListener::State::Refuse(std::shared_ptr<TcpListener::Ga
   error_code ec;
   if (!options.refusal.empty()) {
     // Best effort and bounded: a client that never reads gets a closed socket.
-    asio::steady_timer limit(gate->strand, kRefusalLimit);
+    asio::steady_timer limit(gate->executor, kRefusalLimit);
     limit.async_wait([&socket](error_code timer_ec) {
       if (!timer_ec) socket.close(timer_ec);
     });
@@ -219,10 +237,11 @@ std::shared_ptr<Connection::Entry> TcpListener::State::Open(std::size_t door,
   counters.active.fetch_add(1, std::memory_order_relaxed);
   Door& d = *doors[door];
   d.active.fetch_add(1, std::memory_order_relaxed);
+  auto entry = std::make_shared<Connection::Entry>(shared_from_this(), door, executor, peer);
   MutexLock lock(d.mu);
-  const std::uint64_t id = d.next_id++;
-  auto entry = std::make_shared<Connection::Entry>(shared_from_this(), id, door, executor, peer);
-  d.open.emplace(id, entry);
+  entry->next = d.open;
+  if (d.open) d.open->prev = entry.get();
+  d.open = entry.get();
   return entry;
 }
 
@@ -230,7 +249,8 @@ Connection::Entry::~Entry() {
   Door& d = *state->doors[door];
   {
     MutexLock lock(d.mu);
-    d.open.erase(id);
+    (prev ? prev->next : d.open) = next;
+    if (next) next->prev = prev;
   }
   d.active.fetch_sub(1, std::memory_order_relaxed);
   state->counters.active.fetch_sub(1, std::memory_order_relaxed);
@@ -240,8 +260,10 @@ void TcpListener::State::Notify(CloseReason reason) {
   std::vector<std::shared_ptr<Connection::Entry>> entries;
   for (const auto& door : doors) {
     MutexLock lock(door->mu);
-    for (const auto& [id, weak] : door->open) {
-      if (auto entry = weak.lock()) entries.push_back(std::move(entry));
+    // (An entry being destroyed is still listed until its destructor takes this lock: it gives
+    // no reference any more.)
+    for (Connection::Entry* e = door->open; e != nullptr; e = e->next) {
+      if (auto entry = e->weak_from_this().lock()) entries.push_back(std::move(entry));
     }
   }
   for (const auto& entry : entries) {
@@ -275,6 +297,7 @@ Result<std::unique_ptr<TcpListener>> TcpListener::Open(std::vector<asio::io_cont
   auto state = std::make_shared<State>(std::move(options), std::move(place), std::move(serve));
   const ListenerOptions& o = state->options;
   const bool shared = contexts.size() > 1;
+  const bool one_thread = !state->place;  // the workers' form: each context run by one thread
   if (shared) {
     // Bound once alone first: that fails while another process listens on the address (with
     // SO_REUSEPORT or not), which the shared sockets alone would join instead. It also turns
@@ -286,7 +309,8 @@ Result<std::unique_ptr<TcpListener>> TcpListener::Open(std::vector<asio::io_cont
   std::vector<std::shared_ptr<TcpListener::Gate>> gates;
   for (asio::io_context* context : contexts) {
     state->doors.push_back(std::make_unique<Door>(*context));
-    const auto& gate = gates.emplace_back(std::make_shared<TcpListener::Gate>(*context));
+    const auto& gate =
+        gates.emplace_back(std::make_shared<TcpListener::Gate>(*context, one_thread));
     if (const error_code ec = Listen(gate->acceptor, endpoint, o.backlog, shared)) {
       return CannotListen(o, ec);
     }
@@ -298,7 +322,7 @@ Result<std::unique_ptr<TcpListener>> TcpListener::Open(std::vector<asio::io_cont
   }
   state->port = gates[0]->acceptor.local_endpoint().port();
   for (std::size_t d = 0; d < gates.size(); ++d) {
-    asio::co_spawn(gates[d]->strand, state->Accept(gates[d], d), asio::detached);
+    asio::co_spawn(gates[d]->executor, state->Accept(gates[d], d), asio::detached);
   }
   return std::unique_ptr<TcpListener>(new TcpListener(std::move(state), std::move(gates)));
 }
@@ -337,8 +361,7 @@ void TcpListener::StopAccepting() {
     std::vector<std::future<void>> closing;
     for (const std::shared_ptr<Gate>& g : gates_) {
       Gate& gate = *g;
-      if (gate.strand.get_inner_executor().context().stopped() ||
-          gate.strand.running_in_this_thread()) {
+      if (gate.context.stopped() || gate.RunningHere()) {
         // No io thread can touch the acceptor any more (or this is the one that would).
         error_code ec;
         gate.acceptor.close(ec);
@@ -346,7 +369,7 @@ void TcpListener::StopAccepting() {
       }
       auto closed = std::make_shared<std::promise<void>>();
       closing.push_back(closed->get_future());
-      asio::post(gate.strand, [&gate, closed] {
+      asio::post(gate.executor, [&gate, closed] {
         error_code ec;
         gate.acceptor.close(ec);
         closed->set_value();

@@ -514,6 +514,69 @@ TEST(TcpListenerTest, ListeningOnEveryWorkerServesOnTheirThreadsEvenly) {
   running.Stop();
 }
 
+// The workers' form keeps each worker's open connections in a list of its own: connections that
+// close -- the first, the last, some between -- leave the list whole, so a drain and a close-all
+// reach every one still open, exactly once, and nothing that has gone.
+TEST(TcpListenerTest, ConnectionsClosingAnywhereLeaveTheRestReachableByDrainAndCloseAll) {
+  asio::io_context io0(1), io1(1);
+  asio::io_context* workers[2] = {&io0, &io1};
+  ListenerOptions o;
+  o.name = "test";
+  o.address = "127.0.0.1:0";
+  struct Kept {
+    int order;  // in the order served
+    asio::ip::tcp::socket socket;
+    Connection connection;
+  };
+  constexpr int kClients = 12;
+  std::vector<Kept> kept[2];  // each on its worker's thread only
+  std::atomic<int> served{0};
+  std::atomic<int> drained[kClients] = {}, closed[kClients] = {};
+  auto listener =
+      TcpListener::Start({&io0, &io1}, o, [&](asio::ip::tcp::socket socket, Connection connection) {
+        const auto* context = &asio::query(socket.get_executor(), asio::execution::context);
+        const int w = context == &io0 ? 0 : 1;
+        const int order = served.fetch_add(1);
+        connection.OnClose([&, order](CloseReason reason) {
+          (reason == CloseReason::kDraining ? drained : closed)[order].fetch_add(1);
+        });
+        kept[w].push_back({order, std::move(socket), std::move(connection)});
+      });
+  ASSERT_TRUE(listener.ok()) << listener.status().ToString();
+  RunEach running({&io0, &io1});
+  std::vector<int> clients;
+  for (int i = 0; i < kClients; ++i) {
+    clients.push_back(testing::ConnectLoopback((*listener)->port()));
+  }
+  ASSERT_TRUE(Eventually([&] { return served.load() == kClients; })) << served.load();
+  // Every third goes (0, 3, 6, 9: the first served, and others wherever they sit in the lists).
+  const auto gone = [](int order) { return order % 3 == 0; };
+  for (int w = 0; w < 2; ++w) {
+    asio::post(*workers[w], [&kept, w, &gone] {
+      std::erase_if(kept[w], [&gone](const Kept& k) { return gone(k.order); });
+    });
+  }
+  ASSERT_TRUE(Eventually([&] { return (*listener)->counters().active.load() == 8u; }))
+      << (*listener)->counters().active.load();
+  (*listener)->StopAccepting();
+  (*listener)->CloseAll();
+  const auto reached = [&](const std::atomic<int>* counts) {
+    for (int i = 0; i < kClients; ++i) {
+      if (counts[i].load() != (gone(i) ? 0 : 1)) return false;
+    }
+    return true;
+  };
+  EXPECT_TRUE(Eventually([&] { return reached(drained) && reached(closed); }));
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // nothing runs twice after
+  EXPECT_TRUE(reached(drained));
+  EXPECT_TRUE(reached(closed));
+  for (int w = 0; w < 2; ++w) asio::post(*workers[w], [&kept, w] { kept[w].clear(); });
+  EXPECT_TRUE(Eventually([&] { return (*listener)->counters().active.load() == 0; }));
+  for (const int fd : clients) ::close(fd);
+  listener->reset();
+  running.Stop();
+}
+
 // The sockets that share an address (SO_REUSEPORT) let nothing else in: a second listener on it,
 // in this process or another, is refused as for a single socket, and the shared ones are refused
 // an address something else holds.
