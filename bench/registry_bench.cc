@@ -709,6 +709,16 @@ double RssBytes(pid_t pid) {
   return static_cast<double>(drover::procfs::StatusField(pid, "VmRSS").value_or(0)) * 1024;
 }
 
+// "R MB (anon A, file F)": a process's resident memory and what it is made of (heap and stacks;
+// mapped files and the binary).
+std::string RssParts(pid_t pid) {
+  const auto mb = [pid](const char* field) {
+    return static_cast<double>(drover::procfs::StatusField(pid, field).value_or(0)) / 1024;
+  };
+  return fmt::format("{:.1f} MB (anon {:.1f}, file {:.1f})", mb("VmRSS"), mb("RssAnon"),
+                     mb("RssFile"));
+}
+
 // Waits up to 60 s until `ready()` -- the streams that have shown they are live -- reaches
 // `count`; stops the bench with "<what> did not start" otherwise.
 template <typename Ready>
@@ -776,9 +786,11 @@ void DroverRestart(const Options& opt, SystemFigures& out) {
   const auto n = static_cast<std::uint64_t>(opt.restart_instances);
   drover::testing::TempDir dir;
   double empty_rss = 0;
+  std::string empty_parts;
   {
     DroverServer first(opt.drover, "", 0, dir.path());
     empty_rss = RssBytes(first.pid());
+    empty_parts = RssParts(first.pid());
     auto channels = Connect(first.target(), opt.connections);
     std::vector<std::unique_ptr<pb::Registry::Stub>> stubs;
     for (auto& ch : channels) stubs.push_back(pb::Registry::NewStub(ch));
@@ -805,6 +817,9 @@ void DroverRestart(const Options& opt, SystemFigures& out) {
       },
       "drover: the restarted registry never listed them all");
   out.restart_rss_per_instance_b = (RssBytes(again.pid()) - empty_rss) / static_cast<double>(n);
+  std::fprintf(stderr, "registry_bench: RSS empty %s, restarted with %llu instances %s\n",
+               empty_parts.c_str(), static_cast<unsigned long long>(n),
+               RssParts(again.pid()).c_str());
 }
 
 SystemFigures BenchDrover(const Options& opt, const std::string& etcd_target) {
