@@ -315,6 +315,21 @@ TEST_F(HttpServerTest, StopAcceptingRefusesNewClientsAtTheKernel) {
 
 // Each context run by a thread of its own (kept running by a work guard) until Stop(), which
 // stops them and joins the threads; destruction stops them too (an ASSERT that ends a test early).
+// A listener named "test" on a free loopback port.
+ListenerOptions TestListener() {
+  ListenerOptions o;
+  o.name = "test";
+  o.address = "127.0.0.1:0";
+  return o;
+}
+
+// What a test's Serve keeps of a connection (on the thread that serves it).
+struct Kept {
+  asio::ip::tcp::socket socket;
+  Connection connection;
+  int order = 0;  // in the order served, where a test counts
+};
+
 class RunEach {
  public:
   explicit RunEach(std::initializer_list<asio::io_context*> contexts) : contexts_(contexts) {
@@ -344,9 +359,7 @@ class RunEach {
 TEST(TcpListenerTest, DrainingAndClosingReachEveryConnection) {
   asio::io_context io;
   std::atomic<int> drained{0}, closed{0};
-  ListenerOptions o;
-  o.name = "test";
-  o.address = "127.0.0.1:0";
+  ListenerOptions o = TestListener();
   auto listener = TcpListener::Start(
       io, o, [&io] { return asio::any_io_executor(io.get_executor()); },
       TcpListener::Spawn(
@@ -387,17 +400,11 @@ TEST(TcpListenerTest, DrainingAndClosingReachEveryConnection) {
 // peer is the client's address as accept4 gave it.
 TEST(TcpListenerTest, AConnectionKeptPastServeStaysOpenUntilItsLastCopyGoes) {
   asio::io_context io;
-  struct Kept {
-    asio::ip::tcp::socket socket;
-    Connection connection;
-  };
   std::vector<std::shared_ptr<Kept>> kept;  // on the io thread only
   std::atomic<int> closers_run{0};
   std::atomic<int> served{0};
   std::atomic<std::uint16_t> peer_port{0};
-  ListenerOptions o;
-  o.name = "test";
-  o.address = "127.0.0.1:0";
+  ListenerOptions o = TestListener();
   auto listener = TcpListener::Start(
       io, o, [&io] { return asio::any_io_executor(io.get_executor()); },
       [&](asio::ip::tcp::socket socket, Connection connection) {
@@ -436,9 +443,7 @@ TEST(TcpListenerTest, ABurstIsAcceptedWholeOntoTheWorkerWithTheListenersSocketOp
   // on one context and whose connections are served on another: every one is served, on the
   // worker, with keepalive and no-delay inherited from the listening socket.
   asio::io_context acceptor_io, worker_io;
-  ListenerOptions o;
-  o.name = "test";
-  o.address = "127.0.0.1:0";
+  ListenerOptions o = TestListener();
   o.keep_alive = true;
   std::atomic<int> served{0}, on_worker{0}, with_options{0};
   auto listener = TcpListener::Start(
@@ -477,13 +482,7 @@ TEST(TcpListenerTest, ABurstIsAcceptedWholeOntoTheWorkerWithTheListenersSocketOp
 TEST(TcpListenerTest, ListeningOnEveryWorkerServesOnTheirThreadsEvenly) {
   asio::io_context io0(1), io1(1);
   asio::io_context* workers[2] = {&io0, &io1};
-  ListenerOptions o;
-  o.name = "test";
-  o.address = "127.0.0.1:0";
-  struct Kept {
-    asio::ip::tcp::socket socket;
-    Connection connection;
-  };
+  ListenerOptions o = TestListener();
   std::vector<Kept> kept[2];  // each on its worker's thread only
   std::atomic<int> served{0}, on_thread{0}, per_worker[2] = {0, 0};
   auto listener =
@@ -520,14 +519,7 @@ TEST(TcpListenerTest, ListeningOnEveryWorkerServesOnTheirThreadsEvenly) {
 TEST(TcpListenerTest, ConnectionsClosingAnywhereLeaveTheRestReachableByDrainAndCloseAll) {
   asio::io_context io0(1), io1(1);
   asio::io_context* workers[2] = {&io0, &io1};
-  ListenerOptions o;
-  o.name = "test";
-  o.address = "127.0.0.1:0";
-  struct Kept {
-    int order;  // in the order served
-    asio::ip::tcp::socket socket;
-    Connection connection;
-  };
+  ListenerOptions o = TestListener();
   constexpr int kClients = 12;
   std::vector<Kept> kept[2];  // each on its worker's thread only
   std::atomic<int> served{0};
@@ -540,7 +532,7 @@ TEST(TcpListenerTest, ConnectionsClosingAnywhereLeaveTheRestReachableByDrainAndC
         connection.OnClose([&, order](CloseReason reason) {
           (reason == CloseReason::kDraining ? drained : closed)[order].fetch_add(1);
         });
-        kept[w].push_back({order, std::move(socket), std::move(connection)});
+        kept[w].push_back({std::move(socket), std::move(connection), order});
       });
   ASSERT_TRUE(listener.ok()) << listener.status().ToString();
   RunEach running({&io0, &io1});
@@ -582,9 +574,7 @@ TEST(TcpListenerTest, ConnectionsClosingAnywhereLeaveTheRestReachableByDrainAndC
 // an address something else holds.
 TEST(TcpListenerTest, AnAddressHeldByListeningWorkersIsInUseForAnyoneElse) {
   asio::io_context io0(1), io1(1);
-  ListenerOptions o;
-  o.name = "test";
-  o.address = "127.0.0.1:0";
+  ListenerOptions o = TestListener();
   const auto nothing = [](asio::ip::tcp::socket, Connection) {};
   auto first = TcpListener::Start({&io0, &io1}, o, nothing);
   ASSERT_TRUE(first.ok()) << first.status().ToString();
@@ -609,9 +599,7 @@ TEST(TcpListenerTest, AnAddressHeldByListeningWorkersIsInUseForAnyoneElse) {
 
 TEST(TcpListenerTest, WorkersRegisterWhatTheyAcceptForThePeersEndWhenAsked) {
   asio::io_context io0(1), io1(1);
-  ListenerOptions o;
-  o.name = "test";
-  o.address = "127.0.0.1:0";
+  ListenerOptions o = TestListener();
   o.watch_peer_end = true;
   std::atomic<int> served{0}, watched{0};
   auto listener =
