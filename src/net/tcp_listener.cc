@@ -82,21 +82,19 @@ const tcp::endpoint& Connection::peer() const { return entry_->peer; }
 // while the contexts are destroyed: a gate goes with its listener, or at the latest with its
 // context.
 struct TcpListener::Gate {
+  using Strand = asio::strand<asio::io_context::executor_type>;
   Gate(asio::io_context& c, bool one_thread)
       : context(c),
         executor(one_thread ? asio::any_io_executor(c.get_executor())
                             : asio::any_io_executor(asio::make_strand(c))),
-        strand(!one_thread),
         acceptor(executor) {}
   // True on a thread running the loop's executor (then nothing else can be running it).
   bool RunningHere() const {
-    return strand ? executor.target<asio::strand<asio::io_context::executor_type>>()
-                        ->running_in_this_thread()
-                  : context.get_executor().running_in_this_thread();
+    if (const Strand* strand = executor.target<Strand>()) return strand->running_in_this_thread();
+    return context.get_executor().running_in_this_thread();
   }
   asio::io_context& context;
   const asio::any_io_executor executor;
-  const bool strand;
   tcp::acceptor acceptor;  // used on `executor` only, once accepting started
 };
 

@@ -313,8 +313,6 @@ TEST_F(HttpServerTest, StopAcceptingRefusesNewClientsAtTheKernel) {
   EXPECT_EQ(Http(port(), "GET", "/echo").status, 0);  // connection refused
 }
 
-// Each context run by a thread of its own (kept running by a work guard) until Stop(), which
-// stops them and joins the threads; destruction stops them too (an ASSERT that ends a test early).
 // A listener named "test" on a free loopback port.
 ListenerOptions TestListener() {
   ListenerOptions o;
@@ -330,6 +328,8 @@ struct Kept {
   int order = 0;  // in the order served, where a test counts
 };
 
+// Each context run by a thread of its own (kept running by a work guard) until Stop(), which
+// stops them and joins the threads; destruction stops them too (an ASSERT that ends a test early).
 class RunEach {
  public:
   explicit RunEach(std::initializer_list<asio::io_context*> contexts) : contexts_(contexts) {
