@@ -18,11 +18,10 @@ if [ ${#targets[@]} -eq 0 ]; then
            watch_decoder_fuzz cli_config_fuzz dns_query_fuzz xds_request_fuzz)
 fi
 # -O0: instrumented for ASan, UBSan and coverage, the coroutine-heavy parts cost clang most of
-# their time in optimization and code generation at -O1 (net/http_server.cc: 88 s at -O1, 35 s at
-# -O0). Measured on a 2-core machine, a cold build of this tree took 692 s at -O1 and 409 s at
-# -O0; its unit tests under the sanitizers then take 129 s instead of 69 s, and the fuzz targets
-# run 2-5 times fewer inputs per second (76,000 to 8 million per target in CI's 20 s). Give the
-# tree other flags with DROVER_CLANG_FLAGS (e.g. "-O1 -g1 -DNDEBUG" for a long fuzzing run).
+# their time in optimization and code generation at -O1; the tree builds in about 60% of the
+# time, its tests and fuzz targets run slower (figures: docs/ARCHITECTURE.md, the test command's
+# steps). Give the tree other flags with DROVER_CLANG_FLAGS (e.g. "-O1 -g1 -DNDEBUG" for a long
+# fuzzing run).
 CC=clang CXX=clang++ scripts/build.sh build-clang -DDROVER_WERROR=ON -DDROVER_FUZZ=ON \
   -DDROVER_SANITIZE=fuzzer-no-link,address,undefined -DDROVER_BUILD_BENCH=OFF \
   -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="${DROVER_CLANG_FLAGS:-"-O0 -g1 -DNDEBUG"}" -- "${targets[@]}"
