@@ -214,6 +214,10 @@ Result<std::unique_ptr<Registry>> Registry::Open(std::unique_ptr<Store> store, C
   if (registry->shared_) {
     DROVER_RETURN_IF_ERROR(registry->store_->Follow(revision, registry.get()));
   }
+  registry->answerer_ = std::thread([raw = registry.get()] {
+    NameThisThread("reg-answer");
+    raw->AnswerLoop();
+  });
   const int writers = registry->shared_ ? kSharedWriters : 1;
   for (int i = 0; i < writers; ++i) {
     registry->writers_.emplace_back([raw = registry.get()] {
@@ -233,6 +237,15 @@ Registry::~Registry() {
   }
   queue_cv_.NotifyAll();
   for (std::thread& writer : writers_) writer.join();
+  // Every write has its answer queued: the answer thread runs them and ends.
+  if (answerer_.joinable()) {
+    {
+      MutexLock lock(answer_mu_);
+      answers_end_ = true;
+    }
+    answer_cv_.NotifyAll();
+    answerer_.join();
+  }
   store_.reset();
 }
 
@@ -328,14 +341,45 @@ void Registry::WriterLoop() {
     }
     lock.Unlock();
     Answers answers = shared_ ? CommitShared(batch) : CommitBatch(batch);
+    AnswerGroup group;
+    group.reserve(batch.size());
     for (std::size_t i = 0; i < batch.size(); ++i) {
-      if (answers[i]) batch[i].done(std::move(*answers[i]));
+      if (answers[i]) group.emplace_back(std::move(batch[i].done), std::move(*answers[i]));
     }
+    if (!group.empty()) Answer(std::move(group));
     lock.Lock();
     // Writes to an instance already written in this group go first in the next one, in order.
     for (std::size_t i = batch.size(); i-- > 0;) {
       if (!answers[i]) queue_.push_front(std::move(batch[i]));
     }
+  }
+}
+
+void Registry::Answer(AnswerGroup group) {
+  bool was_empty = false;
+  {
+    MutexLock lock(answer_mu_);
+    was_empty = answer_queue_.empty();
+    answer_queue_.push_back(std::move(group));
+  }
+  // A non-empty queue has the answer thread awake already (it takes all there is each time).
+  if (was_empty) answer_cv_.NotifyOne();
+}
+
+void Registry::AnswerLoop() {
+  MutexLock lock(answer_mu_);
+  while (true) {
+    answer_cv_.Wait(answer_mu_, [&]() DROVER_REQUIRES(answer_mu_) {
+      return answers_end_ || !answer_queue_.empty();
+    });
+    if (answer_queue_.empty()) return;  // the writers have ended, and every answer ran
+    std::deque<AnswerGroup> groups;
+    groups.swap(answer_queue_);
+    lock.Unlock();
+    for (AnswerGroup& group : groups) {
+      for (auto& [done, answer] : group) done(std::move(answer));
+    }
+    lock.Lock();
   }
 }
 

@@ -27,18 +27,19 @@
 //   and is passed to the others through the store (batched); only the process the store elects
 //   as expirer expires leases, and its expiry commits are fenced on that role.
 //
-// - Writes queue and are committed by the registry's own writer threads, which answer each
-//   through a callback (the *Async calls; the others wait for it). Private store: one writer
-//   thread commits in groups -- it takes what is queued, plans each write against the view (one
-//   write per instance per group: a second write to the same instance waits for the next group,
-//   so every plan reads committed state), commits them in one store transaction and one fsync,
-//   each at its own revision, applies them in order and then answers them all at once. A write is
-//   acknowledged only after the fsync that holds it. Shared store: kSharedWriters threads each
-//   take a group (one write per instance), plan it against the view and commit it in one store
-//   call (etcd: one Txn, each write a nested Txn with its own compares), several groups in
-//   flight at once, kept apart by their compare conditions; a write answers once the feed has
-//   brought its change back, and a write whose compare was lost is queued again and planned
-//   after this process has caught up.
+// - Writes queue and are committed by the registry's own writer threads; each is answered
+//   through a callback (the *Async calls; the others wait for it), run by the registry's answer
+//   thread, so that a writer commits the next group while the last one's replies go out. Private
+//   store: one writer thread commits in groups -- it takes what is queued, plans each write
+//   against the view (one write per instance per group: a second write to the same instance
+//   waits for the next group, so every plan reads committed state), commits them in one store
+//   transaction and one fsync, each at its own revision, applies them in order and then hands
+//   their answers over all at once. A write is acknowledged only after the fsync that holds it.
+//   Shared store: kSharedWriters threads each take a group (one write per instance), plan it
+//   against the view and commit it in one store call (etcd: one Txn, each write a nested Txn
+//   with its own compares), several groups in flight at once, kept apart by their compare
+//   conditions; a write answers once the feed has brought its change back, and a write whose
+//   compare was lost is queued again and planned after this process has caught up.
 //
 // Thread-safe: `write_mu_` is held by whoever talks to a private store (the writer from planning
 // to applying, expiry, pruning, deploys), `mu_` guards the view and is never held across a
@@ -170,9 +171,10 @@ class Registry final : private StoreListener {
   // What a write answers: the revision, or why it was refused.
   using Done = std::function<void(Result<std::uint64_t>)>;
   // The writes without waiting for them: `done` runs once with what Register, SetState or
-  // Deregister would have returned -- on a writer thread of the registry, right after the commit
-  // that holds the write, or at once on the calling thread when the write is refused before it
-  // queues (bad names or spec). `done` must be quick and must not wait for another write.
+  // Deregister would have returned -- on the registry's answer thread, after the commit that
+  // holds the write (the answers of one group in order, groups in commit order), or at once on
+  // the calling thread when the write is refused before it queues (bad names or spec). `done`
+  // must be quick and must not wait for another write.
   void RegisterAsync(std::string service, std::string id, InstanceSpec spec, Done done);
   void SetStateAsync(std::string service, std::string id, std::uint64_t generation,
                      std::optional<InstanceState> state, std::optional<bool> accepting, Done done);
@@ -285,7 +287,12 @@ class Registry final : private StoreListener {
   void Submit(Key key, Planner plan, Done done) DROVER_EXCLUDES(queue_mu_);
   // Runs `start` with a Done and waits for its answer.
   static Result<std::uint64_t> Wait(const std::function<void(Done)>& start);
-  void WriterLoop() DROVER_EXCLUDES(write_mu_, mu_, queue_mu_);
+  void WriterLoop() DROVER_EXCLUDES(write_mu_, mu_, queue_mu_, answer_mu_);
+  // A group's answers, each with the write's `done`, in the group's order.
+  using AnswerGroup = std::vector<std::pair<Done, Result<std::uint64_t>>>;
+  // Hands a committed group's answers to the answer thread (which runs AnswerLoop).
+  void Answer(AnswerGroup group) DROVER_EXCLUDES(answer_mu_);
+  void AnswerLoop() DROVER_EXCLUDES(answer_mu_);
   // Each write's answer, in order; nullopt for one that goes back to the queue (a write to an
   // instance already written in this group, or a lost compare on a shared store).
   using Answers = std::vector<std::optional<Result<std::uint64_t>>>;
@@ -359,6 +366,14 @@ class Registry final : private StoreListener {
   bool stopping_ DROVER_GUARDED_BY(queue_mu_) = false;  // writers finish the queue, then end
   CommitCounters counters_ DROVER_GUARDED_BY(queue_mu_);
   std::vector<std::thread> writers_;
+  // The answers of committed groups, run in commit order by their own thread: writing a group's
+  // replies (a gRPC Finish each, with its send) takes about as long as committing the next
+  // group, which the writer does meanwhile.
+  Mutex answer_mu_;  // never held while taking another lock
+  CondVar answer_cv_;
+  std::deque<AnswerGroup> answer_queue_ DROVER_GUARDED_BY(answer_mu_);
+  bool answers_end_ DROVER_GUARDED_BY(answer_mu_) = false;  // the writers have ended
+  std::thread answerer_;
   mutable Mutex mu_;
   std::uint64_t revision_ DROVER_GUARDED_BY(mu_) = 0;
   std::map<std::string, ServiceState> services_ DROVER_GUARDED_BY(mu_);
