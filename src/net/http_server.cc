@@ -7,6 +7,7 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/redirect_error.hpp>
 #include <boost/asio/ssl.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
@@ -16,6 +17,8 @@
 #include <cstdio>
 #include <mutex>
 #include <optional>
+#include <span>
+#include <string_view>
 #include <thread>
 #include <type_traits>
 #include <unordered_set>
@@ -25,6 +28,7 @@
 #include "common/http_error.h"
 #include "common/thread_name.h"
 #include "drover/mutex.h"
+#include "net/sockets.h"
 
 namespace drover::net {
 
@@ -56,79 +60,80 @@ std::string BusyReply(const std::string& name) {
          std::to_string(body.size()) + "\r\n\r\n" + body;
 }
 
-template <typename Stream>
-class StreamWriter final : public ChunkedWriter {
+using Pieces = std::vector<std::shared_ptr<const std::string>>;
+
+// The last chunk of a chunked response.
+constexpr std::string_view kLastChunk = "0\r\n\r\n";
+
+// One chunk of `pieces` (all of them: its size line, the pieces and its CRLF) as buffers over
+// `pieces` and `size_line`, without a copy -- unless there are more pieces than a gather write
+// takes at once, when they are joined into `joined` first.
+class ChunkBuffers {
  public:
-  StreamWriter(Stream& stream, std::shared_ptr<StreamWakeup::Queue> wakeups,
-               std::function<void(unsigned)> count)
-      : stream_(stream), wakeups_(std::move(wakeups)), count_(std::move(count)) {}
+  static constexpr std::size_t kMaxGather = 16;
 
-  std::shared_ptr<StreamWakeup> NewWakeup() override {
-    return std::make_shared<StreamWakeup>(stream_.get_executor(), wakeups_);
-  }
-
-  asio::awaitable<bool> Begin(HttpHead& head) override {
-    head.chunked(true);
-    count_(head.result_int());
-    http::response_serializer<http::empty_body> serializer{head};
-    beast::get_lowest_layer(stream_).expires_never();
-    error_code ec;
-    co_await http::async_write_header(stream_, serializer,
-                                      asio::redirect_error(asio::use_awaitable, ec));
-    co_return !ec;
-  }
-
-  asio::awaitable<bool> Write(std::string_view data, Duration timeout) override {
-    char size_line[20];
-    const int size_len = std::snprintf(size_line, sizeof size_line, "%zx\r\n", data.size());
-    const std::array<asio::const_buffer, 3> chunk{
-        asio::buffer(size_line, static_cast<std::size_t>(size_len)), asio::buffer(data),
-        asio::buffer("\r\n", 2)};
-    beast::buffers_suffix<std::array<asio::const_buffer, 3>> rest(chunk);
-    error_code ec;
-    if constexpr (kPlainTcp) {
-      // Almost always the socket has room for a chunk: send it now, with no timer armed and no
-      // suspension (an event fanned out to a thousand streams is a thousand of these). The
-      // socket must not block: a full one answers would_block, and the rest waits below.
-      if (!non_blocking_) {
-        stream_.socket().non_blocking(true, ec);
-        if (ec) co_return false;
-        non_blocking_ = true;
-      }
-      const std::size_t sent = stream_.socket().write_some(chunk, ec);
-      if (!ec && sent == asio::buffer_size(chunk)) co_return true;
-      if (ec && ec != asio::error::would_block && ec != asio::error::interrupted) co_return false;
-      rest.consume(ec ? 0 : sent);
-      ec = {};
+  ChunkBuffers(const Pieces& pieces, std::string& joined) {
+    std::size_t size = 0;
+    for (const auto& p : pieces) size += p->size();
+    size_len_ =
+        static_cast<std::size_t>(std::snprintf(size_line_, sizeof size_line_, "%zx\r\n", size));
+    buffers_[count_++] = asio::buffer(size_line_, size_len_);
+    if (pieces.size() <= kMaxGather) {
+      for (const auto& p : pieces) buffers_[count_++] = asio::buffer(*p);
+    } else {
+      joined.clear();
+      joined.reserve(size);
+      for (const auto& p : pieces) joined += *p;
+      buffers_[count_++] = asio::buffer(joined);
     }
-    // The client is slow to read: the rest within the timeout.
-    beast::get_lowest_layer(stream_).expires_after(timeout);
-    co_await asio::async_write(stream_, rest, asio::redirect_error(asio::use_awaitable, ec));
-    beast::get_lowest_layer(stream_).expires_never();
-    co_return !ec;
+    buffers_[count_++] = asio::buffer("\r\n", 2);
   }
+  ChunkBuffers(const ChunkBuffers&) = delete;
+  ChunkBuffers& operator=(const ChunkBuffers&) = delete;
 
-  asio::awaitable<void> End() override {
-    const auto last = http::make_chunk_last();
-    error_code ec;
-    co_await asio::async_write(stream_, last, asio::redirect_error(asio::use_awaitable, ec));
+  std::span<const asio::const_buffer> buffers() const { return {buffers_.data(), count_}; }
+  // The bytes from `offset` on, copied (a write that must wait keeps them).
+  std::string Rest(std::size_t offset) const {
+    std::string rest;
+    for (const asio::const_buffer& b : buffers()) {
+      if (offset >= b.size()) {
+        offset -= b.size();
+        continue;
+      }
+      rest.append(static_cast<const char*>(b.data()) + offset, b.size() - offset);
+      offset = 0;
+    }
+    return rest;
   }
 
  private:
-  static constexpr bool kPlainTcp = std::is_same_v<Stream, beast::tcp_stream>;
-  bool non_blocking_ = false;  // the socket's user non-blocking mode is set (plain TCP only)
+  char size_line_[20];
+  std::size_t size_len_ = 0;
+  std::array<asio::const_buffer, kMaxGather + 2> buffers_;
+  std::size_t count_ = 0;
+};
 
-  Stream& stream_;
-  const std::shared_ptr<StreamWakeup::Queue> wakeups_;
-  const std::function<void(unsigned)> count_;
+// Calls the source's Stop() once, when the stream is over however it ends -- also when the
+// server goes away with the stream still open.
+class SourceGuard {
+ public:
+  explicit SourceGuard(std::shared_ptr<StreamSource> source) : source_(std::move(source)) {}
+  ~SourceGuard() { Stop(); }
+  SourceGuard(const SourceGuard&) = delete;
+  SourceGuard& operator=(const SourceGuard&) = delete;
+  StreamSource& operator*() const { return *source_; }
+  StreamSource* operator->() const { return source_.get(); }
+  void Stop() {
+    if (source_) std::exchange(source_, nullptr)->Stop();
+  }
+  // Handed on to what runs the stream from here (which stops it in turn).
+  std::shared_ptr<StreamSource> Release() { return std::exchange(source_, nullptr); }
+
+ private:
+  std::shared_ptr<StreamSource> source_;
 };
 
 }  // namespace
-
-// Allocated once per wake-up: waiting and waking allocate nothing.
-struct StreamWakeup::Resume {
-  std::optional<asio::detail::awaitable_handler<asio::any_io_executor>> handler;
-};
 
 // The streams notified and not yet woken, as a lock-free list (the producer that notifies a
 // thousand streams per event never waits for an io thread): the stream that finds the list empty
@@ -136,10 +141,11 @@ struct StreamWakeup::Resume {
 // wakes each stream by dispatching to its strand, which an io thread enters at once when the
 // stream is waiting (it usually is): no post per stream.
 //
-// It also knows every wake-up of its server, for the end: a coroutine parked in Wait() is owned
-// by its wake-up (the handler that would resume it), not by the io_context, so once the io
-// threads are gone Release() drops those handlers, which hands each coroutine's unwinding to the
-// io_context, whose destruction then frees it (its socket, its watcher).
+// It also holds every open stream of its server (an intrusive list: no allocation), which is
+// what keeps an idle one alive: no operation is pending for it and no coroutine holds it. A
+// stream leaves when it ends; once the io threads are gone Release() abandons the rest, which
+// frees each parked stream (its socket, its source) and hands each TLS stream's coroutine
+// unwinding to the io_context, whose destruction then frees it.
 class StreamWakeup::Queue {
  public:
   Queue(asio::io_context& io, int lanes) : io_(io), lanes_(std::max(1, lanes)) {}
@@ -172,34 +178,56 @@ class StreamWakeup::Queue {
     Clear();
   }
 
-  void Track(StreamWakeup* w) {
+  // A stream opens: held here until it ends (Untrack) or the server stops (Release).
+  void Track(std::shared_ptr<StreamWakeup> stream) {
     MutexLock lock(mu_);
-    live_.insert(w);
+    StreamWakeup* s = stream.get();
+    s->kept_ = std::move(stream);
+    s->open_prev_ = nullptr;
+    s->open_next_ = open_;
+    if (open_ != nullptr) open_->open_prev_ = s;
+    open_ = s;
   }
-  void Untrack(StreamWakeup* w) {
+  // A stream ended: let go of it (the caller holds a reference of its own). Once Release() took
+  // it, nothing to do.
+  void Untrack(StreamWakeup* s) {
+    std::shared_ptr<StreamWakeup> kept;
     MutexLock lock(mu_);
-    live_.erase(w);
+    if (!s->kept_) return;
+    Unlink(s);
+    kept = std::move(s->kept_);
+    // (`kept` goes after the lock: the caller's reference keeps the stream alive anyway.)
   }
 
-  // After the io threads have stopped (nothing runs on a strand any more): drops the handler of
-  // every coroutine still waiting.
+  // After the io threads have stopped (nothing runs on a strand any more): abandons every stream
+  // still open.
   void Release() {
-    std::vector<asio::detail::awaitable_handler<asio::any_io_executor>> parked;
+    std::vector<std::shared_ptr<StreamWakeup>> open;
     {
       MutexLock lock(mu_);
-      for (StreamWakeup* w : live_) {
-        if (w->resume_->handler) {
-          parked.push_back(std::move(*w->resume_->handler));
-          w->resume_->handler.reset();
-        }
+      while (open_ != nullptr) {
+        StreamWakeup* s = open_;
+        Unlink(s);
+        open.push_back(std::move(s->kept_));
       }
     }
-    // Destroyed here, outside the lock: each posts its coroutine's unwinding to the io_context.
+    // Outside the lock: a stream that goes may drop the last reference to others' wake-ups.
+    for (const std::shared_ptr<StreamWakeup>& s : open) s->Abandon();
   }
 
  private:
   // A share smaller than this is not worth another thread's wake-up.
   static constexpr std::size_t kShare = 64;
+
+  void Unlink(StreamWakeup* s) DROVER_REQUIRES(mu_) {
+    if (s->open_prev_ != nullptr) {
+      s->open_prev_->open_next_ = s->open_next_;
+    } else {
+      open_ = s->open_next_;
+    }
+    if (s->open_next_ != nullptr) s->open_next_->open_prev_ = s->open_prev_;
+    s->open_prev_ = s->open_next_ = nullptr;
+  }
 
   std::vector<std::shared_ptr<StreamWakeup>> Take() {
     std::vector<std::shared_ptr<StreamWakeup>> streams;
@@ -234,7 +262,11 @@ class StreamWakeup::Queue {
   static void Wake(std::vector<std::shared_ptr<StreamWakeup>>& streams) {
     for (std::shared_ptr<StreamWakeup>& stream : streams) {
       const asio::any_io_executor strand = stream->strand_;
-      asio::dispatch(strand, [stream = std::move(stream)] { stream->Fire(); });
+      asio::dispatch(strand, [stream = std::move(stream)] {
+        // Cleared before the step runs: whatever is produced after it looks gets a new wake-up.
+        stream->listed_.store(false, std::memory_order_release);
+        stream->Woken();
+      });
     }
   }
 
@@ -244,41 +276,200 @@ class StreamWakeup::Queue {
   // or Stop()'s Clear() sees what it added.
   std::atomic<StreamWakeup*> head_{nullptr};
   std::atomic<bool> stopped_{false};
-  Mutex mu_;  // a drain is posted only under it, while not stopped
-  std::unordered_set<StreamWakeup*> live_ DROVER_GUARDED_BY(mu_);
+  Mutex mu_;  // a drain is posted only under it, while not stopped; guards the open list
+  StreamWakeup* open_ DROVER_GUARDED_BY(mu_) = nullptr;
 };
 
 StreamWakeup::StreamWakeup(asio::any_io_executor strand, std::shared_ptr<Queue> queue)
-    : strand_(std::move(strand)), queue_(std::move(queue)), resume_(std::make_unique<Resume>()) {
-  queue_->Track(this);
-}
-
-StreamWakeup::~StreamWakeup() { queue_->Untrack(this); }
+    : strand_(std::move(strand)), queue_(std::move(queue)) {}
 
 void StreamWakeup::Notify() {
   if (listed_.exchange(true, std::memory_order_acq_rel)) return;  // a wake-up is on its way
   queue_->Add(shared_from_this());
 }
 
-void StreamWakeup::Fire() {
-  // Cleared before the waiter runs: whatever is produced after it looks gets a new wake-up.
-  listed_.store(false, std::memory_order_release);
-  woken_ = true;
-  if (resume_->handler) {
-    auto handler = std::move(*resume_->handler);
-    resume_->handler.reset();
-    std::move(handler)();  // runs the coroutine here, on its strand, to its next wait
+namespace {
+
+// A stream over plain TCP once its head is written: no coroutine and no pending operation, only
+// its socket, the source and this object, which the server's list of open streams holds (and,
+// while a write waits, that write's handler). Each wake-up takes what the source has and sends it
+// at once with a non-blocking write; only a client too slow to take a chunk makes a write wait
+// (with the source's timeout).
+class ParkedStream final : public StreamWakeup {
+ public:
+  ParkedStream(tcp::socket socket, Connection connection, std::shared_ptr<StreamSource> source,
+               std::shared_ptr<Queue> queue)
+      : StreamWakeup(socket.get_executor(), std::move(queue)),
+        socket_(std::move(socket)),
+        connection_(std::move(connection)),
+        source_(std::move(source)) {}
+
+  // On the stream's strand.
+  static void Start(const std::shared_ptr<ParkedStream>& stream) {
+    stream->queue().Track(stream);
+    stream->source_->Start(stream);
+    stream->Step();
   }
+
+ private:
+  std::shared_ptr<ParkedStream> self() {
+    return std::static_pointer_cast<ParkedStream>(shared_from_this());
+  }
+
+  void Woken() override { Step(); }
+
+  void Abandon() override { End(); }
+
+  void Step() {
+    if (ended_) return;
+    if (writing_) {
+      again_ = true;  // taken once the write in flight is done
+      return;
+    }
+    while (true) {
+      Pieces pieces;
+      const StreamSource::Step step = source_->Take(pieces);
+      if (step == StreamSource::Step::kWait) return;
+      const bool last = step == StreamSource::Step::kEnd;
+      std::string joined;
+      std::optional<ChunkBuffers> chunk;
+      std::span<const asio::const_buffer> buffers;
+      const asio::const_buffer last_chunk = asio::buffer(kLastChunk);
+      if (last) {
+        buffers = {&last_chunk, 1};
+      } else {
+        chunk.emplace(pieces, joined);
+        buffers = chunk->buffers();
+      }
+      error_code ec;
+      const std::size_t total = asio::buffer_size(buffers);
+      const std::size_t sent = WriteSome(socket_, buffers, ec);
+      if (!ec && sent == total) {
+        if (last) return End();
+        continue;
+      }
+      if (ec && ec != asio::error::would_block) return End();
+      // The client is slow to read: the rest within the timeout, nothing more taken meanwhile.
+      std::string rest = last ? std::string(kLastChunk.substr(sent)) : chunk->Rest(sent);
+      return Wait(std::move(rest), last);
+    }
+  }
+
+  void Wait(std::string rest, bool last) {
+    writing_ = true;
+    if (!timer_) timer_ = std::make_unique<asio::steady_timer>(socket_.get_executor());
+    timer_->expires_after(source_->write_timeout());
+    timer_->async_wait([self = self()](error_code ec) {
+      if (!ec) self->socket_.close(ec);  // cut off: the write fails
+    });
+    auto owned = std::make_unique<std::string>(std::move(rest));
+    const asio::const_buffer bytes = asio::buffer(*owned);
+    asio::async_write(socket_, bytes,
+                      [self = self(), owned = std::move(owned), last](error_code ec, std::size_t) {
+                        self->writing_ = false;
+                        self->timer_->cancel();
+                        if (ec || last) return self->End();
+                        if (std::exchange(self->again_, false)) self->Step();
+                      });
+  }
+
+  // Over: the source is told, the socket closes, and the server lets go of this (every caller
+  // holds a reference of its own until it returns).
+  void End() {
+    if (ended_) return;
+    ended_ = true;
+    source_.Stop();
+    error_code ignored;
+    socket_.shutdown(tcp::socket::shutdown_send, ignored);
+    socket_.close(ignored);
+    if (timer_) timer_->cancel();
+    queue().Untrack(this);
+  }
+
+  tcp::socket socket_;
+  [[maybe_unused]] Connection connection_;  // open for the listener while this lives
+  SourceGuard source_;
+  std::unique_ptr<asio::steady_timer> timer_;  // only once a write had to wait
+  bool writing_ = false;                       // a write waits for the client
+  bool again_ = false;                         // woken meanwhile
+  bool ended_ = false;
+};
+
+// The same steps over TLS, in a coroutine: what resumes it.
+class CoroutineWake final : public StreamWakeup {
+ public:
+  CoroutineWake(asio::any_io_executor strand, std::shared_ptr<Queue> queue)
+      : StreamWakeup(std::move(strand), std::move(queue)) {}
+  using Handler = asio::detail::awaitable_handler<asio::any_io_executor>;
+
+  static std::shared_ptr<CoroutineWake> Open(asio::any_io_executor strand,
+                                             std::shared_ptr<Queue> queue) {
+    auto wake = std::make_shared<CoroutineWake>(std::move(strand), std::move(queue));
+    wake->queue().Track(wake);
+    return wake;
+  }
+  void Close() { queue().Untrack(this); }
+
+  // Returns once a Notify() came after the previous Wait() returned (at once if one did).
+  asio::awaitable<void> Wait() {
+    if (!std::exchange(woken_, false)) {
+      co_await asio::async_initiate<const asio::use_awaitable_t<>, void()>(
+          [this](auto handler) { handler_.emplace(std::move(handler)); }, asio::use_awaitable);
+    }
+    woken_ = false;
+  }
+
+ private:
+  void Woken() override {
+    woken_ = true;
+    if (!handler_) return;
+    Handler resume = std::move(*handler_);
+    handler_.reset();
+    std::move(resume)();  // runs the coroutine here, on its strand, to its next wait
+  }
+  // Dropping the handler hands the coroutine's unwinding to the io_context.
+  void Abandon() override { handler_.reset(); }
+
+  std::optional<Handler> handler_;  // strand only
+  bool woken_ = false;              // strand only
+};
+
+template <typename Stream>
+asio::awaitable<void> RunStream(Stream& stream, std::shared_ptr<StreamSource> source,
+                                std::shared_ptr<StreamWakeup::Queue> queue) {
+  SourceGuard guard(std::move(source));
+  const std::shared_ptr<CoroutineWake> wake =
+      CoroutineWake::Open(stream.get_executor(), std::move(queue));
+  guard->Start(wake);
+  Pieces pieces;
+  std::string joined;
+  while (true) {
+    pieces.clear();
+    const StreamSource::Step step = guard->Take(pieces);
+    if (step == StreamSource::Step::kWait) {
+      co_await wake->Wait();
+      continue;
+    }
+    const bool last = step == StreamSource::Step::kEnd;
+    std::optional<ChunkBuffers> chunk;
+    std::vector<asio::const_buffer> buffers;
+    if (last) {
+      buffers.push_back(asio::buffer(kLastChunk));
+    } else {
+      chunk.emplace(pieces, joined);
+      buffers.assign(chunk->buffers().begin(), chunk->buffers().end());
+    }
+    error_code ec;
+    beast::get_lowest_layer(stream).expires_after(guard->write_timeout());
+    co_await asio::async_write(stream, buffers, asio::redirect_error(asio::use_awaitable, ec));
+    beast::get_lowest_layer(stream).expires_never();
+    if (ec || last) break;
+  }
+  guard.Stop();
+  wake->Close();
 }
 
-asio::awaitable<void> StreamWakeup::Wait() {
-  if (!woken_) {
-    co_await asio::async_initiate<const asio::use_awaitable_t<>, void()>(
-        [this](auto handler) { resume_->handler.emplace(std::move(handler)); },
-        asio::use_awaitable);
-  }
-  woken_ = false;
-}
+}  // namespace
 
 HttpResponse JsonResponse(const HttpRequest& request, unsigned status, std::string body) {
   HttpResponse res{static_cast<http::status>(status), request.version()};
@@ -305,14 +496,15 @@ struct HttpServer::Impl {
   asio::awaitable<void> Session(tcp::socket socket, Connection connection);
   asio::awaitable<void> PlainSession(tcp::socket socket, Connection connection, std::string client);
   asio::awaitable<void> TlsSession(tcp::socket socket, Connection connection, std::string client);
+  // Serves requests until the connection ends; a stream (the last answer on a connection) runs
+  // on from here, over plain TCP without this coroutine (ParkedStream, which takes `connection`).
   template <typename Stream>
-  asio::awaitable<void> Serve(Stream& stream, const std::string& client);
+  asio::awaitable<void> Serve(Stream& stream, const std::string& client, Connection& connection);
   // Reads one request and answers it; true to read the next. When the answer is a stream, it is
-  // left in `run` for Serve to run once this frame (the request, the reply) is gone.
+  // left in `streamed` for Serve to run once this frame (the request) is gone.
   template <typename Stream>
   asio::awaitable<bool> ServeOne(Stream& stream, beast::flat_buffer& buffer,
-                                 const std::string& client,
-                                 std::function<asio::awaitable<void>(ChunkedWriter&)>& run);
+                                 const std::string& client, HttpReply& streamed);
   // Reads one request; nullopt when the connection is over (after an error reply, if one is due).
   template <typename Stream>
   asio::awaitable<std::optional<HttpRequest>> Read(Stream& stream, beast::flat_buffer& buffer);
@@ -372,17 +564,15 @@ asio::awaitable<void> HttpServer::Impl::Session(tcp::socket socket, Connection c
   return TlsSession(std::move(socket), std::move(connection), client);
 }
 
-asio::awaitable<void> HttpServer::Impl::PlainSession(tcp::socket socket,
-                                                     [[maybe_unused]] Connection connection,
+asio::awaitable<void> HttpServer::Impl::PlainSession(tcp::socket socket, Connection connection,
                                                      std::string client) {
   beast::tcp_stream stream(std::move(socket));
-  co_await Serve(stream, client);
+  co_await Serve(stream, client, connection);
   error_code ignored;
-  stream.socket().shutdown(tcp::socket::shutdown_send, ignored);
+  if (stream.socket().is_open()) stream.socket().shutdown(tcp::socket::shutdown_send, ignored);
 }
 
-asio::awaitable<void> HttpServer::Impl::TlsSession(tcp::socket socket,
-                                                   [[maybe_unused]] Connection connection,
+asio::awaitable<void> HttpServer::Impl::TlsSession(tcp::socket socket, Connection connection,
                                                    std::string client) {
   TlsStream stream(std::move(socket), *tls);
   error_code ec;
@@ -395,34 +585,51 @@ asio::awaitable<void> HttpServer::Impl::TlsSession(tcp::socket socket,
     spdlog::debug("{} https: handshake with {} failed: {}", options.name, client, ec.message());
     co_return;
   }
-  co_await Serve(stream, client);
+  co_await Serve(stream, client, connection);
   beast::get_lowest_layer(stream).expires_after(kTlsHandshakeTimeout);
   co_await stream.async_shutdown(asio::redirect_error(asio::use_awaitable, ec));
 }
 
 template <typename Stream>
-asio::awaitable<void> HttpServer::Impl::Serve(Stream& stream, const std::string& client) {
+asio::awaitable<void> HttpServer::Impl::Serve(Stream& stream, const std::string& client,
+                                              Connection& connection) {
   beast::flat_buffer buffer;
-  std::function<asio::awaitable<void>(ChunkedWriter&)> run;
-  while (co_await ServeOne(stream, buffer, client, run)) {
+  HttpReply streamed;
+  while (co_await ServeOne(stream, buffer, client, streamed)) {
   }
-  if (!run) co_return;
-  // A stream may stay open for days, mostly idle: it keeps no request, no reply and no read
-  // buffer (the stream has what it needs from them).
+  if (!streamed.stream) co_return;
+  // A stream may stay open for days, mostly idle: it keeps no request and no read buffer.
   buffer = beast::flat_buffer();
-  StreamWriter<Stream> writer(stream, wakeups, [this](unsigned status) { Count(status); });
-  co_await run(writer);
+  SourceGuard source(std::move(streamed.stream));
+  HttpResponse& head = streamed.response;
+  head.chunked(true);
+  if (head.find(http::field::server) == head.end()) head.set(http::field::server, server_header);
+  Count(head.result_int());
+  beast::get_lowest_layer(stream).expires_never();
+  error_code ec;
+  {
+    http::response_serializer<http::string_body> serializer{head};
+    co_await http::async_write_header(stream, serializer,
+                                      asio::redirect_error(asio::use_awaitable, ec));
+  }
+  if (ec) co_return;
+  if constexpr (std::is_same_v<Stream, beast::tcp_stream>) {
+    // From here on without this coroutine (ParkedStream): it ends, and its frames with it.
+    ParkedStream::Start(std::make_shared<ParkedStream>(
+        stream.release_socket(), std::move(connection), source.Release(), wakeups));
+  } else {
+    co_await RunStream(stream, source.Release(), wakeups);
+  }
 }
 
 template <typename Stream>
-asio::awaitable<bool> HttpServer::Impl::ServeOne(
-    Stream& stream, beast::flat_buffer& buffer, const std::string& client,
-    std::function<asio::awaitable<void>(ChunkedWriter&)>& run) {
+asio::awaitable<bool> HttpServer::Impl::ServeOne(Stream& stream, beast::flat_buffer& buffer,
+                                                 const std::string& client, HttpReply& streamed) {
   std::optional<HttpRequest> req = co_await Read(stream, buffer);
   if (!req) co_return false;
   HttpReply reply = Answer(*req, client);
   if (reply.stream) {
-    run = std::move(reply.stream);
+    streamed = std::move(reply);
     co_return false;
   }
   if (!req->keep_alive()) reply.response.keep_alive(false);

@@ -11,8 +11,8 @@
 //   - a handler that throws (a bug): 500 INTERNAL, and the error is logged;
 //   - a response without a Server header gets "drover-<name>"; a 401 without WWW-Authenticate
 //     gets `Bearer realm="drover-<name>"`.
-// A Handler may instead return a stream (the registry's watch): the server runs it with a
-// ChunkedWriter on the connection, and closes the connection when it ends.
+// A Handler may instead return a stream (the registry's watch, a StreamSource): the server writes
+// it as a chunked response, and closes the connection when it ends.
 //
 // With a certificate and key the server speaks HTTPS only (TLS 1.2 and later); a refused client
 // is then closed without a 503 (a handshake per refused connection would cost what the limit
@@ -30,7 +30,6 @@
 #include <atomic>
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/awaitable.hpp>
-#include <boost/beast/http/empty_body.hpp>
 #include <boost/beast/http/message.hpp>
 #include <boost/beast/http/string_body.hpp>
 #include <cstdint>
@@ -50,68 +49,89 @@ namespace drover::net {
 
 using HttpRequest = boost::beast::http::request<boost::beast::http::string_body>;
 using HttpResponse = boost::beast::http::response<boost::beast::http::string_body>;
-using HttpHead = boost::beast::http::response<boost::beast::http::empty_body>;
 
-// A response written in pieces (chunked transfer encoding), for as long as its producer likes.
 class StreamWakeup;
 
-class ChunkedWriter {
+// A response written in pieces (chunked transfer encoding) for as long as its source has them:
+// the registry's watch. The server asks the source for what to write each time its wake-up is
+// notified, always on the stream's strand. Between two of them a stream over plain TCP holds no
+// coroutine, no buffer and no pending operation: its socket, the source and one small object (an
+// idle registry watch costs about 1.9 KB in all, with its watcher). Over TLS a coroutine runs the
+// same steps.
+class StreamSource {
  public:
-  virtual ~ChunkedWriter() = default;
-  // A wake-up for this stream's coroutine, to be notified by whatever produces its data.
-  virtual std::shared_ptr<StreamWakeup> NewWakeup() = 0;
-  // Writes `head` as a chunked response; false once the client is gone.
-  virtual boost::asio::awaitable<bool> Begin(HttpHead& head) = 0;
-  // Writes one chunk; false once the client is gone. The chunk goes out at once when the socket
-  // has room for it (a direct non-blocking send, no timer), which is almost always; otherwise the
-  // rest must be written within `timeout`, or the client (which stopped reading) is cut off.
-  // Between writes no timeout runs: a stream may be quiet for long.
-  virtual boost::asio::awaitable<bool> Write(std::string_view data, Duration timeout) = 0;
-  // The last chunk: a clean end the client can tell from a cut connection.
-  virtual boost::asio::awaitable<void> End() = 0;
+  virtual ~StreamSource() = default;
+  // Once, after the head is written: `wakeup` is to be notified (from any thread, as often as
+  // the producer likes) whenever there may be more to take.
+  virtual void Start(std::shared_ptr<StreamWakeup> wakeup) = 0;
+  enum class Step : std::uint8_t {
+    kWait,   // nothing now: ask again after the next wake-up
+    kWrite,  // `pieces`, written as one chunk, then ask again
+    kEnd,    // the last chunk: a clean end the client can tell from a cut connection
+  };
+  // What to write now. `pieces` comes back empty each time (its storage reused).
+  virtual Step Take(std::vector<std::shared_ptr<const std::string>>& pieces) = 0;
+  // The stream is over (ended, its client gone or cut off, or the server stopping): called once,
+  // after which Take() is not called again.
+  virtual void Stop() = 0;
+  // A chunk goes out at once when the socket has room for it (a direct non-blocking send, no
+  // timer), which is almost always; otherwise the rest must be written within this, or the
+  // client (which stopped reading) is cut off. Between writes no timeout runs: a stream may be
+  // quiet for long.
+  virtual Duration write_timeout() const = 0;
 };
 
-// Wakes a stream's coroutine (which runs on its connection's strand) when another thread has
-// something for it. Notify() may be called from any thread, under the caller's locks and as often
-// as it likes: it only lists the stream with its server, and only when no wake-up is already on
-// its way. The server drains that list on its io threads, a burst at a time, resuming each stream
-// in place: an event fanned out to a thousand streams costs a post or two, not a thousand. Wait()
-// returns once a Notify() came after the previous Wait() returned, at once if one already did.
-// One waiter at a time, on the stream's strand. A coroutine still waiting here when its server
-// stops is unwound with the server's event loop.
+// A stream as its source sees it: what to notify when there may be more to take. Notify() may be
+// called from any thread, under the caller's locks and as often as it likes: it only lists the
+// stream with its server, and only when no wake-up is already on its way. The server drains that
+// list on its io threads, a burst at a time, running each stream's next step in place on its
+// strand: an event fanned out to a thousand streams costs a post or two, not a thousand.
+//
+// The server owns every open stream (an idle one is held by nothing else: no pending operation,
+// no coroutine); a source may keep this pointer for as long as it likes, and a Notify() after the
+// stream ended does nothing.
 class StreamWakeup : public std::enable_shared_from_this<StreamWakeup> {
  public:
-  class Queue;  // the server's list of streams to wake
+  class Queue;  // the server's list of streams to wake, and of every open stream
 
-  StreamWakeup(boost::asio::any_io_executor strand, std::shared_ptr<Queue> queue);
-  ~StreamWakeup();
+  virtual ~StreamWakeup() = default;
   StreamWakeup(const StreamWakeup&) = delete;
   StreamWakeup& operator=(const StreamWakeup&) = delete;
 
   void Notify();
-  boost::asio::awaitable<void> Wait();
+
+ protected:
+  StreamWakeup(boost::asio::any_io_executor strand, std::shared_ptr<Queue> queue);
+  // On the strand, after a Notify().
+  virtual void Woken() = 0;
+  // Once the server's io threads have stopped, for a stream still open: let go of everything
+  // (its source stopped, its connection closed), without writing.
+  virtual void Abandon() = 0;
+  Queue& queue() const { return *queue_; }
 
  private:
   friend class Queue;
-  struct Resume;  // the suspended coroutine's completion handler
-  void Fire();    // on the strand
 
   const boost::asio::any_io_executor strand_;
   const std::shared_ptr<Queue> queue_;
   std::atomic<bool> listed_{false};
-  // While listed: the next in the server's list, and the list's reference to this.
+  // While listed to be woken: the next in that list, and the list's reference to this.
   StreamWakeup* next_ = nullptr;
   std::shared_ptr<StreamWakeup> self_;
-  bool woken_ = false;                    // strand only
-  const std::unique_ptr<Resume> resume_;  // its handler: strand only
+  // While open (guarded by the queue's lock): the neighbours in the server's list of open
+  // streams, and that list's reference to this.
+  StreamWakeup* open_prev_ = nullptr;
+  StreamWakeup* open_next_ = nullptr;
+  std::shared_ptr<StreamWakeup> kept_;
 };
 
-// A handler's answer: `response`, or, when `stream` is set, a stream the server runs instead.
+// A handler's answer: `response`, or, when `stream` is set, a stream the server runs instead,
+// with `response` as its head (status and fields; the server makes it chunked).
 struct HttpReply {
   HttpReply() = default;
   HttpReply(HttpResponse r) : response(std::move(r)) {}  // NOLINT(google-explicit-constructor)
   HttpResponse response;
-  std::function<boost::asio::awaitable<void>(ChunkedWriter&)> stream;
+  std::shared_ptr<StreamSource> stream;
 };
 
 struct HttpServerOptions {

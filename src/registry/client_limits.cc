@@ -120,4 +120,8 @@ std::string ClientIdentity(const Result<std::string>& token_name, std::string_vi
   return "connection " + std::string(peer);
 }
 
+void WatchSlot::Release() {
+  if (limits_) std::exchange(limits_, nullptr)->ReleaseWatch(client_);
+}
+
 }  // namespace drover::registry

@@ -15,8 +15,10 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include "drover/clock.h"
 #include "drover/mutex.h"
@@ -35,6 +37,35 @@ struct ClientLimitOptions {
 // The identity limits count against: "token <name>" for a token the registry accepted, else
 // "connection <peer>" (peer: the connection's ip:port).
 std::string ClientIdentity(const Result<std::string>& token_name, std::string_view peer);
+
+class ClientLimits;
+
+// A watch slot taken with ClientLimits::AcquireWatch, given back when this goes (or at
+// Release()). Movable; an empty one holds nothing.
+class WatchSlot {
+ public:
+  WatchSlot() = default;
+  WatchSlot(std::shared_ptr<ClientLimits> limits, std::string client)
+      : limits_(std::move(limits)), client_(std::move(client)) {}
+  WatchSlot(WatchSlot&& other) noexcept
+      : limits_(std::move(other.limits_)), client_(std::move(other.client_)) {}
+  WatchSlot& operator=(WatchSlot&& other) noexcept {
+    if (this != &other) {
+      Release();
+      limits_ = std::move(other.limits_);
+      client_ = std::move(other.client_);
+    }
+    return *this;
+  }
+  WatchSlot(const WatchSlot&) = delete;
+  WatchSlot& operator=(const WatchSlot&) = delete;
+  ~WatchSlot() { Release(); }
+  void Release();
+
+ private:
+  std::shared_ptr<ClientLimits> limits_;
+  std::string client_;
+};
 
 class ClientLimits {
  public:

@@ -5,9 +5,6 @@
 #include <algorithm>
 #include <atomic>
 #include <boost/asio/post.hpp>
-#include <boost/asio/redirect_error.hpp>
-#include <boost/asio/steady_timer.hpp>
-#include <boost/asio/use_awaitable.hpp>
 #include <boost/beast/http.hpp>
 #include <cctype>
 #include <charconv>
@@ -177,9 +174,7 @@ struct HttpServer::Impl {
   net::HttpReply Answer(const Request& req, const std::string& peer);
   // GET /v1/watch: checks, then the stream; an error response when a check fails.
   net::HttpReply Watch(const Request& req, std::string_view query, const std::string& client);
-  // Writes the head, then every event the watcher gets, until the client or the server goes.
-  asio::awaitable<void> Stream(std::shared_ptr<Watcher> w, unsigned version,
-                               net::ChunkedWriter& out);
+  class WatchStream;  // what a watch stream writes: every event its watcher gets
   Response Handle(const Request& req);
   // OK when auth is off or the request carries a known token.
   Status Authenticate(const Request& req) const {
@@ -249,6 +244,53 @@ net::HttpReply HttpServer::Impl::Answer(const Request& req, const std::string& p
   return Handle(req);
 }
 
+// Every event the watcher gets, each line encoded once for every stream that sends it, until the
+// client or the server goes (the server's Stop() cancels the watcher: the stream then ends
+// cleanly, and the client reconnects).
+class HttpServer::Impl::WatchStream final : public net::StreamSource {
+ public:
+  WatchStream(Impl& impl, std::shared_ptr<Watcher> watcher, WatchSlot slot)
+      : impl_(impl), watcher_(std::move(watcher)), slot_(std::move(slot)) {}
+
+  void Start(std::shared_ptr<net::StreamWakeup> wakeup) override {
+    {
+      MutexLock lock(impl_.mu);
+      impl_.watches.insert(watcher_);
+      // A stream that got here after Stop() cancelled the others ends at once.
+      if (impl_.stopping) watcher_->Cancel();
+    }
+    // The listener runs under the registry's lock: it only lists this stream to be woken.
+    watcher_->SetListener([wakeup = std::move(wakeup)] { wakeup->Notify(); });
+  }
+
+  Step Take(std::vector<std::shared_ptr<const std::string>>& pieces) override {
+    // Cancelled: the server is stopping; the end of the response tells the client so.
+    if (!watcher_->TakeQueued(batch_).ok()) return Step::kEnd;
+    if (batch_.empty()) return Step::kWait;
+    for (const EventPtr& e : batch_) pieces.push_back(Encoded(e));
+    batch_.clear();
+    return Step::kWrite;
+  }
+
+  void Stop() override {
+    watcher_->Cancel();
+    slot_.Release();
+    MutexLock lock(impl_.mu);
+    impl_.watches.erase(watcher_);
+    impl_.watches_done.NotifyAll();
+  }
+
+  // A client that stops reading is cut off instead of pinning its backlog forever; it resumes
+  // from the last revision it saw.
+  Duration write_timeout() const override { return kWatchWriteTimeout; }
+
+ private:
+  Impl& impl_;
+  const std::shared_ptr<Watcher> watcher_;
+  WatchSlot slot_;               // the client's, given back when the stream ends
+  std::vector<EventPtr> batch_;  // taken from the watcher (its storage passed back and forth)
+};
+
 net::HttpReply HttpServer::Impl::Watch(const Request& req, std::string_view query_text,
                                        const std::string& client) {
   const auto query = ParseQuery(query_text);
@@ -269,9 +311,8 @@ net::HttpReply HttpServer::Impl::Watch(const Request& req, std::string_view quer
     res.keep_alive(false);
     return res;
   }
-  // Released when the stream ends, or at once when there is none.
-  auto admission = std::shared_ptr<void>(
-      nullptr, [limits = options.limits, client](void*) { limits->ReleaseWatch(client); });
+  // Given back when the stream ends, or at once when there is none.
+  WatchSlot slot(options.limits, client);
   std::string service;
   if (auto it = query.find("service"); it != query.end()) service = it->second;
   auto watcher = registry.Watch(from, service);
@@ -281,70 +322,12 @@ net::HttpReply HttpServer::Impl::Watch(const Request& req, std::string_view quer
     return res;
   }
   net::HttpReply reply;
-  // Not a coroutine itself: one frame fewer for as long as the stream lasts.
-  reply.stream = [this, w = *watcher, admission,
-                  version = req.version()](net::ChunkedWriter& out) -> asio::awaitable<void> {
-    return Stream(w, version, out);
-  };
+  reply.response = Response{http::status::ok, req.version()};
+  reply.response.set(http::field::server, "drover-registry");
+  reply.response.set(http::field::content_type, "application/x-ndjson");
+  reply.response.set(http::field::cache_control, "no-cache");
+  reply.stream = std::make_shared<WatchStream>(*this, *watcher, std::move(slot));
   return reply;
-}
-
-namespace {
-
-// The watch stream's head, in a frame of its own: gone before the events flow (a stream may
-// idle for days).
-asio::awaitable<bool> BeginWatch(unsigned version, net::ChunkedWriter& out) {
-  net::HttpHead head{http::status::ok, version};
-  head.set(http::field::server, "drover-registry");
-  head.set(http::field::content_type, "application/x-ndjson");
-  head.set(http::field::cache_control, "no-cache");
-  co_return co_await out.Begin(head);
-}
-
-}  // namespace
-
-asio::awaitable<void> HttpServer::Impl::Stream(std::shared_ptr<Watcher> w, unsigned version,
-                                               net::ChunkedWriter& out) {
-  if (!co_await BeginWatch(version, out)) co_return;
-  {
-    MutexLock lock(mu);
-    watches.insert(w);
-    // A stream that got here after Stop() cancelled the others ends at once.
-    if (stopping) w->Cancel();
-  }
-  // The listener runs under the registry's lock: it only lists this stream to be woken.
-  std::shared_ptr<net::StreamWakeup> wakeup = out.NewWakeup();
-  w->SetListener([wakeup] { wakeup->Notify(); });
-  bool open = true;
-  std::vector<EventPtr> batch;
-  while (open) {
-    if (!w->TakeQueued(batch).ok()) {
-      // Cancelled: the server is stopping. End the response properly so the client sees a
-      // clean end of stream and reconnects.
-      co_await out.End();
-      break;
-    }
-    if (batch.empty()) {
-      // Returns at once if events came after TakeQueued() looked.
-      co_await wakeup->Wait();
-      continue;
-    }
-    // One event (the usual case) is written from its shared encoding, without a copy.
-    std::shared_ptr<const std::string> one;
-    std::string lines;
-    if (batch.size() == 1) {
-      one = Encoded(batch.front());
-    } else {
-      for (const EventPtr& e : batch) lines += *Encoded(e);
-    }
-    // A client that stops reading is cut off instead of pinning its backlog forever; it
-    // resumes from the last revision it saw.
-    open = co_await out.Write(one ? *one : lines, kWatchWriteTimeout);
-  }
-  w->Cancel();
-  MutexLock lock(mu);
-  watches.erase(w);
-  watches_done.NotifyAll();
 }
 
 Response HttpServer::Impl::Handle(const Request& req) {

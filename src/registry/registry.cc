@@ -101,8 +101,9 @@ Result<std::vector<Event>> Watcher::Next(std::chrono::milliseconds timeout, std:
       // producer notifies only when someone waits): an asynchronous server asking "anything
       // now?" (TakeQueued) after every write costs one uncontended lock.
       ++waiting_;
-      cv_.WaitUntil(mu_, stop, std::chrono::steady_clock::now() + timeout,
-                    [&]() DROVER_REQUIRES(mu_) { return cancelled_ || !queue_.empty(); });
+      if (!cv_) cv_ = std::make_unique<CondVar>();
+      cv_->WaitUntil(mu_, stop, std::chrono::steady_clock::now() + timeout,
+                     [&]() DROVER_REQUIRES(mu_) { return cancelled_ || !queue_.empty(); });
       --waiting_;
     }
     if (cancelled_ || stop.stop_requested()) return CancelledError("watch cancelled");
@@ -125,6 +126,7 @@ Status Watcher::TakeQueued(std::vector<EventPtr>& events) {
 }
 
 void Watcher::Cancel() {
+  CondVar* waiters = nullptr;
   {
     MutexLock lock(mu_);
     cancelled_ = true;
@@ -132,8 +134,9 @@ void Watcher::Cancel() {
     // Wake an asynchronous consumer so that it notices the cancellation.
     if (listener_) listener_();
     listener_ = nullptr;
+    waiters = cv_.get();  // (set once, never reset: valid after the lock)
   }
-  cv_.NotifyAll();
+  if (waiters != nullptr) waiters->NotifyAll();
 }
 
 void Watcher::SetListener(std::function<void()> listener) {
@@ -889,6 +892,7 @@ Event Registry::ResyncEvent(const std::string& service) const {
 }
 
 void Registry::Enqueue(Watcher& watcher, EventPtr event, MonoTime now) {
+  CondVar* waiters = nullptr;
   {
     MutexLock lock(watcher.mu_);
     if (watcher.cancelled_) return;
@@ -910,8 +914,9 @@ void Registry::Enqueue(Watcher& watcher, EventPtr event, MonoTime now) {
     if (watcher.listener_) watcher.listener_();
     watcher.last_sent_ = now;
     if (watcher.waiting_ == 0) return;
+    waiters = watcher.cv_.get();  // (a consumer waits: it made the condition variable)
   }
-  watcher.cv_.NotifyAll();
+  waiters->NotifyAll();
 }
 
 void Registry::Publish(std::vector<Event> events) {

@@ -143,7 +143,10 @@ class Watcher {
 
   const std::string service_;  // empty: every service
   Mutex mu_;
-  CondVar cv_;
+  // Made by the first consumer that waits in Next(): an asynchronous consumer (a watch stream)
+  // never waits on it, and an idle stream then holds none (a condition variable that takes a
+  // stop_token allocates besides its own 64 bytes).
+  std::unique_ptr<CondVar> cv_ DROVER_GUARDED_BY(mu_);
   // A vector, not a deque: an idle watcher allocates nothing for it, and a consumer takes the
   // whole backlog by swapping it out.
   std::vector<EventPtr> queue_ DROVER_GUARDED_BY(mu_);

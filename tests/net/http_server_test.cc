@@ -70,97 +70,116 @@ class HttpServerTest : public ::testing::Test {
       std::unique_lock lock(mu_);
       cv_.wait(lock, [this] { return released_; });
     }
-    if (target == "/stream") {
-      HttpReply reply;
-      reply.stream = [](ChunkedWriter& out) -> asio::awaitable<void> {
-        HttpHead head{http::status::ok, 11};
-        if (!co_await out.Begin(head)) co_return;
-        for (const char* line : {"one\n", "two\n"}) {
-          if (!co_await out.Write(line, std::chrono::seconds(5))) co_return;
-        }
-        co_await out.End();
-      };
-      return reply;
-    }
+    if (target == "/stream")
+      return Streamed(std::make_shared<Lines>(std::vector<std::string>{"one\n", "two\n"}));
     if (target == "/wakeups") return Wakeups();
     if (target == "/parked") {
-      HttpReply reply;
-      reply.stream = [](ChunkedWriter& out) -> asio::awaitable<void> {
-        std::shared_ptr<StreamWakeup> wakeup = out.NewWakeup();
-        HttpHead head{http::status::ok, 11};
-        if (!co_await out.Begin(head)) co_return;
-        if (!co_await out.Write("parked\n", std::chrono::seconds(5))) co_return;
-        co_await wakeup->Wait();  // nobody ever notifies it
-        co_await out.End();
-      };
-      return reply;
+      // One line, then nothing ever again (nobody notifies it).
+      auto parked = std::make_shared<Lines>(std::vector<std::string>{"parked\n"}, /*end=*/false);
+      parked_ = parked;
+      return Streamed(parked);
     }
-    if (target == "/flood") {
-      HttpReply reply;
-      reply.stream = [this](ChunkedWriter& out) -> asio::awaitable<void> {
-        HttpHead head{http::status::ok, 11};
-        if (!co_await out.Begin(head)) co_return;
-        const std::string chunk(64 * 1024, 'x');
-        // The client never reads: once the socket buffers are full a write must give up.
-        while (co_await out.Write(chunk, std::chrono::milliseconds(200))) ++flood_writes_;
-        flood_cut_ = true;
-      };
-      return reply;
-    }
+    if (target == "/flood") return Streamed(std::make_shared<Flood>(*this));
     return JsonResponse(
         req, 200,
         "{\"client\":\"" + client + "\",\"body\":" + std::to_string(req.body().size()) + "}\n");
   }
 
-  // A stream fed by another thread: 1,000 numbers, each notified as it is produced; the stream
-  // writes whatever has accumulated each time it wakes, and ends after the last.
-  HttpReply Wakeups() {
-    struct Feed {
-      std::mutex mu;
-      std::vector<int> items;
-      bool done = false;
-    };
-    auto feed = std::make_shared<Feed>();
+  static HttpReply Streamed(std::shared_ptr<StreamSource> source) {
     HttpReply reply;
-    reply.stream = [this, feed](ChunkedWriter& out) -> asio::awaitable<void> {
-      std::shared_ptr<StreamWakeup> wakeup = out.NewWakeup();
-      {
-        std::lock_guard hold(producers_mu_);
-        producers_.emplace_back([feed, wakeup] {
-          for (int i = 0; i < kFed; ++i) {
-            {
-              std::lock_guard lock(feed->mu);
-              feed->items.push_back(i);
-              if (i + 1 == kFed) feed->done = true;
-            }
-            wakeup->Notify();
-          }
-        });
-      }
-      HttpHead head{http::status::ok, 11};
-      if (!co_await out.Begin(head)) co_return;
-      while (true) {
-        std::vector<int> items;
-        bool done = false;
-        {
-          std::lock_guard lock(feed->mu);
-          items.swap(feed->items);
-          done = feed->done;
-        }
-        if (items.empty() && done) break;
-        if (items.empty()) {
-          co_await wakeup->Wait();
-          continue;
-        }
-        std::string lines;
-        for (int i : items) lines += std::to_string(i) + "\n";
-        if (!co_await out.Write(lines, std::chrono::seconds(5))) co_return;
-        ++wakeup_writes_;
-      }
-      co_await out.End();
-    };
+    reply.response = HttpResponse{http::status::ok, 11};
+    reply.stream = std::move(source);
     return reply;
   }
+
+  // Writes each of `lines` as a chunk, then ends (or, without `end`, waits for ever).
+  class Lines final : public StreamSource {
+   public:
+    explicit Lines(std::vector<std::string> lines, bool end = true)
+        : lines_(std::move(lines)), end_(end) {}
+    void Start(std::shared_ptr<StreamWakeup>) override {}
+    Step Take(std::vector<std::shared_ptr<const std::string>>& pieces) override {
+      if (next_ < lines_.size()) {
+        pieces.push_back(std::make_shared<const std::string>(lines_[next_++]));
+        return Step::kWrite;
+      }
+      return end_ ? Step::kEnd : Step::kWait;
+    }
+    void Stop() override { stopped.store(true); }
+    Duration write_timeout() const override { return std::chrono::seconds(5); }
+    std::atomic<bool> stopped{false};
+
+   private:
+    const std::vector<std::string> lines_;
+    const bool end_;
+    std::size_t next_ = 0;
+  };
+
+  // Writes 64 KiB chunks for as long as they go out; the client never reads, so once the socket
+  // buffers are full a write must give up (200 ms).
+  class Flood final : public StreamSource {
+   public:
+    explicit Flood(HttpServerTest& test) : test_(test) {}
+    void Start(std::shared_ptr<StreamWakeup>) override {}
+    Step Take(std::vector<std::shared_ptr<const std::string>>& pieces) override {
+      if (taken_++ > 0) test_.flood_writes_.fetch_add(1);  // the previous one went out
+      pieces.push_back(chunk_);
+      return Step::kWrite;
+    }
+    void Stop() override { test_.flood_cut_ = true; }
+    Duration write_timeout() const override { return std::chrono::milliseconds(200); }
+
+   private:
+    HttpServerTest& test_;
+    const std::shared_ptr<const std::string> chunk_ =
+        std::make_shared<const std::string>(64 * 1024, 'x');
+    int taken_ = 0;
+  };
+
+  // A stream fed by another thread: 1,000 numbers, each notified as it is produced; the stream
+  // writes whatever has accumulated each time it wakes, and ends after the last.
+  class Fed final : public StreamSource, public std::enable_shared_from_this<Fed> {
+   public:
+    explicit Fed(HttpServerTest& test) : test_(test) {}
+    void Start(std::shared_ptr<StreamWakeup> wakeup) override {
+      std::lock_guard hold(test_.producers_mu_);
+      test_.producers_.emplace_back([this, keep = shared_from_this(), wakeup] {
+        for (int i = 0; i < kFed; ++i) {
+          {
+            std::lock_guard lock(mu_);
+            items_.push_back(i);
+            if (i + 1 == kFed) done_ = true;
+          }
+          wakeup->Notify();
+        }
+      });
+    }
+    Step Take(std::vector<std::shared_ptr<const std::string>>& pieces) override {
+      std::vector<int> items;
+      bool done = false;
+      {
+        std::lock_guard lock(mu_);
+        items.swap(items_);
+        done = done_;
+      }
+      if (items.empty()) return done ? Step::kEnd : Step::kWait;
+      std::string lines;
+      for (int i : items) lines += std::to_string(i) + "\n";
+      pieces.push_back(std::make_shared<const std::string>(std::move(lines)));
+      test_.wakeup_writes_.fetch_add(1);
+      return Step::kWrite;
+    }
+    void Stop() override {}
+    Duration write_timeout() const override { return std::chrono::seconds(5); }
+
+   private:
+    HttpServerTest& test_;
+    std::mutex mu_;
+    std::vector<int> items_;
+    bool done_ = false;
+  };
+
+  HttpReply Wakeups() { return Streamed(std::make_shared<Fed>(*this)); }
   static constexpr int kFed = 1000;
 
   void Release() {
@@ -177,6 +196,7 @@ class HttpServerTest : public ::testing::Test {
   std::atomic<int> flood_writes_{0};
   std::atomic<bool> flood_cut_{false};
   std::atomic<int> wakeup_writes_{0};
+  std::shared_ptr<Lines> parked_;
   std::unique_ptr<HttpServer> server_;
   std::mutex producers_mu_;
   std::vector<std::jthread> producers_;  // joined before the server stops
@@ -273,10 +293,11 @@ TEST_F(HttpServerTest, AStreamStillWaitingWhenTheServerGoesAwayIsFreedWithIt) {
   Start({});
   testing::StreamReader stream(port(), "/parked");
   ASSERT_EQ(stream.Lines(1, std::chrono::seconds(5)).size(), 1u);
-  // Its coroutine is owned by the handler that would wake it, not by the event loop: the server
-  // must still free it (and so close its connection) when it goes away.
+  // An idle stream is owned by the step its wake-up would run, not by the event loop: the server
+  // must still free it (and so close its connection, and stop its source) when it goes away.
   server_.reset();
   EXPECT_TRUE(stream.Ended(std::chrono::seconds(5)));
+  EXPECT_TRUE(parked_->stopped.load());
 }
 
 TEST_F(HttpServerTest, AStreamToAClientThatStopsReadingIsCutOff) {
