@@ -261,7 +261,7 @@ class StreamWakeup::Queue {
 
   static void Wake(std::vector<std::shared_ptr<StreamWakeup>>& streams) {
     for (std::shared_ptr<StreamWakeup>& stream : streams) {
-      const asio::any_io_executor strand = stream->strand_;
+      const asio::any_io_executor strand = stream->strand();
       asio::dispatch(strand, [stream = std::move(stream)] {
         // Cleared before the step runs: whatever is produced after it looks gets a new wake-up.
         stream->listed_.store(false, std::memory_order_release);
@@ -280,8 +280,7 @@ class StreamWakeup::Queue {
   StreamWakeup* open_ DROVER_GUARDED_BY(mu_) = nullptr;
 };
 
-StreamWakeup::StreamWakeup(asio::any_io_executor strand, std::shared_ptr<Queue> queue)
-    : strand_(std::move(strand)), queue_(std::move(queue)) {}
+StreamWakeup::StreamWakeup(std::shared_ptr<Queue> queue) : queue_(std::move(queue)) {}
 
 void StreamWakeup::Notify() {
   if (listed_.exchange(true, std::memory_order_acq_rel)) return;  // a wake-up is on its way
@@ -299,7 +298,7 @@ class ParkedStream final : public StreamWakeup {
  public:
   ParkedStream(tcp::socket socket, Connection connection, std::shared_ptr<StreamSource> source,
                std::shared_ptr<Queue> queue)
-      : StreamWakeup(socket.get_executor(), std::move(queue)),
+      : StreamWakeup(std::move(queue)),
         socket_(std::move(socket)),
         connection_(std::move(connection)),
         source_(std::move(source)) {}
@@ -316,8 +315,8 @@ class ParkedStream final : public StreamWakeup {
     return std::static_pointer_cast<ParkedStream>(shared_from_this());
   }
 
+  asio::any_io_executor strand() override { return socket_.get_executor(); }
   void Woken() override { Step(); }
-
   void Abandon() override { End(); }
 
   void Step() {
@@ -399,7 +398,7 @@ class ParkedStream final : public StreamWakeup {
 class CoroutineWake final : public StreamWakeup {
  public:
   CoroutineWake(asio::any_io_executor strand, std::shared_ptr<Queue> queue)
-      : StreamWakeup(std::move(strand), std::move(queue)) {}
+      : StreamWakeup(std::move(queue)), strand_(std::move(strand)) {}
   using Handler = asio::detail::awaitable_handler<asio::any_io_executor>;
 
   static std::shared_ptr<CoroutineWake> Open(asio::any_io_executor strand,
@@ -420,6 +419,7 @@ class CoroutineWake final : public StreamWakeup {
   }
 
  private:
+  asio::any_io_executor strand() override { return strand_; }
   void Woken() override {
     woken_ = true;
     if (!handler_) return;
@@ -430,6 +430,7 @@ class CoroutineWake final : public StreamWakeup {
   // Dropping the handler hands the coroutine's unwinding to the io_context.
   void Abandon() override { handler_.reset(); }
 
+  const asio::any_io_executor strand_;
   std::optional<Handler> handler_;  // strand only
   bool woken_ = false;              // strand only
 };

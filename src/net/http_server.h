@@ -101,7 +101,9 @@ class StreamWakeup : public std::enable_shared_from_this<StreamWakeup> {
   void Notify();
 
  protected:
-  StreamWakeup(boost::asio::any_io_executor strand, std::shared_ptr<Queue> queue);
+  explicit StreamWakeup(std::shared_ptr<Queue> queue);
+  // The stream's strand, where Woken() runs.
+  virtual boost::asio::any_io_executor strand() = 0;
   // On the strand, after a Notify().
   virtual void Woken() = 0;
   // Once the server's io threads have stopped, for a stream still open: let go of everything
@@ -112,7 +114,6 @@ class StreamWakeup : public std::enable_shared_from_this<StreamWakeup> {
  private:
   friend class Queue;
 
-  const boost::asio::any_io_executor strand_;
   const std::shared_ptr<Queue> queue_;
   std::atomic<bool> listed_{false};
   // While listed to be woken: the next in that list, and the list's reference to this.

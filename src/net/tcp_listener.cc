@@ -63,14 +63,11 @@ struct Connection::Entry : std::enable_shared_from_this<Connection::Entry> {
   // costs no allocation.
   Entry* prev = nullptr;
   Entry* next = nullptr;
-  Mutex mu;
-  Closer closer DROVER_GUARDED_BY(mu);
+  // Set and run on `executor` only (OnClose's contract; Notify posts there): no lock.
+  Closer closer;
 };
 
-void Connection::OnClose(Closer closer) {
-  MutexLock lock(entry_->mu);
-  entry_->closer = std::move(closer);
-}
+void Connection::OnClose(Closer closer) { entry_->closer = std::move(closer); }
 
 const tcp::endpoint& Connection::peer() const { return entry_->peer; }
 
@@ -271,12 +268,8 @@ void TcpListener::State::Notify(CloseReason reason) {
   }
   for (const auto& entry : entries) {
     asio::post(entry->executor, [entry, reason] {
-      Connection::Closer closer;
-      {
-        MutexLock lock(entry->mu);
-        closer = entry->closer;
-      }
-      if (closer) closer(reason);
+      // A copy: the closer may set another one.
+      if (const Connection::Closer closer = entry->closer) closer(reason);
     });
   }
 }

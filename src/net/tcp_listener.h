@@ -63,7 +63,8 @@ class Connection {
  public:
   using Closer = std::function<void(CloseReason)>;
   // What StopAccepting() and CloseAll() do to this connection; always run on the executor the
-  // connection was placed on. Set it again whenever the connection's objects change.
+  // connection was placed on, which is also where this must be called (Serve runs there). Set it
+  // again whenever the connection's objects change.
   void OnClose(Closer closer);
   // The client's address, as accept4 gave it (no getpeername per connection).
   const boost::asio::ip::tcp::endpoint& peer() const;

@@ -264,11 +264,13 @@ class HttpServer::Impl::WatchStream final : public net::StreamSource {
   }
 
   Step Take(std::vector<std::shared_ptr<const std::string>>& pieces) override {
+    // What is queued, taken whole; the watcher gets an empty vector back, so an idle stream and
+    // its watcher hold no storage for events.
+    std::vector<EventPtr> batch;
     // Cancelled: the server is stopping; the end of the response tells the client so.
-    if (!watcher_->TakeQueued(batch_).ok()) return Step::kEnd;
-    if (batch_.empty()) return Step::kWait;
-    for (const EventPtr& e : batch_) pieces.push_back(Encoded(e));
-    batch_.clear();
+    if (!watcher_->TakeQueued(batch).ok()) return Step::kEnd;
+    if (batch.empty()) return Step::kWait;
+    for (const EventPtr& e : batch) pieces.push_back(Encoded(e));
     return Step::kWrite;
   }
 
@@ -287,8 +289,7 @@ class HttpServer::Impl::WatchStream final : public net::StreamSource {
  private:
   Impl& impl_;
   const std::shared_ptr<Watcher> watcher_;
-  WatchSlot slot_;               // the client's, given back when the stream ends
-  std::vector<EventPtr> batch_;  // taken from the watcher (its storage passed back and forth)
+  WatchSlot slot_;  // the client's, given back when the stream ends
 };
 
 net::HttpReply HttpServer::Impl::Watch(const Request& req, std::string_view query_text,
