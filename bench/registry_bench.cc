@@ -14,9 +14,9 @@
 //                    had the write's answer (committed) until a watcher holds the event
 //   memory           RSS growth per registered instance (key) and per idle watch stream, in the
 //                    run; and per idle watch stream again in a fresh server (Drover: one each
-//                    for gRPC and HTTP; etcd: its own), from --watchers/2 streams to --watchers:
-//                    what one more stream costs, without fixed costs or memory the run gave
-//                    back to the allocator (the goal lines judge these)
+//                    for gRPC and HTTP; etcd: its own), from --idle-watchers/2 streams to
+//                    --idle-watchers: what one more stream costs, without fixed costs or memory
+//                    the run gave back to the allocator (the goal lines judge these)
 //
 // Every figure is printed next to etcd's as a ratio (Drover / etcd; above 1 is better for rates,
 // below 1 is better for latencies); the etcd-store column shows what the registry costs on top of
@@ -26,6 +26,7 @@
 #include <grpcpp/grpcpp.h>
 #include <netinet/in.h>
 #include <sys/epoll.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -74,6 +75,7 @@ struct Options {
   int warmup = 5;
   int batch = 10;
   int watch_connections = 10;
+  int idle_watchers = 10'000;
   int restart_instances = 100'000;
   bool json = false;
 };
@@ -505,7 +507,11 @@ class DroverServer {
                                      "--grpc",
                                      "127.0.0.1:0",
                                      "--max-watches-per-client",
-                                     std::to_string(2 * watchers + 64)};
+                                     std::to_string(2 * watchers + 64),
+                                     "--max-watches",
+                                     std::to_string(std::max(10'000, 2 * watchers + 64)),
+                                     "--max-connections",
+                                     std::to_string(std::max(4'096, watchers + 256))};
     if (etcd_target.empty()) {
       args.insert(args.end(), {"--data-dir", dir});
     } else {
@@ -953,10 +959,10 @@ SystemFigures BenchDrover(const Options& opt, const std::string& etcd_target) {
 // a fresh registry on SQLite (so no stream reuses memory the run gave back to the allocator).
 // Each stream is opened from one revision back; the replayed event says it is live.
 void DroverIdleWatchers(const Options& opt, SystemFigures& out) {
-  LatencyProbe unused(1, opt.watchers, 0);
+  LatencyProbe unused(1, opt.idle_watchers, 0);
   // `open(server, revision, count)` opens `count` more streams and returns what keeps them.
   const auto measure = [&](auto&& open) {
-    DroverServer server(opt.drover, "", opt.watchers);
+    DroverServer server(opt.drover, "", opt.idle_watchers);
     auto channels = Connect(server.target(), 1);
     auto stub = pb::Registry::NewStub(channels[0]);
     std::uint64_t revision = 0;
@@ -966,7 +972,7 @@ void DroverIdleWatchers(const Options& opt, SystemFigures& out) {
       if (!stub->Register(&ctx, Registration(i), &reply).ok()) Fail("drover: Register failed");
       revision = reply.revision();
     }
-    return MarginalStreamBytes(server.pid(), opt.watchers, [&](int count) {
+    return MarginalStreamBytes(server.pid(), opt.idle_watchers, [&](int count) {
       auto held = open(server, revision, count);
       std::this_thread::sleep_for(200ms);  // the replayed event written: every stream idle
       return held;
@@ -1158,10 +1164,10 @@ void EtcdIdleWatchers(const Options& opt, SystemFigures& out) {
   auto channels = Connect(server.target(), std::max(1, opt.watch_connections / 2));
   std::vector<std::unique_ptr<etcd::Watch::Stub>> stubs;
   for (auto& ch : channels) stubs.push_back(etcd::Watch::NewStub(ch));
-  LatencyProbe unused(1, opt.watchers, 0);
+  LatencyProbe unused(1, opt.idle_watchers, 0);
   std::atomic<int> ready{0};
   std::vector<std::unique_ptr<EtcdWatch>> watches;
-  out.idle_grpc_watch_b = MarginalStreamBytes(server.pid(), opt.watchers, [&](int count) {
+  out.idle_grpc_watch_b = MarginalStreamBytes(server.pid(), opt.idle_watchers, [&](int count) {
     for (int w = 0; w < count; ++w) {
       watches.push_back(
           std::make_unique<EtcdWatch>(*stubs[watches.size() % stubs.size()], 0, unused, ready));
@@ -1383,8 +1389,9 @@ void PrintReport(const Options& opt, const std::optional<SystemFigures>& d,
   const auto idle_grpc = [](const SystemFigures& f) { return f.idle_grpc_watch_b; };
   const auto idle_http = [](const SystemFigures& f) { return f.idle_http_watch_b; };
   zero_unmeasured = true;  // from here on
-  row("  one more, fresh server: gRPC", idle_grpc, idle_grpc, "{:.0f}");
-  row("  one more, fresh server: HTTP", idle_http, idle_grpc, "{:.0f}");
+  const std::string of = fmt::format("  one more of {}, fresh server: ", opt.idle_watchers);
+  row(of + "gRPC", idle_grpc, idle_grpc, "{:.0f}");
+  row(of + "HTTP", idle_http, idle_grpc, "{:.0f}");
   if (opt.restart_instances > 0) {
     const auto restart = [](const SystemFigures& f) { return f.restart_s; };
     const auto loaded = [](const SystemFigures& f) { return f.restart_rss_per_instance_b; };
@@ -1560,6 +1567,11 @@ int BenchMain(int argc, char** argv) {
                  "TCP connections the watch streams share")
       ->check(CLI::Range(1, 10'000))
       ->capture_default_str();
+  app.add_option("--idle-watchers", opt.idle_watchers,
+                 "Idle watch streams in the fresh servers whose memory per stream is measured "
+                 "(each HTTP one is a connection: about as many open files as this are needed)")
+      ->check(CLI::Range(2, 100'000))
+      ->capture_default_str();
   app.add_option("--warmup-writes", opt.warmup, "Writes sent before the measured ones")
       ->check(CLI::Range(0, 1000))
       ->capture_default_str();
@@ -1592,6 +1604,20 @@ int BenchMain(int argc, char** argv) {
 
   if (opt.drover.empty() || ::access(opt.drover.c_str(), X_OK) != 0) {
     Fail("no drover binary at '" + opt.drover + "' (give --drover)");
+  }
+  // The HTTP watchers hold a connection each, in this process and in the registry (which
+  // inherits the limit): up to the hard limit, and a clear error when even that is too low.
+  const int files_needed = std::max(opt.watchers, opt.idle_watchers) + 512;
+  if (rlimit files{}; ::getrlimit(RLIMIT_NOFILE, &files) == 0 &&
+                      files.rlim_cur < static_cast<rlim_t>(files_needed)) {
+    files.rlim_cur = std::min<rlim_t>(files.rlim_max, static_cast<rlim_t>(files_needed));
+    ::setrlimit(RLIMIT_NOFILE, &files);
+    if (files.rlim_cur < static_cast<rlim_t>(files_needed)) {
+      Fail(
+          fmt::format("{} watchers need about {} open files, and the limit is {} (ulimit -n); "
+                      "give fewer (--watchers, --idle-watchers) or raise it",
+                      std::max(opt.watchers, opt.idle_watchers), files_needed, files.rlim_max));
+    }
   }
   std::optional<SystemFigures> etcd_figures;
   std::string etcd_binary;
@@ -1636,6 +1662,7 @@ int BenchMain(int argc, char** argv) {
                           {"connections", opt.connections},
                           {"instances", opt.instances},
                           {"watchers", opt.watchers},
+                          {"idle_watchers", opt.idle_watchers},
                           {"writes", opt.writes}};
     if (drover_figures) out["drover"] = ToJson(*drover_figures);
     if (drover_etcd_figures) out["drover_etcd"] = ToJson(*drover_etcd_figures);

@@ -15,13 +15,14 @@ TEST(RegistryBenchTest, RunsAgainstDroverAndEtcdAndLosesNothing) {
       std::string(REGISTRY_BENCH) +
       " --json --clients 8 --connections 2 --seconds 0.3 --instances 300 --watchers 70 "
       "--watch-connections 2 --writes 20 --warmup-writes 2 --interval-ms 10 --batch 5 "
-      "--restart-instances 500");
+      "--restart-instances 500 --idle-watchers 70");
   ASSERT_EQ(run.exit_code, 0) << run.out;
   // The report is the JSON object that starts a line (etcd may log lines holding braces).
   const auto start = run.out.starts_with("{\n") ? 0 : run.out.find("\n{\n");
   ASSERT_NE(start, std::string::npos) << run.out;
   const auto report = nlohmann::json::parse(run.out.substr(start), nullptr, false);
   ASSERT_FALSE(report.is_discarded()) << run.out;
+  EXPECT_EQ(report.at("idle_watchers"), 70);
   for (const char* system : {"drover", "drover_etcd", "etcd"}) {
     SCOPED_TRACE(system);
     const auto& f = report.at(system);
