@@ -21,7 +21,6 @@
 #include <string_view>
 #include <thread>
 #include <type_traits>
-#include <unordered_set>
 #include <vector>
 
 #include "common/host_port.h"
@@ -321,10 +320,7 @@ class ParkedStream final : public StreamWakeup {
 
   void Step() {
     if (ended_) return;
-    if (writing_) {
-      again_ = true;  // taken once the write in flight is done
-      return;
-    }
+    if (writing_) return;  // taken once the write in flight is done
     while (true) {
       Pieces pieces;
       const StreamSource::Step step = source_->Take(pieces);
@@ -368,7 +364,7 @@ class ParkedStream final : public StreamWakeup {
                         self->writing_ = false;
                         self->timer_->cancel();
                         if (ec || last) return self->End();
-                        if (std::exchange(self->again_, false)) self->Step();
+                        self->Step();  // what came meanwhile (a wake-up then only noted it)
                       });
   }
 
@@ -390,7 +386,6 @@ class ParkedStream final : public StreamWakeup {
   SourceGuard source_;
   std::unique_ptr<asio::steady_timer> timer_;  // only once a write had to wait
   bool writing_ = false;                       // a write waits for the client
-  bool again_ = false;                         // woken meanwhile
   bool ended_ = false;
 };
 
@@ -614,6 +609,7 @@ asio::awaitable<void> HttpServer::Impl::Serve(Stream& stream, const std::string&
                                       asio::redirect_error(asio::use_awaitable, ec));
   }
   if (ec) co_return;
+  streamed.response = HttpResponse();  // its fields are written: not kept for the stream's life
   if constexpr (std::is_same_v<Stream, beast::tcp_stream>) {
     // From here on without this coroutine (ParkedStream): it ends, and its frames with it.
     ParkedStream::Start(std::make_shared<ParkedStream>(

@@ -80,6 +80,17 @@ class HttpServerTest : public ::testing::Test {
       return Streamed(parked);
     }
     if (target == "/flood") return Streamed(std::make_shared<Flood>(*this));
+    if (target == "/numbered") {
+      // 128 lines of 64 KiB, "0000 xxx...", "0001 xxx...", then the end: 8 MiB, more than a
+      // loopback socket's buffers take.
+      std::vector<std::string> lines;
+      for (int i = 0; i < kNumbered; ++i) {
+        char number[8];
+        std::snprintf(number, sizeof number, "%04d ", i);
+        lines.push_back(number + std::string(64 * 1024 - 6, 'x') + "\n");
+      }
+      return Streamed(std::make_shared<Lines>(std::move(lines)));
+    }
     return JsonResponse(
         req, 200,
         "{\"client\":\"" + client + "\",\"body\":" + std::to_string(req.body().size()) + "}\n");
@@ -181,6 +192,7 @@ class HttpServerTest : public ::testing::Test {
 
   HttpReply Wakeups() { return Streamed(std::make_shared<Fed>(*this)); }
   static constexpr int kFed = 1000;
+  static constexpr int kNumbered = 128;
 
   void Release() {
     std::lock_guard lock(mu_);
@@ -307,6 +319,44 @@ TEST_F(HttpServerTest, AStreamToAClientThatStopsReadingIsCutOff) {
   // must be written within 200 ms, which never happens.
   ASSERT_TRUE(Eventually([this] { return flood_cut_.load(); }, std::chrono::seconds(20)));
   EXPECT_GE(flood_writes_.load(), 1);
+}
+
+TEST_F(HttpServerTest, AStreamToAClientThatReadsLateWaitsAndThenSendsTheRestInOrder) {
+  Start({});
+  // A small receive buffer, and nothing read for a while: the stream's writes must wait for the
+  // client (well within their 5 s), then go on with the lines it had not taken yet.
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(fd, 0);
+  const int small = 4096;
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
+  sockaddr_in to{};
+  to.sin_family = AF_INET;
+  to.sin_port = htons(port());
+  to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof to), 0);
+  ASSERT_TRUE(testing::SendAll(fd, testing::RequestText("GET", "/numbered", "")));
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  std::string raw;
+  char buf[65536];
+  timeval limit{10, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof limit);
+  while (true) {
+    const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+    if (n <= 0) break;
+    raw.append(buf, static_cast<std::size_t>(n));
+  }
+  ::close(fd);
+  // Every line, in order, then the last chunk (and the server's close).
+  std::size_t at = 0;
+  for (int i = 0; i < kNumbered; ++i) {
+    char number[8];
+    std::snprintf(number, sizeof number, "%04d ", i);
+    const std::size_t found = raw.find(number, at);
+    ASSERT_NE(found, std::string::npos) << "line " << i << " of " << kNumbered << " missing";
+    at = found + 1;
+  }
+  EXPECT_TRUE(raw.ends_with("\r\n0\r\n\r\n"))
+      << raw.substr(raw.size() - std::min<std::size_t>(raw.size(), 40));
 }
 
 TEST_F(HttpServerTest, OverTheConnectionLimitAClientGets503AndTheOthersAreServed) {
