@@ -899,5 +899,47 @@ TEST(RegistryGroupCommitTest, WritesQueuedBehindACommitShareTheNextOneAndAnInsta
   EXPECT_EQ(registry.List("svc")->instances[1].spec.state, InstanceState::kDraining);
 }
 
+TEST(RegistryGroupCommitTest,
+     AsyncWritesAreAnsweredAfterTheirCommitInOrderAndAllBeforeTheRegistryGoes) {
+  testing::TempDir dir;
+  auto sqlite = SqliteStore::Open(dir.path());
+  ASSERT_TRUE(sqlite.ok());
+  auto gated = std::make_unique<GatedStore>(std::move(*sqlite));
+  GatedStore* store = gated.get();
+  FakeClock clock;
+  auto opened = Registry::Open(std::move(gated), clock);
+  ASSERT_TRUE(opened.ok());
+  struct Answer {
+    Result<std::uint64_t> revision = InternalError("not answered");
+    std::thread::id thread;
+  };
+  Mutex mu;
+  std::vector<Answer> answers;  // in the order they came
+  constexpr int kWrites = 20;
+  for (int i = 0; i < kWrites; ++i) {
+    (*opened)->RegisterAsync("svc", "i" + std::to_string(i), Spec(1), [&](Result<std::uint64_t> r) {
+      MutexLock lock(mu);
+      answers.push_back({std::move(r), std::this_thread::get_id()});
+    });
+  }
+  // Nothing is answered while the first commit waits in the store.
+  for (int i = 0; i < 2000 && store->batches().empty(); ++i) std::this_thread::sleep_for(5ms);
+  {
+    MutexLock lock(mu);
+    EXPECT_TRUE(answers.empty());
+  }
+  store->Open();
+  opened->reset();  // the registry goes at once: every queued write is committed and answered
+  ASSERT_EQ(answers.size(), static_cast<std::size_t>(kWrites));
+  for (int i = 0; i < kWrites; ++i) {
+    ASSERT_TRUE(answers[static_cast<std::size_t>(i)].revision.ok());
+    // In commit order, each after its own commit, all on the registry's one answer thread.
+    EXPECT_EQ(answers[static_cast<std::size_t>(i)].revision.value(),
+              static_cast<std::uint64_t>(i + 1));
+    EXPECT_EQ(answers[static_cast<std::size_t>(i)].thread, answers[0].thread);
+  }
+  EXPECT_NE(answers[0].thread, std::this_thread::get_id());
+}
+
 }  // namespace
 }  // namespace drover::registry
