@@ -66,12 +66,16 @@ constexpr std::string_view kLastChunk = "0\r\n\r\n";
 
 // One chunk of `pieces` (all of them: its size line, the pieces and its CRLF) as buffers over
 // `pieces` and `size_line`, without a copy -- unless there are more pieces than a gather write
-// takes at once, when they are joined into `joined` first.
+// takes at once, when they are joined into `joined` first; or, for `last`, the last chunk.
 class ChunkBuffers {
  public:
   static constexpr std::size_t kMaxGather = 16;
 
-  ChunkBuffers(const Pieces& pieces, std::string& joined) {
+  ChunkBuffers(const Pieces& pieces, std::string& joined, bool last) {
+    if (last) {
+      buffers_[count_++] = asio::buffer(kLastChunk);
+      return;
+    }
     std::size_t size = 0;
     for (const auto& p : pieces) size += p->size();
     size_len_ =
@@ -120,7 +124,6 @@ class SourceGuard {
   ~SourceGuard() { Stop(); }
   SourceGuard(const SourceGuard&) = delete;
   SourceGuard& operator=(const SourceGuard&) = delete;
-  StreamSource& operator*() const { return *source_; }
   StreamSource* operator->() const { return source_.get(); }
   void Stop() {
     if (source_) std::exchange(source_, nullptr)->Stop();
@@ -327,26 +330,17 @@ class ParkedStream final : public StreamWakeup {
       if (step == StreamSource::Step::kWait) return;
       const bool last = step == StreamSource::Step::kEnd;
       std::string joined;
-      std::optional<ChunkBuffers> chunk;
-      std::span<const asio::const_buffer> buffers;
-      const asio::const_buffer last_chunk = asio::buffer(kLastChunk);
-      if (last) {
-        buffers = {&last_chunk, 1};
-      } else {
-        chunk.emplace(pieces, joined);
-        buffers = chunk->buffers();
-      }
+      const ChunkBuffers chunk(pieces, joined, last);
       error_code ec;
-      const std::size_t total = asio::buffer_size(buffers);
-      const std::size_t sent = WriteSome(socket_, buffers, ec);
+      const std::size_t total = asio::buffer_size(chunk.buffers());
+      const std::size_t sent = WriteSome(socket_, chunk.buffers(), ec);
       if (!ec && sent == total) {
         if (last) return End();
         continue;
       }
       if (ec && ec != asio::error::would_block) return End();
       // The client is slow to read: the rest within the timeout, nothing more taken meanwhile.
-      std::string rest = last ? std::string(kLastChunk.substr(sent)) : chunk->Rest(sent);
-      return Wait(std::move(rest), last);
+      return Wait(chunk.Rest(sent), last);
     }
   }
 
@@ -447,14 +441,8 @@ asio::awaitable<void> RunStream(Stream& stream, std::shared_ptr<StreamSource> so
       continue;
     }
     const bool last = step == StreamSource::Step::kEnd;
-    std::optional<ChunkBuffers> chunk;
-    std::vector<asio::const_buffer> buffers;
-    if (last) {
-      buffers.push_back(asio::buffer(kLastChunk));
-    } else {
-      chunk.emplace(pieces, joined);
-      buffers.assign(chunk->buffers().begin(), chunk->buffers().end());
-    }
+    const ChunkBuffers chunk(pieces, joined, last);
+    const std::vector<asio::const_buffer> buffers(chunk.buffers().begin(), chunk.buffers().end());
     error_code ec;
     beast::get_lowest_layer(stream).expires_after(guard->write_timeout());
     co_await asio::async_write(stream, buffers, asio::redirect_error(asio::use_awaitable, ec));

@@ -851,16 +851,28 @@ class GatedStore final : public Store {
   std::vector<std::size_t> batches_ DROVER_GUARDED_BY(mu_);
 };
 
-TEST(RegistryGroupCommitTest, WritesQueuedBehindACommitShareTheNextOneAndAnInstanceWaitsItsTurn) {
-  testing::TempDir dir;
-  auto sqlite = SqliteStore::Open(dir.path());
-  ASSERT_TRUE(sqlite.ok());
-  auto gated = std::make_unique<GatedStore>(std::move(*sqlite));
-  GatedStore* store = gated.get();
-  FakeClock clock;
-  auto opened = Registry::Open(std::move(gated), clock);
-  ASSERT_TRUE(opened.ok());
-  Registry& registry = **opened;
+// A registry on SQLite behind a GatedStore, whose commits wait until the test opens it.
+class RegistryGroupCommitTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto sqlite = SqliteStore::Open(dir_.path());
+    ASSERT_TRUE(sqlite.ok());
+    auto gated = std::make_unique<GatedStore>(std::move(*sqlite));
+    store_ = gated.get();
+    auto opened = Registry::Open(std::move(gated), clock_);
+    ASSERT_TRUE(opened.ok());
+    registry_ = std::move(*opened);
+  }
+
+  testing::TempDir dir_;
+  FakeClock clock_;
+  GatedStore* store_ = nullptr;  // the registry's
+  std::unique_ptr<Registry> registry_;
+};
+
+TEST_F(RegistryGroupCommitTest, WritesQueuedBehindACommitShareTheNextOneAndAnInstanceWaitsItsTurn) {
+  Registry& registry = *registry_;
+  GatedStore* store = store_;
   const auto wait_queued = [&](std::size_t n) {
     for (int i = 0; i < 2000 && registry.commit_counters().waiting < n; ++i) {
       std::this_thread::sleep_for(5ms);
@@ -899,16 +911,8 @@ TEST(RegistryGroupCommitTest, WritesQueuedBehindACommitShareTheNextOneAndAnInsta
   EXPECT_EQ(registry.List("svc")->instances[1].spec.state, InstanceState::kDraining);
 }
 
-TEST(RegistryGroupCommitTest,
-     AsyncWritesAreAnsweredAfterTheirCommitInOrderAndAllBeforeTheRegistryGoes) {
-  testing::TempDir dir;
-  auto sqlite = SqliteStore::Open(dir.path());
-  ASSERT_TRUE(sqlite.ok());
-  auto gated = std::make_unique<GatedStore>(std::move(*sqlite));
-  GatedStore* store = gated.get();
-  FakeClock clock;
-  auto opened = Registry::Open(std::move(gated), clock);
-  ASSERT_TRUE(opened.ok());
+TEST_F(RegistryGroupCommitTest,
+       AsyncWritesAreAnsweredAfterTheirCommitInOrderAndAllBeforeTheRegistryGoes) {
   struct Answer {
     Result<std::uint64_t> revision = InternalError("not answered");
     std::thread::id thread;
@@ -917,19 +921,19 @@ TEST(RegistryGroupCommitTest,
   std::vector<Answer> answers;  // in the order they came
   constexpr int kWrites = 20;
   for (int i = 0; i < kWrites; ++i) {
-    (*opened)->RegisterAsync("svc", "i" + std::to_string(i), Spec(1), [&](Result<std::uint64_t> r) {
+    registry_->RegisterAsync("svc", "i" + std::to_string(i), Spec(1), [&](Result<std::uint64_t> r) {
       MutexLock lock(mu);
       answers.push_back({std::move(r), std::this_thread::get_id()});
     });
   }
   // Nothing is answered while the first commit waits in the store.
-  for (int i = 0; i < 2000 && store->batches().empty(); ++i) std::this_thread::sleep_for(5ms);
+  for (int i = 0; i < 2000 && store_->batches().empty(); ++i) std::this_thread::sleep_for(5ms);
   {
     MutexLock lock(mu);
     EXPECT_TRUE(answers.empty());
   }
-  store->Open();
-  opened->reset();  // the registry goes at once: every queued write is committed and answered
+  store_->Open();
+  registry_.reset();  // the registry goes at once: every queued write is committed and answered
   ASSERT_EQ(answers.size(), static_cast<std::size_t>(kWrites));
   for (int i = 0; i < kWrites; ++i) {
     ASSERT_TRUE(answers[static_cast<std::size_t>(i)].revision.ok());
