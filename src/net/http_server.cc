@@ -455,6 +455,45 @@ asio::awaitable<void> RunStream(Stream& stream, std::shared_ptr<StreamSource> so
 
 }  // namespace
 
+void LateReply::Send(HttpResponse response) {
+  std::shared_ptr<StreamWakeup> waiter;
+  {
+    MutexLock lock(mu_);
+    if (std::exchange(sent_, true)) return;
+    response_ = std::move(response);
+    waiter = waiter_;
+  }
+  if (waiter) waiter->Notify();
+}
+
+// The server's side of a LateReply: the connection's coroutine waits on a CoroutineWake (what a
+// TLS stream waits on), which Send() notifies; while it waits it holds no io thread, and if the
+// server stops first the wake is abandoned with the streams.
+class LateReplyWaiter {
+ public:
+  static asio::awaitable<HttpResponse> Wait(LateReply& later, asio::any_io_executor strand,
+                                            std::shared_ptr<StreamWakeup::Queue> queue) {
+    std::optional<HttpResponse> response = Take(later);
+    if (!response) {
+      const std::shared_ptr<CoroutineWake> wake =
+          CoroutineWake::Open(std::move(strand), std::move(queue));
+      {
+        MutexLock lock(later.mu_);
+        later.waiter_ = wake;
+      }
+      while (!(response = Take(later))) co_await wake->Wait();
+      wake->Close();
+    }
+    co_return std::move(*response);
+  }
+
+ private:
+  static std::optional<HttpResponse> Take(LateReply& later) {
+    MutexLock lock(later.mu_);
+    return std::exchange(later.response_, std::nullopt);
+  }
+};
+
 HttpResponse JsonResponse(const HttpRequest& request, unsigned status, std::string body) {
   HttpResponse res{static_cast<http::status>(status), request.version()};
   res.set(http::field::content_type, "application/json");
@@ -616,6 +655,9 @@ asio::awaitable<bool> HttpServer::Impl::ServeOne(Stream& stream, beast::flat_buf
   if (reply.stream) {
     streamed = std::move(reply);
     co_return false;
+  }
+  if (reply.later) {
+    reply.response = co_await LateReplyWaiter::Wait(*reply.later, stream.get_executor(), wakeups);
   }
   if (!req->keep_alive()) reply.response.keep_alive(false);
   co_return co_await Write(stream, reply.response);

@@ -18,6 +18,9 @@
 // is then closed without a 503 (a handshake per refused connection would cost what the limit
 // protects).
 //
+// A Handler may also answer later (a LateReply: the registry's writes, answered once durable):
+// the connection waits for it without holding an io thread.
+//
 // Threads: the Handler runs on the io threads, several requests at once (one per connection);
 // a handler that blocks holds one of the `threads`. Start(), the getters, StopAccepting() and
 // Stop() are thread-safe; StopAccepting() and Stop() must not be called from an io thread.
@@ -36,12 +39,14 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 
 #include "drover/clock.h"
+#include "drover/mutex.h"
 #include "drover/status.h"
 #include "net/tcp_listener.h"
 
@@ -126,12 +131,34 @@ class StreamWakeup : public std::enable_shared_from_this<StreamWakeup> {
   std::shared_ptr<StreamWakeup> kept_;
 };
 
-// A handler's answer: `response`, or, when `stream` is set, a stream the server runs instead,
-// with `response` as its head (status and fields; the server makes it chunked).
+// A response the handler gives later, from any thread: the registry's answer to a write, once
+// the commit that holds it is durable. Meanwhile the connection waits without an io thread (the
+// server's other connections go on) and reads nothing more. The handler returns it in an
+// HttpReply and calls Send() when it has the response -- before returning or after, on any thread
+// -- exactly as it would have returned it. A response sent after the server stopped is dropped.
+class LateReply {
+ public:
+  // The response; only the first call counts. Never waits (it only wakes the connection).
+  void Send(HttpResponse response);
+
+ private:
+  friend class LateReplyWaiter;  // the server's side (http_server.cc)
+
+  Mutex mu_;
+  bool sent_ DROVER_GUARDED_BY(mu_) = false;
+  std::optional<HttpResponse> response_ DROVER_GUARDED_BY(mu_);  // sent, not yet taken
+  std::shared_ptr<StreamWakeup> waiter_ DROVER_GUARDED_BY(mu_);  // the connection, once it waits
+};
+
+// A handler's answer: `response`; or, when `later` is set, the response that one is sent (what
+// `response` holds is not used); or, when `stream` is set, a stream the server runs instead, with
+// `response` as its head (status and fields; the server makes it chunked).
 struct HttpReply {
   HttpReply() = default;
   HttpReply(HttpResponse r) : response(std::move(r)) {}  // NOLINT(google-explicit-constructor)
+  explicit HttpReply(std::shared_ptr<LateReply> l) : later(std::move(l)) {}
   HttpResponse response;
+  std::shared_ptr<LateReply> later;
   std::shared_ptr<StreamSource> stream;
 };
 

@@ -175,7 +175,7 @@ struct HttpServer::Impl {
   // GET /v1/watch: checks, then the stream; an error response when a check fails.
   net::HttpReply Watch(const Request& req, std::string_view query, const std::string& client);
   class WatchStream;  // what a watch stream writes: every event its watcher gets
-  Response Handle(const Request& req);
+  net::HttpReply Handle(const Request& req);
   // OK when auth is off or the request carries a known token.
   Status Authenticate(const Request& req) const {
     if (!options.auth) return Status::Ok();
@@ -185,8 +185,10 @@ struct HttpServer::Impl {
   Response ListInstances(const Request& req, std::string_view service);
   // GET /v1/prometheus/sd[?service=S]: Prometheus' HTTP service discovery.
   Response PrometheusTargets(const Request& req, std::string_view query);
-  Response HandleInstance(const Request& req, std::string_view service, std::string_view id,
-                          std::string_view action, std::string_view query);
+  // The instance writes: each answered once its commit is durable (a LateReply), without holding
+  // an io thread meanwhile.
+  net::HttpReply HandleInstance(const Request& req, std::string_view service, std::string_view id,
+                                std::string_view action, std::string_view query);
   // GET /v1/fleet/{service}/{id}: a fleet part's status, through FleetStatus.
   Response HandleFleet(const Request& req, std::string_view service, std::string_view id);
   // /v1/deploys and /v1/deploys/{id} (`id` empty for the list).
@@ -331,7 +333,7 @@ net::HttpReply HttpServer::Impl::Watch(const Request& req, std::string_view quer
   return reply;
 }
 
-Response HttpServer::Impl::Handle(const Request& req) {
+net::HttpReply HttpServer::Impl::Handle(const Request& req) {
   const std::string_view target(req.target().data(), req.target().size());
   const std::size_t q = target.find('?');
   const std::string_view path = target.substr(0, q);
@@ -637,14 +639,27 @@ Response HttpServer::Impl::HandleUi(const Request& req, std::string_view name) {
   return res;
 }
 
-Response HttpServer::Impl::HandleInstance(const Request& req, std::string_view service_view,
-                                          std::string_view id_view, std::string_view action,
-                                          std::string_view query) {
+net::HttpReply HttpServer::Impl::HandleInstance(const Request& req, std::string_view service_view,
+                                                std::string_view id_view, std::string_view action,
+                                                std::string_view query) {
   const std::string service(service_view), id(id_view);
   const auto method = req.method();
   auto reply = [&](const Result<std::uint64_t>& rev) {
     return rev.ok() ? JsonResponse(req, http::status::ok, RevisionBody(*rev))
                     : ErrorResponse(req, rev.status());
+  };
+  // A write queued to the registry: `start(done)` queues it; `done` runs on the registry's
+  // answer thread once the write is committed (or at once, refused), and sends the response.
+  auto later = [&](auto&& start) {
+    auto late = std::make_shared<net::LateReply>();
+    Request shape;  // what the response takes from the request: its version and keep-alive
+    shape.version(req.version());
+    shape.keep_alive(req.keep_alive());
+    start([late, shape = std::move(shape)](Result<std::uint64_t> rev) {
+      late->Send(rev.ok() ? JsonResponse(shape, http::status::ok, RevisionBody(*rev))
+                          : ErrorResponse(shape, rev.status()));
+    });
+    return net::HttpReply(std::move(late));
   };
   auto not_allowed = [&] {
     const std::string_view target(req.target().data(), req.target().size());
@@ -661,7 +676,9 @@ Response HttpServer::Impl::HandleInstance(const Request& req, std::string_view s
     if (method == http::verb::put) {
       auto spec = SpecFromJson(req.body());
       if (!spec.ok()) return ErrorResponse(req, spec.status());
-      return reply(registry.Register(service, id, *spec));
+      return later([&](Registry::Done done) {
+        registry.RegisterAsync(service, id, std::move(*spec), std::move(done));
+      });
     }
     if (method == http::verb::delete_) {
       auto params = ParseQuery(query);
@@ -671,7 +688,9 @@ Response HttpServer::Impl::HandleInstance(const Request& req, std::string_view s
       }
       auto generation = ParseUint(it->second, "generation");
       if (!generation.ok()) return ErrorResponse(req, generation.status());
-      return reply(registry.Deregister(service, id, *generation));
+      return later([&](Registry::Done done) {
+        registry.DeregisterAsync(service, id, *generation, std::move(done));
+      });
     }
     return not_allowed();
   }
@@ -705,7 +724,9 @@ Response HttpServer::Impl::HandleInstance(const Request& req, std::string_view s
     if (!state && !accepting) {
       return ErrorResponse(req, InvalidArgumentError("give 'state' and/or 'accepting'"));
     }
-    return reply(registry.SetState(service, id, *generation, state, accepting));
+    return later([&](Registry::Done done) {
+      registry.SetStateAsync(service, id, *generation, state, accepting, std::move(done));
+    });
   }
   return ErrorResponse(req, http::status::not_found, StatusCode::kNotFound,
                        "no such action: " + std::string(action));

@@ -25,10 +25,13 @@
 // oversized ones and refuses connections over the limit the same way for every Drover API.
 //
 // Threading: `threads` threads run the server's io_context; each connection is one coroutine.
-// Handlers call the Registry synchronously (its calls are short; a registration waits for one
-// fsync). A watch stream waits on a timer that the Watcher's listener cancels, so a thousand
-// watches cost a thousand coroutines, not threads. Stop() (or the destructor) closes the
-// listener, cancels every watch, lets the streams end (2 s at most) and joins the threads.
+// Reads and heartbeats are answered in place (memory only). An instance write (register, state,
+// deregister) is queued to the Registry and answered by its answer thread once the commit that
+// holds it is durable (net::LateReply): no io thread waits for a commit, and concurrent writes
+// share group commits as the gRPC API's do. Deploy records are written in place (rare). A watch
+// stream is parked between events (net::StreamSource): a thousand idle watches cost no thread
+// and no coroutine. Stop() (or the destructor) closes the listener, cancels every watch, lets
+// the streams end (2 s at most) and joins the threads.
 #pragma once
 
 #include <cstdint>

@@ -70,6 +70,18 @@ class HttpServerTest : public ::testing::Test {
       std::unique_lock lock(mu_);
       cv_.wait(lock, [this] { return released_; });
     }
+    if (target == "/later" || target == "/later-now") {
+      // Answered by the test (Late()), or here before returning.
+      auto late = std::make_shared<LateReply>();
+      if (target == "/later-now") {
+        late->Send(JsonResponse(req, 200, "{\"late\":\"now\"}\n"));
+      } else {
+        std::lock_guard lock(mu_);
+        late_.push_back({late, req.version(), req.keep_alive()});
+        cv_.notify_all();
+      }
+      return HttpReply(std::move(late));
+    }
     if (target == "/stream")
       return Streamed(std::make_shared<Lines>(std::vector<std::string>{"one\n", "two\n"}));
     if (target == "/wakeups") return Wakeups();
@@ -200,6 +212,25 @@ class HttpServerTest : public ::testing::Test {
     cv_.notify_all();
   }
 
+  // The `i`th /later request, once the handler has it (waits up to 10 s).
+  std::shared_ptr<LateReply> WaitLate(std::size_t i) {
+    std::unique_lock lock(mu_);
+    cv_.wait_for(lock, std::chrono::seconds(10), [&] { return late_.size() > i; });
+    return late_.size() > i ? late_[i].reply : nullptr;
+  }
+  // Sends the `i`th /later request its answer, from the calling thread.
+  void Late(std::size_t i, const std::string& body) {
+    Pending p;
+    {
+      std::lock_guard lock(mu_);
+      p = late_.at(i);
+    }
+    HttpRequest shape;
+    shape.version(p.version);
+    shape.keep_alive(p.keep_alive);
+    p.reply->Send(JsonResponse(shape, 200, body));
+  }
+
   std::uint16_t port() const { return server_->port(); }
 
   std::mutex mu_;
@@ -209,6 +240,12 @@ class HttpServerTest : public ::testing::Test {
   std::atomic<bool> flood_cut_{false};
   std::atomic<int> wakeup_writes_{0};
   std::shared_ptr<Lines> parked_;
+  struct Pending {
+    std::shared_ptr<LateReply> reply;
+    unsigned version = 11;
+    bool keep_alive = true;
+  };
+  std::vector<Pending> late_;  // the /later requests, in arrival
   std::unique_ptr<HttpServer> server_;
   std::mutex producers_mu_;
   std::vector<std::jthread> producers_;  // joined before the server stops
@@ -274,6 +311,50 @@ TEST_F(HttpServerTest, KeepsAConnectionAliveAcrossRequests) {
   EXPECT_EQ(replies.status, 200);
   // Both replies came on the one connection, the second after the first's body.
   EXPECT_THAT(replies.body, HasSubstr("HTTP/1.1 200 OK"));
+}
+
+TEST_F(HttpServerTest, ALateReplyHoldsNoThreadAndItsConnectionGoesOnAfterIt) {
+  HttpServerOptions o;
+  o.threads = 1;  // a handler that held its thread would hold the whole server
+  Start(o);
+  // Two requests on one connection: the first answered later, from another thread.
+  std::jthread client([&] {
+    const auto replies = SendRaw(port(),
+                                 "GET /later HTTP/1.1\r\nHost: x\r\n\r\n"
+                                 "GET /after HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    EXPECT_EQ(replies.status, 200);
+    EXPECT_THAT(replies.headers, HasSubstr("Server: drover-test"));
+    // The late answer, then the second request's on the same connection.
+    EXPECT_EQ(replies.body.find("{\"late\":1}\nHTTP/1.1 200 OK\r\n"), 0u) << replies.body;
+    EXPECT_THAT(replies.body, ::testing::EndsWith("\"body\":0}\n"));
+  });
+  ASSERT_NE(WaitLate(0), nullptr);
+  // Meanwhile the server's one thread answers other connections.
+  EXPECT_EQ(Http(port(), "GET", "/echo").status, 200);
+  EXPECT_EQ(Http(port(), "GET", "/echo").status, 200);
+  Late(0, "{\"late\":1}\n");
+  client.join();
+  EXPECT_EQ(server_->responses().at(200), 4u);
+}
+
+TEST_F(HttpServerTest, ALateReplySentBeforeTheHandlerReturnsIsWrittenAtOnce) {
+  Start({});
+  const auto reply = Http(port(), "GET", "/later-now");
+  EXPECT_EQ(reply.status, 200);
+  EXPECT_THAT(reply.body, HasSubstr(R"({"late":"now"})"));
+}
+
+TEST_F(HttpServerTest, ALateReplyStillAwaitedWhenTheServerGoesAwayIsDroppedWithIt) {
+  Start({});
+  testing::HttpReply reply{.status = -1};
+  std::jthread client([&] { reply = Http(port(), "GET", "/later"); });
+  const std::shared_ptr<LateReply> late = WaitLate(0);
+  ASSERT_NE(late, nullptr);
+  server_.reset();  // returns although the reply never came; the connection is closed
+  client.join();
+  EXPECT_EQ(reply.status, 0);  // closed without an answer
+  // The answer that comes after the server is gone goes nowhere.
+  Late(0, "{}\n");
 }
 
 TEST_F(HttpServerTest, AStreamIsChunkedAndEndsCleanly) {

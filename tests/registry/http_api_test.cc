@@ -5,10 +5,12 @@
 
 #include <map>
 #include <nlohmann/json.hpp>
+#include <thread>
 #include <tuple>
 
 #include "common/tokens.h"
 #include "registry/client_limits.h"
+#include "registry/gated_store.h"
 #include "registry/registry.h"
 #include "registry/sqlite_store.h"
 #include "registry/ui_url.h"
@@ -149,6 +151,59 @@ TEST_F(HttpApiTest, HeartbeatAndFencing) {
       Http(port_, "POST", "/v1/services/zone/instances/nobody/heartbeat", R"({"generation":1})");
   EXPECT_EQ(missing.status, 404);
   EXPECT_EQ(Json(missing.body)["error"]["code"], "NOT_FOUND");
+}
+
+// An instance write is answered once its commit is durable, and no io thread waits for that: with
+// the server's one thread and the store's commits held, reads are answered and more writes queue;
+// once the commits go, each write gets its revision. Refusals found after a write queued come back
+// the same way.
+TEST(HttpWriteTest, WritesWaitingForTheirCommitHoldNoThreadAndAreAnsweredOnceItIsDone) {
+  testing::TempDir dir;
+  FakeClock clock;
+  auto sqlite = SqliteStore::Open(dir.path());
+  ASSERT_TRUE(sqlite.ok());
+  auto gated_store = std::make_unique<GatedStore>(std::move(*sqlite));
+  GatedStore& gated = *gated_store;
+  auto registry = Registry::Open(std::move(gated_store), clock);
+  ASSERT_TRUE(registry.ok());
+  HttpOptions options;
+  options.threads = 1;
+  auto server = HttpServer::Start(**registry, options);
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  const std::uint16_t port = (*server)->port();
+
+  testing::HttpReply first, second;
+  std::jthread a([&] { first = Http(port, "PUT", "/v1/services/zone/instances/a", kGoodBody); });
+  ASSERT_TRUE(testing::Eventually([&] { return !gated.batches().empty(); }, 10s));
+  std::jthread b([&] { second = Http(port, "PUT", "/v1/services/zone/instances/b", kGoodBody); });
+  ASSERT_TRUE(
+      testing::Eventually([&] { return (*registry)->commit_counters().waiting == 1; }, 10s));
+  const auto list = Http(port, "GET", "/v1/services/zone/instances");
+  EXPECT_EQ(list.status, 200);
+  EXPECT_TRUE(Json(list.body)["instances"].empty()) << list.body;  // nothing committed yet
+  EXPECT_EQ(Http(port, "GET", "/ready").status, 200);
+
+  gated.Open();
+  a.join();
+  b.join();
+  ASSERT_EQ(first.status, 200) << first.body;
+  ASSERT_EQ(second.status, 200) << second.body;
+  EXPECT_LT(Json(first.body)["revision"].get<std::uint64_t>(),
+            Json(second.body)["revision"].get<std::uint64_t>());
+  EXPECT_EQ(Json(Http(port, "GET", "/v1/services/zone/instances").body)["instances"].size(), 2u);
+
+  const auto fenced = Http(port, "POST", "/v1/services/zone/instances/a/state",
+                           R"({"generation":1,"state":"DRAINING"})");
+  EXPECT_EQ(fenced.status, 409);
+  EXPECT_EQ(Json(fenced.body)["error"]["code"], "FENCED");
+  EXPECT_EQ(Http(port, "DELETE", "/v1/services/zone/instances/nobody?generation=1").status, 404);
+  const auto drained = Http(port, "POST", "/v1/services/zone/instances/a/state",
+                            R"({"generation":2,"state":"DRAINING"})");
+  EXPECT_EQ(drained.status, 200);
+  EXPECT_GT(Json(drained.body)["revision"].get<std::uint64_t>(),
+            Json(second.body)["revision"].get<std::uint64_t>());
+  EXPECT_EQ(Http(port, "DELETE", "/v1/services/zone/instances/b?generation=2").status, 200);
+  server->reset();  // before the registry
 }
 
 TEST_F(HttpApiTest, MalformedRequestsGet4xxAndChangeNothing) {

@@ -1,0 +1,51 @@
+// A registry Store for tests: commits wait until the test lets them go.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "drover/mutex.h"
+#include "registry/store.h"
+
+namespace drover::registry {
+
+// A store whose first commit waits until the test lets it go: the writes queued meanwhile are
+// what the next batch holds, so batching is observed, not hoped for.
+class GatedStore final : public Store {
+ public:
+  explicit GatedStore(std::unique_ptr<Store> inner) : inner_(std::move(inner)) {}
+  Result<StoreState> Load() override { return inner_->Load(); }
+  Result<std::uint64_t> Commit(const std::vector<Write>& writes) override {
+    return inner_->Commit(writes);
+  }
+  Result<std::vector<Result<std::uint64_t>>> CommitBatch(
+      const std::vector<std::vector<Write>>& batch) override {
+    {
+      MutexLock lock(mu_);
+      batches_.push_back(batch.size());
+      cv_.Wait(mu_, [&]() DROVER_REQUIRES(mu_) { return open_; });
+    }
+    return inner_->CommitBatch(batch);
+  }
+  Status PruneTombstones(const std::vector<Tombstone>& expired) override {
+    return inner_->PruneTombstones(expired);
+  }
+  void Open() {
+    MutexLock lock(mu_);
+    open_ = true;
+    cv_.NotifyAll();
+  }
+  std::vector<std::size_t> batches() {
+    MutexLock lock(mu_);
+    return batches_;
+  }
+
+ private:
+  const std::unique_ptr<Store> inner_;
+  Mutex mu_;
+  CondVar cv_;
+  bool open_ DROVER_GUARDED_BY(mu_) = false;
+  std::vector<std::size_t> batches_ DROVER_GUARDED_BY(mu_);
+};
+
+}  // namespace drover::registry
