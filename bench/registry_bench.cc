@@ -25,6 +25,7 @@
 #include <fmt/format.h>
 #include <grpcpp/grpcpp.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/epoll.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -363,8 +364,134 @@ void RemoteWrites(const Options& opt, const std::string& system, const std::stri
   if (writer.Wait() != 0) Fail(system + ": the writer process failed");
 }
 
+// Closed loops of HTTP/1.1 requests: `clients` keep-alive connections to `address` (ip:port),
+// driven by two threads (an epoll loop each, over half the connections). Each connection sends a
+// request, reads its whole response (by its Content-Length) and sends the next, until `total`
+// have completed; the rate covers all of them, and a status other than 200 is an error. The
+// client costs little per request, so the server's cost is what shows.
+class HttpLoop {
+ public:
+  using MakeRequest = std::function<std::string(std::uint64_t seq)>;
+
+  static ClosedLoop::Result Count(const std::string& address, int clients, std::uint64_t total,
+                                  const MakeRequest& make) {
+    HttpLoop loop(make, total);
+    const auto colon = address.rfind(':');
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<std::uint16_t>(std::stoi(address.substr(colon + 1))));
+    ::inet_pton(AF_INET, address.substr(0, colon).c_str(), &addr.sin_addr);
+    constexpr int kThreads = 2;
+    std::vector<std::vector<Conn>> shards(kThreads);
+    for (int c = 0; c < clients; ++c) {
+      Conn conn;
+      conn.fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+      if (conn.fd < 0 || ::connect(conn.fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0)
+        Fail("http: cannot connect to " + address);
+      const int one = 1;
+      ::setsockopt(conn.fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+      shards[static_cast<std::size_t>(c % kThreads)].push_back(std::move(conn));
+    }
+    const auto start = Clock::now();
+    {
+      std::vector<std::jthread> threads;
+      for (auto& shard : shards) threads.emplace_back([&loop, &shard] { loop.Run(shard); });
+    }
+    const double secs = std::chrono::duration<double>(Clock::now() - start).count();
+    for (auto& shard : shards) {
+      for (Conn& c : shard) ::close(c.fd);
+    }
+    return {static_cast<double>(loop.completed_.load()) / secs, loop.errors_.load()};
+  }
+
+ private:
+  struct Conn {
+    int fd = -1;
+    std::string in;  // the response so far
+    bool active = false;
+  };
+
+  HttpLoop(const MakeRequest& make, std::uint64_t total) : make_(make), total_(total) {}
+
+  // Sends `c` its next request; false (and the connection is done) once all are taken.
+  bool Next(Conn& c) {
+    const std::uint64_t seq = next_.fetch_add(1);
+    if (seq >= total_) return c.active = false;
+    const std::string request = make_(seq);
+    if (::send(c.fd, request.data(), request.size(), MSG_NOSIGNAL) !=
+        static_cast<ssize_t>(request.size()))
+      Fail("http: a request could not be sent");
+    return c.active = true;
+  }
+
+  // The status of the complete response at the start of `in`, removed from it; 0 while it is
+  // incomplete.
+  static int TakeResponse(std::string& in) {
+    const std::size_t end = in.find("\r\n\r\n");
+    if (end == std::string::npos) return 0;
+    std::string head = in.substr(0, end);
+    std::transform(head.begin(), head.end(), head.begin(),
+                   [](unsigned char ch) { return static_cast<char>(std::tolower(ch)); });
+    const std::size_t at = head.find("\r\ncontent-length:");
+    if (head.rfind("http/1.1 ", 0) != 0 || at == std::string::npos)
+      Fail("http: a response without a status line or Content-Length: " + in.substr(0, end));
+    const std::size_t length = std::stoul(head.substr(at + 17));
+    if (in.size() < end + 4 + length) return 0;
+    const int status = std::stoi(head.substr(9, 3));
+    in.erase(0, end + 4 + length);
+    return status;
+  }
+
+  void Run(std::vector<Conn>& conns) {
+    const int ep = ::epoll_create1(EPOLL_CLOEXEC);
+    int active = 0;
+    for (std::size_t i = 0; i < conns.size(); ++i) {
+      epoll_event ev{};
+      ev.events = EPOLLIN;
+      ev.data.u64 = i;
+      ::epoll_ctl(ep, EPOLL_CTL_ADD, conns[i].fd, &ev);
+      active += Next(conns[i]) ? 1 : 0;
+    }
+    std::vector<epoll_event> events(256);
+    char buf[16384];
+    auto last = Clock::now();
+    while (active > 0) {
+      const int n = ::epoll_wait(ep, events.data(), static_cast<int>(events.size()), 1000);
+      if (n <= 0) {
+        if (Clock::now() - last > 60s) Fail("http: no response for a minute");
+        continue;
+      }
+      last = Clock::now();
+      for (int e = 0; e < n; ++e) {
+        Conn& c = conns[events[static_cast<std::size_t>(e)].data.u64];
+        const ssize_t got = ::recv(c.fd, buf, sizeof buf, MSG_DONTWAIT);
+        if (got == 0 || (got < 0 && errno != EAGAIN)) Fail("http: the server closed a connection");
+        if (got < 0) continue;
+        c.in.append(buf, static_cast<std::size_t>(got));
+        while (c.active) {
+          const int status = TakeResponse(c.in);
+          if (status == 0) break;
+          completed_.fetch_add(1);
+          if (status != 200) errors_.fetch_add(1);
+          if (!Next(c)) --active;
+        }
+      }
+    }
+    ::close(ep);
+  }
+
+  const MakeRequest& make_;
+  const std::uint64_t total_;
+  std::atomic<std::uint64_t> next_{0};
+  std::atomic<std::uint64_t> completed_{0};
+  std::atomic<std::uint64_t> errors_{0};
+};
+
 struct SystemFigures {
   double registrations_per_s = 0;
+  // The same over HTTP/JSON with the same number of clients: Drover's PUT
+  // /v1/services/{service}/instances/{id} | a put through etcd's JSON gateway (POST /v3/kv/put).
+  double http_registrations_per_s = 0;
   // Drover: store commits (SQLite: transactions, each one fsync) and the writes they held while
   // registering, from the registry's metrics.
   double store_commits = 0;
@@ -710,6 +837,20 @@ pb::RegisterRequest Registration(std::uint64_t i) {
   return req;
 }
 
+// Registration(i) over HTTP, as a client without the SDK sends it: PUT
+// /v1/services/bench-http/instances/inst-NNNNN (a service of its own, so the gRPC phase's
+// instances stay as they are).
+std::string HttpRegistration(const std::string& host, std::uint64_t i) {
+  const std::string body = fmt::format(
+      R"({{"address":"10.{}.{}.{}:7000","generation":1,"state":"READY","ttl_ms":600000,)"
+      R"("zone":"zone-a","version":"1.0.0","labels":{{"shard":"{}"}}}})",
+      i / 62'500, i / 250 % 250, i % 250, i % 64);
+  return fmt::format(
+      "PUT /v1/services/bench-http/instances/{} HTTP/1.1\r\nHost: {}\r\n"
+      "Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{}",
+      InstanceId(i), host, body.size(), body);
+}
+
 // A process's resident memory, in bytes (VmRSS).
 double RssBytes(pid_t pid) {
   return static_cast<double>(drover::procfs::StatusField(pid, "VmRSS").value_or(0)) * 1024;
@@ -836,11 +977,19 @@ SystemFigures BenchDrover(const Options& opt, const std::string& etcd_target) {
   auto stub_for = [&](int client) -> pb::Registry::Stub& { return *stubs[client % stubs.size()]; };
   SystemFigures out;
 
+  // Registrations over HTTP first, of a service of their own: the watch phase below resumes from
+  // the last revision, which must be one of the gRPC-registered service's.
+  const auto instances = static_cast<std::uint64_t>(opt.instances);
+  auto http_reg = HttpLoop::Count(server.http(), opt.clients, instances, [&](std::uint64_t i) {
+    return HttpRegistration(server.http(), i);
+  });
+  out.http_registrations_per_s = http_reg.per_second;
+  out.errors += http_reg.errors;
+
   // Registrations.
   const double rss_before = RssBytes(server.pid());
   const double commits_before = Metric(server.http(), "drover_registry_store_commits_total");
   const double writes_before = Metric(server.http(), "drover_registry_committed_writes_total");
-  const auto instances = static_cast<std::uint64_t>(opt.instances);
   auto reg = RegisterMany(opt, stubs, instances);
   out.registrations_per_s = reg.per_second;
   out.errors += reg.errors;
@@ -1070,6 +1219,33 @@ std::string EtcdValue(std::uint64_t i, bool accepting) {
       i / 250, i % 250, i % 64, accepting ? "true" : "false");
 }
 
+std::string Base64(std::string_view in) {
+  static constexpr char kAlphabet[] =
+      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string out;
+  out.reserve((in.size() + 2) / 3 * 4);
+  for (std::size_t i = 0; i < in.size(); i += 3) {
+    const std::size_t n = std::min<std::size_t>(3, in.size() - i);
+    std::uint32_t v = 0;
+    for (std::size_t k = 0; k < 3; ++k)
+      v = v << 8 | (k < n ? static_cast<unsigned char>(in[i + k]) : 0u);
+    for (std::size_t k = 0; k < 4; ++k) out += k <= n ? kAlphabet[(v >> (18 - 6 * k)) & 63] : '=';
+  }
+  return out;
+}
+
+// A new key put through etcd's JSON gateway (POST /v3/kv/put, key and value in base64): what an
+// HTTP client of etcd sends, as HttpRegistration is for Drover.
+std::string EtcdHttpPut(const std::string& host, std::uint64_t i) {
+  const std::string body =
+      fmt::format(R"({{"key":"{}","value":"{}"}})", Base64("/drover/bench-http/" + InstanceId(i)),
+                  Base64(EtcdValue(i, true)));
+  return fmt::format(
+      "POST /v3/kv/put HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\n"
+      "Content-Length: {}\r\n\r\n{}",
+      host, body.size(), body);
+}
+
 class EtcdWatch final : public grpc::ClientBidiReactor<etcd::WatchRequest, etcd::WatchResponse> {
  public:
   EtcdWatch(etcd::Watch::Stub& stub, std::int64_t base, LatencyProbe& probe,
@@ -1189,6 +1365,12 @@ SystemFigures BenchEtcd(const Options& opt) {
   const auto measure =
       std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(opt.seconds));
   SystemFigures out;
+
+  // As for Drover, the puts over HTTP come first.
+  auto http_reg = HttpLoop::Count(server.target(), opt.clients, instances,
+                                  [&](std::uint64_t i) { return EtcdHttpPut(server.target(), i); });
+  out.http_registrations_per_s = http_reg.per_second;
+  out.errors += http_reg.errors;
 
   const double rss_before = RssBytes(server.pid());
   auto reg = ClosedLoop::Count(opt.clients, instances, EtcdPuts(kv, instances, true));
@@ -1355,6 +1537,10 @@ void PrintReport(const Options& opt, const std::optional<SystemFigures>& d,
       [](const SystemFigures& f) { return f.registrations_per_s; },
       [](const SystemFigures& f) { return f.registrations_per_s; }, "{:.0f}");
   row(
+      "registrations/s, HTTP (etcd: JSON gateway)",
+      [](const SystemFigures& f) { return f.http_registrations_per_s; },
+      [](const SystemFigures& f) { return f.http_registrations_per_s; }, "{:.0f}");
+  row(
       "heartbeats/s, unary Heartbeat",
       [](const SystemFigures& f) { return f.unary_heartbeats_per_s; }, ka, "{:.0f}");
   row("heartbeats/s, KeepAlive 1/message", ka, ka, "{:.0f}");
@@ -1445,6 +1631,11 @@ void PrintReport(const Options& opt, const std::optional<SystemFigures>& d,
     rate_goal("registrations/s, drover/sqlite", d, d->registrations_per_s,
               e ? e->registrations_per_s : 0, 2.0);
   }
+  if (d) {
+    // Over HTTP, judged against etcd's own fastest put (gRPC; its JSON gateway is slower).
+    rate_goal("registrations/s, HTTP, drover/sqlite (etcd: gRPC puts)", d,
+              d->http_registrations_per_s, e ? e->registrations_per_s : 0, 2.0);
+  }
   if (de) {
     rate_goal("registrations/s, drover/etcd", de, de->registrations_per_s,
               e ? e->registrations_per_s : 0, 0.7);
@@ -1513,6 +1704,7 @@ void AddWatch(nlohmann::json& out, const std::string& prefix, const WatchLatency
 
 nlohmann::json ToJson(const SystemFigures& f) {
   nlohmann::json out = {{"registrations_per_s", f.registrations_per_s},
+                        {"http_registrations_per_s", f.http_registrations_per_s},
                         {"store_commits", f.store_commits},
                         {"committed_writes", f.committed_writes},
                         {"rss_per_instance_b", f.rss_per_instance_b},

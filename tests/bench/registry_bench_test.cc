@@ -28,6 +28,8 @@ TEST(RegistryBenchTest, RunsAgainstDroverAndEtcdAndLosesNothing) {
     const auto& f = report.at(system);
     EXPECT_EQ(f.at("errors"), 0);
     EXPECT_GT(f.at("registrations_per_s").get<double>(), 0);
+    // Over HTTP too (Drover's API; etcd's JSON gateway), every one answered 200 (errors above).
+    EXPECT_GT(f.at("http_registrations_per_s").get<double>(), 0);
     EXPECT_GT(f.at("keepalive_per_s").get<double>(), 0);
     EXPECT_EQ(f.at("watch_samples"), 70 * 20);  // every measured write, at every watcher
     EXPECT_EQ(f.at("watch_missing"), 0);
