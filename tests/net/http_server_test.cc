@@ -346,7 +346,8 @@ TEST_F(HttpServerTest, ALateReplySentBeforeTheHandlerReturnsIsWrittenAtOnce) {
 
 TEST_F(HttpServerTest, ALateReplyStillAwaitedWhenTheServerGoesAwayIsDroppedWithIt) {
   Start({});
-  testing::HttpReply reply{.status = -1};
+  testing::HttpReply reply;
+  reply.status = -1;
   std::jthread client([&] { reply = Http(port(), "GET", "/later"); });
   const std::shared_ptr<LateReply> late = WaitLate(0);
   ASSERT_NE(late, nullptr);
