@@ -116,6 +116,32 @@ class ChunkBuffers {
   std::size_t count_ = 0;
 };
 
+// Writes what `socket` takes of `serializer` now, without waiting (WriteSome): an answer that fits
+// -- nearly every one -- goes out by one send, without an asynchronous operation and its trip
+// through the scheduler. `ec` is set only for an error; what the socket had no room for is left
+// in the serializer (`!is_done()`) for an asynchronous write.
+void WriteNow(tcp::socket& socket, http::response_serializer<http::string_body>& serializer,
+              error_code& ec) {
+  while (!serializer.is_done()) {
+    std::size_t sent = 0;
+    serializer.next(ec, [&](error_code& step, const auto& buffers) {
+      std::array<asio::const_buffer, 32> pieces;
+      std::size_t count = 0;
+      for (const asio::const_buffer b : beast::buffers_range_ref(buffers)) {
+        if (count == pieces.size()) break;  // the rest with the next send
+        pieces[count++] = b;
+      }
+      sent = WriteSome(socket, {pieces.data(), count}, step);
+    });
+    if (ec == asio::error::would_block) {
+      ec = {};
+      return;
+    }
+    if (ec) return;
+    serializer.consume(sent);
+  }
+}
+
 // Calls the source's Stop() once, when the stream is over however it ends -- also when the
 // server goes away with the stream still open.
 class SourceGuard {
@@ -416,10 +442,15 @@ class CoroutineWake final : public StreamWakeup {
     handler_.reset();
     std::move(resume)();  // runs the coroutine here, on its strand, to its next wait
   }
-  // Dropping the handler hands the coroutine's unwinding to the io_context.
-  void Abandon() override { handler_.reset(); }
+  // Dropping the handler hands the coroutine's unwinding to the io_context. The strand goes too,
+  // while its io_context still exists: whoever still holds this wake-up (a source, a LateReply)
+  // may let go of it after the server is gone, and nothing is dispatched to it any more.
+  void Abandon() override {
+    handler_.reset();
+    strand_ = {};
+  }
 
-  const asio::any_io_executor strand_;
+  asio::any_io_executor strand_;
   std::optional<Handler> handler_;  // strand only
   bool woken_ = false;              // strand only
 };
@@ -482,6 +513,11 @@ class LateReplyWaiter {
         later.waiter_ = wake;
       }
       while (!(response = Take(later))) co_await wake->Wait();
+      {
+        // The reply may be held on (by whoever sent it) past the server: it keeps no wake-up.
+        MutexLock lock(later.mu_);
+        later.waiter_.reset();
+      }
       wake->Close();
     }
     co_return std::move(*response);
@@ -729,7 +765,12 @@ asio::awaitable<bool> HttpServer::Impl::Write(Stream& stream, HttpResponse& res)
   }
   Count(res.result_int());
   error_code ec;
-  co_await http::async_write(stream, res, asio::redirect_error(asio::use_awaitable, ec));
+  http::response_serializer<http::string_body> serializer{res};
+  if constexpr (std::is_same_v<Stream, beast::tcp_stream>)
+    WriteNow(stream.socket(), serializer, ec);
+  if (!ec && !serializer.is_done()) {
+    co_await http::async_write(stream, serializer, asio::redirect_error(asio::use_awaitable, ec));
+  }
   co_return !ec && res.keep_alive();
 }
 

@@ -92,20 +92,65 @@ class HttpServerTest : public ::testing::Test {
       return Streamed(parked);
     }
     if (target == "/flood") return Streamed(std::make_shared<Flood>(*this));
-    if (target == "/numbered") {
-      // 128 lines of 64 KiB, "0000 xxx...", "0001 xxx...", then the end: 8 MiB, more than a
-      // loopback socket's buffers take.
-      std::vector<std::string> lines;
-      for (int i = 0; i < kNumbered; ++i) {
-        char number[8];
-        std::snprintf(number, sizeof number, "%04d ", i);
-        lines.push_back(number + std::string(64 * 1024 - 6, 'x') + "\n");
-      }
-      return Streamed(std::make_shared<Lines>(std::move(lines)));
+    if (target == "/numbered") return Streamed(std::make_shared<Lines>(NumberedLines()));
+    if (target == "/numbered-whole") {
+      std::string body;
+      for (const std::string& line : NumberedLines()) body += line;
+      return JsonResponse(req, 200, std::move(body));
     }
     return JsonResponse(
         req, 200,
         "{\"client\":\"" + client + "\",\"body\":" + std::to_string(req.body().size()) + "}\n");
+  }
+
+  // 128 lines of 64 KiB, "0000 xxx...", "0001 xxx...": 8 MiB, more than a loopback socket's
+  // buffers take.
+  static std::vector<std::string> NumberedLines() {
+    std::vector<std::string> lines;
+    for (int i = 0; i < kNumbered; ++i) {
+      char number[8];
+      std::snprintf(number, sizeof number, "%04d ", i);
+      lines.push_back(number + std::string(64 * 1024 - 6, 'x') + "\n");
+    }
+    return lines;
+  }
+  // Sends `request` from a socket with a small receive buffer, reads nothing for a while (the
+  // server's writes must wait for it), then reads until the server closes.
+  static std::string ReadLate(std::uint16_t port, const std::string& request) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    EXPECT_GE(fd, 0);
+    const int small = 4096;
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
+    sockaddr_in to{};
+    to.sin_family = AF_INET;
+    to.sin_port = htons(port);
+    to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof to), 0);
+    EXPECT_TRUE(testing::SendAll(fd, request));
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    std::string raw;
+    char buf[65536];
+    timeval limit{10, 0};
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof limit);
+    while (true) {
+      const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+      if (n <= 0) break;
+      raw.append(buf, static_cast<std::size_t>(n));
+    }
+    ::close(fd);
+    return raw;
+  }
+  // Every numbered line is in `raw` from `at` on, in order; returns where the last one ends.
+  static std::size_t ExpectNumberedLines(const std::string& raw, std::size_t at) {
+    for (int i = 0; i < kNumbered; ++i) {
+      char number[8];
+      std::snprintf(number, sizeof number, "%04d ", i);
+      const std::size_t found = raw.find(number, at);
+      EXPECT_NE(found, std::string::npos) << "line " << i << " of " << kNumbered << " missing";
+      if (found == std::string::npos) return at;
+      at = found + 64 * 1024 - 1;
+    }
+    return at;
   }
 
   static HttpReply Streamed(std::shared_ptr<StreamSource> source) {
@@ -405,40 +450,30 @@ TEST_F(HttpServerTest, AStreamToAClientThatStopsReadingIsCutOff) {
 
 TEST_F(HttpServerTest, AStreamToAClientThatReadsLateWaitsAndThenSendsTheRestInOrder) {
   Start({});
-  // A small receive buffer, and nothing read for a while: the stream's writes must wait for the
-  // client (well within their 5 s), then go on with the lines it had not taken yet.
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  ASSERT_GE(fd, 0);
-  const int small = 4096;
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
-  sockaddr_in to{};
-  to.sin_family = AF_INET;
-  to.sin_port = htons(port());
-  to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof to), 0);
-  ASSERT_TRUE(testing::SendAll(fd, testing::RequestText("GET", "/numbered", "")));
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  std::string raw;
-  char buf[65536];
-  timeval limit{10, 0};
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof limit);
-  while (true) {
-    const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
-    if (n <= 0) break;
-    raw.append(buf, static_cast<std::size_t>(n));
-  }
-  ::close(fd);
+  // The stream's writes must wait for the client (well within their 5 s), then go on with the
+  // lines it had not taken yet.
+  const std::string raw = ReadLate(port(), testing::RequestText("GET", "/numbered", ""));
   // Every line, in order, then the last chunk (and the server's close).
-  std::size_t at = 0;
-  for (int i = 0; i < kNumbered; ++i) {
-    char number[8];
-    std::snprintf(number, sizeof number, "%04d ", i);
-    const std::size_t found = raw.find(number, at);
-    ASSERT_NE(found, std::string::npos) << "line " << i << " of " << kNumbered << " missing";
-    at = found + 1;
-  }
+  ExpectNumberedLines(raw, 0);
   EXPECT_TRUE(raw.ends_with("\r\n0\r\n\r\n"))
       << raw.substr(raw.size() - std::min<std::size_t>(raw.size(), 40));
+}
+
+// An answer is sent at once for what the socket takes; the rest waits for the client, and the
+// connection goes on after it.
+TEST_F(HttpServerTest, AnAnswerLargerThanTheSocketTakesIsWrittenWholeToAClientThatReadsLate) {
+  Start({});
+  const std::string raw = ReadLate(port(),
+                                   "GET /numbered-whole HTTP/1.1\r\nHost: x\r\n\r\n"
+                                   "GET /after HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+  ASSERT_EQ(raw.rfind("HTTP/1.1 200 OK\r\n", 0), 0u) << raw.substr(0, 200);
+  const std::size_t body = raw.find("\r\n\r\n") + 4;
+  ASSERT_THAT(raw.substr(0, body), HasSubstr("Content-Length: 8388608\r\n"));
+  const std::size_t end = ExpectNumberedLines(raw, body);
+  EXPECT_EQ(end, body + 8 * 1024 * 1024 - 1);
+  // Then the second answer, whole.
+  EXPECT_EQ(raw.find("HTTP/1.1 200 OK\r\n", body), body + 8 * 1024 * 1024);
+  EXPECT_TRUE(raw.ends_with("\"body\":0}\n")) << raw.substr(raw.size() - 80);
 }
 
 TEST_F(HttpServerTest, OverTheConnectionLimitAClientGets503AndTheOthersAreServed) {
