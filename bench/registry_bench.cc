@@ -1639,6 +1639,8 @@ void PrintReport(const Options& opt, const std::optional<SystemFigures>& d,
   if (de) {
     rate_goal("registrations/s, drover/etcd", de, de->registrations_per_s,
               e ? e->registrations_per_s : 0, 0.7);
+    rate_goal("registrations/s, HTTP, drover/etcd (etcd: gRPC puts)", de,
+              de->http_registrations_per_s, e ? e->registrations_per_s : 0, 0.7);
   }
   if (d) {
     rate_goal("unary heartbeats/s, drover/sqlite (etcd: keepalives)", d, d->unary_heartbeats_per_s,
