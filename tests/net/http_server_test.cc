@@ -332,6 +332,51 @@ TEST_F(HttpServerTest, BadRequestsOversizedBodiesAndBugsGetClearErrors) {
   EXPECT_EQ(Http(port(), "GET", "/echo").status, 200);
 }
 
+// A body that came with its head is read from the head's buffer; one that comes later, or in
+// chunks, is waited for; a chunked body over the limit is refused as a long one is.
+TEST_F(HttpServerTest, BodiesAreReadWhetherTheyCameWithTheHeadLaterOrInChunks) {
+  HttpServerOptions o;
+  o.max_body = 1024;
+  Start(o);
+  // The body 200 ms after the head, on the same connection.
+  const int fd = testing::ConnectLoopback(port());
+  ASSERT_GE(fd, 0);
+  ASSERT_TRUE(testing::SendAll(fd,
+                               "POST /echo HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+                               "Content-Length: 10\r\n\r\n01234"));
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  ASSERT_TRUE(testing::SendAll(fd, "56789"));
+  std::string raw;
+  char buf[4096];
+  ssize_t n;
+  while ((n = ::recv(fd, buf, sizeof buf, 0)) > 0) raw.append(buf, static_cast<std::size_t>(n));
+  ::close(fd);
+  EXPECT_EQ(raw.rfind("HTTP/1.1 200 OK\r\n", 0), 0u) << raw;
+  EXPECT_THAT(raw, HasSubstr("\"body\":10}"));
+
+  // Chunked, with the head: two chunks, then a second request on the connection.
+  const auto chunked =
+      SendRaw(port(),
+              "POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+              "3\r\nabc\r\n4\r\ndefg\r\n0\r\n\r\n"
+              "GET /after HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+  EXPECT_EQ(chunked.status, 200);
+  EXPECT_THAT(chunked.body, HasSubstr("\"body\":7}"));
+  EXPECT_THAT(chunked.body, ::testing::EndsWith("\"body\":0}\n"));
+
+  // Chunked past the limit: 413, whole in the first read or not.
+  const std::string big_chunk = "800\r\n" + std::string(2048, 'x') + "\r\n0\r\n\r\n";
+  const auto over = SendRaw(
+      port(), "POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n" + big_chunk);
+  EXPECT_EQ(over.status, 413);
+  EXPECT_EQ(ErrorCodeOf(over), "RESOURCE_EXHAUSTED");
+  // A malformed chunk size: 400.
+  const auto bad =
+      SendRaw(port(), "POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n");
+  EXPECT_EQ(bad.status, 400);
+  EXPECT_EQ(ErrorCodeOf(bad), "INVALID_ARGUMENT");
+}
+
 // A path given a larger limit (a deploy record of a large fleet) takes more; every other path
 // keeps max_body.
 TEST_F(HttpServerTest, APathWithALargerBodyLimitTakesMoreAndNoOtherDoes) {
