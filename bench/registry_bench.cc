@@ -47,6 +47,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/host_port.h"
 #include "common/procfs.h"
 #include "drover/cli.h"
 #include "drover/registry/v1/registry.grpc.pb.h"
@@ -364,6 +365,15 @@ void RemoteWrites(const Options& opt, const std::string& system, const std::stri
   if (writer.Wait() != 0) Fail(system + ": the writer process failed");
 }
 
+// A TCP connection to `address` (an IPv4 ip:port, as the servers here listen), or the run fails
+// naming `what`.
+int ConnectTo(const std::string& address, const std::string& what) {
+  auto hp = drover::ParseHostPort(address, what, {.require_ip = true, .ipv4_only = true});
+  const int fd = hp.ok() ? drover::testing::ConnectTo(hp->host, hp->port) : -1;
+  if (fd < 0) Fail(what + ": cannot connect to " + address);
+  return fd;
+}
+
 // Closed loops of HTTP/1.1 requests: `clients` keep-alive connections to `address` (ip:port),
 // driven by two threads (an epoll loop each, over half the connections). Each connection sends a
 // request, reads its whole response (by its Content-Length) and sends the next, until `total`
@@ -376,18 +386,11 @@ class HttpLoop {
   static ClosedLoop::Result Count(const std::string& address, int clients, std::uint64_t total,
                                   const MakeRequest& make) {
     HttpLoop loop(make, total);
-    const auto colon = address.rfind(':');
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_port = htons(static_cast<std::uint16_t>(std::stoi(address.substr(colon + 1))));
-    ::inet_pton(AF_INET, address.substr(0, colon).c_str(), &addr.sin_addr);
     constexpr int kThreads = 2;
     std::vector<std::vector<Conn>> shards(kThreads);
     for (int c = 0; c < clients; ++c) {
       Conn conn;
-      conn.fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-      if (conn.fd < 0 || ::connect(conn.fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0)
-        Fail("http: cannot connect to " + address);
+      conn.fd = ConnectTo(address, "http");
       const int one = 1;
       ::setsockopt(conn.fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
       shards[static_cast<std::size_t>(c % kThreads)].push_back(std::move(conn));
@@ -664,21 +667,12 @@ class HttpWatchers {
                LatencyProbe& probe)
       : base_(base), probe_(probe), conns_(static_cast<std::size_t>(count)) {
     epoll_ = ::epoll_create1(EPOLL_CLOEXEC);
-    const auto colon = address.rfind(':');
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_port = htons(static_cast<std::uint16_t>(std::stoi(address.substr(colon + 1))));
-    ::inet_pton(AF_INET, address.substr(0, colon).c_str(), &addr.sin_addr);
     const std::string request = fmt::format(
         "GET /v1/watch?from={}&service=bench HTTP/1.1\r\nHost: {}\r\n\r\n", from, address);
     for (std::size_t i = 0; i < conns_.size(); ++i) {
       Conn& c = conns_[i];
-      c.fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-      if (c.fd < 0 || ::connect(c.fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
-          ::send(c.fd, request.data(), request.size(), MSG_NOSIGNAL) !=
-              static_cast<ssize_t>(request.size())) {
-        Fail("http watch: cannot connect to " + address);
-      }
+      c.fd = ConnectTo(address, "http watch");
+      if (!drover::testing::SendAll(c.fd, request)) Fail("http watch: cannot send to " + address);
       epoll_event ev{};
       ev.events = EPOLLIN;
       ev.data.u64 = i;

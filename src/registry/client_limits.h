@@ -41,7 +41,7 @@ std::string ClientIdentity(const Result<std::string>& token_name, std::string_vi
 class ClientLimits;
 
 // A watch slot taken with ClientLimits::AcquireWatch, given back when this goes (or at
-// Release()). Movable; an empty one holds nothing.
+// Release()). Moved into what holds it for the stream's life; an empty one holds nothing.
 class WatchSlot {
  public:
   WatchSlot() = default;
@@ -49,14 +49,6 @@ class WatchSlot {
       : limits_(std::move(limits)), client_(std::move(client)) {}
   WatchSlot(WatchSlot&& other) noexcept
       : limits_(std::move(other.limits_)), client_(std::move(other.client_)) {}
-  WatchSlot& operator=(WatchSlot&& other) noexcept {
-    if (this != &other) {
-      Release();
-      limits_ = std::move(other.limits_);
-      client_ = std::move(other.client_);
-    }
-    return *this;
-  }
   WatchSlot(const WatchSlot&) = delete;
   WatchSlot& operator=(const WatchSlot&) = delete;
   ~WatchSlot() { Release(); }

@@ -106,7 +106,11 @@ Result<std::uint64_t> ParseUint(std::string_view text, const char* what) {
   return value;
 }
 
-nlohmann::json RevisionBody(std::uint64_t revision) { return {{"revision", revision}}; }
+// A write's answer: {"revision": R}, or the error.
+Response RevisionReply(const Request& req, const Result<std::uint64_t>& rev) {
+  return rev.ok() ? JsonResponse(req, http::status::ok, {{"revision", *rev}})
+                  : ErrorResponse(req, rev.status());
+}
 
 std::string_view ContentTypeOf(std::string_view name) {
   const std::size_t dot = name.rfind('.');
@@ -326,7 +330,6 @@ net::HttpReply HttpServer::Impl::Watch(const Request& req, std::string_view quer
   }
   net::HttpReply reply;
   reply.response = Response{http::status::ok, req.version()};
-  reply.response.set(http::field::server, "drover-registry");
   reply.response.set(http::field::content_type, "application/x-ndjson");
   reply.response.set(http::field::cache_control, "no-cache");
   reply.stream = std::make_shared<WatchStream>(*this, *watcher, std::move(slot));
@@ -644,10 +647,6 @@ net::HttpReply HttpServer::Impl::HandleInstance(const Request& req, std::string_
                                                 std::string_view query) {
   const std::string service(service_view), id(id_view);
   const auto method = req.method();
-  auto reply = [&](const Result<std::uint64_t>& rev) {
-    return rev.ok() ? JsonResponse(req, http::status::ok, RevisionBody(*rev))
-                    : ErrorResponse(req, rev.status());
-  };
   // A write queued to the registry: `start(done)` queues it; `done` runs on the registry's
   // answer thread once the write is committed (or at once, refused), and sends the response.
   auto later = [&](auto&& start) {
@@ -656,8 +655,7 @@ net::HttpReply HttpServer::Impl::HandleInstance(const Request& req, std::string_
     shape.version(req.version());
     shape.keep_alive(req.keep_alive());
     start([late, shape = std::move(shape)](Result<std::uint64_t> rev) {
-      late->Send(rev.ok() ? JsonResponse(shape, http::status::ok, RevisionBody(*rev))
-                          : ErrorResponse(shape, rev.status()));
+      late->Send(RevisionReply(shape, rev));
     });
     return net::HttpReply(std::move(late));
   };
@@ -700,7 +698,7 @@ net::HttpReply HttpServer::Impl::HandleInstance(const Request& req, std::string_
     if (!body.ok()) return ErrorResponse(req, body.status());
     auto generation = GetUint(*body, "generation", true);
     if (!generation.ok()) return ErrorResponse(req, generation.status());
-    return reply(registry.Heartbeat(service, id, *generation));
+    return RevisionReply(req, registry.Heartbeat(service, id, *generation));
   }
   if (action == "state") {
     auto body = ParseObject(req.body(), {"generation", "state", "accepting"});
