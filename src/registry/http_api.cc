@@ -106,6 +106,14 @@ Result<std::uint64_t> ParseUint(std::string_view text, const char* what) {
   return value;
 }
 
+// What a response sent later takes from its request: the version and keep-alive.
+Request ShapeOf(const Request& req) {
+  Request shape;
+  shape.version(req.version());
+  shape.keep_alive(req.keep_alive());
+  return shape;
+}
+
 // A write's answer: {"revision": R}, or the error.
 Response RevisionReply(const Request& req, const Result<std::uint64_t>& rev) {
   return rev.ok() ? JsonResponse(req, http::status::ok, {{"revision", *rev}})
@@ -196,7 +204,8 @@ struct HttpServer::Impl {
   // GET /v1/fleet/{service}/{id}: a fleet part's status, through FleetStatus.
   Response HandleFleet(const Request& req, std::string_view service, std::string_view id);
   // /v1/deploys and /v1/deploys/{id} (`id` empty for the list).
-  Response HandleDeploys(const Request& req, std::string_view id, std::string_view query);
+  // (The store's calls are made by the registry's deploy thread, which sends the answer.)
+  net::HttpReply HandleDeploys(const Request& req, std::string_view id, std::string_view query);
   // `name` is the path after "/ui/".
   Response HandleUi(const Request& req, std::string_view name);
   std::string Metrics();
@@ -427,8 +436,8 @@ nlohmann::json DeployToJson(const StoredDeploy& d) {
 
 }  // namespace
 
-Response HttpServer::Impl::HandleDeploys(const Request& req, std::string_view id_view,
-                                         std::string_view query) {
+net::HttpReply HttpServer::Impl::HandleDeploys(const Request& req, std::string_view id_view,
+                                               std::string_view query) {
   const std::string id(id_view);
   const auto method = req.method();
   if (id.empty()) {
@@ -444,17 +453,25 @@ Response HttpServer::Impl::HandleDeploys(const Request& req, std::string_view id
       if (!parsed.ok()) return ErrorResponse(req, parsed.status());
       limit = std::clamp<std::uint64_t>(*parsed, 1, 200);
     }
-    auto list = registry.ListDeploys(service, limit);
-    if (!list.ok()) return ErrorResponse(req, list.status());
-    nlohmann::json deploys = nlohmann::json::array();
-    for (const StoredDeploy& d : *list) deploys.push_back(DeployToJson(d));
-    return JsonResponse(req, http::status::ok, {{"deploys", std::move(deploys)}});
+    auto late = std::make_shared<net::LateReply>();
+    registry.ListDeploysAsync(
+        service, limit, [late, shape = ShapeOf(req)](Result<std::vector<StoredDeploy>> list) {
+          if (!list.ok()) return late->Send(ErrorResponse(shape, list.status()));
+          nlohmann::json deploys = nlohmann::json::array();
+          for (const StoredDeploy& d : *list) deploys.push_back(DeployToJson(d));
+          late->Send(JsonResponse(shape, http::status::ok, {{"deploys", std::move(deploys)}}));
+        });
+    return net::HttpReply(std::move(late));
   }
   if (method == http::verb::get) {
-    auto found = registry.GetDeploy(id);
-    if (!found.ok()) return ErrorResponse(req, found.status());
-    if (!*found) return ErrorResponse(req, NotFoundError("no deploy " + id));
-    return JsonResponse(req, http::status::ok, DeployToJson(**found));
+    auto late = std::make_shared<net::LateReply>();
+    registry.GetDeployAsync(
+        id, [late, id, shape = ShapeOf(req)](Result<std::optional<StoredDeploy>> found) {
+          if (!found.ok()) return late->Send(ErrorResponse(shape, found.status()));
+          if (!*found) return late->Send(ErrorResponse(shape, NotFoundError("no deploy " + id)));
+          late->Send(JsonResponse(shape, http::status::ok, DeployToJson(**found)));
+        });
+    return net::HttpReply(std::move(late));
   }
   if (method != http::verb::put) {
     return MethodNotAllowed(req, "GET PUT", "/v1/deploys/" + id);
@@ -478,9 +495,15 @@ Response HttpServer::Impl::HandleDeploys(const Request& req, std::string_view id
       return ErrorResponse(req, s);
     }
   }
-  auto version = registry.PutDeploy(std::move(*d), *expect);
-  if (!version.ok()) return ErrorResponse(req, version.status());
-  return JsonResponse(req, http::status::ok, {{"id", id}, {"version", *version}});
+  auto late = std::make_shared<net::LateReply>();
+  registry.PutDeployAsync(
+      std::move(*d), *expect, [late, id, shape = ShapeOf(req)](Result<std::uint64_t> version) {
+        if (!version.ok()) {
+          return late->Send(ErrorResponse(shape, version.status()));
+        }
+        late->Send(JsonResponse(shape, http::status::ok, {{"id", id}, {"version", *version}}));
+      });
+  return net::HttpReply(std::move(late));
 }
 
 Response HttpServer::Impl::HandleFleet(const Request& req, std::string_view service,
@@ -651,10 +674,7 @@ net::HttpReply HttpServer::Impl::HandleInstance(const Request& req, std::string_
   // answer thread once the write is committed (or at once, refused), and sends the response.
   auto later = [&](auto&& start) {
     auto late = std::make_shared<net::LateReply>();
-    Request shape;  // what the response takes from the request: its version and keep-alive
-    shape.version(req.version());
-    shape.keep_alive(req.keep_alive());
-    start([late, shape = std::move(shape)](Result<std::uint64_t> rev) {
+    start([late, shape = ShapeOf(req)](Result<std::uint64_t> rev) {
       late->Send(RevisionReply(shape, rev));
     });
     return net::HttpReply(std::move(late));

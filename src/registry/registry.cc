@@ -217,6 +217,10 @@ Result<std::unique_ptr<Registry>> Registry::Open(std::unique_ptr<Store> store, C
   if (registry->shared_) {
     DROVER_RETURN_IF_ERROR(registry->store_->Follow(revision, registry.get()));
   }
+  registry->deployer_ = std::thread([raw = registry.get()] {
+    NameThisThread("reg-deploys");
+    raw->DeployLoop();
+  });
   registry->answerer_ = std::thread([raw = registry.get()] {
     NameThisThread("reg-answer");
     raw->AnswerLoop();
@@ -232,8 +236,16 @@ Result<std::unique_ptr<Registry>> Registry::Open(std::unique_ptr<Store> store, C
 }
 
 Registry::~Registry() {
-  // The writers answer what is queued and end; then the store's threads, which call into this
-  // object, stop before anything goes.
+  // The deploy calls queued are made and answered; the writers answer what is queued and end;
+  // then the store's threads, which call into this object, stop before anything goes.
+  if (deployer_.joinable()) {
+    {
+      MutexLock lock(deploy_mu_);
+      deploys_end_ = true;
+    }
+    deploy_cv_.NotifyAll();
+    deployer_.join();
+  }
   {
     MutexLock lock(queue_mu_);
     stopping_ = true;
@@ -284,6 +296,47 @@ Result<std::uint64_t> Registry::PutDeploy(StoredDeploy deploy, std::uint64_t exp
   if (expect_version == 0) deploy.created_ms = ToUnixMillis(clock_.SystemNow());
   MutexLock lock(write_mu_);
   return store_->PutDeploy(deploy, expect_version);
+}
+
+void Registry::GetDeployAsync(std::string id, Then<std::optional<StoredDeploy>> done) {
+  Defer([this, id = std::move(id), done = std::move(done)] { done(GetDeploy(id)); });
+}
+
+void Registry::ListDeploysAsync(std::string service, std::size_t limit,
+                                Then<std::vector<StoredDeploy>> done) {
+  Defer([this, service = std::move(service), limit, done = std::move(done)] {
+    done(ListDeploys(service, limit));
+  });
+}
+
+void Registry::PutDeployAsync(StoredDeploy deploy, std::uint64_t expect_version,
+                              Then<std::uint64_t> done) {
+  Defer([this, deploy = std::move(deploy), expect_version, done = std::move(done)]() mutable {
+    done(PutDeploy(std::move(deploy), expect_version));
+  });
+}
+
+void Registry::Defer(std::function<void()> call) {
+  {
+    MutexLock lock(deploy_mu_);
+    deploy_queue_.push_back(std::move(call));
+  }
+  deploy_cv_.NotifyOne();
+}
+
+void Registry::DeployLoop() {
+  MutexLock lock(deploy_mu_);
+  while (true) {
+    deploy_cv_.Wait(deploy_mu_, [&]() DROVER_REQUIRES(deploy_mu_) {
+      return deploys_end_ || !deploy_queue_.empty();
+    });
+    if (deploy_queue_.empty()) return;  // the registry is going, and every call was made
+    std::function<void()> call = std::move(deploy_queue_.front());
+    deploy_queue_.pop_front();
+    lock.Unlock();
+    call();
+    lock.Lock();
+  }
 }
 
 Result<Registry::Entry*> Registry::FindForWrite(const std::string& service, const std::string& id,

@@ -40,6 +40,8 @@
 //   with its own compares), several groups in flight at once, kept apart by their compare
 //   conditions; a write answers once the feed has brought its change back, and a write whose
 //   compare was lost is queued again and planned after this process has caught up.
+// - Deploy records (*DeployAsync) are read and written by a thread of their own, so that a
+//   caller on an io thread waits neither for a commit nor for the store's round trip.
 //
 // Thread-safe: `write_mu_` is held by whoever talks to a private store (the writer from planning
 // to applying, expiry, pruning, deploys), `mu_` guards the view and is never held across a
@@ -216,6 +218,18 @@ class Registry final : private StoreListener {
       DROVER_EXCLUDES(write_mu_);
   Result<std::uint64_t> PutDeploy(StoredDeploy deploy, std::uint64_t expect_version)
       DROVER_EXCLUDES(write_mu_);
+  // The same three without waiting, for a caller that must not block (an io thread): each call is
+  // queued to the registry's deploy thread, which makes them one at a time in the order queued
+  // and runs `done` there with what the call above returns. That thread is the one that waits --
+  // on a private store for the commit in progress, on etcd for the round trip (up to its call
+  // timeout). `done` must be quick. Every call queued before the registry is destroyed is made
+  // and answered.
+  template <typename T>
+  using Then = std::function<void(Result<T>)>;
+  void GetDeployAsync(std::string id, Then<std::optional<StoredDeploy>> done);
+  void ListDeploysAsync(std::string service, std::size_t limit,
+                        Then<std::vector<StoredDeploy>> done);
+  void PutDeployAsync(StoredDeploy deploy, std::uint64_t expect_version, Then<std::uint64_t> done);
 
   // Expires lapsed leases (or freezes expiry, see above) and prunes expired tombstones -- on a
   // shared store only in the elected expirer -- and sends PROGRESS to idle watchers. Returns the
@@ -296,6 +310,9 @@ class Registry final : private StoreListener {
   // Hands a committed group's answers to the answer thread (which runs AnswerLoop).
   void Answer(AnswerGroup group) DROVER_EXCLUDES(answer_mu_);
   void AnswerLoop() DROVER_EXCLUDES(answer_mu_);
+  // Queues `call` to the deploy thread (which runs DeployLoop).
+  void Defer(std::function<void()> call) DROVER_EXCLUDES(deploy_mu_);
+  void DeployLoop() DROVER_EXCLUDES(deploy_mu_);
   // Each write's answer, in order; nullopt for one that goes back to the queue (a write to an
   // instance already written in this group, or a lost compare on a shared store).
   using Answers = std::vector<std::optional<Result<std::uint64_t>>>;
@@ -377,6 +394,12 @@ class Registry final : private StoreListener {
   std::deque<AnswerGroup> answer_queue_ DROVER_GUARDED_BY(answer_mu_);
   bool answers_end_ DROVER_GUARDED_BY(answer_mu_) = false;  // the writers have ended
   std::thread answerer_;
+  // The deploy calls of the *Async methods, made by their own thread in the order queued.
+  Mutex deploy_mu_;  // never held while taking another lock
+  CondVar deploy_cv_;
+  std::deque<std::function<void()>> deploy_queue_ DROVER_GUARDED_BY(deploy_mu_);
+  bool deploys_end_ DROVER_GUARDED_BY(deploy_mu_) = false;  // the registry is going
+  std::thread deployer_;
   mutable Mutex mu_;
   std::uint64_t revision_ DROVER_GUARDED_BY(mu_) = 0;
   std::map<std::string, ServiceState> services_ DROVER_GUARDED_BY(mu_);

@@ -1,7 +1,10 @@
 // A registry Store for tests: commits wait until the test lets them go.
 #pragma once
 
+#include <cstdint>
 #include <memory>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "drover/mutex.h"
@@ -29,6 +32,17 @@ class GatedStore final : public Store {
   }
   Status PruneTombstones(const std::vector<Tombstone>& expired) override {
     return inner_->PruneTombstones(expired);
+  }
+  Result<std::optional<StoredDeploy>> GetDeploy(const std::string& id) override {
+    return inner_->GetDeploy(id);
+  }
+  Result<std::vector<StoredDeploy>> ListDeploys(const std::string& service,
+                                                std::size_t limit) override {
+    return inner_->ListDeploys(service, limit);
+  }
+  Result<std::uint64_t> PutDeploy(const StoredDeploy& deploy,
+                                  std::uint64_t expect_version) override {
+    return inner_->PutDeploy(deploy, expect_version);
   }
   void Open() {
     MutexLock lock(mu_);

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <poll.h>
 
+#include <atomic>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <thread>
@@ -203,6 +204,65 @@ TEST(HttpWriteTest, WritesWaitingForTheirCommitHoldNoThreadAndAreAnsweredOnceItI
   EXPECT_GT(Json(drained.body)["revision"].get<std::uint64_t>(),
             Json(second.body)["revision"].get<std::uint64_t>());
   EXPECT_EQ(Http(port, "DELETE", "/v1/services/zone/instances/b?generation=2").status, 200);
+  server->reset();  // before the registry
+}
+
+// A deploy record read or written while the writer holds the store (a commit in progress) waits
+// on the registry's deploy thread, not on the server's only io thread: probes, lists and a
+// second deploy request are answered meanwhile, and the waiting ones once the commit is done.
+TEST(HttpWriteTest, DeployRequestsWaitingForTheStoreHoldNoThread) {
+  testing::TempDir dir;
+  FakeClock clock;
+  auto sqlite = SqliteStore::Open(dir.path());
+  ASSERT_TRUE(sqlite.ok());
+  auto gated_store = std::make_unique<GatedStore>(std::move(*sqlite));
+  GatedStore& gated = *gated_store;
+  auto registry = Registry::Open(std::move(gated_store), clock);
+  ASSERT_TRUE(registry.ok());
+  HttpOptions options;
+  options.threads = 1;
+  auto server = HttpServer::Start(**registry, options);
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  const std::uint16_t port = (*server)->port();
+
+  testing::HttpReply registered, put, got;
+  std::jthread writer(
+      [&] { registered = Http(port, "PUT", "/v1/services/zone/instances/a", kGoodBody); });
+  ASSERT_TRUE(testing::Eventually([&] { return !gated.batches().empty(); }, 10s));
+  // The writer now holds the store until the gate opens.
+  const std::string record =
+      R"({"expect_version":0,"active":true,"record":{"service":"zone","verdict":"running"}})";
+  std::jthread deployer([&] { put = Http(port, "PUT", "/v1/deploys/zone-v1-1", record); });
+  std::jthread reader([&] { got = Http(port, "GET", "/v1/deploys?service=zone"); });
+  std::atomic<bool> probed{false};
+  std::jthread probe([&] {
+    EXPECT_EQ(Http(port, "GET", "/ready").status, 200);
+    EXPECT_EQ(Http(port, "GET", "/v1/services/zone/instances").status, 200);
+    probed = true;
+  });
+  const bool answered_meanwhile = testing::Eventually([&] { return probed.load(); }, 5s);
+  EXPECT_TRUE(answered_meanwhile) << "the io thread waited for the store";
+  EXPECT_EQ(put.status, 0);  // still waiting
+  EXPECT_EQ(got.status, 0);
+
+  gated.Open();
+  writer.join();
+  deployer.join();
+  reader.join();
+  probe.join();
+  ASSERT_EQ(registered.status, 200) << registered.body;
+  ASSERT_EQ(put.status, 200) << put.body;
+  EXPECT_EQ(Json(put.body)["version"], 1);
+  ASSERT_EQ(got.status, 200) << got.body;
+  EXPECT_LE(Json(got.body)["deploys"].size(), 1u);  // queued after the PUT or before it
+  // The answers of the store come back as before: found, missing, a version conflict.
+  const auto read = Http(port, "GET", "/v1/deploys/zone-v1-1");
+  ASSERT_EQ(read.status, 200) << read.body;
+  EXPECT_EQ(Json(read.body)["record"]["verdict"], "running");
+  EXPECT_EQ(Http(port, "GET", "/v1/deploys/nope").status, 404);
+  const auto stale = Http(port, "PUT", "/v1/deploys/zone-v1-1", record);
+  EXPECT_EQ(stale.status, 409) << stale.body;
+  EXPECT_EQ(Json(stale.body)["error"]["code"], "ABORTED");
   server->reset();  // before the registry
 }
 

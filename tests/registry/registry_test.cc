@@ -130,6 +130,41 @@ TEST_P(RegistryTest, RegisterListWatch) {
   EXPECT_EQ(none->revision, *rev3);
 }
 
+// The deploy calls that do not wait: made one at a time on the deploy thread in the order they
+// were queued, each answered with what the waiting call returns, and every one queued answered
+// before the registry is gone.
+TEST_P(RegistryTest, DeployCallsQueuedAreMadeInOrderAndAnsweredBeforeTheRegistryGoes) {
+  StoredDeploy d;
+  d.id = "zone-v1-1";
+  d.service = "zone";
+  d.record = R"({"service":"zone","verdict":"running"})";
+  d.active = true;
+  std::vector<std::string> seen;  // appended to by the deploy thread, read once it has ended
+  const auto code = [](const Status& s) { return std::string(StatusCodeName(s.code())); };
+  registry_->PutDeployAsync(d, 0, [&](Result<std::uint64_t> v) {
+    seen.push_back(v.ok() ? "put " + std::to_string(*v) : code(v.status()));
+  });
+  registry_->PutDeployAsync(d, 0, [&](Result<std::uint64_t> v) {
+    seen.push_back(v.ok() ? "put again" : code(v.status()));  // version 0 is taken by now
+  });
+  registry_->GetDeployAsync("zone-v1-1", [&](Result<std::optional<StoredDeploy>> found) {
+    seen.push_back(!found.ok() ? code(found.status())
+                   : *found    ? "got " + std::to_string((*found)->version)
+                               : "missing");
+  });
+  registry_->ListDeploysAsync("zone", 10, [&](Result<std::vector<StoredDeploy>> list) {
+    seen.push_back(list.ok() ? "listed " + std::to_string(list->size()) : code(list.status()));
+  });
+  StoredDeploy other = d;
+  other.record = R"({"service":"lobby"})";  // not the service it is filed under
+  registry_->PutDeployAsync(other, 1, [&](Result<std::uint64_t> v) {
+    seen.push_back(v.ok() ? "put other" : code(v.status()));
+  });
+  registry_.reset();
+  EXPECT_EQ(seen, (std::vector<std::string>{"put 1", "ABORTED", "got 1", "listed 1",
+                                            "INVALID_ARGUMENT"}));
+}
+
 TEST_P(RegistryTest, FencingRejectsLowerGenerationOnEveryWrite) {
   ASSERT_TRUE(registry_->Register("svc", "a", Spec(5)).ok());
   const auto before = registry_->List("svc")->instances;
