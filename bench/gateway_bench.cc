@@ -209,6 +209,18 @@ struct SchedCounters {
   }
 };
 
+// CPU time every CPU of the machine has spent busy (all but idle and I/O wait) since boot, from
+// /proc/stat: over a run, what the proxy cost together with the clients and upstreams it served.
+double MachineBusySeconds() {
+  std::ifstream stat("/proc/stat");
+  std::string cpu;  // the "cpu" line: user nice system idle iowait irq softirq steal
+  std::uint64_t user = 0, nice = 0, system = 0, idle = 0, iowait = 0, irq = 0, softirq = 0,
+                steal = 0;
+  stat >> cpu >> user >> nice >> system >> idle >> iowait >> irq >> softirq >> steal;
+  return static_cast<double>(user + nice + system + irq + softirq + steal) /
+         static_cast<double>(::sysconf(_SC_CLK_TCK));
+}
+
 struct Result {
   std::string system;
   double sessions_per_s = 0;
@@ -219,6 +231,7 @@ struct Result {
   bool skipped = false;
   std::string note;
   SchedCounters sched;              // the proxy's, over the run
+  double machine_us_per_op = 0;     // the machine's busy CPU time over the run, per op
   nlohmann::json rounds = nullptr;  // a median's rounds, each with its scheduler counters
 
   // The proxy's CPU time per request (or session) in the run, in microseconds.
@@ -421,7 +434,8 @@ Result Median(std::vector<Result> rounds) {
                         {"errors", r.errors},
                         {"cpu_us_per_op", r.CpuUsPerOp()},
                         {"preempted", r.sched.preempted},
-                        {"cpu_wait_ms", static_cast<double>(r.sched.wait_ns) / 1e6}});
+                        {"cpu_wait_ms", static_cast<double>(r.sched.wait_ns) / 1e6},
+                        {"machine_cpu_us_per_op", r.machine_us_per_op}});
   }
   return m;
 }
@@ -805,8 +819,8 @@ std::vector<Result> Rounds(const std::vector<Proxy>& proxies, Result direct, int
     if (p.process) run(p, true);
   }
   if (show) {
-    std::printf("  %-16s %12s %9s %9s %8s %9s %10s %9s\n", "round", "rate", "p50 ms", "p99 ms",
-                "errors", "CPU us/op", "preempted", "wait ms");
+    std::printf("  %-16s %12s %9s %9s %8s %9s %10s %9s %11s\n", "round", "rate", "p50 ms", "p99 ms",
+                "errors", "CPU us/op", "preempted", "wait ms", "machine us");
   }
   for (int r = 0; r < rounds; ++r) {
     for (std::size_t k = 0; k < proxies.size(); ++k) {
@@ -815,14 +829,17 @@ std::vector<Result> Rounds(const std::vector<Proxy>& proxies, Result direct, int
       // (/proc is read before the load starts and after it ended: nothing polls beside it.)
       const pid_t pid = proxies[i].process->pid();
       const SchedCounters::Threads before = SchedCounters::Of(pid);
+      const double busy_before = MachineBusySeconds();
       Result& x = per[i].emplace_back(run(proxies[i], false));
       x.sched = SchedCounters::Since(before, SchedCounters::Of(pid));
+      x.machine_us_per_op = (MachineBusySeconds() - busy_before) * 1e6 /
+                            std::max<double>(1, static_cast<double>(x.sessions));
       if (show) {
-        std::printf("  round %d %-8s %12.0f %9.2f %9.2f %8llu %9.1f %10llu %9.0f\n", r + 1,
+        std::printf("  round %d %-8s %12.0f %9.2f %9.2f %8llu %9.1f %10llu %9.0f %11.1f\n", r + 1,
                     x.system.c_str(), x.sessions_per_s, x.p50_ms, x.p99_ms,
                     static_cast<unsigned long long>(x.errors), x.CpuUsPerOp(),
                     static_cast<unsigned long long>(x.sched.preempted),
-                    static_cast<double>(x.sched.wait_ns) / 1e6);
+                    static_cast<double>(x.sched.wait_ns) / 1e6, x.machine_us_per_op);
       }
     }
   }
@@ -931,7 +948,9 @@ int BenchMain(int argc, char** argv) {
   app.add_flag("--show-rounds", o.show_rounds,
                "Also print every measured round as it ends: rate, p50 ms, p99 ms, errors, and the "
                "proxy's CPU us per request or session, times preempted and ms waiting for a "
-               "CPU (its threads' and workers', from /proc; in --json always, as \"rounds\")");
+               "CPU (its threads' and workers', from /proc), and the busy CPU time of the whole "
+               "machine per request or session (/proc/stat: what the proxy costs its peers too); "
+               "in --json always, as \"rounds\"");
   app.add_option("--idle-sessions", o.idle_sessions,
                  "Idle TCP sessions held through every proxy for the memory figure (0: skip; "
                  "each takes two of the proxy's descriptors)")
