@@ -112,7 +112,12 @@ class Statement {
     return InternalError(std::string("sqlite prepare: ") + sqlite3_errmsg(db_));
   }
   void Bind(int i, std::int64_t v) { sqlite3_bind_int64(stmt_, i, v); }
+  // Bound as is, not copied (SQLITE_STATIC): `v` must outlive this Statement, which clears its
+  // bindings when it goes -- the writes' and deploys' own strings do. A temporary is copied.
   void Bind(int i, const std::string& v) {
+    sqlite3_bind_text(stmt_, i, v.data(), static_cast<int>(v.size()), SQLITE_STATIC);
+  }
+  void Bind(int i, std::string&& v) {
     sqlite3_bind_text(stmt_, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT);
   }
   // SQLITE_ROW, SQLITE_DONE or an error code.
