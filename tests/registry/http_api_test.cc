@@ -102,6 +102,23 @@ TEST_F(HttpApiTest, RegisterListWatchOverRealSockets) {
 }
 
 // One request says what every service serves: its READY instances per version.
+// Every answer names the registry (the server adds the header): a write's (sent later), a
+// list, a refusal, a redirect, a probe.
+TEST_F(HttpApiTest, EveryAnswerNamesTheRegistry) {
+  for (const auto& [method, target, body] :
+       std::vector<std::tuple<std::string, std::string, std::string>>{
+           {"PUT", "/v1/services/zone/instances/named", kGoodBody},
+           {"GET", "/v1/services/zone/instances", ""},
+           {"PUT", "/v1/services/zone/instances/named", "{nope"},
+           {"GET", "/", ""},
+           {"GET", "/ready", ""}}) {
+    const auto reply = Http(port_, method, target, body);
+    EXPECT_NE(reply.status, 0) << method << " " << target;
+    EXPECT_NE(reply.headers.find("\r\nServer: drover-registry"), std::string::npos)
+        << method << " " << target << ": " << reply.headers;
+  }
+}
+
 TEST_F(HttpApiTest, TheServiceListCountsReadyInstancesPerVersion) {
   ASSERT_EQ(Http(port_, "PUT", "/v1/services/zone/instances/z1", kGoodBody).status, 200);
   ASSERT_EQ(Http(port_, "PUT", "/v1/services/zone/instances/z2",
