@@ -171,31 +171,47 @@ TEST_F(HttpApiTest, HeartbeatAndFencing) {
   EXPECT_EQ(Json(missing.body)["error"]["code"], "NOT_FOUND");
 }
 
+// A registry on SQLite whose commits wait for the test (GatedStore), served over HTTP by one io
+// thread: whatever would make that thread wait for the store shows as a request not answered.
+struct GatedServer {
+  void Start() {
+    auto sqlite = SqliteStore::Open(dir.path());
+    ASSERT_TRUE(sqlite.ok());
+    auto store = std::make_unique<GatedStore>(std::move(*sqlite));
+    gated = store.get();
+    auto opened = Registry::Open(std::move(store), clock);
+    ASSERT_TRUE(opened.ok());
+    registry = std::move(*opened);
+    HttpOptions options;
+    options.threads = 1;
+    auto started = HttpServer::Start(*registry, options);
+    ASSERT_TRUE(started.ok()) << started.status().ToString();
+    server = std::move(*started);
+  }
+  ~GatedServer() { server.reset(); }  // before the registry
+
+  testing::TempDir dir;
+  FakeClock clock;
+  GatedStore* gated = nullptr;
+  std::unique_ptr<Registry> registry;
+  std::unique_ptr<HttpServer> server;
+};
+
 // An instance write is answered once its commit is durable, and no io thread waits for that: with
 // the server's one thread and the store's commits held, reads are answered and more writes queue;
 // once the commits go, each write gets its revision. Refusals found after a write queued come back
 // the same way.
 TEST(HttpWriteTest, WritesWaitingForTheirCommitHoldNoThreadAndAreAnsweredOnceItIsDone) {
-  testing::TempDir dir;
-  FakeClock clock;
-  auto sqlite = SqliteStore::Open(dir.path());
-  ASSERT_TRUE(sqlite.ok());
-  auto gated_store = std::make_unique<GatedStore>(std::move(*sqlite));
-  GatedStore& gated = *gated_store;
-  auto registry = Registry::Open(std::move(gated_store), clock);
-  ASSERT_TRUE(registry.ok());
-  HttpOptions options;
-  options.threads = 1;
-  auto server = HttpServer::Start(**registry, options);
-  ASSERT_TRUE(server.ok()) << server.status().ToString();
-  const std::uint16_t port = (*server)->port();
+  GatedServer g;
+  ASSERT_NO_FATAL_FAILURE(g.Start());
+  GatedStore& gated = *g.gated;
+  const std::uint16_t port = g.server->port();
 
   testing::HttpReply first, second;
   std::jthread a([&] { first = Http(port, "PUT", "/v1/services/zone/instances/a", kGoodBody); });
   ASSERT_TRUE(testing::Eventually([&] { return !gated.batches().empty(); }, 10s));
   std::jthread b([&] { second = Http(port, "PUT", "/v1/services/zone/instances/b", kGoodBody); });
-  ASSERT_TRUE(
-      testing::Eventually([&] { return (*registry)->commit_counters().waiting == 1; }, 10s));
+  ASSERT_TRUE(testing::Eventually([&] { return g.registry->commit_counters().waiting == 1; }, 10s));
   const auto list = Http(port, "GET", "/v1/services/zone/instances");
   EXPECT_EQ(list.status, 200);
   EXPECT_TRUE(Json(list.body)["instances"].empty()) << list.body;  // nothing committed yet
@@ -221,26 +237,16 @@ TEST(HttpWriteTest, WritesWaitingForTheirCommitHoldNoThreadAndAreAnsweredOnceItI
   EXPECT_GT(Json(drained.body)["revision"].get<std::uint64_t>(),
             Json(second.body)["revision"].get<std::uint64_t>());
   EXPECT_EQ(Http(port, "DELETE", "/v1/services/zone/instances/b?generation=2").status, 200);
-  server->reset();  // before the registry
 }
 
 // A deploy record read or written while the writer holds the store (a commit in progress) waits
 // on the registry's deploy thread, not on the server's only io thread: probes, lists and a
 // second deploy request are answered meanwhile, and the waiting ones once the commit is done.
 TEST(HttpWriteTest, DeployRequestsWaitingForTheStoreHoldNoThread) {
-  testing::TempDir dir;
-  FakeClock clock;
-  auto sqlite = SqliteStore::Open(dir.path());
-  ASSERT_TRUE(sqlite.ok());
-  auto gated_store = std::make_unique<GatedStore>(std::move(*sqlite));
-  GatedStore& gated = *gated_store;
-  auto registry = Registry::Open(std::move(gated_store), clock);
-  ASSERT_TRUE(registry.ok());
-  HttpOptions options;
-  options.threads = 1;
-  auto server = HttpServer::Start(**registry, options);
-  ASSERT_TRUE(server.ok()) << server.status().ToString();
-  const std::uint16_t port = (*server)->port();
+  GatedServer g;
+  ASSERT_NO_FATAL_FAILURE(g.Start());
+  GatedStore& gated = *g.gated;
+  const std::uint16_t port = g.server->port();
 
   testing::HttpReply registered, put, got;
   std::jthread writer(
@@ -280,7 +286,6 @@ TEST(HttpWriteTest, DeployRequestsWaitingForTheStoreHoldNoThread) {
   const auto stale = Http(port, "PUT", "/v1/deploys/zone-v1-1", record);
   EXPECT_EQ(stale.status, 409) << stale.body;
   EXPECT_EQ(Json(stale.body)["error"]["code"], "ABORTED");
-  server->reset();  // before the registry
 }
 
 TEST_F(HttpApiTest, MalformedRequestsGet4xxAndChangeNothing) {
