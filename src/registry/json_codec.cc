@@ -129,11 +129,8 @@ class SpecReader final : public nlohmann::json_sax<nlohmann::json> {
     spec_.accepting = value;
     return true;
   }
-  bool number_integer(number_integer_t value) override {
-    // nlohmann reads a non-negative integer as unsigned: this one is negative.
-    (void)value;
-    return Scalar(Kind::kNegative);
-  }
+  // nlohmann reads a non-negative integer as unsigned: this one is negative.
+  bool number_integer(number_integer_t) override { return Scalar(Kind::kNegative); }
   bool number_unsigned(number_unsigned_t value) override {
     if (!Scalar(Kind::kUnsigned)) return false;
     switch (field_) {
@@ -201,8 +198,9 @@ class SpecReader final : public nlohmann::json_sax<nlohmann::json> {
       return true;
     }
     field_ = FieldNamed(name);
-    if (field_ == Field::kUnknown)
+    if (field_ == Field::kUnknown) {
       return Fail(InvalidArgumentError("unknown field '" + name + "'"));
+    }
     return true;
   }
   bool end_object() override {
@@ -230,17 +228,24 @@ class SpecReader final : public nlohmann::json_sax<nlohmann::json> {
   };
   enum class Kind : std::uint8_t { kNull, kBool, kNegative, kUnsigned, kFloat, kString };
 
+  // Each member's name (the literals end in NUL: Name() hands out their data()).
+  static constexpr std::pair<std::string_view, Field> kFields[] = {
+      {"address", Field::kAddress},    {"generation", Field::kGeneration},
+      {"state", Field::kState},        {"ttl_ms", Field::kTtlMs},
+      {"weight", Field::kWeight},      {"zone", Field::kZone},
+      {"labels", Field::kLabels},      {"version", Field::kVersion},
+      {"accepting", Field::kAccepting}};
   static Field FieldNamed(std::string_view name) {
-    static constexpr std::pair<std::string_view, Field> kFields[] = {
-        {"address", Field::kAddress},    {"generation", Field::kGeneration},
-        {"state", Field::kState},        {"ttl_ms", Field::kTtlMs},
-        {"weight", Field::kWeight},      {"zone", Field::kZone},
-        {"labels", Field::kLabels},      {"version", Field::kVersion},
-        {"accepting", Field::kAccepting}};
     for (const auto& [n, f] : kFields) {
       if (n == name) return f;
     }
     return Field::kUnknown;
+  }
+  static const char* Name(Field field) {
+    for (const auto& [n, f] : kFields) {
+      if (f == field) return n.data();
+    }
+    return "?";
   }
 
   // A value that is not an object or array, for the member `field_` (or a label, or the body).
@@ -269,31 +274,6 @@ class SpecReader final : public nlohmann::json_sax<nlohmann::json> {
   bool Nested() {
     if (depth_ == 0) return Fail(InvalidArgumentError("body must be a JSON object"));
     return Scalar(Kind::kNull);  // the same error as any other value of the wrong type
-  }
-  static const char* Name(Field f) {
-    switch (f) {
-      case Field::kAddress:
-        return "address";
-      case Field::kGeneration:
-        return "generation";
-      case Field::kState:
-        return "state";
-      case Field::kTtlMs:
-        return "ttl_ms";
-      case Field::kWeight:
-        return "weight";
-      case Field::kZone:
-        return "zone";
-      case Field::kLabels:
-        return "labels";
-      case Field::kVersion:
-        return "version";
-      case Field::kAccepting:
-        return "accepting";
-      case Field::kUnknown:
-        break;
-    }
-    return "?";
   }
   bool Fail(Status s) {
     error_ = std::move(s);
