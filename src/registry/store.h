@@ -107,9 +107,9 @@ class Store {
   // Applies `writes` atomically at a new revision when every precondition holds, and returns
   // that revision. Every precondition is judged on the rows as they were before the commit (as
   // etcd judges a Txn's compares), and a commit writes each instance at most once. ABORTED when
-  // a precondition fails (nothing is written); UNAVAILABLE or
-  // INTERNAL when the store fails. When it returns OK the commit survives a crash of this
-  // process (SIGKILL) and, for the SQLite store, of the machine.
+  // a precondition fails (nothing is written); UNAVAILABLE or INTERNAL when the store fails.
+  // When it returns OK the commit survives a crash of this process (SIGKILL) and, for the SQLite
+  // store, of the machine.
   virtual Result<std::uint64_t> Commit(const std::vector<Write>& writes) = 0;
 
   // Several independent commits made durable together (group commit): each set of writes is
