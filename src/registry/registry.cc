@@ -335,6 +335,7 @@ void Registry::DeployLoop() {
     deploy_queue_.pop_front();
     lock.Unlock();
     call();
+    call = nullptr;  // what it holds (a reply, a record) goes outside the lock
     lock.Lock();
   }
 }
