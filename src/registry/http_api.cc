@@ -49,9 +49,7 @@ Response JsonResponse(const Request& req, http::status status, const nlohmann::j
   return net::JsonResponse(req, static_cast<unsigned>(status), DumpJson(body) + "\n");
 }
 
-Response ErrorResponse(const Request& req, const Status& status) {
-  return net::ErrorResponse(req, status);
-}
+using net::ErrorResponse;
 
 // 405 for a method the path does not take: UNIMPLEMENTED (the method is not supported there --
 // nothing is wrong with the request's content), with the Allow header listing what is.
@@ -101,12 +99,19 @@ Result<std::uint64_t> ParseUint(std::string_view text, const char* what) {
   return value;
 }
 
-// What a response sent later takes from its request: the version and keep-alive.
-Request ShapeOf(const Request& req) {
+// An answer sent later, from whichever thread finishes the work: `start(done)` starts it, and
+// `done(result)` sends `answer(shape, result)`, where `shape` keeps what a response takes from
+// its request (its version and keep-alive). The connection holds no io thread meanwhile.
+template <typename T, typename Start, typename Answer>
+net::HttpReply Later(const Request& req, Start&& start, Answer answer) {
+  auto late = std::make_shared<net::LateReply>();
   Request shape;
   shape.version(req.version());
   shape.keep_alive(req.keep_alive());
-  return shape;
+  start([late, shape = std::move(shape), answer = std::move(answer)](Result<T> result) {
+    late->Send(answer(shape, result));
+  });
+  return net::HttpReply(std::move(late));
 }
 
 // A write's answer: {"revision": R}, or the error. The body is written out by hand: it is the
@@ -450,25 +455,23 @@ net::HttpReply HttpServer::Impl::HandleDeploys(const Request& req, std::string_v
       if (!parsed.ok()) return ErrorResponse(req, parsed.status());
       limit = std::clamp<std::uint64_t>(*parsed, 1, 200);
     }
-    auto late = std::make_shared<net::LateReply>();
-    registry.ListDeploysAsync(
-        service, limit, [late, shape = ShapeOf(req)](Result<std::vector<StoredDeploy>> list) {
-          if (!list.ok()) return late->Send(ErrorResponse(shape, list.status()));
+    return Later<std::vector<StoredDeploy>>(
+        req, [&](auto done) { registry.ListDeploysAsync(service, limit, std::move(done)); },
+        [](const Request& shape, const Result<std::vector<StoredDeploy>>& list) {
+          if (!list.ok()) return ErrorResponse(shape, list.status());
           nlohmann::json deploys = nlohmann::json::array();
           for (const StoredDeploy& d : *list) deploys.push_back(DeployToJson(d));
-          late->Send(JsonResponse(shape, http::status::ok, {{"deploys", std::move(deploys)}}));
+          return JsonResponse(shape, http::status::ok, {{"deploys", std::move(deploys)}});
         });
-    return net::HttpReply(std::move(late));
   }
   if (method == http::verb::get) {
-    auto late = std::make_shared<net::LateReply>();
-    registry.GetDeployAsync(
-        id, [late, id, shape = ShapeOf(req)](Result<std::optional<StoredDeploy>> found) {
-          if (!found.ok()) return late->Send(ErrorResponse(shape, found.status()));
-          if (!*found) return late->Send(ErrorResponse(shape, NotFoundError("no deploy " + id)));
-          late->Send(JsonResponse(shape, http::status::ok, DeployToJson(**found)));
+    return Later<std::optional<StoredDeploy>>(
+        req, [&](auto done) { registry.GetDeployAsync(id, std::move(done)); },
+        [id](const Request& shape, const Result<std::optional<StoredDeploy>>& found) {
+          if (!found.ok()) return ErrorResponse(shape, found.status());
+          if (!*found) return ErrorResponse(shape, NotFoundError("no deploy " + id));
+          return JsonResponse(shape, http::status::ok, DeployToJson(**found));
         });
-    return net::HttpReply(std::move(late));
   }
   if (method != http::verb::put) {
     return MethodNotAllowed(req, "GET PUT", "/v1/deploys/" + id);
@@ -492,15 +495,12 @@ net::HttpReply HttpServer::Impl::HandleDeploys(const Request& req, std::string_v
       return ErrorResponse(req, s);
     }
   }
-  auto late = std::make_shared<net::LateReply>();
-  registry.PutDeployAsync(
-      std::move(*d), *expect, [late, id, shape = ShapeOf(req)](Result<std::uint64_t> version) {
-        if (!version.ok()) {
-          return late->Send(ErrorResponse(shape, version.status()));
-        }
-        late->Send(JsonResponse(shape, http::status::ok, {{"id", id}, {"version", *version}}));
+  return Later<std::uint64_t>(
+      req, [&](auto done) { registry.PutDeployAsync(std::move(*d), *expect, std::move(done)); },
+      [id](const Request& shape, const Result<std::uint64_t>& version) {
+        if (!version.ok()) return ErrorResponse(shape, version.status());
+        return JsonResponse(shape, http::status::ok, {{"id", id}, {"version", *version}});
       });
-  return net::HttpReply(std::move(late));
 }
 
 Response HttpServer::Impl::HandleFleet(const Request& req, std::string_view service,
@@ -668,13 +668,7 @@ net::HttpReply HttpServer::Impl::HandleInstance(const Request& req, std::string_
   const auto method = req.method();
   // A write queued to the registry: `start(done)` queues it; `done` runs on the registry's
   // answer thread once the write is committed (or at once, refused), and sends the response.
-  auto later = [&](auto&& start) {
-    auto late = std::make_shared<net::LateReply>();
-    start([late, shape = ShapeOf(req)](Result<std::uint64_t> rev) {
-      late->Send(RevisionReply(shape, rev));
-    });
-    return net::HttpReply(std::move(late));
-  };
+  auto later = [&](auto&& start) { return Later<std::uint64_t>(req, start, RevisionReply); };
   auto not_allowed = [&] {
     const std::string_view target(req.target().data(), req.target().size());
     return MethodNotAllowed(req, action.empty() ? "PUT DELETE" : "POST",
