@@ -7,7 +7,10 @@
 #include <string>
 #include <vector>
 
+#include "drover/clock.h"
 #include "drover/mutex.h"
+#include "registry/registry.h"
+#include "registry/sqlite_store.h"
 #include "registry/store.h"
 
 namespace drover::registry {
@@ -61,5 +64,19 @@ class GatedStore final : public Store {
   bool open_ DROVER_GUARDED_BY(mu_) = false;
   std::vector<std::size_t> batches_ DROVER_GUARDED_BY(mu_);
 };
+
+// A registry on SQLite in `dir` whose commits go through a GatedStore, which `gated` is set to;
+// null (and `gated` unset) when either fails to open.
+inline std::unique_ptr<Registry> OpenGatedRegistry(const std::string& dir, Clock& clock,
+                                                   GatedStore*& gated) {
+  auto sqlite = SqliteStore::Open(dir);
+  if (!sqlite.ok()) return nullptr;
+  auto store = std::make_unique<GatedStore>(std::move(*sqlite));
+  GatedStore* raw = store.get();
+  auto opened = Registry::Open(std::move(store), clock);
+  if (!opened.ok()) return nullptr;
+  gated = raw;
+  return std::move(*opened);
+}
 
 }  // namespace drover::registry

@@ -175,13 +175,8 @@ TEST_F(HttpApiTest, HeartbeatAndFencing) {
 // thread: whatever would make that thread wait for the store shows as a request not answered.
 struct GatedServer {
   void Start() {
-    auto sqlite = SqliteStore::Open(dir.path());
-    ASSERT_TRUE(sqlite.ok());
-    auto store = std::make_unique<GatedStore>(std::move(*sqlite));
-    gated = store.get();
-    auto opened = Registry::Open(std::move(store), clock);
-    ASSERT_TRUE(opened.ok());
-    registry = std::move(*opened);
+    registry = OpenGatedRegistry(dir.path(), clock, gated);
+    ASSERT_NE(registry, nullptr);
     HttpOptions options;
     options.threads = 1;
     auto started = HttpServer::Start(*registry, options);

@@ -852,13 +852,8 @@ TEST(EtcdStoreBatchTest, AGroupIsOneRevisionAndALostCompareRefusesOnlyItsOwnSet)
 class RegistryGroupCommitTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    auto sqlite = SqliteStore::Open(dir_.path());
-    ASSERT_TRUE(sqlite.ok());
-    auto gated = std::make_unique<GatedStore>(std::move(*sqlite));
-    store_ = gated.get();
-    auto opened = Registry::Open(std::move(gated), clock_);
-    ASSERT_TRUE(opened.ok());
-    registry_ = std::move(*opened);
+    registry_ = OpenGatedRegistry(dir_.path(), clock_, store_);
+    ASSERT_NE(registry_, nullptr);
   }
 
   testing::TempDir dir_;
