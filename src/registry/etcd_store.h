@@ -98,6 +98,8 @@ class EtcdStore final : public Store {
   Status Follow(std::uint64_t revision, StoreListener* listener) override;
   Status WaitDelivered(std::uint64_t revision, Duration timeout) override;
   Result<std::uint64_t> Head() override;
+  // Every Txn this store makes writes (<prefix>/last at least) and takes exactly one revision.
+  bool consecutive_revisions() const override { return true; }
   bool Expirer() const override;
   Result<std::uint64_t> CommitAsExpirer(const std::vector<Write>& writes) override;
   void ShareRenewals(const std::vector<LeaseRenewal>& renewals) override;

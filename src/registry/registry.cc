@@ -531,13 +531,13 @@ Registry::Answers Registry::CommitShared(std::vector<PendingWrite>& batch) {
     return answers;
   }
   std::uint64_t newest = 0;
-  std::uint64_t count = 0;
+  std::vector<std::pair<std::uint64_t, std::vector<Write>>> own;
   for (std::size_t j = 0; j < sets.size(); ++j) {
     Result<std::uint64_t>& rev = (*committed)[j];
     PendingWrite& w = batch[owners[j]];
     if (rev.ok()) {
       newest = std::max(newest, *rev);
-      ++count;
+      own.emplace_back(*rev, std::move(sets[j]));
       answers[owners[j]] = std::move(rev);
     } else if (rev.status().code() != StatusCode::kAborted || ++w.attempts >= kMaxAttempts) {
       answers[owners[j]] = std::move(rev);
@@ -546,16 +546,39 @@ Registry::Answers Registry::CommitShared(std::vector<PendingWrite>& batch) {
     // group of this one): left unanswered, it is queued again and planned once this process has
     // seen that change (the answer may then be "fenced", or a different write).
   }
-  if (count > 0) CountCommit(count);
-  // Committed: the answer is yes whatever happens next. Waiting lets the caller read its own
-  // write from this process.
-  if (newest > 0) {
+  if (own.empty()) return answers;
+  CountCommit(own.size());
+  // Committed: the answer is yes whatever happens next. The caller must be able to read its own
+  // write from this process: applied here, or else waited for on the feed.
+  if (!store_->consecutive_revisions() || !ApplyOwnCommits(own)) {
     if (Status s = store_->WaitDelivered(newest, kFeedWait); !s.ok()) {
       spdlog::warn("registry: revision {} committed but not yet seen on the store's feed: {}",
                    newest, s.ToString());
     }
   }
   return answers;
+}
+
+bool Registry::ApplyOwnCommits(std::vector<std::pair<std::uint64_t, std::vector<Write>>>& commits) {
+  MutexLock lock(mu_);
+  const MonoTime now = clock_.Now();
+  std::vector<Event> events;
+  bool all = true;
+  for (std::size_t i = 0; i < commits.size();) {
+    const std::uint64_t rev = commits[i].first;
+    std::size_t end = i;
+    while (end < commits.size() && commits[end].first == rev) ++end;
+    if (rev > revision_ + 1) {  // a change this process has not seen came first
+      all = false;
+      break;
+    }
+    if (rev == revision_ + 1) {  // else the feed brought it already
+      for (; i < end; ++i) ApplyLocked(Change{rev, std::move(commits[i].second)}, now, events);
+    }
+    i = end;
+  }
+  if (!events.empty()) Publish(std::move(events));
+  return all;
 }
 
 void Registry::ApplyLocked(const Change& change, MonoTime now, std::vector<Event>& events) {

@@ -325,9 +325,16 @@ class Registry final : private StoreListener {
   // commit (refused, or nothing to write).
   PlannedGroup PlanGroup(const std::vector<PendingWrite>& batch, Answers& answers)
       DROVER_EXCLUDES(mu_);
-  // Shared store: a group planned, committed in one store call, waited for on the feed. A write
-  // whose compare was lost stays unanswered (queued again, planned after catching up).
+  // Shared store: a group planned, committed in one store call, then applied here or waited for
+  // on the feed (ApplyOwnCommits). A write whose compare was lost stays unanswered (queued
+  // again, planned after catching up).
   Answers CommitShared(std::vector<PendingWrite>& batch) DROVER_EXCLUDES(write_mu_, mu_);
+  // Shared store whose revisions are consecutive: applies this process's own commits (sets with
+  // their revisions, in revision order) for as long as the view stands just before each one, and
+  // publishes their events. False when one could not be (something else came first): the feed
+  // brings it, and the rest, in order.
+  bool ApplyOwnCommits(std::vector<std::pair<std::uint64_t, std::vector<Write>>>& commits)
+      DROVER_EXCLUDES(mu_);
   // Private store: plans, commits and applies `batch` as one group.
   Answers CommitBatch(const std::vector<PendingWrite>& batch)
       DROVER_EXCLUDES(write_mu_, mu_, queue_mu_);

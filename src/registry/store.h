@@ -170,6 +170,13 @@ class Store {
   // The store's current revision: after a lost compare-and-set, waiting for the feed to deliver
   // it shows this process what the other one wrote.
   virtual Result<std::uint64_t> Head() { return std::uint64_t{0}; }
+  // Whether a commit's revision is always exactly one past the store's revision before it (etcd:
+  // a Txn that writes is one revision). Then a process whose view stands at revision R - 1 when
+  // its own commit came back at R has seen everything before that commit -- nothing can come
+  // between -- and may apply the commit itself instead of waiting for the feed to bring it back
+  // (the feed's copy then arrives at a revision the view already holds). Revisions the process
+  // never sees (keys of others outside its prefix) only make that case rarer.
+  virtual bool consecutive_revisions() const { return false; }
   // Whether this process is the one that expires leases right now.
   virtual bool Expirer() const { return true; }
   // Commit() that succeeds only while this process is still the expirer (ABORTED otherwise), so

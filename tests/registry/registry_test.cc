@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <set>
 #include <thread>
 
@@ -11,6 +12,7 @@
 #include "registry/gated_store.h"
 #include "registry/sqlite_store.h"
 #include "testing/etcd_cluster.h"
+#include "testing/eventually.h"
 #include "testing/temp_dir.h"
 
 namespace drover::registry {
@@ -819,7 +821,9 @@ TEST(EtcdStoreBatchTest, AGroupIsOneRevisionAndALostCompareRefusesOnlyItsOwnSet)
   EXPECT_EQ((*batch)[1].status().code(), StatusCode::kAborted);
   ASSERT_TRUE((*batch)[2].ok());
   EXPECT_EQ((*batch)[0].value(), (*batch)[2].value());
-  EXPECT_GT((*batch)[0].value(), *first);
+  // Each Txn is the next revision (nothing else writes to this etcd): consecutive_revisions().
+  EXPECT_EQ((*batch)[0].value(), *first + 1);
+  EXPECT_TRUE(store.consecutive_revisions());
 
   ASSERT_TRUE(store.WaitDelivered((*batch)[0].value(), 5s).ok());
   const std::vector<Change> changes = log.changes();
@@ -846,6 +850,201 @@ TEST(EtcdStoreBatchTest, AGroupIsOneRevisionAndALostCompareRefusesOnlyItsOwnSet)
   auto state = store.Load();
   ASSERT_TRUE(state.ok());
   EXPECT_EQ(state->instances.size(), 3 + many.size());
+}
+
+// An etcd store whose feed holds every change it brings (OnChange) until the test lets them go:
+// what a registry does while its feed is slow or broken.
+class HeldFeedStore final : public Store, public StoreListener {
+ public:
+  explicit HeldFeedStore(std::unique_ptr<Store> inner) : inner_(std::move(inner)) {}
+  ~HeldFeedStore() override {
+    {
+      MutexLock lock(mu_);
+      closing_ = true;  // what is still held goes nowhere: the registry is going
+    }
+    Release();
+    inner_.reset();  // joins the feed
+  }
+
+  // Store: everything the inner store's.
+  Result<StoreState> Load() override { return inner_->Load(); }
+  Result<std::uint64_t> Commit(const std::vector<Write>& writes) override {
+    return inner_->Commit(writes);
+  }
+  Result<std::vector<Result<std::uint64_t>>> CommitBatch(
+      const std::vector<std::vector<Write>>& batch) override {
+    return inner_->CommitBatch(batch);
+  }
+  Status PruneTombstones(const std::vector<Tombstone>& expired) override {
+    return inner_->PruneTombstones(expired);
+  }
+  bool shared() const override { return inner_->shared(); }
+  Status Follow(std::uint64_t revision, StoreListener* listener) override {
+    listener_ = listener;
+    return inner_->Follow(revision, this);
+  }
+  Status WaitDelivered(std::uint64_t revision, Duration timeout) override {
+    return inner_->WaitDelivered(revision, timeout);
+  }
+  Result<std::uint64_t> Head() override { return inner_->Head(); }
+  bool consecutive_revisions() const override { return inner_->consecutive_revisions(); }
+  bool Expirer() const override { return inner_->Expirer(); }
+  Result<std::uint64_t> CommitAsExpirer(const std::vector<Write>& writes) override {
+    return inner_->CommitAsExpirer(writes);
+  }
+  Status ShareDegraded(const std::vector<std::string>& services) override {
+    return inner_->ShareDegraded(services);
+  }
+  void ShareRenewals(const std::vector<LeaseRenewal>& renewals) override {
+    inner_->ShareRenewals(renewals);
+  }
+  Duration RenewalDelay() const override { return inner_->RenewalDelay(); }
+
+  // StoreListener (the inner store's feed thread): changes wait while held.
+  void OnChange(const Change& change) override {
+    {
+      MutexLock lock(mu_);
+      held_.push_back(change.revision);
+      cv_.NotifyAll();
+      cv_.Wait(mu_, [&]() DROVER_REQUIRES(mu_) { return !holding_; });
+      if (closing_) return;
+    }
+    listener_->OnChange(change);
+  }
+  void OnReset(StoreState state) override { listener_->OnReset(std::move(state)); }
+  void OnRenewals(const std::vector<LeaseRenewal>& renewals) override {
+    listener_->OnRenewals(renewals);
+  }
+  void OnFeedRestored() override { listener_->OnFeedRestored(); }
+  void OnDegraded(const std::vector<std::string>& services) override {
+    listener_->OnDegraded(services);
+  }
+
+  void Hold() {
+    MutexLock lock(mu_);
+    holding_ = true;
+  }
+  void Release() {
+    MutexLock lock(mu_);
+    holding_ = false;
+    cv_.NotifyAll();
+  }
+  // Waits (up to 10 s) until the feed has brought a change at `revision` or later; its revision.
+  std::uint64_t WaitArrived(std::uint64_t revision) {
+    MutexLock lock(mu_);
+    cv_.WaitFor(mu_, 10s,
+                [&]() DROVER_REQUIRES(mu_) { return !held_.empty() && held_.back() >= revision; });
+    return held_.empty() ? 0 : held_.back();
+  }
+
+ private:
+  std::unique_ptr<Store> inner_;
+  StoreListener* listener_ = nullptr;
+  Mutex mu_;
+  CondVar cv_;
+  bool holding_ DROVER_GUARDED_BY(mu_) = false;
+  bool closing_ DROVER_GUARDED_BY(mu_) = false;
+  std::vector<std::uint64_t> held_ DROVER_GUARDED_BY(mu_);  // revisions the feed brought
+};
+
+// Registries over one etcd prefix, the first one's feed held at will.
+class OwnCommitTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(Etcd().ok()) << Etcd().error();
+    static int cases = 0;
+    prefix_ = "/test/" + std::to_string(::getpid()) + "-own-" + std::to_string(++cases);
+    auto held = std::make_unique<HeldFeedStore>(OpenEtcd());
+    held_ = held.get();
+    auto opened = Registry::Open(std::move(held), clock_);
+    ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+    registry_ = std::move(*opened);
+  }
+  std::unique_ptr<Store> OpenEtcd() {
+    EtcdOptions eo;
+    eo.endpoints = Etcd().endpoints();
+    eo.prefix = prefix_;
+    eo.expiry_grace = Duration::zero();
+    auto opened = EtcdStore::Open(eo);
+    EXPECT_TRUE(opened.ok()) << opened.status().ToString();
+    return opened.ok() ? std::move(*opened) : nullptr;
+  }
+  static std::vector<std::string> Ids(const Registry& registry) {
+    std::vector<std::string> ids;
+    auto list = registry.List("zone");
+    if (list.ok()) {
+      for (const Instance& in : list->instances) ids.push_back(in.id);
+    }
+    return ids;
+  }
+  static std::vector<std::pair<std::string, std::uint64_t>> Puts(Watcher& watcher) {
+    std::vector<std::pair<std::string, std::uint64_t>> puts;
+    auto events = watcher.Next(0ms);
+    if (events.ok()) {
+      for (const Event& e : *events) {
+        if (e.type == EventType::kPut) puts.emplace_back(e.instance.id, e.revision);
+      }
+    }
+    return puts;
+  }
+
+  std::string prefix_;
+  FakeClock clock_;
+  HeldFeedStore* held_ = nullptr;
+  std::unique_ptr<Registry> registry_;
+};
+
+// Nothing else wrote since this registry's view: its commit is applied here at once -- answered,
+// listed and sent to watchers while the feed still holds it -- and the feed's copy adds nothing.
+TEST_F(OwnCommitTest, ACommitRightAfterTheViewIsServedWithoutWaitingForTheFeed) {
+  auto watcher = registry_->Watch(registry_->revision(), "zone");
+  ASSERT_TRUE(watcher.ok());
+  held_->Hold();
+  auto rev = registry_->Register("zone", "z1", Spec(1));
+  ASSERT_TRUE(rev.ok()) << rev.status().ToString();
+  EXPECT_EQ(held_->WaitArrived(*rev), *rev);  // the feed has it, and holds it
+  EXPECT_EQ(registry_->revision(), *rev);
+  EXPECT_EQ(Ids(*registry_), std::vector<std::string>{"z1"});
+  EXPECT_EQ(Puts(**watcher), (std::vector<std::pair<std::string, std::uint64_t>>{{"z1", *rev}}));
+
+  held_->Release();
+  auto second = registry_->Register("zone", "z2", Spec(1));
+  ASSERT_TRUE(second.ok()) << second.status().ToString();
+  EXPECT_EQ(held_->WaitArrived(*second), *second);
+  EXPECT_EQ(Puts(**watcher), (std::vector<std::pair<std::string, std::uint64_t>>{{"z2", *second}}));
+}
+
+// Another registry wrote first: this one's next commit is not the revision after its view, so it
+// is answered only once the feed has brought the other's change and its own, in their order.
+TEST_F(OwnCommitTest, ACommitAfterAnotherProcesssWaitsForTheFeedAndKeepsTheOrder) {
+  auto other = Registry::Open(OpenEtcd(), clock_);
+  ASSERT_TRUE(other.ok()) << other.status().ToString();
+  auto watcher = registry_->Watch(registry_->revision(), "zone");
+  ASSERT_TRUE(watcher.ok());
+  held_->Hold();
+  auto first = (*other)->Register("zone", "y1", Spec(1));
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  EXPECT_EQ(held_->WaitArrived(*first), *first);
+
+  std::atomic<bool> answered{false};
+  Result<std::uint64_t> mine = UnavailableError("not answered");
+  std::thread writer([&] {
+    mine = registry_->Register("zone", "z1", Spec(1));
+    answered = true;
+  });
+  // Committed once the other registry (whose feed runs) has it; this one's feed is held at y1.
+  EXPECT_TRUE(testing::Eventually([&] { return (*other)->revision() > *first; }));
+  std::this_thread::sleep_for(100ms);  // time to answer, had it not waited
+  EXPECT_FALSE(answered.load()) << "answered before this registry saw y1";
+  EXPECT_EQ(Ids(*registry_), std::vector<std::string>{});
+
+  held_->Release();
+  writer.join();
+  ASSERT_TRUE(mine.ok()) << mine.status().ToString();
+  EXPECT_EQ(*mine, *first + 1);
+  EXPECT_EQ(Ids(*registry_), (std::vector<std::string>{"y1", "z1"}));
+  EXPECT_EQ(Puts(**watcher),
+            (std::vector<std::pair<std::string, std::uint64_t>>{{"y1", *first}, {"z1", *mine}}));
 }
 
 // A registry on SQLite behind a GatedStore, whose commits wait until the test opens it.
