@@ -16,6 +16,7 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
 #include <cerrno>
+#include <cmath>
 #include <future>
 #include <mutex>
 #include <optional>
@@ -140,7 +141,14 @@ std::size_t TcpListener::State::Balance(std::size_t door) const {
       fewest = n;
     }
   }
-  return mine > fewest + std::max<std::size_t>(2, fewest / 8) ? least : door;
+  return internal::HandOver(mine, fewest) ? least : door;
+}
+
+bool internal::HandOver(std::size_t mine, std::size_t fewest) {
+  if (mine <= fewest) return false;
+  const double chance = 2.0 * std::sqrt(static_cast<double>(mine + fewest)) + 2.0;
+  const double excess = static_cast<double>(mine - fewest);
+  return excess > chance && mine - fewest > fewest / 8;
 }
 
 asio::awaitable<void> TcpListener::State::Accept(std::shared_ptr<TcpListener::Gate> gate,
