@@ -38,6 +38,19 @@ testing::EtcdCluster& Etcd() {
   return cluster;
 }
 
+// An etcd store under `prefix` in Etcd(); null (and the test failed) when it cannot be opened.
+// Time is the tests' fake clock: no grace for renewals from other processes.
+std::unique_ptr<Store> OpenEtcd(const std::string& prefix) {
+  EtcdOptions eo;
+  eo.endpoints = Etcd().endpoints();
+  eo.prefix = prefix;
+  eo.expiry_grace = Duration::zero();
+  auto opened = EtcdStore::Open(eo);
+  EXPECT_TRUE(opened.ok()) << opened.status().ToString();
+  if (!opened.ok()) return nullptr;
+  return std::move(*opened);
+}
+
 // The registry's behaviour, run over each store: the same rules whichever holds the data.
 class RegistryTest : public ::testing::TestWithParam<StoreKind> {
  protected:
@@ -55,14 +68,8 @@ class RegistryTest : public ::testing::TestWithParam<StoreKind> {
     registry_.reset();  // closes the store before it is opened again
     std::unique_ptr<Store> store;
     if (GetParam() == StoreKind::kEtcd) {
-      EtcdOptions eo;
-      eo.endpoints = Etcd().endpoints();
-      eo.prefix = prefix_;
-      // Time is the fake clock's here; no other process shares renewals.
-      eo.expiry_grace = Duration::zero();
-      auto opened = EtcdStore::Open(eo);
-      ASSERT_TRUE(opened.ok()) << opened.status().ToString();
-      store = std::move(*opened);
+      store = OpenEtcd(prefix_);
+      ASSERT_NE(store, nullptr);
     } else {
       auto opened = SqliteStore::Open(dir_.path());
       ASSERT_TRUE(opened.ok()) << opened.status().ToString();
@@ -954,20 +961,13 @@ class OwnCommitTest : public ::testing::Test {
     ASSERT_TRUE(Etcd().ok()) << Etcd().error();
     static int cases = 0;
     prefix_ = "/test/" + std::to_string(::getpid()) + "-own-" + std::to_string(++cases);
-    auto held = std::make_unique<HeldFeedStore>(OpenEtcd());
+    auto inner = OpenEtcd(prefix_);
+    ASSERT_NE(inner, nullptr);
+    auto held = std::make_unique<HeldFeedStore>(std::move(inner));
     held_ = held.get();
     auto opened = Registry::Open(std::move(held), clock_);
     ASSERT_TRUE(opened.ok()) << opened.status().ToString();
     registry_ = std::move(*opened);
-  }
-  std::unique_ptr<Store> OpenEtcd() {
-    EtcdOptions eo;
-    eo.endpoints = Etcd().endpoints();
-    eo.prefix = prefix_;
-    eo.expiry_grace = Duration::zero();
-    auto opened = EtcdStore::Open(eo);
-    EXPECT_TRUE(opened.ok()) << opened.status().ToString();
-    return opened.ok() ? std::move(*opened) : nullptr;
   }
   static std::vector<std::string> Ids(const Registry& registry) {
     std::vector<std::string> ids;
@@ -1017,7 +1017,9 @@ TEST_F(OwnCommitTest, ACommitRightAfterTheViewIsServedWithoutWaitingForTheFeed) 
 // Another registry wrote first: this one's next commit is not the revision after its view, so it
 // is answered only once the feed has brought the other's change and its own, in their order.
 TEST_F(OwnCommitTest, ACommitAfterAnotherProcesssWaitsForTheFeedAndKeepsTheOrder) {
-  auto other = Registry::Open(OpenEtcd(), clock_);
+  auto other_store = OpenEtcd(prefix_);
+  ASSERT_NE(other_store, nullptr);
+  auto other = Registry::Open(std::move(other_store), clock_);
   ASSERT_TRUE(other.ok()) << other.status().ToString();
   auto watcher = registry_->Watch(registry_->revision(), "zone");
   ASSERT_TRUE(watcher.ok());
