@@ -1516,8 +1516,10 @@ void PrintReport(const Options& opt, const std::optional<SystemFigures>& d,
     return measured(f, get) ? fmt::format(fmt::runtime(format), get(*f)) : std::string("-");
   };
   auto row = [&](const std::string& name, auto get, auto get_etcd, const char* format) {
+    // Only of two positive figures: an RSS that fell while streams opened (etcd's garbage
+    // collector ran) has no ratio.
     const auto ratio = [&](const std::optional<SystemFigures>& ours) {
-      return measured(ours, get) && measured(e, get_etcd)
+      return measured(ours, get) && measured(e, get_etcd) && get(*ours) > 0 && get_etcd(*e) > 0
                  ? fmt::format("{:.2f}x", Ratio(get(*ours), get_etcd(*e)))
                  : std::string("-");
     };
@@ -1598,8 +1600,9 @@ void PrintReport(const Options& opt, const std::optional<SystemFigures>& d,
   std::printf(
       "\n(etcd column: heartbeats are LeaseKeepAlive, one lease per stream -- an etcd lease can "
       "cover many keys, as one KeepAlive message can cover many instances; watch is etcd's "
-      "gRPC Watch. drover/etcd: the registry on an etcd store -- a write is an etcd Txn and "
-      "returns once its event came back through the registry's etcd watch)\n");
+      "gRPC Watch. drover/etcd: the registry on an etcd store -- a write is an etcd Txn, "
+      "answered once the registry's view holds it: at once when the view stood at the revision "
+      "before it, else when the registry's etcd watch brought it back)\n");
   for (const auto* f : {&d, &de}) {
     if (!*f || (*f)->store_commits <= 0) continue;
     std::printf("group commit (%s): %.0f registrations in %.0f store commits, %.1f per commit\n",

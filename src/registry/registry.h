@@ -20,9 +20,11 @@
 //   Store (compare-and-set on the rows it read), and then applied to the view as a Change, from
 //   which the watch events follow. With a private store (SQLite) the registry applies its own
 //   commit; with a shared store (etcd) every registry process applies every commit from the
-//   store's feed, in revision order, and a write returns once its own change came back through
-//   the feed (read-your-writes). A compare-and-set lost to another process means: catch up with
-//   the feed and plan again.
+//   store's feed, in revision order, and a write returns once the view holds it
+//   (read-your-writes): its writer applies it at once when the view stood at the revision just
+//   before it (nothing else can have come between; the feed's copy is then skipped), else it
+//   waits for the feed to bring it back. A compare-and-set lost to another process means: catch
+//   up with the feed and plan again.
 // - Leases across processes (shared store): a heartbeat renews the lease in this process's view
 //   and is passed to the others through the store (batched); only the process the store elects
 //   as expirer expires leases, and its expiry commits are fenced on that role.
