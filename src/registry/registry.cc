@@ -564,18 +564,17 @@ bool Registry::ApplyOwnCommits(std::vector<std::pair<std::uint64_t, std::vector<
   const MonoTime now = clock_.Now();
   std::vector<Event> events;
   bool all = true;
-  for (std::size_t i = 0; i < commits.size();) {
-    const std::uint64_t rev = commits[i].first;
-    std::size_t end = i;
-    while (end < commits.size() && commits[end].first == rev) ++end;
-    if (rev > revision_ + 1) {  // a change this process has not seen came first
-      all = false;
-      break;
+  std::uint64_t applying = 0;  // the revision whose sets this call is applying
+  for (auto& [rev, writes] : commits) {
+    if (rev != applying) {
+      if (rev <= revision_) continue;  // the feed brought it already
+      if (rev != revision_ + 1) {      // a change this process has not seen came first
+        all = false;
+        break;
+      }
+      applying = rev;
     }
-    if (rev == revision_ + 1) {  // else the feed brought it already
-      for (; i < end; ++i) ApplyLocked(Change{rev, std::move(commits[i].second)}, now, events);
-    }
-    i = end;
+    ApplyLocked(Change{rev, std::move(writes)}, now, events);
   }
   if (!events.empty()) Publish(std::move(events));
   return all;
