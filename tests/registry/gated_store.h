@@ -9,21 +9,17 @@
 
 #include "drover/clock.h"
 #include "drover/mutex.h"
+#include "registry/forwarding_store.h"
 #include "registry/registry.h"
 #include "registry/sqlite_store.h"
-#include "registry/store.h"
 
 namespace drover::registry {
 
 // A store whose first commit waits until the test lets it go: the writes queued meanwhile are
 // what the next batch holds, so batching is observed, not hoped for.
-class GatedStore final : public Store {
+class GatedStore final : public ForwardingStore {
  public:
-  explicit GatedStore(std::unique_ptr<Store> inner) : inner_(std::move(inner)) {}
-  Result<StoreState> Load() override { return inner_->Load(); }
-  Result<std::uint64_t> Commit(const std::vector<Write>& writes) override {
-    return inner_->Commit(writes);
-  }
+  using ForwardingStore::ForwardingStore;
   Result<std::vector<Result<std::uint64_t>>> CommitBatch(
       const std::vector<std::vector<Write>>& batch) override {
     {
@@ -32,20 +28,6 @@ class GatedStore final : public Store {
       cv_.Wait(mu_, [&]() DROVER_REQUIRES(mu_) { return open_; });
     }
     return inner_->CommitBatch(batch);
-  }
-  Status PruneTombstones(const std::vector<Tombstone>& expired) override {
-    return inner_->PruneTombstones(expired);
-  }
-  Result<std::optional<StoredDeploy>> GetDeploy(const std::string& id) override {
-    return inner_->GetDeploy(id);
-  }
-  Result<std::vector<StoredDeploy>> ListDeploys(const std::string& service,
-                                                std::size_t limit) override {
-    return inner_->ListDeploys(service, limit);
-  }
-  Result<std::uint64_t> PutDeploy(const StoredDeploy& deploy,
-                                  std::uint64_t expect_version) override {
-    return inner_->PutDeploy(deploy, expect_version);
   }
   void Open() {
     MutexLock lock(mu_);
@@ -58,7 +40,6 @@ class GatedStore final : public Store {
   }
 
  private:
-  const std::unique_ptr<Store> inner_;
   Mutex mu_;
   CondVar cv_;
   bool open_ DROVER_GUARDED_BY(mu_) = false;

@@ -9,6 +9,7 @@
 
 #include "drover/mutex.h"
 #include "registry/etcd_store.h"
+#include "registry/forwarding_store.h"
 #include "registry/gated_store.h"
 #include "registry/sqlite_store.h"
 #include "testing/etcd_cluster.h"
@@ -861,9 +862,9 @@ TEST(EtcdStoreBatchTest, AGroupIsOneRevisionAndALostCompareRefusesOnlyItsOwnSet)
 
 // An etcd store whose feed holds every change it brings (OnChange) until the test lets them go:
 // what a registry does while its feed is slow or broken.
-class HeldFeedStore final : public Store, public StoreListener {
+class HeldFeedStore final : public ForwardingStore, public StoreListener {
  public:
-  explicit HeldFeedStore(std::unique_ptr<Store> inner) : inner_(std::move(inner)) {}
+  using ForwardingStore::ForwardingStore;
   ~HeldFeedStore() override {
     {
       MutexLock lock(mu_);
@@ -873,39 +874,11 @@ class HeldFeedStore final : public Store, public StoreListener {
     inner_.reset();  // joins the feed
   }
 
-  // Store: everything the inner store's.
-  Result<StoreState> Load() override { return inner_->Load(); }
-  Result<std::uint64_t> Commit(const std::vector<Write>& writes) override {
-    return inner_->Commit(writes);
-  }
-  Result<std::vector<Result<std::uint64_t>>> CommitBatch(
-      const std::vector<std::vector<Write>>& batch) override {
-    return inner_->CommitBatch(batch);
-  }
-  Status PruneTombstones(const std::vector<Tombstone>& expired) override {
-    return inner_->PruneTombstones(expired);
-  }
-  bool shared() const override { return inner_->shared(); }
+  // The inner store's feed comes here first.
   Status Follow(std::uint64_t revision, StoreListener* listener) override {
     listener_ = listener;
     return inner_->Follow(revision, this);
   }
-  Status WaitDelivered(std::uint64_t revision, Duration timeout) override {
-    return inner_->WaitDelivered(revision, timeout);
-  }
-  Result<std::uint64_t> Head() override { return inner_->Head(); }
-  bool consecutive_revisions() const override { return inner_->consecutive_revisions(); }
-  bool Expirer() const override { return inner_->Expirer(); }
-  Result<std::uint64_t> CommitAsExpirer(const std::vector<Write>& writes) override {
-    return inner_->CommitAsExpirer(writes);
-  }
-  Status ShareDegraded(const std::vector<std::string>& services) override {
-    return inner_->ShareDegraded(services);
-  }
-  void ShareRenewals(const std::vector<LeaseRenewal>& renewals) override {
-    inner_->ShareRenewals(renewals);
-  }
-  Duration RenewalDelay() const override { return inner_->RenewalDelay(); }
 
   // StoreListener (the inner store's feed thread): changes wait while held.
   void OnChange(const Change& change) override {
@@ -945,7 +918,6 @@ class HeldFeedStore final : public Store, public StoreListener {
   }
 
  private:
-  std::unique_ptr<Store> inner_;
   StoreListener* listener_ = nullptr;
   Mutex mu_;
   CondVar cv_;
