@@ -536,15 +536,20 @@ class WatchPump {
       Run();
     });
   }
-  // After the server's Shutdown(): drains the queue and joins the thread.
+  // After the server's Shutdown(): has the pump thread shut the queue down, drain it and end.
+  // The pump thread does it (see OnWake) because it alone starts operations on the queue, and
+  // gRPC aborts the process when an operation starts on a queue already shut down: a call
+  // accepted just before the server stopped may still be waiting in the queue to be handled.
   void Stop() {
     if (!thread_.joinable()) return;
     {
       MutexLock lock(mu_);
       stopped_ = true;
+      if (!alarm_set_) {
+        alarm_set_ = true;
+        alarm_.Set(cq_.get(), gpr_inf_past(GPR_CLOCK_MONOTONIC), &wake_);
+      }
     }
-    alarm_.Cancel();
-    cq_->Shutdown();
     thread_.join();
   }
 
@@ -580,6 +585,7 @@ class WatchPump {
   };
 
   void Accept() {
+    if (closed_) return;
     auto* call = new Call;
     call->ctx.AsyncNotifyWhenDone(&call->done);
     service_.RequestWatch(&call->ctx, &call->raw_request, &call->writer, cq_.get(), cq_.get(),
@@ -622,8 +628,10 @@ class WatchPump {
     }
   }
 
-  // A call arrived: admit it, open its Watcher and send the headers.
+  // A call arrived: admit it, open its Watcher and send the headers. Once the queue is shut
+  // down nothing starts; the server has cancelled the call, whose done notification follows.
   void Begin(Call* call) {
+    if (closed_) return;
     RegistryService& svc = service_;
     if (Status s = svc.CheckRead(call->ctx); !s.ok()) return Finish(call, ToGrpc(s));
     if (!grpc::SerializationTraits<pb::WatchRequest>::Deserialize(&call->raw_request,
@@ -652,7 +660,7 @@ class WatchPump {
   // Writes the next event, taking the watcher's queue when nothing is pending; finishes the
   // stream once the watcher is cancelled (the registry stops).
   void Pump(Call* call) {
-    if (call->writing || call->finishing || call->ended) return;
+    if (closed_ || call->writing || call->finishing || call->ended) return;
     if (call->finish) {
       call->finishing = true;
       call->writer.Finish(*call->finish, &call->finished);
@@ -724,10 +732,18 @@ class WatchPump {
 
   void OnWake() {
     std::vector<Call*> ready;
+    bool stop = false;
     {
       MutexLock lock(mu_);
       alarm_set_ = false;
       ready.swap(ready_);
+      stop = stopped_;
+    }
+    if (stop && !closed_) {
+      // No alarm is set after this (Wake sees stopped_), and no operation starts (closed_):
+      // what is in the queue drains, and Next() then returns false.
+      closed_ = true;
+      cq_->Shutdown();
     }
     for (Call* call : ready) Pump(call);
   }
@@ -739,7 +755,8 @@ class WatchPump {
   std::thread thread_;
   EncodingCache<grpc::ByteBuffer> encoded_{kEncodedKept};  // the pump thread's own
   grpc::Alarm alarm_;
-  char wake_ = 0;  // the alarm's tag
+  char wake_ = 0;        // the alarm's tag
+  bool closed_ = false;  // the pump thread's own: the queue is shut down, start nothing
   Mutex mu_;
   std::vector<Call*> ready_ DROVER_GUARDED_BY(mu_);
   bool alarm_set_ DROVER_GUARDED_BY(mu_) = false;
