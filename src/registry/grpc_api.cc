@@ -537,19 +537,18 @@ class WatchPump {
     });
   }
   // After the server's Shutdown(): has the pump thread shut the queue down, drain it and end.
-  // The pump thread does it (see OnWake) because it alone starts operations on the queue, and
-  // gRPC aborts the process when an operation starts on a queue already shut down: a call
-  // accepted just before the server stopped may still be waiting in the queue to be handled.
+  // The pump thread does it (on the stop alarm) because it alone starts operations on the
+  // queue, and gRPC aborts the process when an operation starts on a queue already shut down: a
+  // call accepted just before the server stopped may still be waiting in the queue to be
+  // handled. The stop alarm is queued after everything the stopped server queued, so all that
+  // is handled first, while the queue is open.
   void Stop() {
     if (!thread_.joinable()) return;
     {
       MutexLock lock(mu_);
-      stopped_ = true;
-      if (!alarm_set_) {
-        alarm_set_ = true;
-        alarm_.Set(cq_.get(), gpr_inf_past(GPR_CLOCK_MONOTONIC), &wake_);
-      }
+      stopped_ = true;  // no wake-up alarm is set from now on
     }
+    stop_alarm_.Set(cq_.get(), gpr_inf_past(GPR_CLOCK_MONOTONIC), &stop_);
     thread_.join();
   }
 
@@ -598,6 +597,12 @@ class WatchPump {
     while (cq_->Next(&raw, &ok)) {
       if (raw == &wake_) {
         OnWake();
+        continue;
+      }
+      if (raw == &stop_) {
+        // What is still in the queue drains; nothing starts (closed_); Next() then ends.
+        closed_ = true;
+        cq_->Shutdown();
         continue;
       }
       const Tag tag = *static_cast<Tag*>(raw);  // a copy: the call may be deleted below
@@ -732,18 +737,10 @@ class WatchPump {
 
   void OnWake() {
     std::vector<Call*> ready;
-    bool stop = false;
     {
       MutexLock lock(mu_);
       alarm_set_ = false;
       ready.swap(ready_);
-      stop = stopped_;
-    }
-    if (stop && !closed_) {
-      // No alarm is set after this (Wake sees stopped_), and no operation starts (closed_):
-      // what is in the queue drains, and Next() then returns false.
-      closed_ = true;
-      cq_->Shutdown();
     }
     for (Call* call : ready) Pump(call);
   }
@@ -755,7 +752,9 @@ class WatchPump {
   std::thread thread_;
   EncodingCache<grpc::ByteBuffer> encoded_{kEncodedKept};  // the pump thread's own
   grpc::Alarm alarm_;
-  char wake_ = 0;        // the alarm's tag
+  char wake_ = 0;  // the alarm's tag
+  grpc::Alarm stop_alarm_;
+  char stop_ = 0;        // the stop alarm's tag
   bool closed_ = false;  // the pump thread's own: the queue is shut down, start nothing
   Mutex mu_;
   std::vector<Call*> ready_ DROVER_GUARDED_BY(mu_);
