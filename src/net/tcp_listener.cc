@@ -146,9 +146,9 @@ std::size_t TcpListener::State::Balance(std::size_t door) const {
 
 bool internal::HandOver(std::size_t mine, std::size_t fewest) {
   if (mine <= fewest) return false;
+  const std::size_t excess = mine - fewest;
   const double chance = 2.0 * std::sqrt(static_cast<double>(mine + fewest)) + 2.0;
-  const double excess = static_cast<double>(mine - fewest);
-  return excess > chance && mine - fewest > fewest / 8;
+  return static_cast<double>(excess) > chance && excess > fewest / 8;
 }
 
 asio::awaitable<void> TcpListener::State::Accept(std::shared_ptr<TcpListener::Gate> gate,
