@@ -12,6 +12,8 @@
 #include <memory>
 #include <utility>
 
+#include "common/json_text.h"
+
 namespace drover::logging {
 namespace {
 
@@ -78,91 +80,6 @@ void AppendTimestamp(Buffer& out, std::chrono::system_clock::time_point time) {
       static_cast<int>(clock.hours().count()), static_cast<int>(clock.minutes().count()),
       static_cast<int>(clock.seconds().count()), static_cast<int>(clock.subseconds().count()));
   if (n > 0) Append(out, std::string_view(buf.data(), static_cast<std::size_t>(n)));
-}
-
-// Length of the well-formed UTF-8 sequence starting at text[i] (Unicode table 3-7: no overlong
-// forms, no surrogates, nothing above U+10FFFF), or 0 when it is not one.
-std::size_t Utf8SequenceLength(std::string_view text, std::size_t i) {
-  const auto byte = [&](std::size_t k) { return static_cast<unsigned char>(text[k]); };
-  const unsigned char lead = byte(i);
-  std::size_t length = 0;
-  unsigned char second_lo = 0x80;
-  unsigned char second_hi = 0xBF;
-  if (lead >= 0xC2 && lead <= 0xDF) {
-    length = 2;
-  } else if (lead >= 0xE0 && lead <= 0xEF) {
-    length = 3;
-    if (lead == 0xE0) second_lo = 0xA0;
-    if (lead == 0xED) second_hi = 0x9F;
-  } else if (lead >= 0xF0 && lead <= 0xF4) {
-    length = 4;
-    if (lead == 0xF0) second_lo = 0x90;
-    if (lead == 0xF4) second_hi = 0x8F;
-  } else {
-    return 0;
-  }
-  if (i + length > text.size()) return 0;
-  if (byte(i + 1) < second_lo || byte(i + 1) > second_hi) return 0;
-  for (std::size_t k = i + 2; k < i + length; ++k) {
-    if (byte(k) < 0x80 || byte(k) > 0xBF) return 0;
-  }
-  return length;
-}
-
-// A JSON string literal (RFC 8259) holding `text`, with every byte that is not part of a
-// well-formed UTF-8 sequence replaced by U+FFFD so that the line stays valid JSON.
-template <typename Buffer>
-void AppendJsonString(Buffer& out, std::string_view text) {
-  static constexpr std::string_view kHex = "0123456789abcdef";
-  out.push_back('"');
-  std::size_t i = 0;
-  while (i < text.size()) {
-    const auto c = static_cast<unsigned char>(text[i]);
-    if (c < 0x80) {
-      switch (c) {
-        case '"':
-          Append(out, "\\\"");
-          break;
-        case '\\':
-          Append(out, "\\\\");
-          break;
-        case '\n':
-          Append(out, "\\n");
-          break;
-        case '\r':
-          Append(out, "\\r");
-          break;
-        case '\t':
-          Append(out, "\\t");
-          break;
-        case '\b':
-          Append(out, "\\b");
-          break;
-        case '\f':
-          Append(out, "\\f");
-          break;
-        default:
-          if (c < 0x20) {
-            Append(out, "\\u00");
-            out.push_back(kHex[c >> 4]);
-            out.push_back(kHex[c & 0xF]);
-          } else {
-            out.push_back(static_cast<char>(c));
-          }
-      }
-      ++i;
-      continue;
-    }
-    const std::size_t length = Utf8SequenceLength(text, i);
-    if (length == 0) {
-      Append(out, "\\ufffd");
-      ++i;
-    } else {
-      Append(out, text.substr(i, length));
-      i += length;
-    }
-  }
-  out.push_back('"');
 }
 
 template <typename Buffer>

@@ -19,6 +19,7 @@
 #include "common/thread_name.h"
 #include "drover/mutex.h"
 #include "etcd/etcdserverpb/rpc.grpc.pb.h"
+#include "registry/json_codec.h"
 
 namespace drover::registry {
 namespace {
@@ -82,45 +83,24 @@ std::string DefaultProcessName() {
 // --- Values --------------------------------------------------------------------------------
 
 std::string EncodeInstance(const Instance& in, bool create) {
-  const InstanceSpec& s = in.spec;
-  json j = {{"address", s.address},
-            {"generation", s.generation},
-            {"state", std::string(InstanceStateName(s.state))},
-            {"ttl_ms", s.ttl_ms},
-            {"weight", s.weight},
-            {"zone", s.zone},
-            {"labels", s.labels},
-            {"version", s.version},
-            {"accepting", s.accepting},
-            // 0: this incarnation was created by the write that carries it (its revision).
-            {"create_revision", create ? 0 : in.create_revision},
-            {"ready_since_ms", ToUnixMillis(in.ready_since)}};
-  if (in.ready_since == SystemTime{}) j["ready_since_ms"] = 0;
-  return j.dump();
+  // create_revision 0: this incarnation was created by the write that carries it (its revision).
+  return StoredInstanceJson(
+      StoredInstance{in.spec, create ? 0 : in.create_revision,
+                     in.ready_since == SystemTime{} ? 0 : ToUnixMillis(in.ready_since)});
 }
 
 Result<Instance> DecodeInstance(const std::string& value, bool& created_here) {
-  try {
-    const json j = json::parse(value);
-    Instance in;
-    InstanceSpec& s = in.spec;
-    s.address = j.at("address").get<std::string>();
-    s.generation = j.at("generation").get<std::uint64_t>();
-    DROVER_ASSIGN_OR_RETURN(s.state, ParseInstanceState(j.at("state").get<std::string>()));
-    s.ttl_ms = j.at("ttl_ms").get<std::int64_t>();
-    s.weight = j.at("weight").get<std::uint32_t>();
-    s.zone = j.at("zone").get<std::string>();
-    s.labels = j.at("labels").get<std::map<std::string, std::string>>();
-    s.version = j.at("version").get<std::string>();
-    s.accepting = j.at("accepting").get<bool>();
-    in.create_revision = j.at("create_revision").get<std::uint64_t>();
-    created_here = in.create_revision == 0;
-    const std::int64_t ready = j.at("ready_since_ms").get<std::int64_t>();
-    in.ready_since = ready == 0 ? SystemTime{} : FromUnixMillis(ready);
-    return in;
-  } catch (const std::exception& e) {
-    return InternalError(std::string("undecodable instance in etcd: ") + e.what());
+  Result<StoredInstance> stored = StoredInstanceFromJson(value);
+  if (!stored.ok()) {
+    return InternalError("undecodable instance in etcd: " + stored.status().message());
   }
+  Instance in;
+  in.spec = std::move(stored->spec);
+  in.create_revision = stored->create_revision;
+  created_here = in.create_revision == 0;
+  in.ready_since =
+      stored->ready_since_ms == 0 ? SystemTime{} : FromUnixMillis(stored->ready_since_ms);
+  return in;
 }
 
 // "<prefix><service>/<id>" -> {service, id}; nullopt for a key of another shape.

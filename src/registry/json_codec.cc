@@ -4,6 +4,8 @@
 #include <chrono>
 #include <limits>
 
+#include "common/json_text.h"
+
 namespace drover::registry {
 namespace {
 
@@ -111,32 +113,58 @@ namespace {
 // interface): no document is built -- as a document, a registration's body cost 14 allocations,
 // the most of any step of an HTTP registration. The rules are ParseObject's and the Get*'s: a
 // JSON object of known members, each of its type; the first member that breaks one is the error.
+//
+// The stored form (`Stored::kYes`, StoredInstanceFromJson) adds create_revision and
+// ready_since_ms, requires every member, and skips members it does not know (a newer process
+// may have written them) instead of refusing them.
 class SpecReader final : public nlohmann::json_sax<nlohmann::json> {
  public:
+  enum class Stored : std::uint8_t { kNo, kYes };
+  explicit SpecReader(Stored stored = Stored::kNo) : stored_(stored == Stored::kYes) {}
+
   Result<InstanceSpec> Read(std::string_view body) {
     const bool parsed = nlohmann::json::sax_parse(body.data(), body.data() + body.size(), this);
     if (!error_.ok()) return error_;
     if (!parsed) return InvalidArgumentError("body is not valid JSON");
-    if (!have_address_) return InvalidArgumentError("missing field 'address'");
-    if (!have_generation_) return InvalidArgumentError("missing field 'generation'");
+    if (stored_) {
+      for (const auto& [name, field] : kFields) {
+        if ((seen_ & Bit(field)) == 0) {
+          return InvalidArgumentError("missing field '" + std::string(name) + "'");
+        }
+      }
+    }
+    if ((seen_ & Bit(Field::kAddress)) == 0) return InvalidArgumentError("missing field 'address'");
+    if ((seen_ & Bit(Field::kGeneration)) == 0) {
+      return InvalidArgumentError("missing field 'generation'");
+    }
     DROVER_ASSIGN_OR_RETURN(spec_.state, ParseInstanceState(state_));
     return std::move(spec_);
   }
+  std::uint64_t create_revision() const { return create_revision_; }
+  std::int64_t ready_since_ms() const { return ready_since_ms_; }
 
-  bool null() override { return Scalar(Kind::kNull); }
+  bool null() override { return Skipped() || Scalar(Kind::kNull); }
   bool boolean(bool value) override {
+    if (Skipped()) return true;
     if (!Scalar(Kind::kBool)) return false;
     spec_.accepting = value;
     return true;
   }
   // nlohmann reads a non-negative integer as unsigned: this one is negative.
-  bool number_integer(number_integer_t) override { return Scalar(Kind::kNegative); }
+  bool number_integer(number_integer_t value) override {
+    if (Skipped()) return true;
+    if (field_ == Field::kReadySinceMs && depth_ == 1) {  // (a time before 1970)
+      ready_since_ms_ = value;
+      return true;
+    }
+    return Scalar(Kind::kNegative);
+  }
   bool number_unsigned(number_unsigned_t value) override {
+    if (Skipped()) return true;
     if (!Scalar(Kind::kUnsigned)) return false;
     switch (field_) {
       case Field::kGeneration:
         spec_.generation = value;
-        have_generation_ = true;
         return true;
       case Field::kTtlMs:
         if (value > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())) {
@@ -150,12 +178,24 @@ class SpecReader final : public nlohmann::json_sax<nlohmann::json> {
         }
         spec_.weight = static_cast<std::uint32_t>(value);
         return true;
+      case Field::kCreateRevision:
+        create_revision_ = value;
+        return true;
+      case Field::kReadySinceMs:
+        if (value > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())) {
+          return Fail(InvalidArgumentError("field 'ready_since_ms' is out of range"));
+        }
+        ready_since_ms_ = static_cast<std::int64_t>(value);
+        return true;
       default:
         return true;
     }
   }
-  bool number_float(number_float_t, const string_t&) override { return Scalar(Kind::kFloat); }
+  bool number_float(number_float_t, const string_t&) override {
+    return Skipped() || Scalar(Kind::kFloat);
+  }
   bool string(string_t& value) override {
+    if (Skipped()) return true;
     if (depth_ == 2) {  // a label's value
       spec_.labels[std::move(label_)] = std::move(value);
       return true;
@@ -164,7 +204,6 @@ class SpecReader final : public nlohmann::json_sax<nlohmann::json> {
     switch (field_) {
       case Field::kAddress:
         spec_.address = std::move(value);
-        have_address_ = true;
         return true;
       case Field::kState:
         state_ = std::move(value);
@@ -179,8 +218,9 @@ class SpecReader final : public nlohmann::json_sax<nlohmann::json> {
         return true;
     }
   }
-  bool binary(binary_t&) override { return Scalar(Kind::kNull); }  // (not in JSON text)
+  bool binary(binary_t&) override { return Skipped() || Scalar(Kind::kNull); }  // (not in text)
   bool start_object(std::size_t) override {
+    if (Skipping()) return true;
     if (depth_ == 0) {
       depth_ = 1;
       return true;
@@ -193,22 +233,32 @@ class SpecReader final : public nlohmann::json_sax<nlohmann::json> {
     return Nested();
   }
   bool key(string_t& name) override {
+    if (skip_ > 0) return true;
     if (depth_ == 2) {
       label_ = std::move(name);
       return true;
     }
     field_ = FieldNamed(name);
     if (field_ == Field::kUnknown) {
+      if (stored_) {
+        skip_ = 1;  // its value, however deep
+        return true;
+      }
       return Fail(InvalidArgumentError("unknown field '" + name + "'"));
     }
+    if (!stored_ && (field_ == Field::kCreateRevision || field_ == Field::kReadySinceMs)) {
+      return Fail(InvalidArgumentError("unknown field '" + name + "'"));
+    }
+    seen_ |= Bit(field_);
     return true;
   }
   bool end_object() override {
+    if (skip_ > 0) return Ended();
     --depth_;
     return true;
   }
-  bool start_array(std::size_t) override { return Nested(); }
-  bool end_array() override { return true; }
+  bool start_array(std::size_t) override { return Skipping() || Nested(); }
+  bool end_array() override { return skip_ == 0 || Ended(); }
   bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) override {
     return false;
   }
@@ -224,17 +274,28 @@ class SpecReader final : public nlohmann::json_sax<nlohmann::json> {
     kZone,
     kLabels,
     kVersion,
-    kAccepting
+    kAccepting,
+    kCreateRevision,  // the stored form's
+    kReadySinceMs,    // the stored form's
   };
   enum class Kind : std::uint8_t { kNull, kBool, kNegative, kUnsigned, kFloat, kString };
 
   // Each member's name (the literals end in NUL: Name() hands out their data()).
   static constexpr std::pair<std::string_view, Field> kFields[] = {
-      {"address", Field::kAddress},    {"generation", Field::kGeneration},
-      {"state", Field::kState},        {"ttl_ms", Field::kTtlMs},
-      {"weight", Field::kWeight},      {"zone", Field::kZone},
-      {"labels", Field::kLabels},      {"version", Field::kVersion},
-      {"accepting", Field::kAccepting}};
+      {"address", Field::kAddress},
+      {"generation", Field::kGeneration},
+      {"state", Field::kState},
+      {"ttl_ms", Field::kTtlMs},
+      {"weight", Field::kWeight},
+      {"zone", Field::kZone},
+      {"labels", Field::kLabels},
+      {"version", Field::kVersion},
+      {"accepting", Field::kAccepting},
+      {"create_revision", Field::kCreateRevision},
+      {"ready_since_ms", Field::kReadySinceMs}};
+  static constexpr std::uint32_t Bit(Field field) {
+    return std::uint32_t{1} << static_cast<unsigned>(field);
+  }
   static Field FieldNamed(std::string_view name) {
     for (const auto& [n, f] : kFields) {
       if (n == name) return f;
@@ -261,6 +322,8 @@ class SpecReader final : public nlohmann::json_sax<nlohmann::json> {
       case Field::kGeneration:
       case Field::kTtlMs:
       case Field::kWeight:
+      case Field::kCreateRevision:
+      case Field::kReadySinceMs:
         return kind == Kind::kUnsigned || Fail(TypeError(Name(field_), "a non-negative integer"));
       case Field::kAccepting:
         return kind == Kind::kBool || Fail(TypeError("accepting", "true or false"));
@@ -279,20 +342,90 @@ class SpecReader final : public nlohmann::json_sax<nlohmann::json> {
     error_ = std::move(s);
     return false;
   }
+  // An unknown member's value is being skipped (stored form): a scalar ends it at its own level.
+  bool Skipped() {
+    if (skip_ == 0) return false;
+    if (skip_ == 1) skip_ = 0;
+    return true;
+  }
+  // An object or array opens while skipping: one level deeper.
+  bool Skipping() {
+    if (skip_ == 0) return false;
+    ++skip_;
+    return true;
+  }
+  // An object or array closes while skipping: once back at the member's level the value is over.
+  bool Ended() {
+    if (--skip_ == 1) skip_ = 0;
+    return true;
+  }
 
+  const bool stored_;
   InstanceSpec spec_;
   std::string state_ = "STARTING";
   std::string label_;
   Field field_ = Field::kUnknown;
   int depth_ = 0;  // 1: in the body's object; 2: in its labels
-  bool have_address_ = false;
-  bool have_generation_ = false;
+  int skip_ = 0;   // skipping an unknown member's value: 1 before it starts, +1 per open level
+  std::uint32_t seen_ = 0;  // Bit(field) of each member read
+  std::uint64_t create_revision_ = 0;
+  std::int64_t ready_since_ms_ = 0;
   Status error_;
 };
 
 }  // namespace
 
 Result<InstanceSpec> SpecFromJson(std::string_view body) { return SpecReader().Read(body); }
+
+std::string StoredInstanceJson(const StoredInstance& in) {
+  const InstanceSpec& s = in.spec;
+  std::string out;
+  out.reserve(160 + s.address.size() + s.zone.size() + s.version.size() + 24 * s.labels.size());
+  const auto member = [&out](std::string_view name) {
+    out.push_back(out.empty() ? '{' : ',');
+    AppendJsonString(out, name);
+    out.push_back(':');
+  };
+  member("address");
+  AppendJsonString(out, s.address);
+  member("generation");
+  out += std::to_string(s.generation);
+  member("state");
+  AppendJsonString(out, InstanceStateName(s.state));
+  member("ttl_ms");
+  out += std::to_string(s.ttl_ms);
+  member("weight");
+  out += std::to_string(s.weight);
+  member("zone");
+  AppendJsonString(out, s.zone);
+  member("labels");
+  out.push_back('{');
+  bool first = true;
+  for (const auto& [key, value] : s.labels) {
+    if (!first) out.push_back(',');
+    first = false;
+    AppendJsonString(out, key);
+    out.push_back(':');
+    AppendJsonString(out, value);
+  }
+  out.push_back('}');
+  member("version");
+  AppendJsonString(out, s.version);
+  member("accepting");
+  out += s.accepting ? "true" : "false";
+  member("create_revision");
+  out += std::to_string(in.create_revision);
+  member("ready_since_ms");
+  out += std::to_string(in.ready_since_ms);
+  out.push_back('}');
+  return out;
+}
+
+Result<StoredInstance> StoredInstanceFromJson(std::string_view text) {
+  SpecReader reader(SpecReader::Stored::kYes);
+  DROVER_ASSIGN_OR_RETURN(InstanceSpec spec, reader.Read(text));
+  return StoredInstance{std::move(spec), reader.create_revision(), reader.ready_since_ms()};
+}
 
 Result<StoredDeploy> DeployFromRecord(const std::string& id, const std::string& record_json,
                                       bool active) {

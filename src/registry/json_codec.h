@@ -21,6 +21,18 @@ nlohmann::json EventToJson(const Event& event);
 // state, ttl_ms, weight, zone, labels, version, accepting (optional)}.
 Result<InstanceSpec> SpecFromJson(std::string_view body);
 
+// An instance as a shared store keeps it (the etcd store's value): the spec's members, then
+// `create_revision` and `ready_since_ms`, as one JSON object written without building a document
+// (the registry writes one per registration). Reading requires every member, with the types of
+// SpecFromJson, and skips members it does not know (written by a newer process).
+struct StoredInstance {
+  InstanceSpec spec;
+  std::uint64_t create_revision = 0;
+  std::int64_t ready_since_ms = 0;
+};
+std::string StoredInstanceJson(const StoredInstance& instance);
+Result<StoredInstance> StoredInstanceFromJson(std::string_view text);
+
 // A deploy to store from its record's JSON text (a JSON object naming its "service"), for
 // Registry::PutDeploy; INVALID_ARGUMENT otherwise. The record is kept as given.
 Result<StoredDeploy> DeployFromRecord(const std::string& id, const std::string& record_json,

@@ -81,6 +81,10 @@ TEST(JsonCodecTest, ASpecThatIsNotAsTheAPISaysIsRefusedSayingWhy) {
        "field 'labels' must be an object of strings"},
       {R"({"address":"a:1","generation":1,"labels":{"a":null}})",
        "field 'labels' must be an object of strings"},
+      // The stored form's own members are not the API's.
+      {R"({"address":"a:1","generation":1,"create_revision":3})",
+       "unknown field 'create_revision'"},
+      {R"({"address":"a:1","generation":1,"ready_since_ms":3})", "unknown field 'ready_since_ms'"},
   };
   for (const Case& c : cases) {
     auto spec = SpecFromJson(c.body);
@@ -89,6 +93,134 @@ TEST(JsonCodecTest, ASpecThatIsNotAsTheAPISaysIsRefusedSayingWhy) {
     EXPECT_NE(spec.status().message().find(c.error), std::string::npos)
         << c.body << " -> " << spec.status().message();
   }
+}
+
+StoredInstance FullStoredInstance() {
+  StoredInstance in;
+  in.spec.address = "10.0.0.7:7000";
+  in.spec.generation = 18446744073709551615u;
+  in.spec.state = InstanceState::kDraining;
+  in.spec.ttl_ms = 600000;
+  in.spec.weight = 4294967295u;
+  in.spec.zone = "zone-a";
+  // What validation lets through is printable ASCII; the writer keeps anything valid JSON.
+  in.spec.labels = {{"plain", "7"},
+                    {"quote\"back\\slash", "line\nfeed\ttab\x01"},
+                    {"caf\xc3\xa9", "\xe2\x82\xac"}};
+  in.spec.version = "1.2.0";
+  in.spec.accepting = false;
+  in.create_revision = 123456789;
+  in.ready_since_ms = 1733400000123;
+  return in;
+}
+
+void ExpectSame(const StoredInstance& a, const StoredInstance& b) {
+  EXPECT_EQ(a.spec.address, b.spec.address);
+  EXPECT_EQ(a.spec.generation, b.spec.generation);
+  EXPECT_EQ(a.spec.state, b.spec.state);
+  EXPECT_EQ(a.spec.ttl_ms, b.spec.ttl_ms);
+  EXPECT_EQ(a.spec.weight, b.spec.weight);
+  EXPECT_EQ(a.spec.zone, b.spec.zone);
+  EXPECT_EQ(a.spec.labels, b.spec.labels);
+  EXPECT_EQ(a.spec.version, b.spec.version);
+  EXPECT_EQ(a.spec.accepting, b.spec.accepting);
+  EXPECT_EQ(a.create_revision, b.create_revision);
+  EXPECT_EQ(a.ready_since_ms, b.ready_since_ms);
+}
+
+TEST(JsonCodecTest, AStoredInstanceIsWrittenAsJsonAndReadBackWhole) {
+  const StoredInstance in = FullStoredInstance();
+  const std::string text = StoredInstanceJson(in);
+  // Valid JSON, with what a document would hold.
+  const nlohmann::json doc = nlohmann::json::parse(text);
+  EXPECT_EQ(doc.at("labels").at("quote\"back\\slash").get<std::string>(), "line\nfeed\ttab\x01");
+  EXPECT_EQ(doc.at("generation").get<std::uint64_t>(), 18446744073709551615u);
+  EXPECT_EQ(doc.at("state").get<std::string>(), "DRAINING");
+  auto back = StoredInstanceFromJson(text);
+  ASSERT_TRUE(back.ok()) << back.status().ToString() << " in " << text;
+  ExpectSame(*back, in);
+
+  // Bytes that are not UTF-8 cannot be JSON: they are written as U+FFFD, never as broken text.
+  StoredInstance odd = in;
+  odd.spec.labels = {{"k", std::string("a\xff\xc3"
+                                       "b")}};
+  auto odd_back = StoredInstanceFromJson(StoredInstanceJson(odd));
+  ASSERT_TRUE(odd_back.ok()) << odd_back.status().ToString();
+  EXPECT_EQ(odd_back->spec.labels.at("k"),
+            "a\xef\xbf\xbd\xef\xbf\xbd"
+            "b");
+
+  // A time before 1970 and no labels.
+  StoredInstance early = in;
+  early.ready_since_ms = -5;
+  early.spec.labels.clear();
+  auto early_back = StoredInstanceFromJson(StoredInstanceJson(early));
+  ASSERT_TRUE(early_back.ok()) << early_back.status().ToString();
+  ExpectSame(*early_back, early);
+}
+
+// What earlier versions wrote -- a document's dump, members in name order -- and what a newer
+// one may write (members this one does not know, of any shape) are read alike.
+TEST(JsonCodecTest, AStoredInstanceIsReadInAnyMemberOrderAndSkipsMembersItDoesNotKnow) {
+  const StoredInstance in = FullStoredInstance();
+  nlohmann::json doc = {{"address", in.spec.address},
+                        {"generation", in.spec.generation},
+                        {"state", "DRAINING"},
+                        {"ttl_ms", in.spec.ttl_ms},
+                        {"weight", in.spec.weight},
+                        {"zone", in.spec.zone},
+                        {"labels", in.spec.labels},
+                        {"version", in.spec.version},
+                        {"accepting", in.spec.accepting},
+                        {"create_revision", in.create_revision},
+                        {"ready_since_ms", in.ready_since_ms}};
+  auto sorted = StoredInstanceFromJson(doc.dump());
+  ASSERT_TRUE(sorted.ok()) << sorted.status().ToString();
+  ExpectSame(*sorted, in);
+
+  doc["aaa_first"] = {{"nested", {1, {{"deep", nullptr}}, "x"}}, {"labels", {{"a", "b"}}}};
+  doc["mid_list"] = nlohmann::json::array({nlohmann::json::object(), nlohmann::json::array()});
+  doc["zz_scalar"] = -1.5;
+  doc["zz_bool"] = true;
+  doc["zz_null"] = nullptr;
+  doc["zz_string"] = "s";
+  auto newer = StoredInstanceFromJson(doc.dump());
+  ASSERT_TRUE(newer.ok()) << newer.status().ToString() << " in " << doc.dump();
+  ExpectSame(*newer, in);
+}
+
+TEST(JsonCodecTest, AStoredInstanceMissingAMemberOrOfAWrongTypeIsRefusedSayingWhich) {
+  const nlohmann::json whole = nlohmann::json::parse(StoredInstanceJson(FullStoredInstance()));
+  for (const auto& [name, value] : whole.items()) {
+    nlohmann::json doc = whole;
+    doc.erase(name);
+    auto read = StoredInstanceFromJson(doc.dump());
+    ASSERT_FALSE(read.ok()) << name;
+    EXPECT_EQ(read.status().message(), "missing field '" + name + "'");
+  }
+  struct Case {
+    std::string member;
+    nlohmann::json value;
+    std::string error;
+  };
+  const std::vector<Case> cases = {
+      {"create_revision", "7", "field 'create_revision' must be a non-negative integer"},
+      {"create_revision", -7, "field 'create_revision' must be a non-negative integer"},
+      {"ready_since_ms", 9223372036854775808u, "field 'ready_since_ms' is out of range"},
+      {"ready_since_ms", 1.5, "field 'ready_since_ms' must be a non-negative integer"},
+      {"labels", {{"a", 1}}, "field 'labels' must be an object of strings"},
+      {"state", "ready", "state"},
+  };
+  for (const Case& c : cases) {
+    nlohmann::json doc = whole;
+    doc[c.member] = c.value;
+    auto read = StoredInstanceFromJson(doc.dump());
+    ASSERT_FALSE(read.ok()) << doc.dump();
+    EXPECT_NE(read.status().message().find(c.error), std::string::npos)
+        << doc.dump() << " -> " << read.status().message();
+  }
+  EXPECT_FALSE(StoredInstanceFromJson("not json").ok());
+  EXPECT_FALSE(StoredInstanceFromJson("[]").ok());
 }
 
 }  // namespace
