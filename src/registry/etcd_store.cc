@@ -1,5 +1,6 @@
 #include "registry/etcd_store.h"
 
+#include <google/protobuf/arena.h>
 #include <grpcpp/grpcpp.h>
 #include <netdb.h>
 #include <spdlog/spdlog.h>
@@ -255,12 +256,16 @@ struct EtcdStore::Impl {
         .count();
   }
 
-  // A Txn sent with Retry; the failure names `what`.
-  Result<pb::TxnResponse> SendTxn(const pb::TxnRequest& req, std::string_view what) const {
-    pb::TxnResponse resp;
+  // A Txn sent with Retry, its answer in `resp`; the failure names `what`.
+  Status SendTxn(const pb::TxnRequest& req, pb::TxnResponse& resp, std::string_view what) const {
     const grpc::Status s =
         Retry([&](grpc::ClientContext& ctx) { return kv()->Txn(&ctx, req, &resp); });
     if (!s.ok()) return FromGrpc(s, std::string(what));
+    return Status::Ok();
+  }
+  Result<pb::TxnResponse> SendTxn(const pb::TxnRequest& req, std::string_view what) const {
+    pb::TxnResponse resp;
+    DROVER_RETURN_IF_ERROR(SendTxn(req, resp, what));
     return resp;
   }
   // The compares and operations of one commit, added to `req` (without `last`).
@@ -335,8 +340,40 @@ void EtcdStore::Impl::FillTxn(const std::vector<Write>& writes, pb::TxnRequest& 
   }
 }
 
+namespace {
+
+// A commit's Txn and its answer, on one arena whose first block is part of this object (made on
+// the writer's stack): a group's Txn is hundreds of small messages (a nested Txn, compare, put
+// and their strings per set; a header and a put's answer per set back), carved from that block
+// -- a larger group's from blocks the arena adds -- and freed together instead of one by one.
+class TxnMessages {
+ public:
+  TxnMessages() : arena_(Options(block_, sizeof block_)) {}
+
+  // Also the feed's arena for each answer it reads.
+  static google::protobuf::ArenaOptions Options(char* block, std::size_t size) {
+    google::protobuf::ArenaOptions options;
+    options.initial_block = block;
+    options.initial_block_size = size;
+    options.start_block_size = 16 << 10;
+    options.max_block_size = 256 << 10;
+    return options;
+  }
+
+ private:
+  alignas(16) char block_[16 << 10];  // about a group of 16 registrations, both ways
+  google::protobuf::Arena arena_;     // then the messages below, on it
+
+ public:
+  pb::TxnRequest& req = *google::protobuf::Arena::CreateMessage<pb::TxnRequest>(&arena_);
+  pb::TxnResponse& resp = *google::protobuf::Arena::CreateMessage<pb::TxnResponse>(&arena_);
+};
+
+}  // namespace
+
 Result<std::uint64_t> EtcdStore::Impl::Txn(const std::vector<Write>& writes, bool as_expirer) {
-  pb::TxnRequest req;
+  TxnMessages txn;
+  pb::TxnRequest& req = txn.req;
   if (as_expirer) {
     const std::int64_t role = expirer_create_revision.load();
     if (role == 0) return AbortedError("this process is not the expirer");
@@ -348,7 +385,8 @@ Result<std::uint64_t> EtcdStore::Impl::Txn(const std::vector<Write>& writes, boo
   }
   FillTxn(writes, req);
   MarkLast(req);
-  DROVER_ASSIGN_OR_RETURN(const pb::TxnResponse resp, SendTxn(req, "txn"));
+  const pb::TxnResponse& resp = txn.resp;
+  DROVER_RETURN_IF_ERROR(SendTxn(req, txn.resp, "txn"));
   if (!resp.succeeded()) {
     return AbortedError(as_expirer ? "precondition failed: a row changed, or this process is no "
                                      "longer the expirer"
@@ -365,12 +403,14 @@ Status EtcdStore::Impl::TxnOfSets(const std::vector<std::vector<Write>>& batch, 
     results.push_back(std::move(rev));
     return Status::Ok();
   }
-  pb::TxnRequest req;
+  TxnMessages txn;
+  pb::TxnRequest& req = txn.req;
   for (std::size_t i = from; i < to; ++i)
     FillTxn(batch[i], *req.add_success()->mutable_request_txn());
   MarkLast(req);
-  DROVER_ASSIGN_OR_RETURN(const pb::TxnResponse resp,
-                          SendTxn(req, "txn of " + std::to_string(to - from) + " commits"));
+  const pb::TxnResponse& resp = txn.resp;
+  DROVER_RETURN_IF_ERROR(
+      SendTxn(req, txn.resp, "txn of " + std::to_string(to - from) + " commits"));
   if (resp.responses_size() < static_cast<int>(to - from)) {
     return InternalError("etcd answered a txn of " + std::to_string(to - from) + " commits with " +
                          std::to_string(resp.responses_size()) + " responses");
@@ -550,8 +590,14 @@ void EtcdStore::Impl::FeedLoop(std::uint64_t from) {
       if (paused || stopping) ctx.TryCancel();
     }
     bool reload = false;
-    pb::WatchResponse resp;
-    while (stream->Read(&resp)) {
+    for (;;) {
+      // Each answer on an arena of its own, its first block on this stack: its events' messages
+      // and strings are carved from it and freed at once (a reused message would free and
+      // allocate them anew).
+      alignas(16) char block[16 << 10];
+      google::protobuf::Arena arena(TxnMessages::Options(block, sizeof block));
+      pb::WatchResponse& resp = *google::protobuf::Arena::CreateMessage<pb::WatchResponse>(&arena);
+      if (!stream->Read(&resp)) break;
       backoff = 100ms;
       if (resp.created() && broken) {
         broken = false;
