@@ -163,20 +163,24 @@ TEST(JsonCodecTest, AStoredInstanceIsWrittenAsJsonAndReadBackWhole) {
 // one may write (members this one does not know, of any shape) are read alike.
 TEST(JsonCodecTest, AStoredInstanceIsReadInAnyMemberOrderAndSkipsMembersItDoesNotKnow) {
   const StoredInstance in = FullStoredInstance();
-  nlohmann::json doc = {{"address", in.spec.address},
-                        {"generation", in.spec.generation},
-                        {"state", "DRAINING"},
-                        {"ttl_ms", in.spec.ttl_ms},
-                        {"weight", in.spec.weight},
-                        {"zone", in.spec.zone},
-                        {"labels", in.spec.labels},
-                        {"version", in.spec.version},
-                        {"accepting", in.spec.accepting},
-                        {"create_revision", in.create_revision},
-                        {"ready_since_ms", in.ready_since_ms}};
+  // A document keeps its members in name order, as the document writer of earlier versions did.
+  nlohmann::json doc = nlohmann::json::parse(StoredInstanceJson(in));
+  ASSERT_EQ(doc.begin().key(), "accepting");
   auto sorted = StoredInstanceFromJson(doc.dump());
   ASSERT_TRUE(sorted.ok()) << sorted.status().ToString();
   ExpectSame(*sorted, in);
+  // A value as an earlier version stored it, word for word.
+  auto earlier = StoredInstanceFromJson(
+      R"({"accepting":true,"address":"10.0.0.1:7000","create_revision":0,"generation":1,)"
+      R"("labels":{"shard":"3"},"ready_since_ms":0,"state":"READY","ttl_ms":600000,)"
+      R"("version":"1.0.0","weight":1,"zone":"zone-a"})");
+  ASSERT_TRUE(earlier.ok()) << earlier.status().ToString();
+  EXPECT_EQ(earlier->spec.address, "10.0.0.1:7000");
+  EXPECT_EQ(earlier->spec.state, InstanceState::kReady);
+  EXPECT_EQ(earlier->spec.labels, (std::map<std::string, std::string>{{"shard", "3"}}));
+  EXPECT_TRUE(earlier->spec.accepting);
+  EXPECT_EQ(earlier->create_revision, 0u);
+  EXPECT_EQ(earlier->ready_since_ms, 0);
 
   doc["aaa_first"] = {{"nested", {1, {{"deep", nullptr}}, "x"}}, {"labels", {{"a", "b"}}}};
   doc["mid_list"] = nlohmann::json::array({nlohmann::json::object(), nlohmann::json::array()});
