@@ -377,6 +377,19 @@ class SpecReader final : public nlohmann::json_sax<nlohmann::json> {
 
 Result<InstanceSpec> SpecFromJson(std::string_view body) { return SpecReader().Read(body); }
 
+void AppendLabelsJson(std::string& out, const std::map<std::string, std::string>& labels) {
+  out.push_back('{');
+  bool first = true;
+  for (const auto& [key, value] : labels) {
+    if (!first) out.push_back(',');
+    first = false;
+    AppendJsonString(out, key);
+    out.push_back(':');
+    AppendJsonString(out, value);
+  }
+  out.push_back('}');
+}
+
 std::string StoredInstanceJson(const StoredInstance& in) {
   const InstanceSpec& s = in.spec;
   std::string out;
@@ -399,16 +412,7 @@ std::string StoredInstanceJson(const StoredInstance& in) {
   member("zone");
   AppendJsonString(out, s.zone);
   member("labels");
-  out.push_back('{');
-  bool first = true;
-  for (const auto& [key, value] : s.labels) {
-    if (!first) out.push_back(',');
-    first = false;
-    AppendJsonString(out, key);
-    out.push_back(':');
-    AppendJsonString(out, value);
-  }
-  out.push_back('}');
+  AppendLabelsJson(out, s.labels);
   member("version");
   AppendJsonString(out, s.version);
   member("accepting");

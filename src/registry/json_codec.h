@@ -2,7 +2,9 @@
 // body with a wrong type, an unknown field or a missing required field is INVALID_ARGUMENT.
 #pragma once
 
+#include <map>
 #include <nlohmann/json.hpp>
+#include <string>
 #include <string_view>
 
 #include "registry/model.h"
@@ -20,6 +22,10 @@ nlohmann::json EventToJson(const Event& event);
 // The body of `PUT /v1/services/{service}/instances/{id}`: {address, generation (required);
 // state, ttl_ms, weight, zone, labels, version, accepting (optional)}.
 Result<InstanceSpec> SpecFromJson(std::string_view body);
+
+// Labels as one JSON object of strings, in key order (`{"a":"1","b":"2"}`), appended to `out`
+// without building a document: the SQLite store's labels column and the stored instance below.
+void AppendLabelsJson(std::string& out, const std::map<std::string, std::string>& labels);
 
 // An instance as a shared store keeps it (the etcd store's value): the spec's members, then
 // `create_revision` and `ready_since_ms`, as one JSON object written without building a document

@@ -11,6 +11,8 @@
 #include <unordered_map>
 #include <utility>
 
+#include "registry/json_codec.h"
+
 namespace drover::registry {
 namespace {
 
@@ -160,7 +162,9 @@ Status Run(Statements& cache, const char* sql, const char* what) {
 }
 
 std::string LabelsToJson(const std::map<std::string, std::string>& labels) {
-  return nlohmann::json(labels).dump();
+  std::string out;
+  AppendLabelsJson(out, labels);
+  return out;
 }
 
 Result<std::map<std::string, std::string>> LabelsFromJson(const std::string& text) {

@@ -193,6 +193,16 @@ TEST(JsonCodecTest, AStoredInstanceIsReadInAnyMemberOrderAndSkipsMembersItDoesNo
   ExpectSame(*newer, in);
 }
 
+TEST(JsonCodecTest, LabelsAreWrittenAsTheDocumentWriterWroteThem) {
+  const std::map<std::string, std::string> labels = FullStoredInstance().spec.labels;
+  std::string out = "x";
+  AppendLabelsJson(out, labels);
+  EXPECT_EQ(out, "x" + nlohmann::json(labels).dump());
+  out.clear();
+  AppendLabelsJson(out, {});
+  EXPECT_EQ(out, "{}");
+}
+
 TEST(JsonCodecTest, AStoredInstanceMissingAMemberOrOfAWrongTypeIsRefusedSayingWhich) {
   const nlohmann::json whole = nlohmann::json::parse(StoredInstanceJson(FullStoredInstance()));
   for (const auto& [name, value] : whole.items()) {
