@@ -85,9 +85,8 @@ std::string DefaultProcessName() {
 
 std::string EncodeInstance(const Instance& in, bool create) {
   // create_revision 0: this incarnation was created by the write that carries it (its revision).
-  return StoredInstanceJson(
-      StoredInstance{in.spec, create ? 0 : in.create_revision,
-                     in.ready_since == SystemTime{} ? 0 : ToUnixMillis(in.ready_since)});
+  return StoredInstanceJson(in.spec, create ? 0 : in.create_revision,
+                            in.ready_since == SystemTime{} ? 0 : ToUnixMillis(in.ready_since));
 }
 
 Result<Instance> DecodeInstance(const std::string& value, bool& created_here) {
@@ -342,31 +341,25 @@ void EtcdStore::Impl::FillTxn(const std::vector<Write>& writes, pb::TxnRequest& 
 
 namespace {
 
-// A commit's Txn and its answer, on one arena whose first block is part of this object (made on
-// the writer's stack): a group's Txn is hundreds of small messages (a nested Txn, compare, put
-// and their strings per set; a header and a put's answer per set back), carved from that block
-// -- a larger group's from blocks the arena adds -- and freed together instead of one by one.
-class TxnMessages {
- public:
-  TxnMessages() : arena_(Options(block_, sizeof block_)) {}
+// Options for a protobuf arena whose first block is `block` (on the caller's stack): the many
+// small messages of a Txn or a feed answer are carved from it -- a larger one's from blocks the
+// arena adds -- and freed together instead of one by one.
+google::protobuf::ArenaOptions StackArena(char* block, std::size_t size) {
+  google::protobuf::ArenaOptions options;
+  options.initial_block = block;
+  options.initial_block_size = size;
+  options.start_block_size = 16 << 10;
+  options.max_block_size = 256 << 10;
+  return options;
+}
 
-  // Also the feed's arena for each answer it reads.
-  static google::protobuf::ArenaOptions Options(char* block, std::size_t size) {
-    google::protobuf::ArenaOptions options;
-    options.initial_block = block;
-    options.initial_block_size = size;
-    options.start_block_size = 16 << 10;
-    options.max_block_size = 256 << 10;
-    return options;
-  }
-
- private:
-  alignas(16) char block_[16 << 10];  // about a group of 16 registrations, both ways
-  google::protobuf::Arena arena_;     // then the messages below, on it
-
- public:
-  pb::TxnRequest& req = *google::protobuf::Arena::CreateMessage<pb::TxnRequest>(&arena_);
-  pb::TxnResponse& resp = *google::protobuf::Arena::CreateMessage<pb::TxnResponse>(&arena_);
+// A commit's Txn and its answer (a nested Txn, compare, put and their strings per set; a header
+// and a put's answer per set back) on one such arena, made on the writer's stack.
+struct TxnMessages {
+  alignas(16) char block[16 << 10];  // about a group of 16 registrations, both ways
+  google::protobuf::Arena arena{StackArena(block, sizeof block)};
+  pb::TxnRequest& req = *google::protobuf::Arena::CreateMessage<pb::TxnRequest>(&arena);
+  pb::TxnResponse& resp = *google::protobuf::Arena::CreateMessage<pb::TxnResponse>(&arena);
 };
 
 }  // namespace
@@ -595,7 +588,7 @@ void EtcdStore::Impl::FeedLoop(std::uint64_t from) {
       // and strings are carved from it and freed at once (a reused message would free and
       // allocate them anew).
       alignas(16) char block[16 << 10];
-      google::protobuf::Arena arena(TxnMessages::Options(block, sizeof block));
+      google::protobuf::Arena arena(StackArena(block, sizeof block));
       pb::WatchResponse& resp = *google::protobuf::Arena::CreateMessage<pb::WatchResponse>(&arena);
       if (!stream->Read(&resp)) break;
       backoff = 100ms;

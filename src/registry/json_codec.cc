@@ -246,9 +246,6 @@ class SpecReader final : public nlohmann::json_sax<nlohmann::json> {
       }
       return Fail(InvalidArgumentError("unknown field '" + name + "'"));
     }
-    if (!stored_ && (field_ == Field::kCreateRevision || field_ == Field::kReadySinceMs)) {
-      return Fail(InvalidArgumentError("unknown field '" + name + "'"));
-    }
     seen_ |= Bit(field_);
     return true;
   }
@@ -296,9 +293,12 @@ class SpecReader final : public nlohmann::json_sax<nlohmann::json> {
   static constexpr std::uint32_t Bit(Field field) {
     return std::uint32_t{1} << static_cast<unsigned>(field);
   }
-  static Field FieldNamed(std::string_view name) {
+  // The stored form's own members are unknown to the API's body.
+  Field FieldNamed(std::string_view name) const {
     for (const auto& [n, f] : kFields) {
-      if (n == name) return f;
+      if (n != name) continue;
+      const bool stored_only = f == Field::kCreateRevision || f == Field::kReadySinceMs;
+      return stored_only && !stored_ ? Field::kUnknown : f;
     }
     return Field::kUnknown;
   }
@@ -390,8 +390,8 @@ void AppendLabelsJson(std::string& out, const std::map<std::string, std::string>
   out.push_back('}');
 }
 
-std::string StoredInstanceJson(const StoredInstance& in) {
-  const InstanceSpec& s = in.spec;
+std::string StoredInstanceJson(const InstanceSpec& s, std::uint64_t create_revision,
+                               std::int64_t ready_since_ms) {
   std::string out;
   out.reserve(160 + s.address.size() + s.zone.size() + s.version.size() + 24 * s.labels.size());
   const auto member = [&out](std::string_view name) {
@@ -418,9 +418,9 @@ std::string StoredInstanceJson(const StoredInstance& in) {
   member("accepting");
   out += s.accepting ? "true" : "false";
   member("create_revision");
-  out += std::to_string(in.create_revision);
+  out += std::to_string(create_revision);
   member("ready_since_ms");
-  out += std::to_string(in.ready_since_ms);
+  out += std::to_string(ready_since_ms);
   out.push_back('}');
   return out;
 }

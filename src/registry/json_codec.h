@@ -36,7 +36,8 @@ struct StoredInstance {
   std::uint64_t create_revision = 0;
   std::int64_t ready_since_ms = 0;
 };
-std::string StoredInstanceJson(const StoredInstance& instance);
+std::string StoredInstanceJson(const InstanceSpec& spec, std::uint64_t create_revision,
+                               std::int64_t ready_since_ms);
 Result<StoredInstance> StoredInstanceFromJson(std::string_view text);
 
 // A deploy to store from its record's JSON text (a JSON object naming its "service"), for

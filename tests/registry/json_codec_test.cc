@@ -114,6 +114,10 @@ StoredInstance FullStoredInstance() {
   return in;
 }
 
+std::string Json(const StoredInstance& in) {
+  return StoredInstanceJson(in.spec, in.create_revision, in.ready_since_ms);
+}
+
 void ExpectSame(const StoredInstance& a, const StoredInstance& b) {
   EXPECT_EQ(a.spec.address, b.spec.address);
   EXPECT_EQ(a.spec.generation, b.spec.generation);
@@ -130,7 +134,7 @@ void ExpectSame(const StoredInstance& a, const StoredInstance& b) {
 
 TEST(JsonCodecTest, AStoredInstanceIsWrittenAsJsonAndReadBackWhole) {
   const StoredInstance in = FullStoredInstance();
-  const std::string text = StoredInstanceJson(in);
+  const std::string text = Json(in);
   // Valid JSON, with what a document would hold.
   const nlohmann::json doc = nlohmann::json::parse(text);
   EXPECT_EQ(doc.at("labels").at("quote\"back\\slash").get<std::string>(), "line\nfeed\ttab\x01");
@@ -144,7 +148,7 @@ TEST(JsonCodecTest, AStoredInstanceIsWrittenAsJsonAndReadBackWhole) {
   StoredInstance odd = in;
   odd.spec.labels = {{"k", std::string("a\xff\xc3"
                                        "b")}};
-  auto odd_back = StoredInstanceFromJson(StoredInstanceJson(odd));
+  auto odd_back = StoredInstanceFromJson(Json(odd));
   ASSERT_TRUE(odd_back.ok()) << odd_back.status().ToString();
   EXPECT_EQ(odd_back->spec.labels.at("k"),
             "a\xef\xbf\xbd\xef\xbf\xbd"
@@ -154,7 +158,7 @@ TEST(JsonCodecTest, AStoredInstanceIsWrittenAsJsonAndReadBackWhole) {
   StoredInstance early = in;
   early.ready_since_ms = -5;
   early.spec.labels.clear();
-  auto early_back = StoredInstanceFromJson(StoredInstanceJson(early));
+  auto early_back = StoredInstanceFromJson(Json(early));
   ASSERT_TRUE(early_back.ok()) << early_back.status().ToString();
   ExpectSame(*early_back, early);
 }
@@ -164,7 +168,7 @@ TEST(JsonCodecTest, AStoredInstanceIsWrittenAsJsonAndReadBackWhole) {
 TEST(JsonCodecTest, AStoredInstanceIsReadInAnyMemberOrderAndSkipsMembersItDoesNotKnow) {
   const StoredInstance in = FullStoredInstance();
   // A document keeps its members in name order, as the document writer of earlier versions did.
-  nlohmann::json doc = nlohmann::json::parse(StoredInstanceJson(in));
+  nlohmann::json doc = nlohmann::json::parse(Json(in));
   ASSERT_EQ(doc.begin().key(), "accepting");
   auto sorted = StoredInstanceFromJson(doc.dump());
   ASSERT_TRUE(sorted.ok()) << sorted.status().ToString();
@@ -204,7 +208,7 @@ TEST(JsonCodecTest, LabelsAreWrittenAsTheDocumentWriterWroteThem) {
 }
 
 TEST(JsonCodecTest, AStoredInstanceMissingAMemberOrOfAWrongTypeIsRefusedSayingWhich) {
-  const nlohmann::json whole = nlohmann::json::parse(StoredInstanceJson(FullStoredInstance()));
+  const nlohmann::json whole = nlohmann::json::parse(Json(FullStoredInstance()));
   for (const auto& [name, value] : whole.items()) {
     nlohmann::json doc = whole;
     doc.erase(name);
