@@ -15,6 +15,8 @@ packages=(
   libcli11-dev libspdlog-dev libfmt-dev libxxhash-dev nlohmann-json3-dev libsqlite3-dev
   libboost1.74-dev libboost-system1.74-dev libyaml-cpp-dev curl
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc libhiredis-dev
+  # the registry's gRPC server: HTTP/2 from nghttp2
+  libnghttp2-dev
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev openssl
   # the clock-jump test moves the wall clock of its children (LD_PRELOAD); the address test
