@@ -2,12 +2,16 @@
 
 #include <arpa/inet.h>
 #include <nghttp2/nghttp2.h>
+#include <openssl/bio.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <array>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/asio/ssl/context.hpp>
 #include <chrono>
 #include <cstring>
 #include <optional>
@@ -19,6 +23,7 @@
 #include "drover/mutex.h"
 #include "net/sockets.h"
 #include "net/tcp_listener.h"
+#include "net/tls_context.h"
 
 namespace drover::net {
 
@@ -87,14 +92,25 @@ class GrpcConnection : public std::enable_shared_from_this<GrpcConnection> {
  public:
   GrpcConnection(tcp::socket socket, Connection connection,
                  const std::unordered_map<std::string, GrpcMethod>& methods,
-                 const GrpcServerOptions& options, std::shared_ptr<GrpcOpenConnections> open)
+                 const GrpcServerOptions& options, std::shared_ptr<GrpcOpenConnections> open,
+                 asio::ssl::context* tls)
       : socket_(std::move(socket)),
         connection_(std::move(connection)),
         methods_(methods),
         options_(options),
-        open_(std::move(open)) {}
+        open_(std::move(open)) {
+    if (tls == nullptr) return;
+    // TLS through memory buffers: the socket's bytes go in, the plaintext comes out to HTTP/2,
+    // and the other way round, in the same non-blocking turn as a plain connection's.
+    ssl_ = SSL_new(tls->native_handle());
+    BIO* in = BIO_new(BIO_s_mem());
+    BIO* out = BIO_new(BIO_s_mem());
+    SSL_set_bio(ssl_, in, out);  // the SSL owns both
+    SSL_set_accept_state(ssl_);
+  }
   ~GrpcConnection() {
     if (session_ != nullptr) nghttp2_session_del(session_);
+    if (ssl_ != nullptr) SSL_free(ssl_);
   }
 
   void Start() {
@@ -165,7 +181,7 @@ class GrpcConnection : public std::enable_shared_from_this<GrpcConnection> {
         open = false;
         break;
       }
-      if (nghttp2_session_mem_recv(session_, buffer.data(), n) < 0) open = false;
+      open = ssl_ != nullptr ? Decrypt(buffer.data(), n) : Receive(buffer.data(), n);
       if (n < buffer.size()) break;
     }
     if (open) {
@@ -175,6 +191,37 @@ class GrpcConnection : public std::enable_shared_from_this<GrpcConnection> {
     t_in_turn = nullptr;
     if (!open || Finished()) return Close();
     Read();
+  }
+
+  bool Receive(const std::uint8_t* data, std::size_t n) {
+    return nghttp2_session_mem_recv(session_, data, n) >= 0;
+  }
+
+  // TLS: the socket's bytes into the SSL, and what it decrypts on to HTTP/2 (the handshake's
+  // answers wait in its output for Flush).
+  bool Decrypt(const std::uint8_t* data, std::size_t n) {
+    thread_local std::array<std::uint8_t, 64 * 1024> plain;
+    if (BIO_write(SSL_get_rbio(ssl_), data, static_cast<int>(n)) != static_cast<int>(n)) {
+      return false;
+    }
+    while (true) {
+      // SSL_get_error reads the thread's error queue, which another connection's failure may
+      // have left behind on this io thread.
+      ERR_clear_error();
+      const int got = SSL_read(ssl_, plain.data(), static_cast<int>(plain.size()));
+      if (got > 0) {
+        if (!Receive(plain.data(), static_cast<std::size_t>(got))) return false;
+        continue;
+      }
+      const int error = SSL_get_error(ssl_, got);
+      if (error == SSL_ERROR_WANT_READ) return true;
+      if (error != SSL_ERROR_ZERO_RETURN && SSL_is_init_finished(ssl_) == 0) {
+        spdlog::debug("{}: TLS handshake with {} failed", options_.name,
+                      connection_.peer().address().to_string());
+      }
+      ERR_clear_error();
+      return false;  // the client's close_notify, or an error
+    }
   }
 
   // ---- nghttp2's callbacks (on the connection's thread)
@@ -467,13 +514,20 @@ class GrpcConnection : public std::enable_shared_from_this<GrpcConnection> {
   bool Flush() {
     if (writing_) return true;  // the write in flight takes the rest
     while (true) {
-      while (out_.size() - sent_ < kWriteChunk) {
-        const std::uint8_t* data = nullptr;
-        const ssize_t n = nghttp2_session_mem_send(session_, &data);
-        if (n < 0) return false;
-        if (n == 0) break;
-        out_.append(reinterpret_cast<const char*>(data), static_cast<std::size_t>(n));
+      if (ssl_ == nullptr || SSL_is_init_finished(ssl_) != 0) {
+        while (out_.size() - sent_ < kWriteChunk) {
+          const std::uint8_t* data = nullptr;
+          const ssize_t n = nghttp2_session_mem_send(session_, &data);
+          if (n < 0) return false;
+          if (n == 0) break;
+          if (ssl_ == nullptr) {
+            out_.append(reinterpret_cast<const char*>(data), static_cast<std::size_t>(n));
+          } else if (!Encrypt(data, static_cast<std::size_t>(n))) {
+            return false;
+          }
+        }
       }
+      if (ssl_ != nullptr) TakeEncrypted();  // the handshake's own bytes too
       if (out_.size() == sent_) {
         out_.clear();
         sent_ = 0;
@@ -493,6 +547,29 @@ class GrpcConnection : public std::enable_shared_from_this<GrpcConnection> {
       if (ec || !self->Flush() || self->Finished()) return self->Close();
     });
     return true;
+  }
+
+  // TLS: HTTP/2's bytes through the SSL into out_ (a memory buffer takes them all).
+  bool Encrypt(const std::uint8_t* data, std::size_t n) {
+    ERR_clear_error();
+    if (SSL_write(ssl_, data, static_cast<int>(n)) != static_cast<int>(n)) {
+      ERR_clear_error();
+      return false;
+    }
+    TakeEncrypted();
+    return true;
+  }
+
+  void TakeEncrypted() {
+    BIO* encrypted = SSL_get_wbio(ssl_);
+    while (BIO_ctrl_pending(encrypted) > 0) {
+      const std::size_t at = out_.size();
+      const std::size_t n = BIO_ctrl_pending(encrypted);
+      out_.resize(at + n);
+      const int got = BIO_read(encrypted, out_.data() + at, static_cast<int>(n));
+      out_.resize(at + static_cast<std::size_t>(std::max(got, 0)));
+      if (got <= 0) break;
+    }
   }
 
   bool Finished() const {
@@ -545,6 +622,7 @@ class GrpcConnection : public std::enable_shared_from_this<GrpcConnection> {
   const std::unordered_map<std::string, GrpcMethod>& methods_;
   const GrpcServerOptions& options_;
   const std::shared_ptr<GrpcOpenConnections> open_;
+  SSL* ssl_ = nullptr;  // with TLS
   nghttp2_session* session_ = nullptr;
   std::unordered_map<std::int32_t, std::shared_ptr<GrpcCall>> calls_;  // open streams
   std::string out_;  // bytes nghttp2 gave, from sent_ on not yet written
@@ -639,6 +717,7 @@ struct GrpcServer::Impl {
   std::vector<std::thread> threads;
   std::unique_ptr<TcpListener> listener;
   std::shared_ptr<GrpcOpenConnections> open = std::make_shared<GrpcOpenConnections>();
+  std::optional<asio::ssl::context> tls;
   std::once_flag stop_once;
 };
 
@@ -649,6 +728,11 @@ Result<std::unique_ptr<GrpcServer>> GrpcServer::Start(GrpcServerOptions options,
   for (GrpcMethod& m : methods) {
     std::string path = m.path;
     impl->methods.emplace(std::move(path), std::move(m));
+  }
+  if (!impl->options.tls_cert_file.empty() || !impl->options.tls_key_file.empty()) {
+    DROVER_RETURN_IF_ERROR(LoadServerTls(impl->tls.emplace(asio::ssl::context::tls_server),
+                                         impl->options.tls_cert_file, impl->options.tls_key_file));
+    RequireAlpnH2(*impl->tls);
   }
   int threads = impl->options.threads;
   if (threads <= 0) {
@@ -670,7 +754,8 @@ Result<std::unique_ptr<GrpcServer>> GrpcServer::Start(GrpcServerOptions options,
       impl->listener,
       TcpListener::Start(workers, std::move(listen), [raw](tcp::socket socket, Connection c) {
         auto connection = std::make_shared<GrpcConnection>(std::move(socket), std::move(c),
-                                                           raw->methods, raw->options, raw->open);
+                                                           raw->methods, raw->options, raw->open,
+                                                           raw->tls ? &*raw->tls : nullptr);
         connection->Start();
       }));
   for (auto& context : impl->contexts) {

@@ -142,6 +142,9 @@ struct GrpcServerOptions {
   std::size_t max_connections = 4096;
   int threads = 0;  // io threads (0: one per core, at most 4)
   std::size_t max_receive_message_bytes = 4 * 1024 * 1024;  // gRPC's default
+  // Both set: TLS only (1.2 and later, ALPN h2), with this PEM certificate chain and key.
+  std::string tls_cert_file;
+  std::string tls_key_file;
 };
 
 class GrpcServer {

@@ -28,6 +28,7 @@
 #include "common/thread_name.h"
 #include "drover/mutex.h"
 #include "net/sockets.h"
+#include "net/tls_context.h"
 
 namespace drover::net {
 
@@ -609,26 +610,8 @@ struct HttpServer::Impl {
 
 Status HttpServer::Impl::LoadTls() {
   if (options.tls_cert_file.empty() && options.tls_key_file.empty()) return Status::Ok();
-  if (options.tls_cert_file.empty() || options.tls_key_file.empty()) {
-    return InvalidArgumentError("TLS needs both a certificate and a key file");
-  }
-  ssl::context& ctx = tls.emplace(ssl::context::tls_server);
-  // TLS 1.2 and later only.
-  ctx.set_options(ssl::context::default_workarounds | ssl::context::no_sslv2 |
-                  ssl::context::no_sslv3 | ssl::context::no_tlsv1 | ssl::context::no_tlsv1_1 |
-                  ssl::context::single_dh_use);
-  error_code ec;
-  ctx.use_certificate_chain_file(options.tls_cert_file, ec);
-  if (ec) {
-    return InvalidArgumentError("cannot load TLS certificate " + options.tls_cert_file + ": " +
-                                ec.message());
-  }
-  ctx.use_private_key_file(options.tls_key_file, ssl::context::pem, ec);
-  if (ec) {
-    return InvalidArgumentError("cannot load TLS key " + options.tls_key_file + ": " +
-                                ec.message());
-  }
-  return Status::Ok();
+  return LoadServerTls(tls.emplace(ssl::context::tls_server), options.tls_cert_file,
+                       options.tls_key_file);
 }
 
 asio::awaitable<void> HttpServer::Impl::Session(tcp::socket socket, Connection connection) {

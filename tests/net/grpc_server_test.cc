@@ -8,11 +8,15 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <fstream>
+#include <iterator>
 #include <mutex>
 #include <thread>
 #include <vector>
 
 #include "drover/registry/v1/registry.grpc.pb.h"
+#include "testing/run_command.h"
+#include "testing/temp_dir.h"
 
 namespace drover::net {
 namespace {
@@ -401,6 +405,62 @@ TEST(GrpcServerTest, ABidirectionalStreamAnswersEachMessageAndSeesTheClientsEnd)
   EXPECT_EQ(replies, 5);
   EXPECT_TRUE(stream->Finish().ok());
   EXPECT_TRUE(half_closed.load());
+}
+
+TEST(GrpcServerTest, OverTlsWithAlpnH2AGrpcClientThatTrustsTheCertificateIsServed) {
+  testing::TempDir dir;
+  const std::string cert = dir.path() + "/cert.pem";
+  const std::string key = dir.path() + "/key.pem";
+  // A throwaway self-signed certificate for 127.0.0.1, valid for a day.
+  const auto made = testing::RunCommand(
+      "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 1 "
+      "-subj /CN=localhost -addext subjectAltName=DNS:localhost,IP:127.0.0.1 -keyout " +
+      key + " -out " + cert);
+  ASSERT_EQ(made.exit_code, 0) << made.out;
+  GrpcServerOptions options;
+  options.tls_cert_file = cert;
+  options.tls_key_file = key;
+  auto server = StartServer({Method(kRegister, GrpcMethod::Kind::kUnary,
+                                    [](const std::shared_ptr<GrpcCall>& call, std::string_view) {
+                                      pb::RevisionReply reply;
+                                      reply.set_revision(11);
+                                      call->Reply(Encode(reply));
+                                    })},
+                            options);
+  const std::string target = "127.0.0.1:" + std::to_string(server->port());
+  grpc::SslCredentialsOptions ssl;
+  std::ifstream in(cert);
+  ssl.pem_root_certs.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  auto stub = pb::Registry::NewStub(grpc::CreateChannel(target, grpc::SslCredentials(ssl)));
+  for (int i = 0; i < 3; ++i) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + 10s);
+    pb::RevisionReply reply;
+    const grpc::Status s = stub->Register(&ctx, Registration("t"), &reply);
+    ASSERT_TRUE(s.ok()) << s.error_code() << " " << s.error_message();
+    EXPECT_EQ(reply.revision(), 11u);
+  }
+  // A plaintext client gets nothing, and the server goes on.
+  auto plain =
+      pb::Registry::NewStub(grpc::CreateChannel(target, grpc::InsecureChannelCredentials()));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + 2s);
+  pb::RevisionReply reply;
+  EXPECT_FALSE(plain->Register(&ctx, Registration("p"), &reply).ok());
+  grpc::ClientContext again;
+  again.set_deadline(std::chrono::system_clock::now() + 10s);
+  const grpc::Status after = stub->Register(&again, Registration("t"), &reply);
+  EXPECT_TRUE(after.ok()) << after.error_code() << " " << after.error_message();
+
+  // Files that cannot be used are refused by name.
+  GrpcServerOptions bad;
+  bad.address = "127.0.0.1:0";
+  bad.tls_cert_file = dir.path() + "/missing.pem";
+  bad.tls_key_file = key;
+  auto refused = GrpcServer::Start(bad, {});
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("missing.pem"), std::string::npos)
+      << refused.status().ToString();
 }
 
 }  // namespace
