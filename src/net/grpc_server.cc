@@ -125,6 +125,7 @@ class GrpcConnection : public std::enable_shared_from_this<GrpcConnection> {
     nghttp2_session_callbacks_set_on_frame_recv_callback(callbacks, &OnFrameRecv);
     nghttp2_session_callbacks_set_on_data_chunk_recv_callback(callbacks, &OnDataChunk);
     nghttp2_session_callbacks_set_on_stream_close_callback(callbacks, &OnStreamClose);
+    nghttp2_session_callbacks_set_on_frame_send_callback(callbacks, &OnFrameSent);
     nghttp2_session_server_new(&session_, callbacks, this);
     nghttp2_session_callbacks_del(callbacks);
     const std::array<nghttp2_settings_entry, 1> settings{
@@ -289,6 +290,7 @@ class GrpcConnection : public std::enable_shared_from_this<GrpcConnection> {
         self.Refuse(*call, s);
         return 0;
       }
+      if (call->handler_->on_open) call->handler_->on_open(call->shared_from_this());
     }
     if ((frame->hd.flags & NGHTTP2_FLAG_END_STREAM) != 0) {
       if (call->handler_->kind == GrpcMethod::Kind::kBidiStreaming) {
@@ -300,6 +302,20 @@ class GrpcConnection : public std::enable_shared_from_this<GrpcConnection> {
       } else {
         self.Dispatch(*call);
       }
+    }
+    return 0;
+  }
+
+  // The call's end went out while the client is still sending (a refusal, a stream ended by the
+  // server): what it sends next is not wanted, and RST_STREAM with NO_ERROR after the trailers
+  // says so (as gRPC's own server does; its clients take the status from the trailers).
+  static int OnFrameSent(nghttp2_session* session, const nghttp2_frame* frame, void*) {
+    if (frame->hd.type != NGHTTP2_HEADERS || (frame->hd.flags & NGHTTP2_FLAG_END_STREAM) == 0) {
+      return 0;
+    }
+    if (nghttp2_session_get_stream_remote_close(session, frame->hd.stream_id) == 0) {
+      nghttp2_submit_rst_stream(session, NGHTTP2_FLAG_NONE, frame->hd.stream_id,
+                                NGHTTP2_NO_ERROR);
     }
     return 0;
   }
@@ -378,9 +394,8 @@ class GrpcConnection : public std::enable_shared_from_this<GrpcConnection> {
     call.handler_->on_request(call.shared_from_this(), std::string_view(request).substr(kPrefix));
   }
 
-  // Ends `call` at once with `status` (trailers only). What the client still sends of it is read
-  // and dropped (its flow control goes on): gRPC C++'s client reports a RST_STREAM, even one with
-  // NO_ERROR after the trailers, as an INTERNAL error instead of the status it was sent.
+  // Ends `call` at once with `status` (trailers only; then the client's side is reset, see
+  // OnFrameSent). What comes of the request meanwhile is dropped.
   void Refuse(GrpcCall& call, const Status& status) {
     MutexLock lock(mu_);
     if (call.finish_ || call.done_) return;
@@ -401,6 +416,7 @@ class GrpcConnection : public std::enable_shared_from_this<GrpcConnection> {
     call.request_ = std::string();
     if (!answered && call.on_cancel_) std::exchange(call.on_cancel_, nullptr)();
     call.on_cancel_ = nullptr;
+    if (call.on_close_) std::exchange(call.on_close_, nullptr)();
     call.on_wake_ = nullptr;
     call.context.reset();
   }

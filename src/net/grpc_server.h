@@ -68,6 +68,9 @@ class GrpcCall : public std::enable_shared_from_this<GrpcCall> {
   // Reply: the client cancelled it, its deadline passed, or the connection closed. Set it in the
   // handler (on the connection's thread) before returning.
   void OnCancel(std::function<void()> on_cancel) { on_cancel_ = std::move(on_cancel); }
+  // Called once, on the connection's thread, when the call is over however it ended (after
+  // OnCancel's, if that runs).
+  void OnClose(std::function<void()> on_close) { on_close_ = std::move(on_close); }
 
   // A stream's producer on the connection's thread: Notify() (any thread, as often as it likes:
   // wake-ups that come before the last one ran are one) has `on_wake` run there, where it takes
@@ -114,6 +117,7 @@ class GrpcCall : public std::enable_shared_from_this<GrpcCall> {
   std::optional<Status> status_;  // the end, once taken: trailers after out_
   std::vector<std::pair<std::string, std::string>> extra_headers_;  // SendHeaders', taken
   std::function<void()> on_cancel_;
+  std::function<void()> on_close_;
   std::function<void()> on_wake_;
   bool wake_when_drained_ = false;
   bool post_ = false;            // the request's method is POST
@@ -132,6 +136,8 @@ struct GrpcMethod {
   // its side. Bidirectional: each message as it arrives. On the connection's thread; the handler
   // answers through `call`, now or later, from any thread.
   std::function<void(const std::shared_ptr<GrpcCall>& call, std::string_view request)> on_request;
+  // Streams (optional): the call is admitted, before any message; on the connection's thread.
+  std::function<void(const std::shared_ptr<GrpcCall>& call)> on_open;
   // Bidirectional: the client ended its side (no more messages), on the connection's thread.
   std::function<void(const std::shared_ptr<GrpcCall>& call)> on_half_close;
 };

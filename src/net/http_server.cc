@@ -615,10 +615,7 @@ Status HttpServer::Impl::LoadTls() {
 }
 
 asio::awaitable<void> HttpServer::Impl::Session(tcp::socket socket, Connection connection) {
-  const tcp::endpoint& remote = connection.peer();
-  const std::string client = HostPort{remote.address().to_string(), remote.port(),
-                                      remote.address().is_v6() ? HostKind::kIpv6 : HostKind::kIpv4}
-                                 .ToString();
+  const std::string client = EndpointText(connection.peer());
   if (!tls) return PlainSession(std::move(socket), std::move(connection), client);
   return TlsSession(std::move(socket), std::move(connection), client);
 }

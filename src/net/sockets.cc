@@ -55,6 +55,12 @@ std::string AddressText(const asio::ip::address& ip) {
   return std::string(text, static_cast<std::size_t>(at - text));
 }
 
+std::string EndpointText(const asio::ip::tcp::endpoint& endpoint) {
+  const std::string port = std::to_string(endpoint.port());
+  if (endpoint.address().is_v6()) return "[" + endpoint.address().to_string() + "]:" + port;
+  return AddressText(endpoint.address()) + ":" + port;
+}
+
 boost::system::error_code Listen(asio::ip::tcp::acceptor& acceptor,
                                  const asio::ip::tcp::endpoint& endpoint, int backlog,
                                  bool reuse_port) {

@@ -30,6 +30,9 @@ Result<boost::asio::ip::tcp::endpoint> ParseEndpoint(std::string_view address,
 // `ip` as text, as `ip.to_string()` writes it; an IPv4 address without the sprintf that
 // inet_ntop spends on it (the gateway writes its client's into every forwarded request).
 std::string AddressText(const boost::asio::ip::address& ip);
+// `endpoint` as "ip:port" (IPv4) or "[ip]:port" (IPv6): how a client's address is written in
+// logs and counted by per-client limits.
+std::string EndpointText(const boost::asio::ip::tcp::endpoint& endpoint);
 
 // open + SO_REUSEADDR (+ SO_REUSEPORT: one of several listening sockets of this process on one
 // address) + bind + listen; the first error, if any.
