@@ -40,13 +40,21 @@ struct GrpcMethod;
 // One call, shared by the handler and the connection. Thread-safe where marked.
 class GrpcCall : public std::enable_shared_from_this<GrpcCall> {
  public:
+  // Made by the connection only.
+  class Key {
+    friend class GrpcConnection;
+    Key() = default;
+  };
+  GrpcCall(Key, std::shared_ptr<GrpcConnection> connection, std::int32_t stream_id,
+           const boost::asio::ip::tcp::endpoint& peer);
   GrpcCall(const GrpcCall&) = delete;
   GrpcCall& operator=(const GrpcCall&) = delete;
   ~GrpcCall();
 
   // The method's path ("/pkg.Service/Method").
-  const std::string& method() const { return method_; }
-  // A request header (metadata) by its lower-case name; empty when absent. Any thread.
+  const std::string& method() const;
+  // A request header (metadata) by its lower-case name; empty when absent. gRPC's own headers
+  // (content-type, te, user-agent, grpc-accept-encoding, grpc-timeout) are not kept. Any thread.
   std::string_view Metadata(std::string_view name) const;
   const boost::asio::ip::tcp::endpoint& peer() const { return peer_; }
 
@@ -91,8 +99,6 @@ class GrpcCall : public std::enable_shared_from_this<GrpcCall> {
 
  private:
   friend class GrpcConnection;
-  GrpcCall(std::shared_ptr<GrpcConnection> connection, std::int32_t stream_id,
-           const boost::asio::ip::tcp::endpoint& peer);
 
   const std::shared_ptr<GrpcConnection> connection_;
   const std::int32_t stream_id_;
@@ -112,8 +118,12 @@ class GrpcCall : public std::enable_shared_from_this<GrpcCall> {
   // The connection's thread only:
   const GrpcMethod* handler_ = nullptr;
   std::string request_;  // the request's bytes as they come (prefix included)
-  std::string out_;      // framed messages taken, not yet handed to nghttp2 from offset_ on
+  // Messages taken, handed to nghttp2 (framed as they are copied out) from out_[next_], offset_
+  // bytes into its framed form; out_bytes_ framed bytes in all.
+  std::vector<std::shared_ptr<const std::string>> out_;
+  std::size_t next_ = 0;
   std::size_t offset_ = 0;
+  std::size_t out_bytes_ = 0;
   std::optional<Status> status_;  // the end, once taken: trailers after out_
   std::vector<std::pair<std::string, std::string>> extra_headers_;  // SendHeaders', taken
   std::function<void()> on_cancel_;
@@ -121,6 +131,7 @@ class GrpcCall : public std::enable_shared_from_this<GrpcCall> {
   std::function<void()> on_wake_;
   bool wake_when_drained_ = false;
   bool post_ = false;            // the request's method is POST
+  bool grpc_content_ = false;    // its content-type is application/grpc
   bool refused_ = false;         // answered with an error before the handler saw it
   bool headers_wanted_ = false;  // SendHeaders() was taken
   bool headers_sent_ = false;    // the response's headers are submitted
