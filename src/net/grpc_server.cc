@@ -37,7 +37,7 @@ namespace {
 constexpr std::size_t kPrefix = 5;  // a gRPC message's compressed flag and length
 // What a connection writes before it asks nghttp2 for more (and waits for the socket, if full).
 constexpr std::size_t kWriteChunk = 256 * 1024;
-constexpr std::uint32_t kMaxConcurrentStreams = 100'000;
+constexpr std::uint32_t kMaxConcurrentStreams = 10'000;  // per connection
 // A buffer emptied is kept for the next turn up to this size, and freed beyond it.
 constexpr std::size_t kKeptBuffer = 64 * 1024;
 constexpr std::size_t kKeptQueue = 64;  // messages
@@ -140,14 +140,7 @@ class GrpcConnection : public std::enable_shared_from_this<GrpcConnection> {
   // From any thread: `call` has something to send or its end.
   void Listed(GrpcCall* call) DROVER_REQUIRES(mu_) {
     ready_.push_back(call->shared_from_this());
-    if (t_in_turn == this || posted_ || closed_) return;
-    posted_ = true;
-    asio::post(socket_.get_executor(), [self = shared_from_this()] {
-      t_in_turn = self.get();
-      self->TakeAnswers();
-      self->Flush();
-      t_in_turn = nullptr;
-    });
+    if (t_in_turn != this) PostTurn();
   }
 
   Mutex& mu() DROVER_RETURN_CAPABILITY(mu_) { return mu_; }
@@ -190,6 +183,12 @@ class GrpcConnection : public std::enable_shared_from_this<GrpcConnection> {
     }
     t_in_turn = nullptr;
     if (!open || Finished()) return Close();
+    // While the socket takes no more (the client is not reading), nothing more is read either:
+    // its requests would only pile up answers. The wait for room resumes reading.
+    if (writing_) {
+      read_paused_ = true;
+      return;
+    }
     Read();
   }
 
@@ -439,6 +438,7 @@ class GrpcConnection : public std::enable_shared_from_this<GrpcConnection> {
         ready.swap(ready_);
         for (const auto& call : ready) {
           call->listed_ = false;
+          call->done_unlocked_ = call->done_;
           if (call->done_) continue;
           if (call->headers_asked_) {
             call->extra_headers_ = std::move(*call->headers_asked_);
@@ -458,7 +458,9 @@ class GrpcConnection : public std::enable_shared_from_this<GrpcConnection> {
           if (std::exchange(call->wake_, false)) woken.push_back(call);
         }
       }
-      for (const auto& call : ready) Submit(*call);
+      for (const auto& call : ready) {
+        if (!call->done_unlocked_) Submit(*call);
+      }
       for (const auto& call : woken) {
         if (call->on_wake_ && !call->closed_by_us_) call->on_wake_();
       }
@@ -467,15 +469,20 @@ class GrpcConnection : public std::enable_shared_from_this<GrpcConnection> {
     }
     // A producer that keeps writing from its wake-up: the rest in a later turn.
     MutexLock lock(mu_);
-    if (!posted_ && !closed_) {
-      posted_ = true;
-      asio::post(socket_.get_executor(), [self = shared_from_this()] {
-        t_in_turn = self.get();
-        self->TakeAnswers();
-        self->Flush();
-        t_in_turn = nullptr;
-      });
-    }
+    PostTurn();
+  }
+
+  // A turn of the connection's thread for what other threads queued (one at a time).
+  void PostTurn() DROVER_REQUIRES(mu_) {
+    if (posted_ || closed_) return;
+    posted_ = true;
+    asio::post(socket_.get_executor(), [self = shared_from_this()] {
+      t_in_turn = self.get();
+      self->TakeAnswers();
+      const bool open = self->Flush();
+      t_in_turn = nullptr;
+      if (!open || self->Finished()) self->Close();
+    });
   }
 
   void Submit(GrpcCall& call) {
@@ -600,6 +607,7 @@ class GrpcConnection : public std::enable_shared_from_this<GrpcConnection> {
     socket_.async_wait(tcp::socket::wait_write, [self = shared_from_this()](error_code ec) {
       self->writing_ = false;
       if (ec || !self->Flush() || self->Finished()) return self->Close();
+      if (!self->writing_ && std::exchange(self->read_paused_, false)) self->Read();
     });
     return true;
   }
@@ -693,8 +701,9 @@ class GrpcConnection : public std::enable_shared_from_this<GrpcConnection> {
   std::unordered_map<std::int32_t, std::shared_ptr<GrpcCall>> calls_;  // open streams
   std::string out_;  // bytes nghttp2 gave, from sent_ on not yet written
   std::size_t sent_ = 0;
-  bool writing_ = false;     // a wait for the socket's room is pending
-  bool large_sent_ = false;  // a large message went since the last flush (ReleaseFreeMemory)
+  bool writing_ = false;      // a wait for the socket's room is pending
+  bool read_paused_ = false;  // reading waits for the socket's room
+  bool large_sent_ = false;   // a large message went since the last flush (ReleaseFreeMemory)
 
   Mutex mu_;  // what other threads hand in: the calls' answers (GrpcCall's guarded state)
   std::vector<std::shared_ptr<GrpcCall>> ready_ DROVER_GUARDED_BY(mu_);

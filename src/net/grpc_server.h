@@ -73,8 +73,8 @@ class GrpcCall : public std::enable_shared_from_this<GrpcCall> {
   void Finish(const Status& status);
 
   // Called once, on the connection's thread, if the call ends without the handler's Finish or
-  // Reply: the client cancelled it, its deadline passed, or the connection closed. Set it in the
-  // handler (on the connection's thread) before returning.
+  // Reply: the client cancelled it (a client whose deadline passed resets its call), or the
+  // connection closed. Set it in the handler (on the connection's thread) before returning.
   void OnCancel(std::function<void()> on_cancel) { on_cancel_ = std::move(on_cancel); }
   // Called once, on the connection's thread, when the call is over however it ended (after
   // OnCancel's, if that runs).
@@ -116,6 +116,7 @@ class GrpcCall : public std::enable_shared_from_this<GrpcCall> {
   bool done_ = false;    // the stream closed
 
   // The connection's thread only:
+  bool done_unlocked_ = false;  // done_ as the last turn took it
   const GrpcMethod* handler_ = nullptr;
   std::string request_;  // the request's bytes as they come (prefix included)
   // Messages taken, handed to nghttp2 (framed as they are copied out) from out_[next_], offset_

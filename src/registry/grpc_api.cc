@@ -444,10 +444,15 @@ void RegistryService::Watch(const Call& call, std::string_view bytes) {
   auto watcher = registry_.Watch(request.from_revision(), request.service());
   if (!watcher.ok()) return call->Finish(watcher.status());
   auto stream = std::make_shared<WatchStream>(*this, call, *watcher, std::move(slot));
+  bool admitted = false;
   {
     MutexLock lock(mu_);
-    if (stopping_) return call->Finish(UnavailableError("registry is stopping"));
-    watches_.insert(stream);
+    admitted = !stopping_;
+    if (admitted) watches_.insert(stream);
+  }
+  if (!admitted) {
+    (*watcher)->Cancel();
+    return call->Finish(UnavailableError("registry is stopping"));
   }
   call->SendHeaders({{kWatchAcceptedHeader, std::to_string(registry_.revision())}});
   call->OnWake([weak = std::weak_ptr<WatchStream>(stream)] {

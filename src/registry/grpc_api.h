@@ -5,11 +5,11 @@
 // UNAVAILABLE. With `auth` set, every call needs "authorization: Bearer <token>" metadata and
 // writes a token allowed to write the service.
 //
-// Threading: unary calls and KeepAlive streams run on gRPC's callback threads (memory-only work
-// inline; a write is queued to the registry, whose writer finishes the call once it is
-// committed); Watch streams are driven by one thread per core, each with a completion queue of
-// its own (no thread per stream). Stop() ends watches with UNAVAILABLE and cancels KeepAlive
-// streams.
+// Served by net::GrpcServer (HTTP/2 from libnghttp2), one io thread per core: every call is
+// handled on its connection's thread -- memory-only work inline; a write is queued to the
+// registry, whose answer thread answers the call once it is committed; Watch and KeepAlive are
+// streams on the same threads (no thread per stream). Stop() ends watches with UNAVAILABLE and
+// KeepAlive streams with CANCELLED, then drains the connections.
 #pragma once
 
 #include <memory>
