@@ -77,6 +77,29 @@ bool WaitFor(F done, std::chrono::milliseconds limit = 5000ms) {
   return true;
 }
 
+// The last call a handler kept, for the test's thread to take once it is there.
+class CallCatcher {
+ public:
+  void Keep(const std::shared_ptr<GrpcCall>& call) {
+    std::lock_guard<std::mutex> lock(mu_);
+    call_ = call;
+  }
+  // The call, once a handler kept one (null after 5 s).
+  std::shared_ptr<GrpcCall> Wait() {
+    std::shared_ptr<GrpcCall> call;
+    WaitFor([&] {
+      std::lock_guard<std::mutex> lock(mu_);
+      call = call_;
+      return call != nullptr;
+    });
+    return call;
+  }
+
+ private:
+  std::mutex mu_;
+  std::shared_ptr<GrpcCall> call_;
+};
+
 TEST(GrpcServerTest, AUnaryCallIsAnsweredWithTheRequestAndItsMetadataSeen) {
   std::string seen_id, seen_token;
   auto server = StartServer(
@@ -209,20 +232,15 @@ TEST(GrpcServerTest, ARequestOverTheLimitIsRefusedWithResourceExhausted) {
 }
 
 TEST(GrpcServerTest, AStreamGetsItsMessagesInOrderThenItsEnd) {
-  std::shared_ptr<GrpcCall> stream;
-  std::mutex mu;
-  auto server = StartServer({Method(kWatch, GrpcMethod::Kind::kServerStreaming,
-                                    [&](const std::shared_ptr<GrpcCall>& call, std::string_view) {
-                                      std::lock_guard<std::mutex> lock(mu);
-                                      stream = call;
-                                    })});
+  CallCatcher caught;
+  auto server = StartServer({Method(
+      kWatch, GrpcMethod::Kind::kServerStreaming,
+      [&](const std::shared_ptr<GrpcCall>& call, std::string_view) { caught.Keep(call); })});
   auto stub = Stub(*server);
   grpc::ClientContext ctx;
   auto reader = stub->Watch(&ctx, pb::WatchRequest());
-  ASSERT_TRUE(WaitFor([&] {
-    std::lock_guard<std::mutex> lock(mu);
-    return stream != nullptr;
-  }));
+  const std::shared_ptr<GrpcCall> stream = caught.Wait();
+  ASSERT_NE(stream, nullptr);
   std::thread writer([&] {
     for (std::uint64_t r = 1; r <= 50; ++r) {
       pb::Event event;
@@ -240,22 +258,18 @@ TEST(GrpcServerTest, AStreamGetsItsMessagesInOrderThenItsEnd) {
 }
 
 TEST(GrpcServerTest, AClientThatCancelsIsSeenAndLaterWritesGoNowhere) {
-  std::shared_ptr<GrpcCall> stream;
+  CallCatcher caught;
   std::atomic<bool> cancelled{false};
-  std::mutex mu;
   auto server = StartServer({Method(kWatch, GrpcMethod::Kind::kServerStreaming,
                                     [&](const std::shared_ptr<GrpcCall>& call, std::string_view) {
                                       call->OnCancel([&] { cancelled = true; });
-                                      std::lock_guard<std::mutex> lock(mu);
-                                      stream = call;
+                                      caught.Keep(call);
                                     })});
   auto stub = Stub(*server);
   grpc::ClientContext ctx;
   auto reader = stub->Watch(&ctx, pb::WatchRequest());
-  ASSERT_TRUE(WaitFor([&] {
-    std::lock_guard<std::mutex> lock(mu);
-    return stream != nullptr;
-  }));
+  const std::shared_ptr<GrpcCall> stream = caught.Wait();
+  ASSERT_NE(stream, nullptr);
   pb::Event event;
   event.set_revision(1);
   stream->Write(std::make_shared<const std::string>(Encode(event)));
