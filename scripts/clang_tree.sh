@@ -15,7 +15,7 @@ if [ ${#targets[@]} -eq 0 ]; then
   targets=(drover common_test net_test router_test cli_test registry_test sdk_core_test sdk_test
            jobs_test grpc_test gateway_test rollout_test
            registry_request_fuzz gateway_http_fuzz key_line_fuzz config_fuzz jobs_payload_fuzz
-           watch_decoder_fuzz cli_config_fuzz dns_query_fuzz xds_request_fuzz)
+           watch_decoder_fuzz cli_config_fuzz dns_query_fuzz xds_request_fuzz grpc_server_fuzz)
 fi
 # -O0: instrumented for ASan, UBSan and coverage, the coroutine-heavy parts cost clang most of
 # their time in optimization and code generation at -O1; the tree builds in about 60% of the

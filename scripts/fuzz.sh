@@ -14,7 +14,7 @@ shift || true
 targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then
   targets=(registry_request_fuzz gateway_http_fuzz key_line_fuzz config_fuzz jobs_payload_fuzz
-           watch_decoder_fuzz cli_config_fuzz dns_query_fuzz xds_request_fuzz)
+           watch_decoder_fuzz cli_config_fuzz dns_query_fuzz xds_request_fuzz grpc_server_fuzz)
 fi
 
 scripts/setup.sh

@@ -166,20 +166,22 @@ class GrpcConnection : public std::enable_shared_from_this<GrpcConnection> {
     thread_local std::array<std::uint8_t, 64 * 1024> buffer;
     t_in_turn = this;
     bool open = true;
+    bool ended = false;  // the client's end of its side: what it sent before is still answered
     while (open) {
       error_code ec;
       const std::size_t n = ReadSome(socket_, asio::buffer(buffer), ec);
       if (ec == asio::error::would_block) break;
       if (ec) {
+        ended = ec == asio::error::eof;
         open = false;
         break;
       }
       open = ssl_ != nullptr ? Decrypt(buffer.data(), n) : Receive(buffer.data(), n);
       if (n < buffer.size()) break;
     }
-    if (open) {
+    if (open || ended) {
       TakeAnswers();
-      open = Flush();
+      open = Flush() && open;
     }
     t_in_turn = nullptr;
     if (!open || Finished()) return Close();
