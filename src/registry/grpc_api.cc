@@ -563,6 +563,7 @@ Result<std::unique_ptr<GrpcServer>> GrpcServer::Start(Registry& registry, GrpcOp
   net::GrpcServerOptions server;
   server.name = "grpc-registry";
   server.address = options.address;
+  server.max_connections = options.max_connections;
   server.tls_cert_file = options.tls_cert_file;
   server.tls_key_file = options.tls_key_file;
   auto started = net::GrpcServer::Start(std::move(server), impl->service->Methods());

@@ -12,6 +12,7 @@
 // KeepAlive streams with CANCELLED, then drains the connections.
 #pragma once
 
+#include <cstddef>
 #include <memory>
 #include <string>
 
@@ -33,6 +34,9 @@ struct GrpcOptions {
   // writes (Register, Heartbeat, SetState, Deregister; a KeepAlive message counts as one write)
   // over the rate, are RESOURCE_EXHAUSTED. Null: ClientLimitOptions' defaults.
   std::shared_ptr<ClientLimits> limits;
+  // Connections open at once (past it a client's connection is closed at once). As good as
+  // none by default: every process of a fleet holds one, and --max-connections is the HTTP API's.
+  std::size_t max_connections = 1'000'000;
   // Both set: TLS only, with this PEM certificate chain and private key.
   std::string tls_cert_file;
   std::string tls_key_file;
