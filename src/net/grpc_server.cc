@@ -63,6 +63,16 @@ std::string PercentEncode(std::string_view text) {
   return out;
 }
 
+// A call's end as gRPC's headers: grpc-status, and grpc-message (percent-encoded) when there is
+// one. nghttp2 copies them when they are submitted.
+struct StatusFields {
+  explicit StatusFields(const Status& status)
+      : code(std::to_string(static_cast<int>(status.code()))),
+        message(PercentEncode(status.message())) {}
+  std::string code;
+  std::string message;
+};
+
 nghttp2_nv Header(std::string_view name, std::string_view value) {
   // nghttp2 copies names and values when the frame is submitted (no NO_COPY flags).
   return nghttp2_nv{reinterpret_cast<std::uint8_t*>(const_cast<char*>(name.data())),
@@ -117,16 +127,7 @@ class GrpcConnection : public std::enable_shared_from_this<GrpcConnection> {
       MutexLock lock(open_->mu);
       open_->open.emplace(this, shared_from_this());
     }
-    nghttp2_session_callbacks* callbacks = nullptr;
-    nghttp2_session_callbacks_new(&callbacks);
-    nghttp2_session_callbacks_set_on_begin_headers_callback(callbacks, &OnBeginHeaders);
-    nghttp2_session_callbacks_set_on_header_callback(callbacks, &OnHeader);
-    nghttp2_session_callbacks_set_on_frame_recv_callback(callbacks, &OnFrameRecv);
-    nghttp2_session_callbacks_set_on_data_chunk_recv_callback(callbacks, &OnDataChunk);
-    nghttp2_session_callbacks_set_on_stream_close_callback(callbacks, &OnStreamClose);
-    nghttp2_session_callbacks_set_on_frame_send_callback(callbacks, &OnFrameSent);
-    nghttp2_session_server_new(&session_, callbacks, this);
-    nghttp2_session_callbacks_del(callbacks);
+    nghttp2_session_server_new(&session_, Callbacks(), this);
     const std::array<nghttp2_settings_entry, 1> settings{
         {{NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, kMaxConcurrentStreams}}};
     nghttp2_submit_settings(session_, NGHTTP2_FLAG_NONE, settings.data(), settings.size());
@@ -147,6 +148,22 @@ class GrpcConnection : public std::enable_shared_from_this<GrpcConnection> {
 
  private:
   friend class GrpcCall;
+
+  // nghttp2's callbacks, the same for every connection: made once.
+  static const nghttp2_session_callbacks* Callbacks() {
+    static nghttp2_session_callbacks* const callbacks = [] {
+      nghttp2_session_callbacks* made = nullptr;
+      nghttp2_session_callbacks_new(&made);
+      nghttp2_session_callbacks_set_on_begin_headers_callback(made, &OnBeginHeaders);
+      nghttp2_session_callbacks_set_on_header_callback(made, &OnHeader);
+      nghttp2_session_callbacks_set_on_frame_recv_callback(made, &OnFrameRecv);
+      nghttp2_session_callbacks_set_on_data_chunk_recv_callback(made, &OnDataChunk);
+      nghttp2_session_callbacks_set_on_stream_close_callback(made, &OnStreamClose);
+      nghttp2_session_callbacks_set_on_frame_send_callback(made, &OnFrameSent);
+      return made;
+    }();
+    return callbacks;
+  }
 
   static GrpcConnection& Of(void* user) { return *static_cast<GrpcConnection*>(user); }
   GrpcCall* CallOf(std::int32_t stream_id) {
@@ -453,10 +470,7 @@ class GrpcConnection : public std::enable_shared_from_this<GrpcConnection> {
           }
           call->pending_.clear();
           call->pending_bytes_ = 0;
-          if (call->finish_ && !call->finish_taken_) {
-            call->finish_taken_ = true;
-            call->status_ = *call->finish_;
-          }
+          if (call->finish_ && !call->status_) call->status_ = *call->finish_;
           if (std::exchange(call->wake_, false)) woken.push_back(call);
         }
       }
@@ -493,13 +507,12 @@ class GrpcConnection : public std::enable_shared_from_this<GrpcConnection> {
       if (call.out_bytes_ == 0 && !call.status_ && !call.headers_wanted_) return;  // a wake-up
       call.headers_sent_ = true;
       if (call.out_bytes_ == 0 && call.status_ && call.extra_headers_.empty()) {  // trailers only
-        const std::string code = std::to_string(static_cast<int>(call.status_->code()));
-        const std::string message = PercentEncode(call.status_->message());
+        const StatusFields end(*call.status_);
         std::array<nghttp2_nv, 4> headers{
             Header(":status", "200"), Header("content-type", "application/grpc"),
-            Header("grpc-status", code), Header("grpc-message", message)};
-        nghttp2_submit_response(session_, call.stream_id_, headers.data(), message.empty() ? 3 : 4,
-                                nullptr);
+            Header("grpc-status", end.code), Header("grpc-message", end.message)};
+        nghttp2_submit_response(session_, call.stream_id_, headers.data(),
+                                end.message.empty() ? 3 : 4, nullptr);
         call.closed_by_us_ = true;
         return;
       }
@@ -553,11 +566,10 @@ class GrpcConnection : public std::enable_shared_from_this<GrpcConnection> {
       if (std::exchange(call.wake_when_drained_, false)) call.Notify();
       if (call.status_) {
         *flags |= NGHTTP2_DATA_FLAG_EOF | NGHTTP2_DATA_FLAG_NO_END_STREAM;
-        const std::string code = std::to_string(static_cast<int>(call.status_->code()));
-        const std::string message = PercentEncode(call.status_->message());
-        std::array<nghttp2_nv, 2> trailers{Header("grpc-status", code),
-                                           Header("grpc-message", message)};
-        nghttp2_submit_trailer(session, stream_id, trailers.data(), message.empty() ? 1 : 2);
+        const StatusFields end(*call.status_);
+        std::array<nghttp2_nv, 2> trailers{Header("grpc-status", end.code),
+                                           Header("grpc-message", end.message)};
+        nghttp2_submit_trailer(session, stream_id, trailers.data(), end.message.empty() ? 1 : 2);
         call.closed_by_us_ = true;
       } else if (n == 0) {
         return NGHTTP2_ERR_DEFERRED;

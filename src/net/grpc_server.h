@@ -125,7 +125,7 @@ class GrpcCall : public std::enable_shared_from_this<GrpcCall> {
   std::size_t next_ = 0;
   std::size_t offset_ = 0;
   std::size_t out_bytes_ = 0;
-  std::optional<Status> status_;  // the end, once taken: trailers after out_
+  std::optional<Status> status_;  // finish_, once taken: trailers after out_
   std::vector<std::pair<std::string, std::string>> extra_headers_;  // SendHeaders', taken
   std::function<void()> on_cancel_;
   std::function<void()> on_close_;
@@ -136,8 +136,7 @@ class GrpcCall : public std::enable_shared_from_this<GrpcCall> {
   bool refused_ = false;         // answered with an error before the handler saw it
   bool headers_wanted_ = false;  // SendHeaders() was taken
   bool headers_sent_ = false;    // the response's headers are submitted
-  bool finish_taken_ = false;
-  bool closed_by_us_ = false;  // END_STREAM submitted
+  bool closed_by_us_ = false;    // END_STREAM submitted
 };
 
 struct GrpcMethod {

@@ -555,11 +555,6 @@ struct GrpcServer::Impl {
 Result<std::unique_ptr<GrpcServer>> GrpcServer::Start(Registry& registry, GrpcOptions options) {
   auto impl = std::make_unique<Impl>();
   impl->service = std::make_unique<RegistryService>(registry, options.auth, options.limits);
-  if (!options.tls_cert_file.empty() || !options.tls_key_file.empty()) {
-    if (options.tls_cert_file.empty() || options.tls_key_file.empty()) {
-      return InvalidArgumentError("TLS needs both a certificate and a key file");
-    }
-  }
   net::GrpcServerOptions server;
   server.name = "grpc-registry";
   server.address = options.address;
