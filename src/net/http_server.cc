@@ -23,7 +23,6 @@
 #include <type_traits>
 #include <vector>
 
-#include "common/host_port.h"
 #include "common/http_error.h"
 #include "common/thread_name.h"
 #include "drover/mutex.h"
