@@ -61,18 +61,29 @@ net::GrpcServer& Server() {
   return *server;
 }
 
-}  // namespace
-
-extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) std::abort();
+// A connection to the server. Thousands a second over one loopback address pair make a new
+// connection's ports meet an old one still in TIME_WAIT now and then (the server closes first
+// when it refuses what it read); that attempt fails and the next, from another port, does not.
+int Connect() {
   sockaddr_in address{};
   address.sin_family = AF_INET;
   address.sin_port = htons(Server().port());
   address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<const sockaddr*>(&address), sizeof address) != 0) {
-    std::abort();
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) std::abort();
+    if (::connect(fd, reinterpret_cast<const sockaddr*>(&address), sizeof address) == 0) {
+      return fd;
+    }
+    ::close(fd);
   }
+  std::abort();  // the server stopped accepting
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  const int fd = Connect();
   // Closed with a reset, not a FIN: thousands of inputs a second would otherwise leave as many
   // ports in TIME_WAIT and run out of them within seconds.
   const linger reset{1, 0};
