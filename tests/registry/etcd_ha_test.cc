@@ -308,6 +308,9 @@ TEST_F(EtcdHaTest, SelfPreservationDecidedByOneRegistryIsSeenThroughTheOther) {
                   .status,
               200);
   }
+  // B's feed delivers the four registrations first, so that its watch opens on all of them: a
+  // watch opened earlier gets the rest as events after its RESYNC.
+  ASSERT_TRUE(testing::Eventually([&] { return Ids(b.port, "sp").size() == 4; }, 10s));
   testing::StreamReader watch_b(b.port, "/v1/watch?service=sp&from=0");
   ASSERT_EQ(watch_b.Lines(1, 10s).size(), 1u);  // the opening RESYNC
   // Nobody heartbeats: all four would lapse at once, so A freezes expiry instead.
