@@ -128,8 +128,10 @@ class GrpcConnection : public std::enable_shared_from_this<GrpcConnection> {
       open_->open.emplace(this, shared_from_this());
     }
     nghttp2_session_server_new(&session_, Callbacks(), this);
-    const std::array<nghttp2_settings_entry, 1> settings{
-        {{NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, kMaxConcurrentStreams}}};
+    const std::array<nghttp2_settings_entry, 2> settings{
+        {{NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, kMaxConcurrentStreams},
+         {NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE, static_cast<std::uint32_t>(std::min<std::size_t>(
+                                                     options_.max_metadata_bytes, UINT32_MAX))}}};
     nghttp2_submit_settings(session_, NGHTTP2_FLAG_NONE, settings.data(), settings.size());
     connection_.OnClose([weak = weak_from_this()](CloseReason reason) {
       if (auto self = weak.lock()) self->OnListenerClose(reason);
@@ -258,8 +260,18 @@ class GrpcConnection : public std::enable_shared_from_this<GrpcConnection> {
                       std::size_t name_length, const std::uint8_t* value, std::size_t value_length,
                       std::uint8_t, void* user) {
     if (frame->hd.type != NGHTTP2_HEADERS || frame->headers.cat != NGHTTP2_HCAT_REQUEST) return 0;
-    GrpcCall* call = Of(user).CallOf(frame->hd.stream_id);
-    if (call == nullptr) return 0;
+    GrpcConnection& self = Of(user);
+    GrpcCall* call = self.CallOf(frame->hd.stream_id);
+    if (call == nullptr || call->refusal_) return 0;  // a refused call's headers are not kept
+    call->header_list_bytes_ += name_length + value_length + 32;
+    if (call->header_list_bytes_ > self.options_.max_metadata_bytes) {
+      call->refusal_ = Status(StatusCode::kResourceExhausted,
+                              "request metadata larger than " +
+                                  std::to_string(self.options_.max_metadata_bytes) + " bytes");
+      self.Release(*call, call->headers_.size());
+      call->headers_ = std::string();
+      return 0;
+    }
     const std::string_view n(reinterpret_cast<const char*>(name), name_length);
     const std::string_view v(reinterpret_cast<const char*>(value), value_length);
     if (n == ":path") {
@@ -275,6 +287,12 @@ class GrpcConnection : public std::enable_shared_from_this<GrpcConnection> {
       // gRPC's own headers, not kept: an idle stream holds only its metadata (the client ends a
       // call whose deadline passed by itself, with RST_STREAM)
     } else if (!n.empty() && n.front() != ':') {
+      if (!self.Hold(*call, name_length + value_length + 2)) {
+        call->refusal_ = self.OverBound();
+        self.Release(*call, call->headers_.size());
+        call->headers_ = std::string();
+        return 0;
+      }
       call->headers_.append(n).push_back('\0');
       call->headers_.append(v).push_back('\0');
     }
@@ -288,13 +306,20 @@ class GrpcConnection : public std::enable_shared_from_this<GrpcConnection> {
     if (call == nullptr || call->refused_) return 0;
     const bool whole =
         call->handler_ == nullptr || call->handler_->kind != GrpcMethod::Kind::kBidiStreaming;
+    std::optional<Status> refusal;
     if (whole &&
         call->request_.size() + length > self.options_.max_receive_message_bytes + kPrefix) {
+      refusal = Status(StatusCode::kResourceExhausted,
+                       "request larger than " +
+                           std::to_string(self.options_.max_receive_message_bytes) + " bytes");
+    } else if (!self.Hold(*call, length)) {
+      refusal = self.OverBound();
+    }
+    if (refusal) {
       call->refused_ = true;
-      self.Refuse(*call,
-                  Status(StatusCode::kResourceExhausted,
-                         "request larger than " +
-                             std::to_string(self.options_.max_receive_message_bytes) + " bytes"));
+      self.Release(*call, call->request_.size());
+      call->request_ = std::string();
+      self.Refuse(*call, *refusal);
       return 0;
     }
     call->request_.append(reinterpret_cast<const char*>(data), length);
@@ -357,6 +382,7 @@ class GrpcConnection : public std::enable_shared_from_this<GrpcConnection> {
   // ---- calls
 
   Status Admit(GrpcCall& call) {
+    if (call.refusal_) return *call.refusal_;
     const auto method = methods_.find(call.method_);
     if (!call.post_) return Status(StatusCode::kUnimplemented, "gRPC calls are POSTs");
     if (!call.grpc_content_) {
@@ -373,6 +399,26 @@ class GrpcConnection : public std::enable_shared_from_this<GrpcConnection> {
     call.handler_ = &method->second;
     call.method_ = std::string();  // method() is the handler's path from now on
     return Status();
+  }
+
+  // The bytes a call holds of its request before its handler takes them (its metadata, a message
+  // not yet whole), counted against the connection's bound: false, and nothing counted, when they
+  // would take the connection past it.
+  bool Hold(GrpcCall& call, std::size_t bytes) {
+    if (held_bytes_ + bytes > options_.max_connection_buffered_bytes) return false;
+    call.held_ += bytes;
+    held_bytes_ += bytes;
+    return true;
+  }
+  void Release(GrpcCall& call, std::size_t bytes) {
+    call.held_ -= bytes;
+    held_bytes_ -= bytes;
+  }
+  Status OverBound() const {
+    return Status(StatusCode::kResourceExhausted,
+                  "this connection's calls hold more than " +
+                      std::to_string(options_.max_connection_buffered_bytes) +
+                      " bytes of unfinished requests");
   }
 
   // Bidirectional: hands over each whole message the request's bytes hold.
@@ -397,6 +443,7 @@ class GrpcConnection : public std::enable_shared_from_this<GrpcConnection> {
       call.handler_->on_request(call.shared_from_this(), std::string_view(at + kPrefix, length));
     }
     call.request_.erase(0, used);
+    Release(call, used);
   }
 
   void Dispatch(GrpcCall& call) {
@@ -415,6 +462,7 @@ class GrpcConnection : public std::enable_shared_from_this<GrpcConnection> {
     }
     std::string request = std::move(call.request_);
     call.request_ = std::string();
+    Release(call, request.size());
     call.handler_->on_request(call.shared_from_this(), std::string_view(request).substr(kPrefix));
   }
 
@@ -438,6 +486,7 @@ class GrpcConnection : public std::enable_shared_from_this<GrpcConnection> {
       call.pending_bytes_ = 0;
     }
     call.request_ = std::string();
+    Release(call, call.held_);
     if (!answered && call.on_cancel_) std::exchange(call.on_cancel_, nullptr)();
     call.on_cancel_ = nullptr;
     if (call.on_close_) std::exchange(call.on_close_, nullptr)();
@@ -713,7 +762,8 @@ class GrpcConnection : public std::enable_shared_from_this<GrpcConnection> {
   SSL* ssl_ = nullptr;  // with TLS
   nghttp2_session* session_ = nullptr;
   std::unordered_map<std::int32_t, std::shared_ptr<GrpcCall>> calls_;  // open streams
-  std::string out_;  // bytes nghttp2 gave, from sent_ on not yet written
+  std::size_t held_bytes_ = 0;  // the calls' held_, summed (Hold)
+  std::string out_;             // bytes nghttp2 gave, from sent_ on not yet written
   std::size_t sent_ = 0;
   bool writing_ = false;      // a wait for the socket's room is pending
   bool read_paused_ = false;  // reading waits for the socket's room

@@ -118,7 +118,10 @@ class GrpcCall : public std::enable_shared_from_this<GrpcCall> {
   // The connection's thread only:
   bool done_unlocked_ = false;  // done_ as the last turn took it
   const GrpcMethod* handler_ = nullptr;
-  std::string request_;  // the request's bytes as they come (prefix included)
+  std::string request_;                // the request's bytes as they come (prefix included)
+  std::size_t header_list_bytes_ = 0;  // the request's header list, as HTTP/2 measures it
+  std::size_t held_ = 0;  // of the connection's buffered bytes, this call's (headers_, request_)
+  std::optional<Status> refusal_;  // found while its headers came (too large): Admit's answer
   // Messages taken, handed to nghttp2 (framed as they are copied out) from out_[next_], offset_
   // bytes into its framed form; out_bytes_ framed bytes in all.
   std::vector<std::shared_ptr<const std::string>> out_;
@@ -159,6 +162,16 @@ struct GrpcServerOptions {
   std::size_t max_connections = 4096;
   int threads = 0;  // io threads (0: one per core, at most 4)
   std::size_t max_receive_message_bytes = 4 * 1024 * 1024;  // gRPC's default
+  // A request's header list as HTTP/2 measures it (name + value + 32 bytes per field, pseudo-
+  // headers included), advertised in SETTINGS_MAX_HEADER_LIST_SIZE. A larger one is refused
+  // (RESOURCE_EXHAUSTED) and not kept: HPACK lets a byte on the wire stand for a 4 KB header.
+  // gRPC C++'s server default.
+  std::size_t max_metadata_bytes = 8 * 1024;
+  // What one connection's open calls may hold of their requests before their handlers take them
+  // (metadata, and messages not yet whole): a call whose bytes would go past it is refused
+  // (RESOURCE_EXHAUSTED), so that a client cannot have 10,000 streams each hold a 4 MiB request
+  // it never ends. The connection goes on.
+  std::size_t max_connection_buffered_bytes = 16 * 1024 * 1024;
   // Both set: TLS only (1.2 and later, ALPN h2), with this PEM certificate chain and key.
   std::string tls_cert_file;
   std::string tls_key_file;
