@@ -262,16 +262,13 @@ class GrpcConnection : public std::enable_shared_from_this<GrpcConnection> {
     if (frame->hd.type != NGHTTP2_HEADERS || frame->headers.cat != NGHTTP2_HCAT_REQUEST) return 0;
     GrpcConnection& self = Of(user);
     GrpcCall* call = self.CallOf(frame->hd.stream_id);
-    if (call == nullptr || call->refusal_) return 0;  // a refused call's headers are not kept
-    call->header_list_bytes_ += name_length + value_length + 32;
-    if (call->header_list_bytes_ > self.options_.max_metadata_bytes) {
-      call->refusal_ = Status(StatusCode::kResourceExhausted,
-                              "request metadata larger than " +
-                                  std::to_string(self.options_.max_metadata_bytes) + " bytes");
-      self.Release(*call, call->headers_.size());
-      call->headers_ = std::string();
-      return 0;
+    // A refused call's headers are not kept.
+    if (call == nullptr || call->too_large_ != GrpcCall::TooLarge::kNo) return 0;
+    const std::size_t list_bytes = call->header_list_bytes_ + name_length + value_length + 32;
+    if (list_bytes > self.options_.max_metadata_bytes) {
+      return self.DropHeaders(*call, GrpcCall::TooLarge::kMetadata);
     }
+    call->header_list_bytes_ = static_cast<std::uint32_t>(list_bytes);
     const std::string_view n(reinterpret_cast<const char*>(name), name_length);
     const std::string_view v(reinterpret_cast<const char*>(value), value_length);
     if (n == ":path") {
@@ -288,10 +285,7 @@ class GrpcConnection : public std::enable_shared_from_this<GrpcConnection> {
       // call whose deadline passed by itself, with RST_STREAM)
     } else if (!n.empty() && n.front() != ':') {
       if (!self.Hold(*call, name_length + value_length + 2)) {
-        call->refusal_ = self.OverBound();
-        self.Release(*call, call->headers_.size());
-        call->headers_ = std::string();
-        return 0;
+        return self.DropHeaders(*call, GrpcCall::TooLarge::kConnection);
       }
       call->headers_.append(n).push_back('\0');
       call->headers_.append(v).push_back('\0');
@@ -382,7 +376,12 @@ class GrpcConnection : public std::enable_shared_from_this<GrpcConnection> {
   // ---- calls
 
   Status Admit(GrpcCall& call) {
-    if (call.refusal_) return *call.refusal_;
+    if (call.too_large_ == GrpcCall::TooLarge::kMetadata) {
+      return Status(
+          StatusCode::kResourceExhausted,
+          "request metadata larger than " + std::to_string(options_.max_metadata_bytes) + " bytes");
+    }
+    if (call.too_large_ == GrpcCall::TooLarge::kConnection) return OverBound();
     const auto method = methods_.find(call.method_);
     if (!call.post_) return Status(StatusCode::kUnimplemented, "gRPC calls are POSTs");
     if (!call.grpc_content_) {
@@ -413,6 +412,13 @@ class GrpcConnection : public std::enable_shared_from_this<GrpcConnection> {
   void Release(GrpcCall& call, std::size_t bytes) {
     call.held_ -= bytes;
     held_bytes_ -= bytes;
+  }
+  // A call's headers go past a bound: it will be refused, and keeps none of them.
+  int DropHeaders(GrpcCall& call, GrpcCall::TooLarge why) {
+    call.too_large_ = why;
+    Release(call, call.headers_.size());
+    call.headers_ = std::string();
+    return 0;
   }
   Status OverBound() const {
     return Status(StatusCode::kResourceExhausted,

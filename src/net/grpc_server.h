@@ -118,10 +118,9 @@ class GrpcCall : public std::enable_shared_from_this<GrpcCall> {
   // The connection's thread only:
   bool done_unlocked_ = false;  // done_ as the last turn took it
   const GrpcMethod* handler_ = nullptr;
-  std::string request_;                // the request's bytes as they come (prefix included)
-  std::size_t header_list_bytes_ = 0;  // the request's header list, as HTTP/2 measures it
+  std::string request_;   // the request's bytes as they come (prefix included)
   std::size_t held_ = 0;  // of the connection's buffered bytes, this call's (headers_, request_)
-  std::optional<Status> refusal_;  // found while its headers came (too large): Admit's answer
+  std::uint32_t header_list_bytes_ = 0;  // the request's header list, as HTTP/2 measures it
   // Messages taken, handed to nghttp2 (framed as they are copied out) from out_[next_], offset_
   // bytes into its framed form; out_bytes_ framed bytes in all.
   std::vector<std::shared_ptr<const std::string>> out_;
@@ -134,9 +133,12 @@ class GrpcCall : public std::enable_shared_from_this<GrpcCall> {
   std::function<void()> on_close_;
   std::function<void()> on_wake_;
   bool wake_when_drained_ = false;
-  bool post_ = false;            // the request's method is POST
-  bool grpc_content_ = false;    // its content-type is application/grpc
-  bool refused_ = false;         // answered with an error before the handler saw it
+  bool post_ = false;          // the request's method is POST
+  bool grpc_content_ = false;  // its content-type is application/grpc
+  bool refused_ = false;       // answered with an error before the handler saw it
+  // Found while its headers came, and Admit's answer: metadata over its bound, or the
+  // connection's calls at theirs.
+  enum class TooLarge : std::uint8_t { kNo, kMetadata, kConnection } too_large_ = TooLarge::kNo;
   bool headers_wanted_ = false;  // SendHeaders() was taken
   bool headers_sent_ = false;    // the response's headers are submitted
   bool closed_by_us_ = false;    // END_STREAM submitted
