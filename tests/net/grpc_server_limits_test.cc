@@ -49,6 +49,21 @@ std::int64_t ResetPeakRss() {
 }
 std::int64_t PeakRssGrowth(std::int64_t from) { return StatusBytes("VmHWM:") - from; }
 
+// Under AddressSanitizer freed blocks wait in its quarantine and every block carries redzones:
+// the process's resident set then says little of what the server held, and bounds on it are
+// checked only without it.
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool kRssTellsTheServersMemory = false;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+constexpr bool kRssTellsTheServersMemory = false;
+#else
+constexpr bool kRssTellsTheServersMemory = true;
+#endif
+#else
+constexpr bool kRssTellsTheServersMemory = true;
+#endif
+
 // An HTTP/2 client over a blocking loopback socket, driven by hand: requests with any headers,
 // bodies that end or stay open, resets; it records what the server answers per stream and
 // whether the server said GOAWAY or closed the connection.
@@ -290,8 +305,10 @@ TEST(GrpcServerLimitsTest, AHeaderBlockThatDecompressesHugeIsRefusedAndNotKept) 
   EXPECT_EQ(client.stream(id).grpc_status, std::to_string(int(StatusCode::kResourceExhausted)))
       << "stream reset with " << client.stream(id).reset_code;
   EXPECT_EQ(served.handled.load(), 0);
-  EXPECT_LT(PeakRssGrowth(rss_before), 32 << 20)
-      << "the decoded headers were not kept (205 MB when they were)";
+  if (kRssTellsTheServersMemory) {
+    EXPECT_LT(PeakRssGrowth(rss_before), 32 << 20)
+        << "the decoded headers were not kept (205 MB when they were)";
+  }
   // The connection goes on: a normal call on it is answered.
   const std::int32_t next = client.Request(kRegister, {}, Framed(""), true);
   ASSERT_TRUE(client.Pump([&] { return client.stream(next).closed; }));
@@ -354,8 +371,10 @@ TEST(GrpcServerLimitsTest, UnfinishedRequestsOfAConnectionAreBoundedInBytes) {
   EXPECT_LE(refused, 25);
   EXPECT_FALSE(client.ended()) << "the connection itself goes on";
   EXPECT_EQ(served.handled.load(), 0);
-  EXPECT_LT(PeakRssGrowth(rss_before), 32 << 20)
-      << "8 MiB held (in buffers of up to twice that); 57 MB without the bound";
+  if (kRssTellsTheServersMemory) {
+    EXPECT_LT(PeakRssGrowth(rss_before), 32 << 20)
+        << "8 MiB held (in buffers of up to twice that); 57 MB without the bound";
+  }
   EXPECT_TRUE(served.ServesAGrpcClient());
   // The held requests are let go when their streams end: the connection serves again.
   for (const std::int32_t id : ids) client.Reset(id);
@@ -407,7 +426,9 @@ TEST(GrpcServerLimitsTest, AHeaderBlockContinuedWithoutEndIsCutOff) {
   EXPECT_TRUE(client.goaway() || client.ended());
   EXPECT_TRUE(client.ended()) << "the server closed the connection";
   EXPECT_EQ(served.handled.load(), 0);
-  EXPECT_LT(PeakRssGrowth(rss_before), 32 << 20);
+  if (kRssTellsTheServersMemory) {
+    EXPECT_LT(PeakRssGrowth(rss_before), 32 << 20);
+  }
   EXPECT_TRUE(served.ServesAGrpcClient());
 }
 
