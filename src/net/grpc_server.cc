@@ -13,6 +13,7 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/ssl/context.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <chrono>
 #include <cstring>
 #include <optional>
@@ -135,6 +136,20 @@ class GrpcConnection : public std::enable_shared_from_this<GrpcConnection> {
     nghttp2_submit_settings(session_, NGHTTP2_FLAG_NONE, settings.data(), settings.size());
     connection_.OnClose([weak = weak_from_this()](CloseReason reason) {
       if (auto self = weak.lock()) self->OnListenerClose(reason);
+    });
+    // A client that connects and then says nothing (no TLS handshake, no HTTP/2 preface) would
+    // hold its connection for good: TCP's keepalive finds only dead peers.
+    handshake_timer_ = std::make_unique<asio::steady_timer>(socket_.get_executor());
+    handshake_timer_->expires_after(options_.handshake_timeout);
+    handshake_timer_->async_wait([weak = weak_from_this()](error_code ec) {
+      auto self = weak.lock();
+      if (ec || self == nullptr || self->handshake_timer_ == nullptr) return;
+      spdlog::debug(
+          "{}: {} sent no HTTP/2 preface within {} ms; closed", self->options_.name,
+          EndpointText(self->connection_.peer()),
+          std::chrono::duration_cast<std::chrono::milliseconds>(self->options_.handshake_timeout)
+              .count());
+      self->Close();
     });
     Flush();
     Read();
@@ -325,6 +340,8 @@ class GrpcConnection : public std::enable_shared_from_this<GrpcConnection> {
 
   static int OnFrameRecv(nghttp2_session*, const nghttp2_frame* frame, void* user) {
     GrpcConnection& self = Of(user);
+    // The client's preface (checked by libnghttp2) and first SETTINGS: the handshake is done.
+    if (frame->hd.type == NGHTTP2_SETTINGS) self.handshake_timer_.reset();
     if (frame->hd.type != NGHTTP2_HEADERS && frame->hd.type != NGHTTP2_DATA) return 0;
     GrpcCall* call = self.CallOf(frame->hd.stream_id);
     if (call == nullptr || call->refused_) return 0;
@@ -738,6 +755,7 @@ class GrpcConnection : public std::enable_shared_from_this<GrpcConnection> {
       closed_ = true;
     }
     auto self = shared_from_this();  // the open list's reference goes below
+    handshake_timer_.reset();
     error_code ignored;
     socket_.close(ignored);
     std::unordered_map<std::int32_t, std::shared_ptr<GrpcCall>> calls;
@@ -768,8 +786,9 @@ class GrpcConnection : public std::enable_shared_from_this<GrpcConnection> {
   SSL* ssl_ = nullptr;  // with TLS
   nghttp2_session* session_ = nullptr;
   std::unordered_map<std::int32_t, std::shared_ptr<GrpcCall>> calls_;  // open streams
-  std::size_t held_bytes_ = 0;  // the calls' held_, summed (Hold)
-  std::string out_;             // bytes nghttp2 gave, from sent_ on not yet written
+  std::size_t held_bytes_ = 0;                           // the calls' held_, summed (Hold)
+  std::unique_ptr<asio::steady_timer> handshake_timer_;  // until the client's first SETTINGS
+  std::string out_;  // bytes nghttp2 gave, from sent_ on not yet written
   std::size_t sent_ = 0;
   bool writing_ = false;      // a wait for the socket's room is pending
   bool read_paused_ = false;  // reading waits for the socket's room

@@ -174,6 +174,10 @@ struct GrpcServerOptions {
   // (RESOURCE_EXHAUSTED), so that a client cannot have 10,000 streams each hold a 4 MiB request
   // it never ends. The connection goes on.
   std::size_t max_connection_buffered_bytes = 16 * 1024 * 1024;
+  // A connection that has not completed its TLS handshake (with TLS) and sent HTTP/2's preface
+  // and SETTINGS within this is closed (gRPC C++'s server allows 120 s; the HTTP API's TLS
+  // handshake 10 s).
+  std::chrono::milliseconds handshake_timeout = std::chrono::seconds(10);
   // Both set: TLS only (1.2 and later, ALPN h2), with this PEM certificate chain and key.
   std::string tls_cert_file;
   std::string tls_key_file;

@@ -1,6 +1,6 @@
 // GrpcServer against clients that abuse HTTP/2: a header block that decompresses to hundreds of
 // megabytes, requests that never end on thousands of streams, streams opened and reset in a tight
-// loop, a header block continued without end. Each is written by libnghttp2's own client session
+// loop, a header block continued without end, a connection that never says anything. Each is written by libnghttp2's own client session
 // (it keeps HTTP/2's flow control, so only the abuse differs from a real client's bytes) over a
 // real loopback socket. The server must refuse or cut off the abuser, keep its memory bounded and
 // go on serving a well-behaved gRPC client meanwhile.
@@ -430,6 +430,36 @@ TEST(GrpcServerLimitsTest, AHeaderBlockContinuedWithoutEndIsCutOff) {
     EXPECT_LT(PeakRssGrowth(rss_before), 32 << 20);
   }
   EXPECT_TRUE(served.ServesAGrpcClient());
+}
+
+// A client that connects and says nothing (no HTTP/2 preface) is closed once the handshake time
+// passes; one that sent its preface keeps its connection past it.
+TEST(GrpcServerLimitsTest, AConnectionThatSaysNothingIsClosedAfterTheHandshakeTimeout) {
+  GrpcServerOptions options;
+  options.handshake_timeout = 300ms;
+  Served served(options);
+  const auto start = std::chrono::steady_clock::now();
+  const int silent = testing::ConnectLoopback(served.server->port());
+  ASSERT_GE(silent, 0);
+  H2Client talking(served.server->port());
+  ASSERT_TRUE(talking.Send());
+  // The server's own SETTINGS come at once; then, at the deadline, its end of the connection.
+  bool closed = false;
+  while (!closed && std::chrono::steady_clock::now() - start < 5s) {
+    pollfd p{silent, POLLIN, 0};
+    if (::poll(&p, 1, 100) <= 0) continue;
+    char buffer[256];
+    closed = ::recv(silent, buffer, sizeof buffer, 0) <= 0;
+  }
+  const auto after = std::chrono::steady_clock::now() - start;
+  ::close(silent);
+  EXPECT_TRUE(closed);
+  EXPECT_GE(after, 250ms);
+  EXPECT_FALSE(talking.Pump([] { return false; }, 500ms) || talking.ended())
+      << "a connection that sent its preface stays";
+  const std::int32_t id = talking.Request(kRegister, {}, Framed(""), true);
+  ASSERT_TRUE(talking.Pump([&] { return talking.stream(id).closed; }));
+  EXPECT_EQ(talking.stream(id).grpc_status, "0");
 }
 
 }  // namespace
