@@ -300,7 +300,7 @@ TEST(GrpcServerLimitsTest, AHeaderBlockThatDecompressesHugeIsRefusedAndNotKept) 
   const std::int32_t id = client.Request(kRegister, headers, Framed("req"), true);
   ASSERT_GT(id, 0);
   ASSERT_TRUE(client.Pump([&] { return client.stream(id).closed; }))
-      << "the server answered the stream: goaway " << client.goaway() << ", ended "
+      << "no answer on the stream; GOAWAY " << client.goaway() << ", connection ended "
       << client.ended();
   EXPECT_EQ(client.stream(id).grpc_status, std::to_string(int(StatusCode::kResourceExhausted)))
       << "stream reset with " << client.stream(id).reset_code;
