@@ -1,9 +1,9 @@
 // GrpcServer against clients that abuse HTTP/2: a header block that decompresses to hundreds of
 // megabytes, requests that never end on thousands of streams, streams opened and reset in a tight
-// loop, a header block continued without end, a connection that never says anything. Each is written by libnghttp2's own client session
-// (it keeps HTTP/2's flow control, so only the abuse differs from a real client's bytes) over a
-// real loopback socket. The server must refuse or cut off the abuser, keep its memory bounded and
-// go on serving a well-behaved gRPC client meanwhile.
+// loop, a header block continued without end, a connection that never says anything. Each is
+// written by libnghttp2's own client session (it keeps HTTP/2's flow control, so only the abuse
+// differs from a real client's bytes) over a real loopback socket. The server must refuse or cut
+// off the abuser, keep its memory bounded and go on serving a well-behaved gRPC client meanwhile.
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 #include <nghttp2/nghttp2.h>
