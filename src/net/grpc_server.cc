@@ -299,7 +299,7 @@ class GrpcConnection : public std::enable_shared_from_this<GrpcConnection> {
       // gRPC's own headers, not kept: an idle stream holds only its metadata (the client ends a
       // call whose deadline passed by itself, with RST_STREAM)
     } else if (!n.empty() && n.front() != ':') {
-      if (!self.Hold(*call, name_length + value_length + 2)) {
+      if (!self.Hold(name_length + value_length + 2)) {
         return self.DropHeaders(*call, GrpcCall::TooLarge::kConnection);
       }
       call->headers_.append(n).push_back('\0');
@@ -321,12 +321,12 @@ class GrpcConnection : public std::enable_shared_from_this<GrpcConnection> {
       refusal = Status(StatusCode::kResourceExhausted,
                        "request larger than " +
                            std::to_string(self.options_.max_receive_message_bytes) + " bytes");
-    } else if (!self.Hold(*call, length)) {
+    } else if (!self.Hold(length)) {
       refusal = self.OverBound();
     }
     if (refusal) {
       call->refused_ = true;
-      self.Release(*call, call->request_.size());
+      self.Release(call->request_.size());
       call->request_ = std::string();
       self.Refuse(*call, *refusal);
       return 0;
@@ -417,23 +417,19 @@ class GrpcConnection : public std::enable_shared_from_this<GrpcConnection> {
     return Status();
   }
 
-  // The bytes a call holds of its request before its handler takes them (its metadata, a message
+  // Bytes a call is to hold of its request before its handler takes them (its metadata, a message
   // not yet whole), counted against the connection's bound: false, and nothing counted, when they
-  // would take the connection past it.
-  bool Hold(GrpcCall& call, std::size_t bytes) {
+  // would take the connection past it. What a call holds is its headers_ and request_.
+  bool Hold(std::size_t bytes) {
     if (held_bytes_ + bytes > options_.max_connection_buffered_bytes) return false;
-    call.held_ += bytes;
     held_bytes_ += bytes;
     return true;
   }
-  void Release(GrpcCall& call, std::size_t bytes) {
-    call.held_ -= bytes;
-    held_bytes_ -= bytes;
-  }
+  void Release(std::size_t bytes) { held_bytes_ -= bytes; }
   // A call's headers go past a bound: it will be refused, and keeps none of them.
   int DropHeaders(GrpcCall& call, GrpcCall::TooLarge why) {
     call.too_large_ = why;
-    Release(call, call.headers_.size());
+    Release(call.headers_.size());
     call.headers_ = std::string();
     return 0;
   }
@@ -466,7 +462,7 @@ class GrpcConnection : public std::enable_shared_from_this<GrpcConnection> {
       call.handler_->on_request(call.shared_from_this(), std::string_view(at + kPrefix, length));
     }
     call.request_.erase(0, used);
-    Release(call, used);
+    Release(used);
   }
 
   void Dispatch(GrpcCall& call) {
@@ -485,7 +481,7 @@ class GrpcConnection : public std::enable_shared_from_this<GrpcConnection> {
     }
     std::string request = std::move(call.request_);
     call.request_ = std::string();
-    Release(call, request.size());
+    Release(request.size());
     call.handler_->on_request(call.shared_from_this(), std::string_view(request).substr(kPrefix));
   }
 
@@ -508,8 +504,10 @@ class GrpcConnection : public std::enable_shared_from_this<GrpcConnection> {
       call.pending_.clear();
       call.pending_bytes_ = 0;
     }
+    // Its metadata stays for whoever still holds the call, but no longer counts: the stream is
+    // over.
+    Release(call.headers_.size() + call.request_.size());
     call.request_ = std::string();
-    Release(call, call.held_);
     if (!answered && call.on_cancel_) std::exchange(call.on_cancel_, nullptr)();
     call.on_cancel_ = nullptr;
     if (call.on_close_) std::exchange(call.on_close_, nullptr)();
@@ -786,7 +784,7 @@ class GrpcConnection : public std::enable_shared_from_this<GrpcConnection> {
   SSL* ssl_ = nullptr;  // with TLS
   nghttp2_session* session_ = nullptr;
   std::unordered_map<std::int32_t, std::shared_ptr<GrpcCall>> calls_;  // open streams
-  std::size_t held_bytes_ = 0;                           // the calls' held_, summed (Hold)
+  std::size_t held_bytes_ = 0;  // the open calls' headers_ and request_ (Hold)
   std::unique_ptr<asio::steady_timer> handshake_timer_;  // until the client's first SETTINGS
   std::string out_;  // bytes nghttp2 gave, from sent_ on not yet written
   std::size_t sent_ = 0;

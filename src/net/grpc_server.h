@@ -118,8 +118,7 @@ class GrpcCall : public std::enable_shared_from_this<GrpcCall> {
   // The connection's thread only:
   bool done_unlocked_ = false;  // done_ as the last turn took it
   const GrpcMethod* handler_ = nullptr;
-  std::string request_;   // the request's bytes as they come (prefix included)
-  std::size_t held_ = 0;  // of the connection's buffered bytes, this call's (headers_, request_)
+  std::string request_;                  // the request's bytes as they come (prefix included)
   std::uint32_t header_list_bytes_ = 0;  // the request's header list, as HTTP/2 measures it
   // Messages taken, handed to nghttp2 (framed as they are copied out) from out_[next_], offset_
   // bytes into its framed form; out_bytes_ framed bytes in all.
