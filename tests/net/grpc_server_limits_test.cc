@@ -20,6 +20,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/procfs.h"
 #include "drover/registry/v1/registry.grpc.pb.h"
 #include "net/grpc_server.h"
 #include "testing/http_client.h"
@@ -32,22 +33,17 @@ using namespace std::chrono_literals;
 
 constexpr char kRegister[] = "/drover.registry.v1.Registry/Register";
 
-// The process's resident set at its peak since the last ResetPeakRss (the server runs in this
-// process): what a flood made the server hold, even if freed since.
+// The process's resident set (the server runs in this process), and its peak since the last
+// ResetPeakRss: what a flood made the server hold, even if freed since.
 std::int64_t StatusBytes(std::string_view field) {
-  std::ifstream status("/proc/self/status");
-  std::string line;
-  while (std::getline(status, line)) {
-    if (line.starts_with(field)) return std::stoll(line.substr(field.size())) * 1024;
-  }
-  return 0;
+  return static_cast<std::int64_t>(procfs::StatusField(::getpid(), field).value_or(0)) * 1024;
 }
 // Returns the resident set now, and makes it the peak from which PeakRssGrowth counts.
 std::int64_t ResetPeakRss() {
   std::ofstream("/proc/self/clear_refs") << "5";
-  return StatusBytes("VmRSS:");
+  return StatusBytes("VmRSS");
 }
-std::int64_t PeakRssGrowth(std::int64_t from) { return StatusBytes("VmHWM:") - from; }
+std::int64_t PeakRssGrowth(std::int64_t from) { return StatusBytes("VmHWM") - from; }
 
 // Under AddressSanitizer freed blocks wait in its quarantine and every block carries redzones:
 // the process's resident set then says little of what the server held, and bounds on it are
