@@ -907,19 +907,35 @@ void Registry::DeregisterAsync(std::string service, std::string id, std::uint64_
 // Reads
 
 Result<ListResult> Registry::List(const std::string& service) const {
+  ListResult result;
+  const auto copy = [&](const Instance& instance, Duration lease_left, std::size_t count) {
+    result.instances.reserve(count);
+    result.lease_remaining.reserve(count);
+    result.instances.push_back(instance);
+    result.lease_remaining.push_back(lease_left);
+  };
+  DROVER_ASSIGN_OR_RETURN(const ListHead head, VisitList(service, copy));
+  result.revision = head.revision;
+  result.degraded = head.degraded;
+  return result;
+}
+
+Result<ListHead> Registry::VisitList(
+    const std::string& service,
+    const std::function<void(const Instance&, Duration, std::size_t)>& visit) const {
   DROVER_RETURN_IF_ERROR(ValidateName("service", service, options_.limits));
   MutexLock lock(mu_);
-  ListResult result;
-  result.revision = revision_;
+  ListHead head;
+  head.revision = revision_;
   if (auto svc = services_.find(service); svc != services_.end()) {
-    result.degraded = svc->second.degraded;
+    head.degraded = svc->second.degraded;
     const MonoTime now = clock_.Now();
+    const std::size_t count = svc->second.instances.size();
     for (const auto& [id, entry] : svc->second.instances) {
-      result.instances.push_back(entry.instance);
-      result.lease_remaining.push_back(std::max(Duration::zero(), entry.lease_deadline - now));
+      visit(entry.instance, std::max(Duration::zero(), entry.lease_deadline - now), count);
     }
   }
-  return result;
+  return head;
 }
 
 std::vector<ServiceSummary> Registry::Services() const {

@@ -86,6 +86,12 @@ struct RegistryOptions {
   std::size_t watcher_queue_limit = 10'000;  // beyond this a watcher is resynced, not stalled
 };
 
+// What a list holds besides its instances.
+struct ListHead {
+  std::uint64_t revision = 0;
+  bool degraded = false;
+};
+
 struct ListResult {
   std::uint64_t revision = 0;
   bool degraded = false;
@@ -203,6 +209,13 @@ class Registry final : private StoreListener {
   // service lists as empty with the current revision (REG-4: errors are statuses, and an empty
   // list is only ever a real empty list).
   Result<ListResult> List(const std::string& service) const;
+  // What List returns, each instance handed to `visit` (with its lease's time left, as in
+  // ListResult, and how many the list holds, the same in every call) instead of copied out: for
+  // an encoder of a large list, whose output is smaller than copies of the instances. `visit`
+  // runs under the registry's lock: it must be quick, and must not call the registry.
+  Result<ListHead> VisitList(
+      const std::string& service,
+      const std::function<void(const Instance&, Duration, std::size_t)>& visit) const;
   std::vector<ServiceSummary> Services() const;
   std::uint64_t revision() const;
 

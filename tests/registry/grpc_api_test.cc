@@ -507,6 +507,65 @@ TEST_F(GrpcApiTest, WritesOverTheRatePerClientAreRefusedWhileReadsGoOn) {
       [&] { return stub_->Register(Context().get(), Register("zone", "z4", 1), &rev).ok(); }, 5s));
 }
 
+// List encodes each instance straight from the registry into the reply's bytes: every field of
+// every instance arrives as the registry holds it, with the list's revision, for a list large
+// enough to span many HTTP/2 frames; an unknown service lists empty at the current revision.
+TEST_F(GrpcApiTest, AListCarriesEveryInstanceAsTheRegistryHoldsIt) {
+  Start();
+  constexpr int kInstances = 3'000;
+  for (int i = 0; i < kInstances; ++i) {
+    InstanceSpec spec;
+    spec.address = "10.0." + std::to_string(i / 250) + "." + std::to_string(i % 250) + ":7000";
+    spec.generation = static_cast<std::uint64_t>(1 + i % 5);
+    spec.state = i % 3 == 0 ? InstanceState::kReady : InstanceState::kStarting;
+    spec.ttl_ms = 60'000 + i;
+    spec.weight = static_cast<std::uint32_t>(1 + i % 7);
+    spec.zone = i % 2 == 0 ? "zone-a" : "";
+    if (i % 4 != 0)
+      spec.labels = {{"shard", std::to_string(i % 64)}, {"rack", "r" + std::to_string(i)}};
+    spec.version = "1." + std::to_string(i % 10);
+    spec.accepting = i % 11 != 0;
+    ASSERT_TRUE(registry_->Register("zone", "z" + std::to_string(i), spec).ok());
+  }
+  const ListResult held = registry_->List("zone").value();
+
+  pb::ListRequest request;
+  request.set_service("zone");
+  pb::ListReply listed;
+  ASSERT_TRUE(stub_->List(Context().get(), request, &listed).ok());
+  EXPECT_EQ(listed.revision(), held.revision);
+  EXPECT_FALSE(listed.degraded());
+  ASSERT_EQ(listed.instances_size(), kInstances);
+  for (int i = 0; i < kInstances; ++i) {
+    const pb::Instance& got = listed.instances(i);
+    const Instance& want = held.instances[static_cast<std::size_t>(i)];
+    SCOPED_TRACE(want.id);
+    EXPECT_EQ(got.service(), want.service);
+    EXPECT_EQ(got.id(), want.id);
+    EXPECT_EQ(got.spec().address(), want.spec.address);
+    EXPECT_EQ(got.spec().generation(), want.spec.generation);
+    EXPECT_EQ(got.spec().state(),
+              want.spec.state == InstanceState::kReady ? pb::READY : pb::STARTING);
+    EXPECT_EQ(got.spec().ttl_ms(), want.spec.ttl_ms);
+    EXPECT_EQ(got.spec().weight(), want.spec.weight);
+    EXPECT_EQ(got.spec().zone(), want.spec.zone);
+    const std::map<std::string, std::string> labels(got.spec().labels().begin(),
+                                                    got.spec().labels().end());
+    EXPECT_EQ(labels, want.spec.labels);
+    EXPECT_EQ(got.spec().version(), want.spec.version);
+    EXPECT_EQ(got.spec().accepting(), want.spec.accepting);
+    EXPECT_EQ(got.create_revision(), want.create_revision);
+    EXPECT_EQ(got.mod_revision(), want.mod_revision);
+    EXPECT_EQ(got.ready_since_ms(),
+              want.ready_since == SystemTime{} ? 0 : ToUnixMillis(want.ready_since));
+  }
+
+  request.set_service("nobody");
+  ASSERT_TRUE(stub_->List(Context().get(), request, &listed).ok());
+  EXPECT_EQ(listed.instances_size(), 0);
+  EXPECT_EQ(listed.revision(), held.revision);
+}
+
 // The fleet's case over gRPC: a gateway multiplexes every route's watch on one connection, with
 // one token; a hundred of them are all served with the default limits.
 TEST_F(GrpcApiTest, AHundredWatchesOnOneConnectionWithOneTokenAreAllServed) {
