@@ -653,6 +653,7 @@ class GrpcConnection : public std::enable_shared_from_this<GrpcConnection> {
   // Sends what nghttp2 has; false when the connection is to close.
   bool Flush() {
     if (writing_) return true;  // the write in flight takes the rest
+    bool progressed = false;    // bytes went: the stalled-write deadline starts again
     while (true) {
       if (ssl_ == nullptr || SSL_is_init_finished(ssl_) != 0) {
         while (out_.size() - sent_ < kWriteChunk) {
@@ -677,6 +678,10 @@ class GrpcConnection : public std::enable_shared_from_this<GrpcConnection> {
         }
         sent_ = 0;
         if (std::exchange(large_sent_, false)) ReleaseFreeMemory();
+        if (write_timer_ != nullptr) {  // nothing waits now
+          ++write_deadline_;            // (a completion already queued is not this one's)
+          write_timer_.reset();
+        }
         return true;
       }
       error_code ec;
@@ -686,14 +691,37 @@ class GrpcConnection : public std::enable_shared_from_this<GrpcConnection> {
       if (ec == asio::error::would_block) break;
       if (ec) return false;
       sent_ += n;
+      progressed = true;
     }
     writing_ = true;
+    if (progressed || write_timer_ == nullptr) WatchStalledWrite();
     socket_.async_wait(tcp::socket::wait_write, [self = shared_from_this()](error_code ec) {
       self->writing_ = false;
       if (ec || !self->Flush() || self->Finished()) return self->Close();
       if (!self->writing_ && std::exchange(self->read_paused_, false)) self->Read();
     });
     return true;
+  }
+
+  // Bytes wait for the socket's room: (re)starts the deadline by which some must have gone
+  // (options_.write_timeout), past which the client is taken to have stopped reading.
+  void WatchStalledWrite() {
+    if (write_timer_ == nullptr) {
+      write_timer_ = std::make_unique<asio::steady_timer>(socket_.get_executor());
+    }
+    const std::uint64_t deadline = ++write_deadline_;
+    write_timer_->expires_after(options_.write_timeout);  // the previous wait ends, aborted
+    write_timer_->async_wait([weak = weak_from_this(), deadline](error_code ec) {
+      auto self = weak.lock();
+      // A deadline restarted or dropped since may still complete: not the current one.
+      if (ec || self == nullptr || self->write_deadline_ != deadline) return;
+      spdlog::info(
+          "{}: {} read none of its answers for {} ms; closed", self->options_.name,
+          EndpointText(self->connection_.peer()),
+          std::chrono::duration_cast<std::chrono::milliseconds>(self->options_.write_timeout)
+              .count());
+      self->Close();
+    });
   }
 
   // A large answer (a List of every instance: tens of MB of messages and their encoding, made
@@ -754,6 +782,7 @@ class GrpcConnection : public std::enable_shared_from_this<GrpcConnection> {
     }
     auto self = shared_from_this();  // the open list's reference goes below
     handshake_timer_.reset();
+    write_timer_.reset();
     error_code ignored;
     socket_.close(ignored);
     std::unordered_map<std::int32_t, std::shared_ptr<GrpcCall>> calls;
@@ -786,7 +815,9 @@ class GrpcConnection : public std::enable_shared_from_this<GrpcConnection> {
   std::unordered_map<std::int32_t, std::shared_ptr<GrpcCall>> calls_;  // open streams
   std::size_t held_bytes_ = 0;  // the open calls' headers_ and request_ (Hold)
   std::unique_ptr<asio::steady_timer> handshake_timer_;  // until the client's first SETTINGS
-  std::string out_;  // bytes nghttp2 gave, from sent_ on not yet written
+  std::unique_ptr<asio::steady_timer> write_timer_;      // while bytes wait for room (Flush)
+  std::uint64_t write_deadline_ = 0;  // which of write_timer_'s waits is the current one
+  std::string out_;                   // bytes nghttp2 gave, from sent_ on not yet written
   std::size_t sent_ = 0;
   bool writing_ = false;      // a wait for the socket's room is pending
   bool read_paused_ = false;  // reading waits for the socket's room

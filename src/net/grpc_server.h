@@ -177,6 +177,11 @@ struct GrpcServerOptions {
   // and SETTINGS within this is closed (gRPC C++'s server allows 120 s; the HTTP API's TLS
   // handshake 10 s).
   std::chrono::milliseconds handshake_timeout = std::chrono::seconds(10);
+  // A connection whose answers wait for the socket's room and none of whose bytes has gone for
+  // this long is closed, its calls cancelled: a client that stops reading (a process stopped,
+  // not dead) would otherwise pin its calls, their watch slots and buffers for good. Progress
+  // restarts it, so a slow reader is not cut. As the HTTP API's watch streams (30 s).
+  std::chrono::milliseconds write_timeout = std::chrono::seconds(30);
   // Both set: TLS only (1.2 and later, ALPN h2), with this PEM certificate chain and key.
   std::string tls_cert_file;
   std::string tls_key_file;

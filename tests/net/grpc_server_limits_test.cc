@@ -1,6 +1,7 @@
 // GrpcServer against clients that abuse HTTP/2: a header block that decompresses to hundreds of
 // megabytes, requests that never end on thousands of streams, streams opened and reset in a tight
-// loop, a header block continued without end, a connection that never says anything. Each is
+// loop, a header block continued without end, a connection that never says anything, one that
+// stops reading its answers. Each is
 // written by libnghttp2's own client session (it keeps HTTP/2's flow control, so only the abuse
 // differs from a real client's bytes) over a real loopback socket. The server must refuse or cut
 // off the abuser, keep its memory bounded and go on serving a well-behaved gRPC client meanwhile.
@@ -11,18 +12,22 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
 #include "common/procfs.h"
 #include "drover/registry/v1/registry.grpc.pb.h"
 #include "net/grpc_server.h"
+#include "testing/eventually.h"
 #include "testing/http_client.h"
 
 namespace drover::net {
@@ -32,6 +37,7 @@ namespace pb = drover::registry::v1;
 using namespace std::chrono_literals;
 
 constexpr char kRegister[] = "/drover.registry.v1.Registry/Register";
+constexpr char kFlood[] = "/drover.test.Flood/Flood";  // a stream of Served::kFloodMessages MiB
 
 // The process's resident set (the server runs in this process), and its peak since the last
 // ResetPeakRss: what a flood made the server hold, even if freed since.
@@ -122,6 +128,19 @@ class H2Client {
     return id;
   }
 
+  // HTTP/2's flow control out of the way (windows of 2 GiB): what holds the server's answers
+  // back is then only the client's reading of its socket, whose receive buffer is held at 256 KB
+  // (the kernel's autotuning may grow one to 32 MB, the size of the floods here). Before the
+  // first request.
+  void OpenWindows() {
+    const int buffer = 256 * 1024;
+    ::setsockopt(fd_, SOL_SOCKET, SO_RCVBUF, &buffer, sizeof buffer);
+    constexpr std::int32_t kWindow = INT32_MAX;
+    const nghttp2_settings_entry window{NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, kWindow};
+    nghttp2_submit_settings(session_, NGHTTP2_FLAG_NONE, &window, 1);
+    nghttp2_session_set_local_window_size(session_, NGHTTP2_FLAG_NONE, 0, kWindow);
+  }
+
   void Reset(std::int32_t stream) {
     nghttp2_submit_rst_stream(session_, NGHTTP2_FLAG_NONE, stream, NGHTTP2_CANCEL);
   }
@@ -140,6 +159,8 @@ class H2Client {
       const ssize_t n = ::recv(fd_, buffer, sizeof buffer, 0);
       if (n <= 0 || nghttp2_session_mem_recv(session_, buffer, static_cast<std::size_t>(n)) < 0) {
         ended_ = true;
+      } else {
+        received_ += static_cast<std::size_t>(n);
       }
     }
     return true;
@@ -165,6 +186,8 @@ class H2Client {
   std::uint32_t goaway_code() const { return goaway_code_; }
   // The server closed the connection (or it failed).
   bool ended() const { return ended_; }
+  // Bytes read from the connection so far.
+  std::size_t received() const { return received_; }
 
  private:
   struct Body {
@@ -232,6 +255,7 @@ class H2Client {
   bool goaway_ = false;
   std::uint32_t goaway_code_ = 0;
   bool ended_ = false;
+  std::size_t received_ = 0;
 };
 
 // A gRPC message's framing: the uncompressed flag and the length, then the bytes.
@@ -246,8 +270,10 @@ std::string Framed(const std::string& message, std::size_t claimed_length = 0) {
   return out + message;
 }
 
-// The server under abuse: Register answers at once; `handled` counts the requests it saw.
+// The server under abuse: Register answers at once; `handled` counts the requests it saw. Flood
+// answers with kFloodMessages messages of 1 MiB, all written at once, then OK.
 struct Served {
+  static constexpr int kFloodMessages = 32;
   std::atomic<int> handled{0};
   std::unique_ptr<GrpcServer> server;
 
@@ -260,9 +286,17 @@ struct Served {
       reply.set_revision(1);
       call->Reply(reply.SerializeAsString());
     };
+    GrpcMethod flood;
+    flood.path = kFlood;
+    flood.kind = GrpcMethod::Kind::kServerStreaming;
+    flood.on_request = [this](const std::shared_ptr<GrpcCall>& call, std::string_view) {
+      const auto mib = std::make_shared<const std::string>(std::size_t{1} << 20, 'f');
+      for (int i = 0; i < kFloodMessages; ++i) call->Write(mib);
+      call->Finish(Status());
+    };
     options.address = "127.0.0.1:0";
     options.threads = 1;
-    auto started = GrpcServer::Start(std::move(options), {std::move(m)});
+    auto started = GrpcServer::Start(std::move(options), {std::move(m), std::move(flood)});
     EXPECT_TRUE(started.ok()) << started.status().ToString();
     server = std::move(*started);
   }
@@ -456,6 +490,53 @@ TEST(GrpcServerLimitsTest, AConnectionThatSaysNothingIsClosedAfterTheHandshakeTi
   const std::int32_t id = talking.Request(kRegister, {}, Framed(""), true);
   ASSERT_TRUE(talking.Pump([&] { return talking.stream(id).closed; }));
   EXPECT_EQ(talking.stream(id).grpc_status, "0");
+}
+
+// A client that asks for 32 MiB and then reads nothing: once the socket's buffers are full and
+// nothing has gone for the write timeout, the server closes the connection (the call cancelled)
+// and goes on serving others.
+TEST(GrpcServerLimitsTest, AClientThatStopsReadingIsCutOffAfterTheWriteTimeout) {
+  GrpcServerOptions options;
+  options.write_timeout = 500ms;
+  Served served(options);
+  H2Client client(served.server->port());
+  client.OpenWindows();
+  const std::int32_t id = client.Request(kFlood, {}, Framed(""), true);
+  ASSERT_GT(id, 0);
+  const auto start = std::chrono::steady_clock::now();
+  ASSERT_TRUE(client.Send());
+  ASSERT_TRUE(testing::Eventually([&] { return served.server->counters().active.load() == 1; }));
+  ASSERT_TRUE(
+      testing::Eventually([&] { return served.server->counters().active.load() == 0; }, 10s))
+      << "the connection of a client reading nothing stayed open";
+  EXPECT_GE(std::chrono::steady_clock::now() - start, 450ms);
+  // What the kernel held is read, then the connection's end: the answer never finished.
+  EXPECT_FALSE(client.Pump([&] { return client.stream(id).closed; }, 10s));
+  EXPECT_TRUE(client.ended());
+  EXPECT_LT(client.received(), std::size_t{Served::kFloodMessages} << 20);
+  EXPECT_TRUE(served.ServesAGrpcClient());
+}
+
+// A slow reader is not cut off: with pauses shorter than the write timeout between its reads --
+// 1.2 s of them in all, past the timeout -- the whole answer arrives and the call ends OK.
+TEST(GrpcServerLimitsTest, AClientReadingWithPausesShorterThanTheWriteTimeoutIsServedToTheEnd) {
+  GrpcServerOptions options;
+  options.write_timeout = 500ms;
+  Served served(options);
+  H2Client client(served.server->port());
+  client.OpenWindows();
+  const std::int32_t id = client.Request(kFlood, {}, Framed(""), true);
+  ASSERT_GT(id, 0);
+  ASSERT_TRUE(client.Send());
+  for (std::size_t pause = 1; pause <= 8; ++pause) {
+    std::this_thread::sleep_for(150ms);  // the server's socket stays full meanwhile
+    ASSERT_TRUE(client.Pump([&] { return client.received() >= pause * (std::size_t{2} << 20); }))
+        << "pause " << pause << ": the connection ended";
+  }
+  ASSERT_TRUE(client.Pump([&] { return client.stream(id).closed; }, 10s));
+  EXPECT_EQ(client.stream(id).grpc_status, "0");
+  EXPECT_GE(client.received(), std::size_t{Served::kFloodMessages} << 20);
+  EXPECT_EQ(served.server->counters().active.load(), 1u) << "the connection stays";
 }
 
 }  // namespace
