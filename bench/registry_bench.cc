@@ -863,8 +863,24 @@ class HttpWatchers {
   std::jthread thread_;
 };
 
+// What the bench's watch streams share: their call's context, the arrivals they saw, and the
+// latch their call's end opens.
+class WatchStream {
+ public:
+  void Close() {
+    ctx_.TryCancel();
+    done_.Wait();
+  }
+  std::vector<Arrival>& arrivals() { return samples_; }
+
+ protected:
+  grpc::ClientContext ctx_;
+  std::vector<Arrival> samples_;
+  DoneLatch done_;
+};
+
 // A gRPC Watch stream read on the bench's completion queues (stream w on queue w).
-class DroverWatch {
+class DroverWatch : public WatchStream {
  public:
   DroverWatch(pb::Registry::Stub& stub, std::uint64_t from, std::uint64_t base, LatencyProbe& probe,
               std::atomic<int>& ready, int w)
@@ -874,11 +890,6 @@ class DroverWatch {
     reader_ = stub.PrepareAsyncWatch(&ctx_, request_, CompletionQueues::Get().For(w));
     reader_->StartCall(&read_);
   }
-  void Close() {
-    ctx_.TryCancel();
-    done_.Wait();
-  }
-  std::vector<Arrival>& arrivals() { return samples_; }
 
  private:
   // The call started (first time) or an event was read: take it, read the next. A failed read
@@ -899,7 +910,6 @@ class DroverWatch {
     reader_->Read(&event_, &read_);
   }
 
-  grpc::ClientContext ctx_;
   pb::WatchRequest request_;
   pb::Event event_;
   grpc::Status status_;
@@ -909,8 +919,6 @@ class DroverWatch {
   std::atomic<int>& ready_;
   bool started_ = false;
   bool counted_ready_ = false;
-  std::vector<Arrival> samples_;
-  DoneLatch done_;
   Step read_{[this](bool ok) { OnRead(ok); }};
   Step finished_{[this](bool) { done_.Done(); }};
 };
@@ -1348,7 +1356,7 @@ std::string EtcdHttpPut(const std::string& host, std::uint64_t i) {
 }
 
 // An etcd Watch stream on the bench's completion queues (stream w on queue w).
-class EtcdWatch {
+class EtcdWatch : public WatchStream {
  public:
   EtcdWatch(etcd::Watch::Stub& stub, std::int64_t base, LatencyProbe& probe,
             std::atomic<int>& ready, int w)
@@ -1360,11 +1368,6 @@ class EtcdWatch {
     stream_ = stub.PrepareAsyncWatch(&ctx_, CompletionQueues::Get().For(w));
     stream_->StartCall(&started_);
   }
-  void Close() {
-    ctx_.TryCancel();
-    done_.Wait();
-  }
-  std::vector<Arrival>& arrivals() { return samples_; }
 
  private:
   void OnRead(bool ok) {
@@ -1382,7 +1385,6 @@ class EtcdWatch {
     if (!writing_ && !reading_) stream_->Finish(&status_, &finished_);
   }
 
-  grpc::ClientContext ctx_;
   std::unique_ptr<grpc::ClientAsyncReaderWriter<etcd::WatchRequest, etcd::WatchResponse>> stream_;
   etcd::WatchRequest request_;
   etcd::WatchResponse response_;
@@ -1390,10 +1392,8 @@ class EtcdWatch {
   const std::int64_t base_;
   LatencyProbe& probe_;
   std::atomic<int>& ready_;
-  std::vector<Arrival> samples_;
   bool writing_ = true;  // the stream's queue thread only, as is reading_
   bool reading_ = true;
-  DoneLatch done_;
   Step started_{[this](bool ok) {
     if (!ok) {
       writing_ = reading_ = false;

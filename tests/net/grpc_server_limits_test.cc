@@ -492,16 +492,30 @@ TEST(GrpcServerLimitsTest, AConnectionThatSaysNothingIsClosedAfterTheHandshakeTi
   EXPECT_EQ(talking.stream(id).grpc_status, "0");
 }
 
+// A server whose write timeout is 500 ms, and a client that asked it for a flood (32 MiB) over
+// wide-open HTTP/2 windows.
+struct FloodAsked {
+  static GrpcServerOptions WriteTimeout() {
+    GrpcServerOptions options;
+    options.write_timeout = 500ms;
+    return options;
+  }
+  Served served{WriteTimeout()};
+  H2Client client{served.server->port()};
+  std::int32_t id = 0;
+
+  FloodAsked() {
+    client.OpenWindows();
+    id = client.Request(kFlood, {}, Framed(""), true);
+  }
+};
+
 // A client that asks for 32 MiB and then reads nothing: once the socket's buffers are full and
 // nothing has gone for the write timeout, the server closes the connection (the call cancelled)
 // and goes on serving others.
 TEST(GrpcServerLimitsTest, AClientThatStopsReadingIsCutOffAfterTheWriteTimeout) {
-  GrpcServerOptions options;
-  options.write_timeout = 500ms;
-  Served served(options);
-  H2Client client(served.server->port());
-  client.OpenWindows();
-  const std::int32_t id = client.Request(kFlood, {}, Framed(""), true);
+  FloodAsked asked;
+  auto& [served, client, id] = asked;
   ASSERT_GT(id, 0);
   const auto start = std::chrono::steady_clock::now();
   ASSERT_TRUE(client.Send());
@@ -520,12 +534,8 @@ TEST(GrpcServerLimitsTest, AClientThatStopsReadingIsCutOffAfterTheWriteTimeout) 
 // A slow reader is not cut off: with pauses shorter than the write timeout between its reads --
 // 1.2 s of them in all, past the timeout -- the whole answer arrives and the call ends OK.
 TEST(GrpcServerLimitsTest, AClientReadingWithPausesShorterThanTheWriteTimeoutIsServedToTheEnd) {
-  GrpcServerOptions options;
-  options.write_timeout = 500ms;
-  Served served(options);
-  H2Client client(served.server->port());
-  client.OpenWindows();
-  const std::int32_t id = client.Request(kFlood, {}, Framed(""), true);
+  FloodAsked asked;
+  auto& [served, client, id] = asked;
   ASSERT_GT(id, 0);
   ASSERT_TRUE(client.Send());
   for (std::size_t pause = 1; pause <= 8; ++pause) {
