@@ -515,7 +515,9 @@ struct FloodAsked {
 // and goes on serving others.
 TEST(GrpcServerLimitsTest, AClientThatStopsReadingIsCutOffAfterTheWriteTimeout) {
   FloodAsked asked;
-  auto& [served, client, id] = asked;
+  Served& served = asked.served;
+  H2Client& client = asked.client;
+  const std::int32_t id = asked.id;
   ASSERT_GT(id, 0);
   const auto start = std::chrono::steady_clock::now();
   ASSERT_TRUE(client.Send());
@@ -535,7 +537,9 @@ TEST(GrpcServerLimitsTest, AClientThatStopsReadingIsCutOffAfterTheWriteTimeout) 
 // 1.2 s of them in all, past the timeout -- the whole answer arrives and the call ends OK.
 TEST(GrpcServerLimitsTest, AClientReadingWithPausesShorterThanTheWriteTimeoutIsServedToTheEnd) {
   FloodAsked asked;
-  auto& [served, client, id] = asked;
+  Served& served = asked.served;
+  H2Client& client = asked.client;
+  const std::int32_t id = asked.id;
   ASSERT_GT(id, 0);
   ASSERT_TRUE(client.Send());
   for (std::size_t pause = 1; pause <= 8; ++pause) {
