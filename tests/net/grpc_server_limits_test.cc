@@ -289,7 +289,7 @@ struct Served {
     GrpcMethod flood;
     flood.path = kFlood;
     flood.kind = GrpcMethod::Kind::kServerStreaming;
-    flood.on_request = [this](const std::shared_ptr<GrpcCall>& call, std::string_view) {
+    flood.on_request = [](const std::shared_ptr<GrpcCall>& call, std::string_view) {
       const auto mib = std::make_shared<const std::string>(std::size_t{1} << 20, 'f');
       for (int i = 0; i < kFloodMessages; ++i) call->Write(mib);
       call->Finish(Status());
