@@ -139,18 +139,7 @@ class GrpcConnection : public std::enable_shared_from_this<GrpcConnection> {
     });
     // A client that connects and then says nothing (no TLS handshake, no HTTP/2 preface) would
     // hold its connection for good: TCP's keepalive finds only dead peers.
-    handshake_timer_ = std::make_unique<asio::steady_timer>(socket_.get_executor());
-    handshake_timer_->expires_after(options_.handshake_timeout);
-    handshake_timer_->async_wait([weak = weak_from_this()](error_code ec) {
-      auto self = weak.lock();
-      if (ec || self == nullptr || self->handshake_timer_ == nullptr) return;
-      spdlog::debug(
-          "{}: {} sent no HTTP/2 preface within {} ms; closed", self->options_.name,
-          EndpointText(self->connection_.peer()),
-          std::chrono::duration_cast<std::chrono::milliseconds>(self->options_.handshake_timeout)
-              .count());
-      self->Close();
-    });
+    Arm(handshake_, options_.handshake_timeout, spdlog::level::debug, "sent no HTTP/2 preface");
     Flush();
     Read();
   }
@@ -341,7 +330,7 @@ class GrpcConnection : public std::enable_shared_from_this<GrpcConnection> {
   static int OnFrameRecv(nghttp2_session*, const nghttp2_frame* frame, void* user) {
     GrpcConnection& self = Of(user);
     // The client's preface (checked by libnghttp2) and first SETTINGS: the handshake is done.
-    if (frame->hd.type == NGHTTP2_SETTINGS) self.handshake_timer_.reset();
+    if (frame->hd.type == NGHTTP2_SETTINGS) Disarm(self.handshake_);
     if (frame->hd.type != NGHTTP2_HEADERS && frame->hd.type != NGHTTP2_DATA) return 0;
     GrpcCall* call = self.CallOf(frame->hd.stream_id);
     if (call == nullptr || call->refused_) return 0;
@@ -678,10 +667,7 @@ class GrpcConnection : public std::enable_shared_from_this<GrpcConnection> {
         }
         sent_ = 0;
         if (std::exchange(large_sent_, false)) ReleaseFreeMemory();
-        if (write_timer_ != nullptr) {  // nothing waits now
-          ++write_deadline_;            // (a completion already queued is not this one's)
-          write_timer_.reset();
-        }
+        Disarm(write_);  // nothing waits now
         return true;
       }
       error_code ec;
@@ -694,7 +680,11 @@ class GrpcConnection : public std::enable_shared_from_this<GrpcConnection> {
       progressed = true;
     }
     writing_ = true;
-    if (progressed || write_timer_ == nullptr) WatchStalledWrite();
+    // Some bytes must go within the write timeout, or the client is taken to have stopped
+    // reading; each write that goes starts it again.
+    if (progressed || write_.timer == nullptr) {
+      Arm(write_, options_.write_timeout, spdlog::level::info, "read none of its answers");
+    }
     socket_.async_wait(tcp::socket::wait_write, [self = shared_from_this()](error_code ec) {
       self->writing_ = false;
       if (ec || !self->Flush() || self->Finished()) return self->Close();
@@ -703,25 +693,35 @@ class GrpcConnection : public std::enable_shared_from_this<GrpcConnection> {
     return true;
   }
 
-  // Bytes wait for the socket's room: (re)starts the deadline by which some must have gone
-  // (options_.write_timeout), past which the client is taken to have stopped reading.
-  void WatchStalledWrite() {
-    if (write_timer_ == nullptr) {
-      write_timer_ = std::make_unique<asio::steady_timer>(socket_.get_executor());
+  // A time by which something must have happened, or the connection closes (Arm, Disarm).
+  struct Deadline {
+    std::unique_ptr<asio::steady_timer> timer;  // none while disarmed
+    std::uint64_t armed = 0;                    // which of the timer's waits is the current one
+  };
+
+  // (Re)starts `deadline` (a member of this connection): once `timeout` passes, the connection
+  // is closed, with a log line naming the peer and what it did not do (`what`).
+  void Arm(Deadline& deadline, std::chrono::milliseconds timeout, spdlog::level::level_enum level,
+           const char* what) {
+    if (deadline.timer == nullptr) {
+      deadline.timer = std::make_unique<asio::steady_timer>(socket_.get_executor());
     }
-    const std::uint64_t deadline = ++write_deadline_;
-    write_timer_->expires_after(options_.write_timeout);  // the previous wait ends, aborted
-    write_timer_->async_wait([weak = weak_from_this(), deadline](error_code ec) {
-      auto self = weak.lock();
-      // A deadline restarted or dropped since may still complete: not the current one.
-      if (ec || self == nullptr || self->write_deadline_ != deadline) return;
-      spdlog::info(
-          "{}: {} read none of its answers for {} ms; closed", self->options_.name,
-          EndpointText(self->connection_.peer()),
-          std::chrono::duration_cast<std::chrono::milliseconds>(self->options_.write_timeout)
-              .count());
-      self->Close();
-    });
+    const std::uint64_t armed = ++deadline.armed;
+    deadline.timer->expires_after(timeout);  // a previous wait ends, aborted
+    deadline.timer->async_wait(
+        [weak = weak_from_this(), &deadline, armed, timeout, level, what](error_code ec) {
+          auto self = weak.lock();  // (`deadline` lives as long as the connection)
+          // A wait re-armed or disarmed since may still complete: it is not the current one.
+          if (ec || self == nullptr || deadline.armed != armed) return;
+          spdlog::log(level, "{}: {} {} within {} ms; closed", self->options_.name,
+                      EndpointText(self->connection_.peer()), what, timeout.count());
+          self->Close();
+        });
+  }
+  static void Disarm(Deadline& deadline) {
+    if (deadline.timer == nullptr) return;
+    ++deadline.armed;
+    deadline.timer.reset();
   }
 
   // A large answer (a List of every instance: tens of MB of messages and their encoding, made
@@ -781,8 +781,8 @@ class GrpcConnection : public std::enable_shared_from_this<GrpcConnection> {
       closed_ = true;
     }
     auto self = shared_from_this();  // the open list's reference goes below
-    handshake_timer_.reset();
-    write_timer_.reset();
+    Disarm(handshake_);
+    Disarm(write_);
     error_code ignored;
     socket_.close(ignored);
     std::unordered_map<std::int32_t, std::shared_ptr<GrpcCall>> calls;
@@ -814,10 +814,9 @@ class GrpcConnection : public std::enable_shared_from_this<GrpcConnection> {
   nghttp2_session* session_ = nullptr;
   std::unordered_map<std::int32_t, std::shared_ptr<GrpcCall>> calls_;  // open streams
   std::size_t held_bytes_ = 0;  // the open calls' headers_ and request_ (Hold)
-  std::unique_ptr<asio::steady_timer> handshake_timer_;  // until the client's first SETTINGS
-  std::unique_ptr<asio::steady_timer> write_timer_;      // while bytes wait for room (Flush)
-  std::uint64_t write_deadline_ = 0;  // which of write_timer_'s waits is the current one
-  std::string out_;                   // bytes nghttp2 gave, from sent_ on not yet written
+  Deadline handshake_;          // until the client's first SETTINGS
+  Deadline write_;              // while bytes wait for the socket's room (Flush)
+  std::string out_;             // bytes nghttp2 gave, from sent_ on not yet written
   std::size_t sent_ = 0;
   bool writing_ = false;      // a wait for the socket's room is pending
   bool read_paused_ = false;  // reading waits for the socket's room
