@@ -279,14 +279,14 @@ class Step final : public CompletionQueues::Tag {
 template <typename Request, typename Reply>
 class QueuedCall final : public CompletionQueues::Tag {
  public:
-  // `start(ctx, request, cq)` is the stub's AsyncX for the method.
-  template <typename Start>
-  static void Run(grpc::CompletionQueue* cq, Request request, const Start& start,
-                  std::function<void(bool)> done) {
+  // Client `c`'s call of `stub`'s method through its AsyncX form `start` (&Stub::AsyncX), on
+  // client c's queue.
+  template <typename Stub, typename Start>
+  static void Run(int c, Stub& stub, Start start, Request request, std::function<void(bool)> done) {
     auto* call = new QueuedCall;
     call->request_ = std::move(request);
     call->done_ = std::move(done);
-    call->reader_ = start(&call->ctx_, call->request_, cq);
+    call->reader_ = (stub.*start)(&call->ctx_, call->request_, CompletionQueues::Get().For(c));
     call->reader_->Finish(&call->reply_, &call->status_, call);
   }
   void Completed(bool ok) override {
@@ -628,14 +628,17 @@ template <typename Request, typename Reply>
 class PingPongStream {
  public:
   using Stream = grpc::ClientAsyncReaderWriter<Request, Reply>;
-  // The stub's PrepareAsync form of the method.
-  using Open = std::function<std::unique_ptr<Stream>(grpc::ClientContext*, grpc::CompletionQueue*)>;
   using Check = std::function<bool(const Reply&)>;
 
-  // Returns once the call has started.
-  PingPongStream(const Open& open, Request request, Check check, int c)
+  // Client `c`'s stream of `stub`'s method through its PrepareAsyncX form `open`
+  // (&Stub::PrepareAsyncX), on client c's queue. Returns once the call has started.
+  template <typename Stub>
+  PingPongStream(Stub& stub,
+                 std::unique_ptr<Stream> (Stub::*open)(grpc::ClientContext*,
+                                                       grpc::CompletionQueue*),
+                 Request request, Check check, int c)
       : request_(std::move(request)), check_(std::move(check)) {
-    stream_ = open(&ctx_, CompletionQueues::Get().For(c));
+    stream_ = (stub.*open)(&ctx_, CompletionQueues::Get().For(c));
     stream_->StartCall(&started_);
     started_latch_.Wait();
   }
@@ -1008,10 +1011,8 @@ ClosedLoop::Result RegisterMany(const Options& opt,
                                 std::uint64_t n) {
   return ClosedLoop::Count(opt.clients, n, [&](int c, std::uint64_t seq, auto done) {
     QueuedCall<pb::RegisterRequest, pb::RevisionReply>::Run(
-        CompletionQueues::Get().For(c), Registration(seq),
-        [&stub = *stubs[static_cast<std::size_t>(c) % stubs.size()]](
-            auto* ctx, const auto& req, auto* cq) { return stub.AsyncRegister(ctx, req, cq); },
-        std::move(done));
+        c, *stubs[static_cast<std::size_t>(c) % stubs.size()], &pb::Registry::Stub::AsyncRegister,
+        Registration(seq), std::move(done));
   });
 }
 
@@ -1115,11 +1116,7 @@ SystemFigures BenchDrover(const Options& opt, const std::string& etcd_target) {
     request.set_id(InstanceId(seq % instances));
     request.set_generation(1);
     QueuedCall<pb::HeartbeatRequest, pb::RevisionReply>::Run(
-        CompletionQueues::Get().For(c), std::move(request),
-        [&stub = stub_for(c)](auto* ctx, const auto& req, auto* cq) {
-          return stub.AsyncHeartbeat(ctx, req, cq);
-        },
-        std::move(done));
+        c, stub_for(c), &pb::Registry::Stub::AsyncHeartbeat, std::move(request), std::move(done));
   });
   out.unary_heartbeats_per_s = hb.per_second;
   out.errors += hb.errors;
@@ -1134,12 +1131,8 @@ SystemFigures BenchDrover(const Options& opt, const std::string& etcd_target) {
         h->set_id(InstanceId(static_cast<std::uint64_t>(c * batch + b) % instances));
         h->set_generation(1);
       }
-      pb::Registry::Stub& stub = stub_for(c);
       streams.push_back(std::make_unique<KeepAlive>(
-          [&stub](grpc::ClientContext* ctx, grpc::CompletionQueue* cq) {
-            return stub.PrepareAsyncKeepAlive(ctx, cq);
-          },
-          req,
+          stub_for(c), &pb::Registry::Stub::PrepareAsyncKeepAlive, req,
           [](const pb::KeepAliveReply& r) {
             return std::all_of(r.results().begin(), r.results().end(),
                                [](const pb::HeartbeatResult& h) { return h.code() == 0; });
@@ -1418,10 +1411,8 @@ ClosedLoop::Issue EtcdPuts(std::vector<std::unique_ptr<etcd::KV::Stub>>& kv, std
     request.set_key(EtcdKey(seq % keys));
     request.set_value(EtcdValue(seq % keys, accepting));
     QueuedCall<etcd::PutRequest, etcd::PutResponse>::Run(
-        CompletionQueues::Get().For(c), std::move(request),
-        [&stub = *kv[static_cast<std::size_t>(c) % kv.size()]](
-            auto* ctx, const auto& req, auto* cq) { return stub.AsyncPut(ctx, req, cq); },
-        std::move(done));
+        c, *kv[static_cast<std::size_t>(c) % kv.size()], &etcd::KV::Stub::AsyncPut,
+        std::move(request), std::move(done));
   };
 }
 
@@ -1538,10 +1529,8 @@ SystemFigures BenchEtcd(const Options& opt) {
     etcd::LeaseKeepAliveRequest req;
     req.set_id(granted.id());
     streams.push_back(std::make_unique<KeepAlive>(
-        [&stub](grpc::ClientContext* stream_ctx, grpc::CompletionQueue* cq) {
-          return stub.PrepareAsyncLeaseKeepAlive(stream_ctx, cq);
-        },
-        req, [](const etcd::LeaseKeepAliveResponse& r) { return r.ttl() > 0; }, c));
+        stub, &etcd::Lease::Stub::PrepareAsyncLeaseKeepAlive, req,
+        [](const etcd::LeaseKeepAliveResponse& r) { return r.ttl() > 0; }, c));
   }
   auto ka = StreamLoop(opt, streams);
   out.keepalive_per_s = ka.per_second;
