@@ -1,10 +1,10 @@
 // GrpcServer against clients that abuse HTTP/2: a header block that decompresses to hundreds of
 // megabytes, requests that never end on thousands of streams, streams opened and reset in a tight
 // loop, a header block continued without end, a connection that never says anything, one that
-// stops reading its answers. Each is
-// written by libnghttp2's own client session (it keeps HTTP/2's flow control, so only the abuse
-// differs from a real client's bytes) over a real loopback socket. The server must refuse or cut
-// off the abuser, keep its memory bounded and go on serving a well-behaved gRPC client meanwhile.
+// stops reading its answers. Each is written by libnghttp2's own client session (it keeps HTTP/2's
+// flow control, so only the abuse differs from a real client's bytes) over a real loopback
+// socket. The server must refuse or cut off the abuser, keep its memory bounded and go on serving
+// a well-behaved gRPC client meanwhile.
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 #include <nghttp2/nghttp2.h>
@@ -493,7 +493,7 @@ TEST(GrpcServerLimitsTest, AConnectionThatSaysNothingIsClosedAfterTheHandshakeTi
 }
 
 // A server whose write timeout is 500 ms, and a client that asked it for a flood (32 MiB) over
-// wide-open HTTP/2 windows.
+// wide-open HTTP/2 windows, on stream `id`.
 struct FloodAsked {
   static GrpcServerOptions WriteTimeout() {
     GrpcServerOptions options;
@@ -508,6 +508,8 @@ struct FloodAsked {
     client.OpenWindows();
     id = client.Request(kFlood, {}, Framed(""), true);
   }
+  // The server's open connections.
+  std::uint64_t Open() const { return served.server->counters().active.load(); }
 };
 
 // A client that asks for 32 MiB and then reads nothing: once the socket's buffers are full and
@@ -515,42 +517,37 @@ struct FloodAsked {
 // and goes on serving others.
 TEST(GrpcServerLimitsTest, AClientThatStopsReadingIsCutOffAfterTheWriteTimeout) {
   FloodAsked asked;
-  Served& served = asked.served;
-  H2Client& client = asked.client;
-  const std::int32_t id = asked.id;
-  ASSERT_GT(id, 0);
+  ASSERT_GT(asked.id, 0);
   const auto start = std::chrono::steady_clock::now();
-  ASSERT_TRUE(client.Send());
-  ASSERT_TRUE(testing::Eventually([&] { return served.server->counters().active.load() == 1; }));
-  ASSERT_TRUE(
-      testing::Eventually([&] { return served.server->counters().active.load() == 0; }, 10s))
+  ASSERT_TRUE(asked.client.Send());
+  ASSERT_TRUE(testing::Eventually([&] { return asked.Open() == 1; }));
+  ASSERT_TRUE(testing::Eventually([&] { return asked.Open() == 0; }, 10s))
       << "the connection of a client reading nothing stayed open";
   EXPECT_GE(std::chrono::steady_clock::now() - start, 450ms);
   // What the kernel held is read, then the connection's end: the answer never finished.
-  EXPECT_FALSE(client.Pump([&] { return client.stream(id).closed; }, 10s));
-  EXPECT_TRUE(client.ended());
-  EXPECT_LT(client.received(), std::size_t{Served::kFloodMessages} << 20);
-  EXPECT_TRUE(served.ServesAGrpcClient());
+  EXPECT_FALSE(asked.client.Pump([&] { return asked.client.stream(asked.id).closed; }, 10s));
+  EXPECT_TRUE(asked.client.ended());
+  EXPECT_LT(asked.client.received(), std::size_t{Served::kFloodMessages} << 20);
+  EXPECT_TRUE(asked.served.ServesAGrpcClient());
 }
 
 // A slow reader is not cut off: with pauses shorter than the write timeout between its reads --
 // 1.2 s of them in all, past the timeout -- the whole answer arrives and the call ends OK.
 TEST(GrpcServerLimitsTest, AClientReadingWithPausesShorterThanTheWriteTimeoutIsServedToTheEnd) {
   FloodAsked asked;
-  Served& served = asked.served;
-  H2Client& client = asked.client;
-  const std::int32_t id = asked.id;
-  ASSERT_GT(id, 0);
-  ASSERT_TRUE(client.Send());
+  ASSERT_GT(asked.id, 0);
+  ASSERT_TRUE(asked.client.Send());
   for (std::size_t pause = 1; pause <= 8; ++pause) {
     std::this_thread::sleep_for(150ms);  // the server's socket stays full meanwhile
-    ASSERT_TRUE(client.Pump([&] { return client.received() >= pause * (std::size_t{2} << 20); }))
-        << "pause " << pause << ": the connection ended";
+    ASSERT_TRUE(asked.client.Pump([&] {
+      return asked.client.received() >= pause * (std::size_t{2} << 20);
+    })) << "pause "
+        << pause << ": the connection ended";
   }
-  ASSERT_TRUE(client.Pump([&] { return client.stream(id).closed; }, 10s));
-  EXPECT_EQ(client.stream(id).grpc_status, "0");
-  EXPECT_GE(client.received(), std::size_t{Served::kFloodMessages} << 20);
-  EXPECT_EQ(served.server->counters().active.load(), 1u) << "the connection stays";
+  ASSERT_TRUE(asked.client.Pump([&] { return asked.client.stream(asked.id).closed; }, 10s));
+  EXPECT_EQ(asked.client.stream(asked.id).grpc_status, "0");
+  EXPECT_GE(asked.client.received(), std::size_t{Served::kFloodMessages} << 20);
+  EXPECT_EQ(asked.Open(), 1u) << "the connection stays";
 }
 
 }  // namespace
