@@ -1,10 +1,11 @@
 #include "common/procfs.h"
 
 #include <dirent.h>
+#include <fcntl.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <charconv>
-#include <fstream>
-#include <iterator>
 #include <sstream>
 
 namespace drover::procfs {
@@ -39,8 +40,25 @@ std::string Read(int pid, std::string_view file, std::optional<int> tid) {
   if (tid) path += "/task/" + std::to_string(*tid);
   path += "/";
   path += file;
-  std::ifstream in(path, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+  // With read(2) rather than a stream: a process that ends while its file is read makes the read
+  // fail (ESRCH), which libstdc++'s filebuf reports by throwing, not as an end of file.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return {};
+  std::string text;
+  char buffer[4096];
+  while (true) {
+    const ssize_t n = ::read(fd, buffer, sizeof buffer);
+    if (n > 0) {
+      text.append(buffer, static_cast<std::size_t>(n));
+    } else if (n == 0) {
+      break;
+    } else if (errno != EINTR) {
+      text.clear();  // gone, or unreadable: nothing rather than a part
+      break;
+    }
+  }
+  ::close(fd);
+  return text;
 }
 
 std::optional<Stat> StatOf(int pid, std::optional<int> tid) {

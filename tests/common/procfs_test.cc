@@ -8,6 +8,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <thread>
 
 namespace drover::procfs {
@@ -75,6 +77,32 @@ TEST(ProcfsTest, ReadsOneVariableOfAProcesssEnvironment) {
   ::kill(child, SIGKILL);
   ASSERT_EQ(::waitpid(child, nullptr, 0), child);
   EXPECT_EQ(EnvValue(child, "DROVER_X"), "");
+}
+
+// Children that exit at once, reaped by another thread while this one reads their files: a
+// process reaped between the open and the read of its file makes the read fail (ESRCH), which
+// must read as gone ("") -- a stream there threw instead (seen in the supervisor's scan of /proc).
+TEST(ProcfsTest, AProcessReapedWhileItsFilesAreReadReadsAsGoneWithoutThrowing) {
+  std::atomic<bool> forking{true};
+  std::thread reaper([&] {
+    while (forking.load() || ::waitpid(-1, nullptr, WNOHANG) > 0) ::waitpid(-1, nullptr, 0);
+  });
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+  int children = 0;
+  while (std::chrono::steady_clock::now() < until) {
+    const pid_t child = ::fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) ::_exit(0);
+    ++children;
+    for (int i = 0; i < 20; ++i) {
+      EXPECT_NO_THROW((void)Read(child, "environ"));
+      EXPECT_NO_THROW((void)EnvValue(child, "DROVER_INSTANCE_ID"));
+      EXPECT_NO_THROW((void)StatOf(child));
+    }
+  }
+  forking = false;
+  reaper.join();
+  EXPECT_GT(children, 0);
 }
 
 TEST(ProcfsTest, ParsesAStatWhoseNameHoldsSpacesAndParentheses) {
