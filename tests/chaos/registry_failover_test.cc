@@ -469,8 +469,11 @@ TEST_F(RegistryFailoverTest, AWatcherLeavesARegistryThatFroze) {
   d.service = "zone";
   d.watch_silence_limit = 2s;
   discovery_ = DiscoveryClient::Start(d, clock_).value();
-  ASSERT_NE(Change(b, "before", true), 0u);
-  ASSERT_TRUE(Eventually([&] { return discovery_->Stats().connected; }, 10s));
+  // The watcher must hold the change before A freezes: one that froze first would resume on B
+  // from a revision older than B's opening, which rightly resyncs (B keeps no earlier history).
+  const std::uint64_t before = Change(b, "before", true);
+  ASSERT_NE(before, 0u);
+  ASSERT_TRUE(discovery_->WaitForRevision(before, 10s));
   ASSERT_EQ(discovery_->Stats().registry, a.grpc_address());
 
   ASSERT_TRUE(a.child->Freeze());
