@@ -1,7 +1,7 @@
 // Registry benchmark: a real `drover registry` -- on its embedded SQLite store, and on an etcd
 // store (`--store etcd`) -- and a real etcd, each started as a child process on loopback with its
-// own temporary data directory, driven by the same gRPC client code with the same number of
-// concurrent clients.
+// own temporary data directory, driven by the same gRPC client (the bench's own, grpc_load.h) with
+// the same number of concurrent clients.
 //
 //   registrations/s  N new instances registered (Drover) | N new keys put (etcd), clients in
 //                    closed loops; both make every acknowledged write durable (fsync)
@@ -53,6 +53,7 @@
 #include "drover/cli.h"
 #include "drover/registry/v1/registry.grpc.pb.h"
 #include "etcd/etcdserverpb/rpc.grpc.pb.h"
+#include "grpc_load.h"
 #include "testing/child_process.h"
 #include "testing/http_client.h"
 #include "testing/temp_dir.h"
@@ -122,22 +123,23 @@ int FreePort() {
   return ntohs(addr.sin_port);
 }
 
-// Separate TCP connections to one target (gRPC would otherwise share one subchannel).
-std::vector<std::shared_ptr<grpc::Channel>> Connect(const std::string& target, int n) {
-  std::vector<std::shared_ptr<grpc::Channel>> channels;
-  for (int i = 0; i < n; ++i) {
-    grpc::ChannelArguments args;
-    args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-    args.SetInt("drover.bench.connection", i);
-    args.SetMaxReceiveMessageSize(-1);  // a List of --instances can pass gRPC's 4 MiB
-    channels.push_back(grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args));
+// A gRPC C++ channel of its own connection (gRPC's global subchannel pool would share one between
+// channels to the same target), for the bench's setup and checks and for polling a server that
+// is starting.
+std::shared_ptr<grpc::Channel> FreshChannel(const std::string& target) {
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  args.SetMaxReceiveMessageSize(-1);  // a whole list: more than gRPC's 4 MiB
+  return grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
+}
+
+// The same, connected.
+std::shared_ptr<grpc::Channel> Connect(const std::string& target) {
+  auto channel = FreshChannel(target);
+  if (!channel->WaitForConnected(std::chrono::system_clock::now() + 10s)) {
+    Fail("cannot connect to " + target);
   }
-  for (auto& ch : channels) {
-    if (!ch->WaitForConnected(std::chrono::system_clock::now() + 10s)) {
-      Fail("cannot connect to " + target);
-    }
-  }
-  return channels;
+  return channel;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -218,92 +220,19 @@ class ClosedLoop {
   int active_ = 0;  // guarded by mu_
 };
 
-// gRPC's completion-queue API on threads of the bench's own: each thread polls one queue and
-// runs what completed there, so a closed loop's next call starts on the thread that saw its last
-// one end. Every client of both systems runs on them. (The callback API, used before, hands
-// completions from gRPC's pollers to executor threads: on a 2-core machine the clients took 34 us
-// of CPU per unary Heartbeat that way, 28 us here, and 10.8 us per watch event against 9.0 --
-// CPU the servers measured beside them did not get.)
-class CompletionQueues {
- public:
-  // What a queue's thread runs when an operation it was given as tag completes.
-  class Tag {
-   public:
-    virtual ~Tag() = default;
-    virtual void Completed(bool ok) = 0;
-  };
-
-  explicit CompletionQueues(int threads) {
-    for (int i = 0; i < threads; ++i) queues_.push_back(std::make_unique<grpc::CompletionQueue>());
-    for (auto& q : queues_) {
-      threads_.emplace_back([cq = q.get()] {
-        void* tag = nullptr;
-        bool ok = false;
-        while (cq->Next(&tag, &ok)) static_cast<Tag*>(tag)->Completed(ok);
-      });
-    }
-  }
-  CompletionQueues(const CompletionQueues&) = delete;
-  CompletionQueues& operator=(const CompletionQueues&) = delete;
-
-  // The bench's queues, one per CPU. Never destroyed: a run that fails exits with calls still
-  // open, whose completions a shutdown would wait for.
-  static CompletionQueues& Get() {
-    static auto* queues =
-        new CompletionQueues(static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
-    return *queues;
-  }
-
-  // Client (or stream) c's queue: each keeps to one thread.
-  grpc::CompletionQueue* For(int client) {
-    return queues_[static_cast<std::size_t>(client) % queues_.size()].get();
-  }
-
- private:
-  std::vector<std::unique_ptr<grpc::CompletionQueue>> queues_;
-  std::vector<std::thread> threads_;
-};
-
-// A tag that runs a function of its owner each time its operation completes.
-class Step final : public CompletionQueues::Tag {
- public:
-  explicit Step(std::function<void(bool)> run) : run_(std::move(run)) {}
-  void Completed(bool ok) override { run_(ok); }
-
- private:
-  const std::function<void(bool)> run_;
-};
-
-// One unary call on a completion queue: owns what gRPC needs until it completes, then reports
-// whether it succeeded and frees itself.
-template <typename Request, typename Reply>
-class QueuedCall final : public CompletionQueues::Tag {
- public:
-  // Client `c`'s call of `stub`'s method through its AsyncX form `start` (&Stub::AsyncX), on
-  // client c's queue.
-  template <typename Stub, typename Start>
-  static void Run(int c, Stub& stub, Start start, Request request, std::function<void(bool)> done) {
-    auto* call = new QueuedCall;
-    call->request_ = std::move(request);
-    call->done_ = std::move(done);
-    call->reader_ = (stub.*start)(&call->ctx_, call->request_, CompletionQueues::Get().For(c));
-    call->reader_->Finish(&call->reply_, &call->status_, call);
-  }
-  void Completed(bool ok) override {
-    const bool good = ok && status_.ok();
-    auto done = std::move(done_);
-    delete this;
-    done(good);
-  }
-
- private:
-  grpc::ClientContext ctx_;
-  Request request_;
-  Reply reply_;
-  grpc::Status status_;
-  std::unique_ptr<grpc::ClientAsyncResponseReader<Reply>> reader_;  // held until the call ends
-  std::function<void(bool)> done_;
-};
+// The load's calls run on the bench's own gRPC client (grpc_load.h): a few microseconds of CPU
+// per call, where gRPC C++'s client took 28 us per unary Heartbeat and 9 us per watch event on
+// its completion queues (34 and 10.8 on its callback API) -- CPU the servers measured beside it
+// did not get. gRPC C++'s client does the setup and the checks.
+namespace paths {
+constexpr std::string_view kRegister = "/drover.registry.v1.Registry/Register";
+constexpr std::string_view kHeartbeat = "/drover.registry.v1.Registry/Heartbeat";
+constexpr std::string_view kKeepAlive = "/drover.registry.v1.Registry/KeepAlive";
+constexpr std::string_view kWatch = "/drover.registry.v1.Registry/Watch";
+constexpr std::string_view kEtcdPut = "/etcdserverpb.KV/Put";
+constexpr std::string_view kEtcdKeepAlive = "/etcdserverpb.Lease/LeaseKeepAlive";
+constexpr std::string_view kEtcdWatch = "/etcdserverpb.Watch/Watch";
+}  // namespace paths
 
 // ---------------------------------------------------------------------------------------------
 // Watch latency bookkeeping shared by both systems.
@@ -603,89 +532,60 @@ struct SystemFigures {
 
 std::string InstanceId(std::uint64_t i) { return fmt::format("inst-{:05d}", i); }
 
-// Lets a caller wait until gRPC has called a reactor's OnDone (after which it may be freed).
-class DoneLatch {
+// A bidirectional call run as a closed loop: write the request, read the reply, repeat.
+class PingPong final : public grpc_load::Call {
  public:
-  void Done() {
-    std::lock_guard lock(mu_);
-    done_ = true;
-    cv_.notify_all();
-  }
-  void Wait() {
-    std::unique_lock lock(mu_);
-    cv_.wait(lock, [&] { return done_; });
-  }
+  using Check = std::function<bool(std::string_view reply)>;
 
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool done_ = false;
-};
-
-// A bidirectional stream run as a closed loop on the bench's completion queues (stream c on
-// queue c): write the request, read the reply, repeat.
-template <typename Request, typename Reply>
-class PingPongStream {
- public:
-  using Stream = grpc::ClientAsyncReaderWriter<Request, Reply>;
-  using Check = std::function<bool(const Reply&)>;
-
-  // Client `c`'s stream of `stub`'s method through its PrepareAsyncX form `open`
-  // (&Stub::PrepareAsyncX), on client c's queue. Returns once the call has started.
-  template <typename Stub>
-  PingPongStream(Stub& stub,
-                 std::unique_ptr<Stream> (Stub::*open)(grpc::ClientContext*,
-                                                       grpc::CompletionQueue*),
-                 Request request, Check check, int c)
-      : request_(std::move(request)), check_(std::move(check)) {
-    stream_ = (stub.*open)(&ctx_, CompletionQueues::Get().For(c));
-    stream_->StartCall(&started_);
-    started_latch_.Wait();
-  }
-  // Sends the request once; `done` runs when the reply arrives.
+  PingPong(grpc_load::Connection& connection, std::string_view path, std::string request,
+           Check check)
+      : Call(connection), path_(path), request_(std::move(request)), check_(std::move(check)) {}
+  // Sends the request once; `done` runs when the reply arrives (on the connection's thread).
+  // Called again only from `done` or after it ran.
   void Send(std::function<void(bool)> done) {
     done_ = std::move(done);
-    stream_->Write(request_, &written_);
+    if (!opened_) {
+      opened_ = true;
+      Start(path_, request_, false);
+    } else {
+      Write(request_);
+    }
   }
-  // Once no Send is outstanding.
-  void Close() {
-    ctx_.TryCancel();
-    stream_->Finish(&status_, &finished_);
-    finished_latch_.Wait();
+  void OnMessage(std::string_view reply) override { Complete(check_(reply)); }
+  void OnClose(int grpc_status) override {
+    Complete(false);
+    Call::OnClose(grpc_status);
   }
 
  private:
   void Complete(bool ok) {
     auto done = std::move(done_);
+    done_ = nullptr;
     if (done) done(ok);
   }
-  grpc::ClientContext ctx_;
-  std::unique_ptr<Stream> stream_;
-  Request request_;
-  Reply reply_;
-  grpc::Status status_;
+
+  const std::string_view path_;
+  const std::string request_;
   const Check check_;
   std::function<void(bool)> done_;
-  DoneLatch started_latch_;
-  DoneLatch finished_latch_;
-  Step started_{[this](bool) { started_latch_.Done(); }};
-  Step written_{[this](bool ok) {
-    if (!ok) return Complete(false);
-    stream_->Read(&reply_, &read_);
-  }};
-  Step read_{[this](bool ok) { Complete(ok && check_(reply_)); }};
-  Step finished_{[this](bool) { finished_latch_.Done(); }};
+  bool opened_ = false;
 };
 
-// Runs one PingPongStream per client for the measured period.
-template <typename Stream>
-ClosedLoop::Result StreamLoop(const Options& opt, std::vector<std::unique_ptr<Stream>>& streams) {
+// Runs one PingPong per client for the measured period.
+ClosedLoop::Result StreamLoop(const Options& opt, std::vector<std::unique_ptr<PingPong>>& streams) {
   auto result = ClosedLoop::For(
       static_cast<int>(streams.size()), 500ms,
       std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(opt.seconds)),
       [&](int c, std::uint64_t, auto done) { streams[static_cast<std::size_t>(c)]->Send(done); });
   for (auto& s : streams) s->Close();
   return result;
+}
+
+// Whether `bytes` parse as a `Message` that `check` accepts.
+template <typename Message, typename Check>
+bool Parsed(std::string_view bytes, Check check) {
+  Message m;
+  return m.ParseFromArray(bytes.data(), static_cast<int>(bytes.size())) && check(m);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -866,64 +766,51 @@ class HttpWatchers {
   std::jthread thread_;
 };
 
-// What the bench's watch streams share: their call's context, the arrivals they saw, and the
-// latch their call's end opens.
-class WatchStream {
+// What the bench's watch streams share: a call on the bench's client, and the arrivals it saw
+// (read once it is closed).
+class WatchStream : public grpc_load::Call {
  public:
-  void Close() {
-    ctx_.TryCancel();
-    done_.Wait();
-  }
+  using Call::Call;
   std::vector<Arrival>& arrivals() { return samples_; }
 
  protected:
-  grpc::ClientContext ctx_;
-  std::vector<Arrival> samples_;
-  DoneLatch done_;
+  std::vector<Arrival> samples_;  // the connection's thread until Close
 };
 
-// A gRPC Watch stream read on the bench's completion queues (stream w on queue w).
-class DroverWatch : public WatchStream {
+// A gRPC Watch of the service "bench" from revision `from`; its events after `base` are the
+// probe's samples, and the first at or before it says the stream is live.
+class DroverWatch final : public WatchStream {
  public:
-  DroverWatch(pb::Registry::Stub& stub, std::uint64_t from, std::uint64_t base, LatencyProbe& probe,
-              std::atomic<int>& ready, int w)
-      : base_(base), probe_(probe), ready_(ready) {
-    request_.set_service("bench");
-    request_.set_from_revision(from);
-    reader_ = stub.PrepareAsyncWatch(&ctx_, request_, CompletionQueues::Get().For(w));
-    reader_->StartCall(&read_);
+  DroverWatch(grpc_load::Connection& connection, std::uint64_t from, std::uint64_t base,
+              LatencyProbe& probe, std::atomic<int>& ready)
+      : WatchStream(connection), base_(base), probe_(probe), ready_(ready) {
+    pb::WatchRequest request;
+    request.set_service("bench");
+    request.set_from_revision(from);
+    Start(paths::kWatch, request.SerializeAsString(), true);
+  }
+
+  void OnMessage(std::string_view message) override {
+    if (!event_.ParseFromArray(message.data(), static_cast<int>(message.size())) ||
+        event_.type() != pb::Event::PUT) {
+      return;
+    }
+    const auto rev = static_cast<std::int64_t>(event_.revision());
+    const auto base = static_cast<std::int64_t>(base_);
+    if (rev <= base) {
+      if (!counted_ready_) ready_.fetch_add(1);  // the replayed event: the stream is live
+      counted_ready_ = true;
+    } else {
+      probe_.Received(rev - base, samples_);
+    }
   }
 
  private:
-  // The call started (first time) or an event was read: take it, read the next. A failed read
-  // is the stream's end.
-  void OnRead(bool ok) {
-    if (!ok) return reader_->Finish(&status_, &finished_);
-    if (started_ && event_.type() == pb::Event::PUT) {
-      const auto rev = static_cast<std::int64_t>(event_.revision());
-      const auto base = static_cast<std::int64_t>(base_);
-      if (rev <= base) {
-        if (!counted_ready_) ready_.fetch_add(1);  // the replayed event: the stream is live
-        counted_ready_ = true;
-      } else {
-        probe_.Received(rev - base, samples_);
-      }
-    }
-    started_ = true;
-    reader_->Read(&event_, &read_);
-  }
-
-  pb::WatchRequest request_;
-  pb::Event event_;
-  grpc::Status status_;
-  std::unique_ptr<grpc::ClientAsyncReader<pb::Event>> reader_;
+  pb::Event event_;  // reused: its fields keep their memory
   const std::uint64_t base_;
   LatencyProbe& probe_;
   std::atomic<int>& ready_;
-  bool started_ = false;
   bool counted_ready_ = false;
-  Step read_{[this](bool ok) { OnRead(ok); }};
-  Step finished_{[this](bool) { done_.Done(); }};
 };
 
 pb::RegisterRequest Registration(std::uint64_t i) {
@@ -1004,15 +891,12 @@ double Metric(const std::string& http, const std::string& name) {
   return std::stod(reply.body.substr(at + name.size() + 2));
 }
 
-// Registers instances 0..n-1 through `stubs` (client c on stub c % size) in the bench's closed
+// Registers instances 0..n-1 through `load` (client c on its connection c) in the bench's closed
 // loop of --clients.
-ClosedLoop::Result RegisterMany(const Options& opt,
-                                std::vector<std::unique_ptr<pb::Registry::Stub>>& stubs,
-                                std::uint64_t n) {
+ClosedLoop::Result RegisterMany(const Options& opt, grpc_load::Client& load, std::uint64_t n) {
   return ClosedLoop::Count(opt.clients, n, [&](int c, std::uint64_t seq, auto done) {
-    QueuedCall<pb::RegisterRequest, pb::RevisionReply>::Run(
-        c, *stubs[static_cast<std::size_t>(c) % stubs.size()], &pb::Registry::Stub::AsyncRegister,
-        Registration(seq), std::move(done));
+    grpc_load::Unary(load.For(c), paths::kRegister, Registration(seq).SerializeAsString(),
+                     std::move(done));
   });
 }
 
@@ -1038,11 +922,11 @@ void DroverRestart(const Options& opt, SystemFigures& out) {
     DroverServer first(opt.drover, "", 0, dir.path());
     empty_rss = RssBytes(first.pid());
     empty_parts = RssParts(first.pid());
-    auto channels = Connect(first.target(), opt.connections);
-    std::vector<std::unique_ptr<pb::Registry::Stub>> stubs;
-    for (auto& ch : channels) stubs.push_back(pb::Registry::NewStub(ch));
-    if (RegisterMany(opt, stubs, n).errors != 0) {
-      Fail("drover: registrations for the restart failed");
+    {
+      grpc_load::Client load(first.target(), opt.connections);
+      if (RegisterMany(opt, load, n).errors != 0) {
+        Fail("drover: registrations for the restart failed");
+      }
     }
     const auto stopping = Clock::now();
     first.Stop();
@@ -1052,10 +936,7 @@ void DroverRestart(const Options& opt, SystemFigures& out) {
   }
   const auto start = Clock::now();
   DroverServer again(opt.drover, "", 0, dir.path());
-  grpc::ChannelArguments args;
-  args.SetMaxReceiveMessageSize(-1);
-  auto stub = pb::Registry::NewStub(
-      grpc::CreateCustomChannel(again.target(), grpc::InsecureChannelCredentials(), args));
+  auto stub = pb::Registry::NewStub(FreshChannel(again.target()));
   double list_s = 0;  // the last List call's own time
   out.restart_s = SecondsUntil(
       start,
@@ -1080,10 +961,8 @@ void DroverRestart(const Options& opt, SystemFigures& out) {
 
 SystemFigures BenchDrover(const Options& opt, const std::string& etcd_target) {
   DroverServer server(opt.drover, etcd_target, opt.watchers);
-  auto channels = Connect(server.target(), opt.connections);
-  std::vector<std::unique_ptr<pb::Registry::Stub>> stubs;
-  for (auto& ch : channels) stubs.push_back(pb::Registry::NewStub(ch));
-  auto stub_for = [&](int client) -> pb::Registry::Stub& { return *stubs[client % stubs.size()]; };
+  auto setup = pb::Registry::NewStub(Connect(server.target()));  // gRPC C++: setup, checks
+  grpc_load::Client load(server.target(), opt.connections);
   SystemFigures out;
 
   // Registrations over HTTP first, of a service of their own: the watch phase below resumes from
@@ -1099,7 +978,7 @@ SystemFigures BenchDrover(const Options& opt, const std::string& etcd_target) {
   const double rss_before = RssBytes(server.pid());
   const double commits_before = Metric(server.http(), "drover_registry_store_commits_total");
   const double writes_before = Metric(server.http(), "drover_registry_committed_writes_total");
-  auto reg = RegisterMany(opt, stubs, instances);
+  auto reg = RegisterMany(opt, load, instances);
   out.registrations_per_s = reg.per_second;
   out.errors += reg.errors;
   out.store_commits = Metric(server.http(), "drover_registry_store_commits_total") - commits_before;
@@ -1115,14 +994,12 @@ SystemFigures BenchDrover(const Options& opt, const std::string& etcd_target) {
     request.set_service("bench");
     request.set_id(InstanceId(seq % instances));
     request.set_generation(1);
-    QueuedCall<pb::HeartbeatRequest, pb::RevisionReply>::Run(
-        c, stub_for(c), &pb::Registry::Stub::AsyncHeartbeat, std::move(request), std::move(done));
+    grpc_load::Unary(load.For(c), paths::kHeartbeat, request.SerializeAsString(), std::move(done));
   });
   out.unary_heartbeats_per_s = hb.per_second;
   out.errors += hb.errors;
-  using KeepAlive = PingPongStream<pb::KeepAliveRequest, pb::KeepAliveReply>;
   auto keepalive = [&](int batch) {
-    std::vector<std::unique_ptr<KeepAlive>> streams;
+    std::vector<std::unique_ptr<PingPong>> streams;
     for (int c = 0; c < opt.clients; ++c) {
       pb::KeepAliveRequest req;
       for (int b = 0; b < batch; ++b) {
@@ -1131,13 +1008,13 @@ SystemFigures BenchDrover(const Options& opt, const std::string& etcd_target) {
         h->set_id(InstanceId(static_cast<std::uint64_t>(c * batch + b) % instances));
         h->set_generation(1);
       }
-      streams.push_back(std::make_unique<KeepAlive>(
-          stub_for(c), &pb::Registry::Stub::PrepareAsyncKeepAlive, req,
-          [](const pb::KeepAliveReply& r) {
-            return std::all_of(r.results().begin(), r.results().end(),
-                               [](const pb::HeartbeatResult& h) { return h.code() == 0; });
-          },
-          c));
+      streams.push_back(std::make_unique<PingPong>(
+          load.For(c), paths::kKeepAlive, req.SerializeAsString(), [](std::string_view reply) {
+            return Parsed<pb::KeepAliveReply>(reply, [](const pb::KeepAliveReply& r) {
+              return std::all_of(r.results().begin(), r.results().end(),
+                                 [](const pb::HeartbeatResult& h) { return h.code() == 0; });
+            });
+          }));
     }
     auto result = StreamLoop(opt, streams);
     out.errors += result.errors;
@@ -1157,7 +1034,7 @@ SystemFigures BenchDrover(const Options& opt, const std::string& etcd_target) {
     req.set_accepting(false);
     pb::RevisionReply reply;
     grpc::ClientContext ctx;
-    if (!stubs[0]->SetState(&ctx, req, &reply).ok()) Fail("drover: SetState failed");
+    if (!setup->SetState(&ctx, req, &reply).ok()) Fail("drover: SetState failed");
   }
 
   // Watch latency: every watcher resumes from one revision back, so the replayed event proves
@@ -1167,19 +1044,17 @@ SystemFigures BenchDrover(const Options& opt, const std::string& etcd_target) {
   pb::ListReply list;
   {
     grpc::ClientContext ctx;
-    if (!stubs[0]->List(&ctx, list_req, &list).ok()) Fail("drover: List failed");
+    if (!setup->List(&ctx, list_req, &list).ok()) Fail("drover: List failed");
   }
   const std::uint64_t base = list.revision();
-  auto watch_channels = Connect(server.target(), opt.watch_connections);
-  std::vector<std::unique_ptr<pb::Registry::Stub>> watch_stubs;
-  for (auto& ch : watch_channels) watch_stubs.push_back(pb::Registry::NewStub(ch));
+  grpc_load::Client watch_load(server.target(), opt.watch_connections);
   LatencyProbe probe(opt.writes, opt.watchers, opt.warmup);
   std::atomic<int> ready{0};
   const double rss_before_watches = RssBytes(server.pid());
   std::vector<std::unique_ptr<DroverWatch>> watches;
   for (int w = 0; w < opt.watchers; ++w) {
-    watches.push_back(std::make_unique<DroverWatch>(*watch_stubs[w % watch_stubs.size()], base - 1,
-                                                    base, probe, ready, w));
+    watches.push_back(
+        std::make_unique<DroverWatch>(watch_load.For(w), base - 1, base, probe, ready));
   }
   AwaitStreams([&] { return ready.load(); }, opt.watchers, "drover: watchers");
   std::this_thread::sleep_for(200ms);  // the replayed event written: every stream idle
@@ -1215,8 +1090,7 @@ void DroverIdleWatchers(const Options& opt, SystemFigures& out) {
   // `open(server, revision, count)` opens `count` more streams and returns what keeps them.
   const auto measure = [&](auto&& open) {
     DroverServer server(opt.drover, "", opt.idle_watchers);
-    auto channels = Connect(server.target(), 1);
-    auto stub = pb::Registry::NewStub(channels[0]);
+    auto stub = pb::Registry::NewStub(Connect(server.target()));
     std::uint64_t revision = 0;
     for (std::uint64_t i = 0; i < 2; ++i) {
       grpc::ClientContext ctx;
@@ -1244,18 +1118,17 @@ void DroverIdleWatchers(const Options& opt, SystemFigures& out) {
     }
   };
   // One set of connections for both halves (as for etcd): the second half adds streams only.
-  std::vector<std::shared_ptr<grpc::Channel>> channels;
-  std::vector<std::unique_ptr<pb::Registry::Stub>> stubs;
+  std::unique_ptr<grpc_load::Client> load;
   out.idle_grpc_watch_b = measure([&](DroverServer& server, std::uint64_t revision, int count) {
-    if (stubs.empty()) {
-      channels = Connect(server.target(), std::max(1, opt.watch_connections / 2));
-      for (auto& ch : channels) stubs.push_back(pb::Registry::NewStub(ch));
+    if (!load) {
+      load = std::make_unique<grpc_load::Client>(server.target(),
+                                                 std::max(1, opt.watch_connections / 2));
     }
     auto held = std::make_unique<GrpcWatches>();
     for (int w = 0; w < count; ++w) {
-      held->watches.push_back(std::make_unique<DroverWatch>(
-          *stubs[held->watches.size() % stubs.size()], revision - 1, revision, unused, held->ready,
-          static_cast<int>(held->watches.size())));
+      held->watches.push_back(
+          std::make_unique<DroverWatch>(load->For(static_cast<int>(held->watches.size())),
+                                        revision - 1, revision, unused, held->ready));
     }
     AwaitStreams([&] { return held->ready.load(); }, count, "drover: idle gRPC watchers");
     return held;
@@ -1287,21 +1160,27 @@ class EtcdServer {
         client_url_, "--advertise-client-urls", client_url_, "--listen-peer-urls", peer_url_,
         "--initial-advertise-peer-urls", peer_url_, "--initial-cluster", "bench=" + peer_url_,
         "--logger", "zap", "--log-level", "error"});
-    // Ready once a linearizable read succeeds (the single member has elected itself).
-    auto channel = grpc::CreateChannel(target_, grpc::InsecureChannelCredentials());
-    auto kv = etcd::KV::NewStub(channel);
+    // Ready once a linearizable read succeeds (the single member has elected itself). Each try
+    // on a connection of its own: etcd accepts connections a while before it serves them, and a
+    // channel whose handshake began then waited about 10 s before it tried again (measured:
+    // every start took 10.0 s that way, with etcd serving after 1).
     const auto deadline = Clock::now() + 30s;
+    std::string last;
     while (Clock::now() < deadline) {
+      auto kv = etcd::KV::NewStub(FreshChannel(target_));
       grpc::ClientContext ctx;
-      ctx.set_deadline(std::chrono::system_clock::now() + 1s);
+      ctx.set_deadline(std::chrono::system_clock::now() + 200ms);
+      ctx.set_wait_for_ready(true);
       etcd::RangeRequest req;
       req.set_key("ready");
       etcd::RangeResponse resp;
-      if (kv->Range(&ctx, req, &resp).ok()) return;
+      const grpc::Status status = kv->Range(&ctx, req, &resp);
+      if (status.ok()) return;
+      last = status.error_message();
       if (!process_->running()) break;
-      std::this_thread::sleep_for(20ms);
+      std::this_thread::sleep_for(10ms);
     }
-    Fail("etcd did not start on " + target_);
+    Fail("etcd did not start on " + target_ + ": " + last);
   }
 
  private:
@@ -1348,71 +1227,43 @@ std::string EtcdHttpPut(const std::string& host, std::uint64_t i) {
       host, body.size(), body);
 }
 
-// An etcd Watch stream on the bench's completion queues (stream w on queue w).
-class EtcdWatch : public WatchStream {
+// An etcd Watch stream of every key under /drover/bench/ after revision `base`; the created
+// answer says the stream is live.
+class EtcdWatch final : public WatchStream {
  public:
-  EtcdWatch(etcd::Watch::Stub& stub, std::int64_t base, LatencyProbe& probe,
-            std::atomic<int>& ready, int w)
-      : base_(base), probe_(probe), ready_(ready) {
-    etcd::WatchCreateRequest* create = request_.mutable_create_request();
+  EtcdWatch(grpc_load::Connection& connection, std::int64_t base, LatencyProbe& probe,
+            std::atomic<int>& ready)
+      : WatchStream(connection), base_(base), probe_(probe), ready_(ready) {
+    etcd::WatchRequest request;
+    etcd::WatchCreateRequest* create = request.mutable_create_request();
     create->set_key("/drover/bench/");
     create->set_range_end("/drover/bench0");  // '/' + 1: every key under the prefix
     create->set_start_revision(base + 1);
-    stream_ = stub.PrepareAsyncWatch(&ctx_, CompletionQueues::Get().For(w));
-    stream_->StartCall(&started_);
+    Start(paths::kEtcdWatch, request.SerializeAsString(), false);
+  }
+
+  void OnMessage(std::string_view message) override {
+    if (!response_.ParseFromArray(message.data(), static_cast<int>(message.size()))) return;
+    if (response_.created()) ready_.fetch_add(1);
+    for (const auto& e : response_.events()) {
+      probe_.Received(e.kv().mod_revision() - base_, samples_);
+    }
   }
 
  private:
-  void OnRead(bool ok) {
-    if (!ok) {
-      reading_ = false;
-      return MaybeFinish();
-    }
-    if (response_.created()) ready_.fetch_add(1);
-    for (const auto& e : response_.events())
-      probe_.Received(e.kv().mod_revision() - base_, samples_);
-    stream_->Read(&response_, &read_);
-  }
-  // The stream's end, once neither the create request nor a read is outstanding.
-  void MaybeFinish() {
-    if (!writing_ && !reading_) stream_->Finish(&status_, &finished_);
-  }
-
-  std::unique_ptr<grpc::ClientAsyncReaderWriter<etcd::WatchRequest, etcd::WatchResponse>> stream_;
-  etcd::WatchRequest request_;
-  etcd::WatchResponse response_;
-  grpc::Status status_;
+  etcd::WatchResponse response_;  // reused: its fields keep their memory
   const std::int64_t base_;
   LatencyProbe& probe_;
   std::atomic<int>& ready_;
-  bool writing_ = true;  // the stream's queue thread only, as is reading_
-  bool reading_ = true;
-  Step started_{[this](bool ok) {
-    if (!ok) {
-      writing_ = reading_ = false;
-      return MaybeFinish();
-    }
-    stream_->Write(request_, &written_);
-    stream_->Read(&response_, &read_);
-  }};
-  Step written_{[this](bool) {
-    writing_ = false;
-    MaybeFinish();
-  }};
-  Step read_{[this](bool ok) { OnRead(ok); }};
-  Step finished_{[this](bool) { done_.Done(); }};
 };
 
 // Puts of keys seq % keys through `kv` (client c on stub c % size), for ClosedLoop.
-ClosedLoop::Issue EtcdPuts(std::vector<std::unique_ptr<etcd::KV::Stub>>& kv, std::uint64_t keys,
-                           bool accepting) {
-  return [&kv, keys, accepting](int c, std::uint64_t seq, auto done) {
+ClosedLoop::Issue EtcdPuts(grpc_load::Client& load, std::uint64_t keys, bool accepting) {
+  return [&load, keys, accepting](int c, std::uint64_t seq, auto done) {
     etcd::PutRequest request;
     request.set_key(EtcdKey(seq % keys));
     request.set_value(EtcdValue(seq % keys, accepting));
-    QueuedCall<etcd::PutRequest, etcd::PutResponse>::Run(
-        c, *kv[static_cast<std::size_t>(c) % kv.size()], &etcd::KV::Stub::AsyncPut,
-        std::move(request), std::move(done));
+    grpc_load::Unary(load.For(c), paths::kEtcdPut, request.SerializeAsString(), std::move(done));
   };
 }
 
@@ -1424,10 +1275,8 @@ void EtcdRestart(const Options& opt, SystemFigures& out) {
   EtcdServer server(opt.etcd);
   const double empty_rss = RssBytes(server.pid());
   {
-    auto channels = Connect(server.target(), opt.connections);
-    std::vector<std::unique_ptr<etcd::KV::Stub>> kv;
-    for (auto& ch : channels) kv.push_back(etcd::KV::NewStub(ch));
-    if (ClosedLoop::Count(opt.clients, n, EtcdPuts(kv, n, true)).errors != 0) {
+    grpc_load::Client load(server.target(), opt.connections);
+    if (ClosedLoop::Count(opt.clients, n, EtcdPuts(load, n, true)).errors != 0) {
       Fail("etcd: puts for the restart failed");
     }
   }
@@ -1439,10 +1288,7 @@ void EtcdRestart(const Options& opt, SystemFigures& out) {
                std::chrono::duration<double>(Clock::now() - stopping).count());
   const auto start = Clock::now();
   server.Start();
-  grpc::ChannelArguments args;
-  args.SetMaxReceiveMessageSize(-1);  // every key and value: more than gRPC's 4 MiB
-  auto kv = etcd::KV::NewStub(
-      grpc::CreateCustomChannel(server.target(), grpc::InsecureChannelCredentials(), args));
+  auto kv = etcd::KV::NewStub(FreshChannel(server.target()));
   double list_s = 0;  // the last Range call's own time
   out.restart_s = SecondsUntil(
       start,
@@ -1469,17 +1315,14 @@ void EtcdRestart(const Options& opt, SystemFigures& out) {
 // etcd's cost per idle watch stream, as MarginalStreamBytes measures Drover's: in a fresh etcd.
 void EtcdIdleWatchers(const Options& opt, SystemFigures& out) {
   EtcdServer server(opt.etcd);
-  auto channels = Connect(server.target(), std::max(1, opt.watch_connections / 2));
-  std::vector<std::unique_ptr<etcd::Watch::Stub>> stubs;
-  for (auto& ch : channels) stubs.push_back(etcd::Watch::NewStub(ch));
+  grpc_load::Client load(server.target(), std::max(1, opt.watch_connections / 2));
   LatencyProbe unused(1, opt.idle_watchers, 0);
   std::atomic<int> ready{0};
   std::vector<std::unique_ptr<EtcdWatch>> watches;
   out.idle_grpc_watch_b = MarginalStreamBytes(server.pid(), opt.idle_watchers, [&](int count) {
     for (int w = 0; w < count; ++w) {
-      watches.push_back(std::make_unique<EtcdWatch>(*stubs[watches.size() % stubs.size()], 0,
-                                                    unused, ready,
-                                                    static_cast<int>(watches.size())));
+      watches.push_back(std::make_unique<EtcdWatch>(load.For(static_cast<int>(watches.size())), 0,
+                                                    unused, ready));
     }
     const int open = static_cast<int>(watches.size());
     AwaitStreams([&] { return ready.load(); }, open, "etcd: idle watchers");
@@ -1491,9 +1334,10 @@ void EtcdIdleWatchers(const Options& opt, SystemFigures& out) {
 
 SystemFigures BenchEtcd(const Options& opt) {
   EtcdServer server(opt.etcd);
-  auto channels = Connect(server.target(), opt.connections);
-  std::vector<std::unique_ptr<etcd::KV::Stub>> kv;
-  for (auto& ch : channels) kv.push_back(etcd::KV::NewStub(ch));
+  auto setup = Connect(server.target());  // gRPC C++: setup and checks
+  auto kv = etcd::KV::NewStub(setup);
+  auto lease = etcd::Lease::NewStub(setup);
+  grpc_load::Client load(server.target(), opt.connections);
   const auto instances = static_cast<std::uint64_t>(opt.instances);
   const auto measure =
       std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(opt.seconds));
@@ -1506,31 +1350,29 @@ SystemFigures BenchEtcd(const Options& opt) {
   out.errors += http_reg.errors;
 
   const double rss_before = RssBytes(server.pid());
-  auto reg = ClosedLoop::Count(opt.clients, instances, EtcdPuts(kv, instances, true));
+  auto reg = ClosedLoop::Count(opt.clients, instances, EtcdPuts(load, instances, true));
   out.registrations_per_s = reg.per_second;
   out.errors += reg.errors;
   out.rss_per_instance_b = (RssBytes(server.pid()) - rss_before) / static_cast<double>(instances);
-  auto puts = ClosedLoop::For(opt.clients, 500ms, measure, EtcdPuts(kv, instances, false));
+  auto puts = ClosedLoop::For(opt.clients, 500ms, measure, EtcdPuts(load, instances, false));
   out.puts_per_s = puts.per_second;
   out.errors += puts.errors;
 
   // Keepalives: one lease and one stream per client, as an etcd client keeps its session.
-  std::vector<std::unique_ptr<etcd::Lease::Stub>> lease_stubs;
-  for (auto& ch : channels) lease_stubs.push_back(etcd::Lease::NewStub(ch));
-  using KeepAlive = PingPongStream<etcd::LeaseKeepAliveRequest, etcd::LeaseKeepAliveResponse>;
-  std::vector<std::unique_ptr<KeepAlive>> streams;
+  std::vector<std::unique_ptr<PingPong>> streams;
   for (int c = 0; c < opt.clients; ++c) {
-    etcd::Lease::Stub& stub = *lease_stubs[static_cast<std::size_t>(c) % lease_stubs.size()];
     grpc::ClientContext ctx;
     etcd::LeaseGrantRequest grant;
     grant.set_ttl(600);
     etcd::LeaseGrantResponse granted;
-    if (!stub.LeaseGrant(&ctx, grant, &granted).ok()) Fail("etcd: LeaseGrant failed");
+    if (!lease->LeaseGrant(&ctx, grant, &granted).ok()) Fail("etcd: LeaseGrant failed");
     etcd::LeaseKeepAliveRequest req;
     req.set_id(granted.id());
-    streams.push_back(std::make_unique<KeepAlive>(
-        stub, &etcd::Lease::Stub::PrepareAsyncLeaseKeepAlive, req,
-        [](const etcd::LeaseKeepAliveResponse& r) { return r.ttl() > 0; }, c));
+    streams.push_back(std::make_unique<PingPong>(
+        load.For(c), paths::kEtcdKeepAlive, req.SerializeAsString(), [](std::string_view reply) {
+          return Parsed<etcd::LeaseKeepAliveResponse>(
+              reply, [](const etcd::LeaseKeepAliveResponse& r) { return r.ttl() > 0; });
+        }));
   }
   auto ka = StreamLoop(opt, streams);
   out.keepalive_per_s = ka.per_second;
@@ -1544,19 +1386,16 @@ SystemFigures BenchEtcd(const Options& opt) {
   etcd::RangeResponse head_reply;
   {
     grpc::ClientContext ctx;
-    if (!kv[0]->Range(&ctx, head, &head_reply).ok()) Fail("etcd: Range failed");
+    if (!kv->Range(&ctx, head, &head_reply).ok()) Fail("etcd: Range failed");
   }
   const std::int64_t base = head_reply.header().revision();
-  auto watch_channels = Connect(server.target(), opt.watch_connections);
-  std::vector<std::unique_ptr<etcd::Watch::Stub>> watch_stubs;
-  for (auto& ch : watch_channels) watch_stubs.push_back(etcd::Watch::NewStub(ch));
+  grpc_load::Client watch_load(server.target(), opt.watch_connections);
   LatencyProbe probe(opt.writes, opt.watchers, opt.warmup);
   std::atomic<int> ready{0};
   const double rss_before_watches = RssBytes(server.pid());
   std::vector<std::unique_ptr<EtcdWatch>> watches;
   for (int w = 0; w < opt.watchers; ++w) {
-    watches.push_back(
-        std::make_unique<EtcdWatch>(*watch_stubs[w % watch_stubs.size()], base, probe, ready, w));
+    watches.push_back(std::make_unique<EtcdWatch>(watch_load.For(w), base, probe, ready));
   }
   AwaitStreams([&] { return ready.load(); }, opt.watchers, "etcd: watchers");
   std::this_thread::sleep_for(200ms);
@@ -1578,7 +1417,7 @@ SystemFigures BenchEtcd(const Options& opt) {
 // The writer process: flips `accepting` of one instance per write (each write changes
 // something, so each is one revision) and checks that nothing else wrote in between.
 int DroverWriter(const Options& opt, const std::string& target, std::uint64_t base) {
-  auto stub = pb::Registry::NewStub(Connect(target, 1)[0]);
+  auto stub = pb::Registry::NewStub(Connect(target));
   const auto instances = static_cast<std::uint64_t>(opt.instances);
   std::vector<bool> accepting(instances, true);
   {
@@ -1613,7 +1452,7 @@ int DroverWriter(const Options& opt, const std::string& target, std::uint64_t ba
 }
 
 int EtcdWriter(const Options& opt, const std::string& target, std::int64_t base) {
-  auto kv = etcd::KV::NewStub(Connect(target, 1)[0]);
+  auto kv = etcd::KV::NewStub(Connect(target));
   const auto instances = static_cast<std::uint64_t>(opt.instances);
   std::vector<bool> accepting(instances, true);
   PacedWrites(opt.writes, std::chrono::milliseconds(opt.interval_ms), [&](int k) {
@@ -1868,7 +1707,8 @@ int BenchMain(int argc, char** argv) {
 #endif
   CLI::App app{
       "Registry throughput and watch latency: drover registry against etcd, both on "
-      "loopback in temporary directories, with the same gRPC clients."};
+      "loopback in temporary directories, with the same gRPC client (the bench's own, on "
+      "libnghttp2)."};
   app.add_option("--drover", opt.drover, "Path of the drover binary")->capture_default_str();
   app.add_option("--etcd", opt.etcd, "etcd binary (PATH is searched); 'off' skips etcd")
       ->capture_default_str();
