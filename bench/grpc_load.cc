@@ -3,6 +3,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <nghttp2/nghttp2.h>
+#include <pthread.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
@@ -109,6 +110,7 @@ class Loop {
 
   void Run() {
     current_loop = this;
+    pthread_setname_np(pthread_self(), "grpc-load");  // as profiles name it
     std::vector<epoll_event> events(256);
     std::vector<std::function<void()>> run;
     while (!stop_) {
