@@ -488,6 +488,7 @@ Registry::Answers Registry::CommitBatch(const std::vector<PendingWrite>& batch) 
   }
   const MonoTime now = clock_.Now();
   std::vector<Event> events;
+  events.reserve(sets.size());  // an event per write, mostly: no regrowth moving them
   std::uint64_t written = 0;
   for (std::size_t j = 0; j < sets.size(); ++j) {
     Result<std::uint64_t>& rev = (*committed)[j];
@@ -563,6 +564,7 @@ bool Registry::ApplyOwnCommits(std::vector<std::pair<std::uint64_t, std::vector<
   MutexLock lock(mu_);
   const MonoTime now = clock_.Now();
   std::vector<Event> events;
+  events.reserve(commits.size());
   bool all = true;
   std::uint64_t applying = 0;  // the revision whose sets this call is applying
   for (auto& [rev, writes] : commits) {
