@@ -469,11 +469,14 @@ TEST_F(RegistryFailoverTest, AWatcherLeavesARegistryThatFroze) {
   d.service = "zone";
   d.watch_silence_limit = 2s;
   discovery_ = DiscoveryClient::Start(d, clock_).value();
-  // The watcher must hold the change before A freezes: one that froze first would resume on B
-  // from a revision older than B's opening, which rightly resyncs (B keeps no earlier history).
-  const std::uint64_t before = Change(b, "before", true);
-  ASSERT_NE(before, 0u);
-  ASSERT_TRUE(discovery_->WaitForRevision(before, 10s));
+  // Where the watcher resumes must be inside B's history, which starts at B's opening (B keeps
+  // no earlier events; from before it a resumed watch rightly resyncs). A watcher resumes from
+  // its last revision known complete -- the one before its newest event's (a revision's events
+  // may have arrived in part) -- so it holds two changes made after B opened before A freezes.
+  ASSERT_NE(Change(b, "before", true), 0u);
+  const std::uint64_t settled = Change(b, "settled", true);
+  ASSERT_NE(settled, 0u);
+  ASSERT_TRUE(discovery_->WaitForRevision(settled, 10s));
   ASSERT_EQ(discovery_->Stats().registry, a.grpc_address());
 
   ASSERT_TRUE(a.child->Freeze());
