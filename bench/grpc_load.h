@@ -93,7 +93,7 @@ class Client {
 
 // A streaming call (server-streaming or bidirectional) its owner keeps: the owner's OnMessage
 // hears the answers. Start, Write and Close from any thread (they run on the connection's, in
-// the order called).
+// the order called). A started call is closed before it is destroyed, unless its Client is gone.
 class Call : public Handler {
  public:
   explicit Call(Connection& connection) : connection_(connection) {}
