@@ -4,7 +4,9 @@
 // the same number of concurrent clients.
 //
 //   registrations/s  N new instances registered (Drover) | N new keys put (etcd), clients in
-//                    closed loops; both make every acknowledged write durable (fsync)
+//                    closed loops; both make every acknowledged write durable (fsync). Measured
+//                    in --rounds rounds that take turns between the systems (their servers up
+//                    at once), each figure the median of its rounds
 //   heartbeats/s     unary Heartbeat for --seconds | etcd LeaseKeepAlive on one stream per client
 //                    (etcd's own heartbeat), and etcd Put overwriting keys
 //   watch latency    --watchers streams watch the N instances (one service | one key prefix);
@@ -81,6 +83,7 @@ struct Options {
   int watch_connections = 10;
   int idle_watchers = 10'000;
   int restart_instances = 100'000;
+  int rounds = 3;
   bool json = false;
 };
 
@@ -1413,6 +1416,110 @@ SystemFigures BenchEtcd(const Options& opt) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Registrations in rounds that take turns between the systems
+
+// Registrations/s of every system measured side by side: servers of each system started at once
+// (idle while another is measured), then --rounds rounds in which each system in turn registers
+// --instances new instances (etcd: puts new keys) -- each round led by the next system -- first
+// over gRPC, then over HTTP. A system's figure is the median of its rounds. Measured one system
+// after another, minutes apart, a slow spell of the machine met one and not the other (the same
+// registry ran 55k and 38k/s minutes apart here); in turns, a spell meets them alike.
+struct RegistrationRounds {
+  std::vector<double> grpc, http;  // per round, registrations (puts) per second
+  std::uint64_t errors = 0;
+};
+
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 == 1 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
+}
+
+// Which systems: drover/sqlite, drover/etcd, etcd (in that order in the result; absent: empty).
+std::vector<std::optional<RegistrationRounds>> RegisterInRounds(const Options& opt,
+                                                                const std::string& etcd_binary,
+                                                                bool sqlite, bool on_etcd) {
+  // One registrar per system: register `n` new instances (keys) from number `first`.
+  struct System {
+    std::function<ClosedLoop::Result(std::uint64_t first, std::uint64_t n)> grpc, http;
+  };
+  std::vector<std::optional<System>> systems(3);
+  const auto drover = [&](DroverServer& server, grpc_load::Client& load) {
+    System s;
+    s.grpc = [&opt, &load](std::uint64_t first, std::uint64_t n) {
+      return ClosedLoop::Count(opt.clients, n, [&load, first](int c, std::uint64_t seq, auto done) {
+        grpc_load::Unary(load.For(c), paths::kRegister,
+                         Registration(first + seq).SerializeAsString(), std::move(done));
+      });
+    };
+    s.http = [&opt, &server](std::uint64_t first, std::uint64_t n) {
+      return HttpLoop::Count(server.http(), opt.clients, n, [&server, first](std::uint64_t seq) {
+        return HttpRegistration(server.http(), first + seq);
+      });
+    };
+    return s;
+  };
+  std::unique_ptr<DroverServer> on_sqlite, on_store;
+  std::unique_ptr<EtcdServer> store, etcd;
+  std::unique_ptr<grpc_load::Client> sqlite_load, store_load, etcd_load;
+  if (sqlite) {
+    on_sqlite = std::make_unique<DroverServer>(opt.drover, "", 0);
+    sqlite_load = std::make_unique<grpc_load::Client>(on_sqlite->target(), opt.connections);
+    systems[0] = drover(*on_sqlite, *sqlite_load);
+  }
+  if (on_etcd) {
+    store = std::make_unique<EtcdServer>(etcd_binary);
+    on_store = std::make_unique<DroverServer>(opt.drover, store->target(), 0);
+    store_load = std::make_unique<grpc_load::Client>(on_store->target(), opt.connections);
+    systems[1] = drover(*on_store, *store_load);
+  }
+  if (!etcd_binary.empty()) {
+    etcd = std::make_unique<EtcdServer>(etcd_binary);
+    etcd_load = std::make_unique<grpc_load::Client>(etcd->target(), opt.connections);
+    System s;
+    s.grpc = [&opt, &etcd_load](std::uint64_t first, std::uint64_t n) {
+      return ClosedLoop::Count(opt.clients, n,
+                               [&etcd_load, first](int c, std::uint64_t seq, auto done) {
+                                 etcd::PutRequest request;
+                                 request.set_key(EtcdKey(first + seq));
+                                 request.set_value(EtcdValue(first + seq, true));
+                                 grpc_load::Unary(etcd_load->For(c), paths::kEtcdPut,
+                                                  request.SerializeAsString(), std::move(done));
+                               });
+    };
+    s.http = [&opt, &etcd](std::uint64_t first, std::uint64_t n) {
+      return HttpLoop::Count(etcd->target(), opt.clients, n, [&etcd, first](std::uint64_t seq) {
+        return EtcdHttpPut(etcd->target(), first + seq);
+      });
+    };
+    systems[2] = std::move(s);
+  }
+  std::vector<std::optional<RegistrationRounds>> out(systems.size());
+  for (std::size_t i = 0; i < systems.size(); ++i) {
+    if (systems[i]) out[i].emplace();
+  }
+  const auto n = static_cast<std::uint64_t>(opt.instances);
+  for (const bool over_http : {false, true}) {
+    for (int round = 0; round < opt.rounds; ++round) {
+      for (std::size_t k = 0; k < systems.size(); ++k) {
+        const std::size_t i = (k + static_cast<std::size_t>(round)) % systems.size();
+        if (!systems[i]) continue;
+        const std::uint64_t first = static_cast<std::uint64_t>(round) * n;
+        const ClosedLoop::Result r =
+            over_http ? systems[i]->http(first, n) : systems[i]->grpc(first, n);
+        (over_http ? out[i]->http : out[i]->grpc).push_back(r.per_second);
+        out[i]->errors += r.errors;
+      }
+    }
+  }
+  // The clients close before their servers stop.
+  sqlite_load.reset();
+  store_load.reset();
+  etcd_load.reset();
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------
 
 // The writer process: flips `accepting` of one instance per write (each write changes
 // something, so each is one revision) and checks that nothing else wrote in between.
@@ -1477,9 +1584,10 @@ void PrintReport(const Options& opt, const std::optional<SystemFigures>& d,
                  const std::optional<SystemFigures>& de, const std::optional<SystemFigures>& e) {
   std::printf(
       "registry benchmark: %d clients over %d connections, %d instances, %d watchers, "
-      "%d writes %d ms apart (after %d unmeasured)\n",
+      "%d writes %d ms apart (after %d unmeasured); registrations: the median of %d rounds "
+      "taking turns\n",
       opt.clients, opt.connections, opt.instances, opt.watchers, opt.writes, opt.interval_ms,
-      opt.warmup);
+      opt.warmup, opt.rounds);
   std::printf("%-38s %14s %14s %14s %11s %11s\n", "", "drover/sqlite", "drover/etcd", "etcd",
               "sqlite/etcd", "d.etcd/etcd");
   // Rows of figures measured for drover/sqlite and etcd only (the fresh-server memory, the
@@ -1752,6 +1860,11 @@ int BenchMain(int argc, char** argv) {
   app.add_option("--batch", opt.batch, "Heartbeats per KeepAlive message in the batched run")
       ->check(CLI::Range(1, 10'000))
       ->capture_default_str();
+  app.add_option("--rounds", opt.rounds,
+                 "Rounds of --instances registrations per system, taking turns between the "
+                 "systems; each registration figure is the median of its rounds")
+      ->check(CLI::Range(1, 25))
+      ->capture_default_str();
   app.add_option("--restart-instances", opt.restart_instances,
                  "Instances (etcd: keys) stored before a restart whose time to a complete list, "
                  "and memory per instance then, are measured (0: skip)")
@@ -1801,6 +1914,8 @@ int BenchMain(int argc, char** argv) {
   const bool on_etcd = opt.stores != "sqlite";
   if (on_etcd && etcd_binary.empty()) Fail("--stores etcd needs etcd (not --etcd off)");
   std::optional<SystemFigures> drover_figures, drover_etcd_figures;
+  std::fprintf(stderr, "registry_bench: registrations, %d rounds taking turns ...\n", opt.rounds);
+  const auto rounds = RegisterInRounds(opt, etcd_binary, sqlite, on_etcd);
   if (sqlite) {
     std::fprintf(stderr, "registry_bench: drover on sqlite ...\n");
     drover_figures = BenchDrover(opt, "");
@@ -1825,12 +1940,28 @@ int BenchMain(int argc, char** argv) {
     std::fprintf(stderr, "registry_bench: etcd, idle watchers ...\n");
     EtcdIdleWatchers(opt, *etcd_figures);
   }
+  // The registration rates are the rounds' (the runs above registered what their later phases
+  // need).
+  const char* names[] = {"drover/sqlite", "drover/etcd", "etcd"};
+  std::optional<SystemFigures>* figures[] = {&drover_figures, &drover_etcd_figures, &etcd_figures};
+  for (std::size_t i = 0; i < rounds.size(); ++i) {
+    if (!rounds[i] || !*figures[i]) continue;
+    SystemFigures& f = **figures[i];
+    f.registrations_per_s = Median(rounds[i]->grpc);
+    f.http_registrations_per_s = Median(rounds[i]->http);
+    f.errors += rounds[i]->errors;
+    const auto list = [](const std::vector<double>& v) {
+      std::string out;
+      for (double x : v) out += fmt::format(" {:.0f}", x);
+      return out;
+    };
+    std::fprintf(stderr, "registry_bench: registration rounds, %s: gRPC%s/s; HTTP%s/s\n", names[i],
+                 list(rounds[i]->grpc).c_str(), list(rounds[i]->http).c_str());
+  }
   if (opt.json) {
-    nlohmann::json out = {{"clients", opt.clients},
-                          {"connections", opt.connections},
-                          {"instances", opt.instances},
-                          {"watchers", opt.watchers},
-                          {"idle_watchers", opt.idle_watchers},
+    nlohmann::json out = {{"clients", opt.clients},     {"connections", opt.connections},
+                          {"instances", opt.instances}, {"rounds", opt.rounds},
+                          {"watchers", opt.watchers},   {"idle_watchers", opt.idle_watchers},
                           {"writes", opt.writes}};
     if (drover_figures) out["drover"] = ToJson(*drover_figures);
     if (drover_etcd_figures) out["drover_etcd"] = ToJson(*drover_etcd_figures);
