@@ -894,11 +894,12 @@ double Metric(const std::string& http, const std::string& name) {
   return std::stod(reply.body.substr(at + name.size() + 2));
 }
 
-// Registers instances 0..n-1 through `load` (client c on its connection c) in the bench's closed
-// loop of --clients.
-ClosedLoop::Result RegisterMany(const Options& opt, grpc_load::Client& load, std::uint64_t n) {
-  return ClosedLoop::Count(opt.clients, n, [&](int c, std::uint64_t seq, auto done) {
-    grpc_load::Unary(load.For(c), paths::kRegister, Registration(seq).SerializeAsString(),
+// Registers instances first..first+n-1 through `load` (client c on its connection c) in the
+// bench's closed loop of --clients.
+ClosedLoop::Result RegisterMany(const Options& opt, grpc_load::Client& load, std::uint64_t n,
+                                std::uint64_t first = 0) {
+  return ClosedLoop::Count(opt.clients, n, [&load, first](int c, std::uint64_t seq, auto done) {
+    grpc_load::Unary(load.For(c), paths::kRegister, Registration(first + seq).SerializeAsString(),
                      std::move(done));
   });
 }
@@ -968,22 +969,13 @@ SystemFigures BenchDrover(const Options& opt, const std::string& etcd_target) {
   grpc_load::Client load(server.target(), opt.connections);
   SystemFigures out;
 
-  // Registrations over HTTP first, of a service of their own: the watch phase below resumes from
-  // the last revision, which must be one of the gRPC-registered service's.
+  // Registrations: what the phases below need, and the memory and group commits they cost (their
+  // rates are measured apart, RegisterInRounds).
   const auto instances = static_cast<std::uint64_t>(opt.instances);
-  auto http_reg = HttpLoop::Count(server.http(), opt.clients, instances, [&](std::uint64_t i) {
-    return HttpRegistration(server.http(), i);
-  });
-  out.http_registrations_per_s = http_reg.per_second;
-  out.errors += http_reg.errors;
-
-  // Registrations.
   const double rss_before = RssBytes(server.pid());
   const double commits_before = Metric(server.http(), "drover_registry_store_commits_total");
   const double writes_before = Metric(server.http(), "drover_registry_committed_writes_total");
-  auto reg = RegisterMany(opt, load, instances);
-  out.registrations_per_s = reg.per_second;
-  out.errors += reg.errors;
+  out.errors += RegisterMany(opt, load, instances).errors;
   out.store_commits = Metric(server.http(), "drover_registry_store_commits_total") - commits_before;
   out.committed_writes =
       Metric(server.http(), "drover_registry_committed_writes_total") - writes_before;
@@ -1260,12 +1252,13 @@ class EtcdWatch final : public WatchStream {
   std::atomic<int>& ready_;
 };
 
-// Puts of keys seq % keys through `kv` (client c on stub c % size), for ClosedLoop.
-ClosedLoop::Issue EtcdPuts(grpc_load::Client& load, std::uint64_t keys, bool accepting) {
-  return [&load, keys, accepting](int c, std::uint64_t seq, auto done) {
+// Puts of keys first + seq % keys through `load` (client c on its connection c), for ClosedLoop.
+ClosedLoop::Issue EtcdPuts(grpc_load::Client& load, std::uint64_t keys, bool accepting,
+                           std::uint64_t first = 0) {
+  return [&load, keys, accepting, first](int c, std::uint64_t seq, auto done) {
     etcd::PutRequest request;
-    request.set_key(EtcdKey(seq % keys));
-    request.set_value(EtcdValue(seq % keys, accepting));
+    request.set_key(EtcdKey(first + seq % keys));
+    request.set_value(EtcdValue(first + seq % keys, accepting));
     grpc_load::Unary(load.For(c), paths::kEtcdPut, request.SerializeAsString(), std::move(done));
   };
 }
@@ -1346,16 +1339,9 @@ SystemFigures BenchEtcd(const Options& opt) {
       std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(opt.seconds));
   SystemFigures out;
 
-  // As for Drover, the puts over HTTP come first.
-  auto http_reg = HttpLoop::Count(server.target(), opt.clients, instances,
-                                  [&](std::uint64_t i) { return EtcdHttpPut(server.target(), i); });
-  out.http_registrations_per_s = http_reg.per_second;
-  out.errors += http_reg.errors;
-
+  // As for Drover: the keys the phases below need, and their memory (rates: RegisterInRounds).
   const double rss_before = RssBytes(server.pid());
-  auto reg = ClosedLoop::Count(opt.clients, instances, EtcdPuts(load, instances, true));
-  out.registrations_per_s = reg.per_second;
-  out.errors += reg.errors;
+  out.errors += ClosedLoop::Count(opt.clients, instances, EtcdPuts(load, instances, true)).errors;
   out.rss_per_instance_b = (RssBytes(server.pid()) - rss_before) / static_cast<double>(instances);
   auto puts = ClosedLoop::For(opt.clients, 500ms, measure, EtcdPuts(load, instances, false));
   out.puts_per_s = puts.per_second;
@@ -1447,10 +1433,7 @@ std::vector<std::optional<RegistrationRounds>> RegisterInRounds(const Options& o
   const auto drover = [&](DroverServer& server, grpc_load::Client& load) {
     System s;
     s.grpc = [&opt, &load](std::uint64_t first, std::uint64_t n) {
-      return ClosedLoop::Count(opt.clients, n, [&load, first](int c, std::uint64_t seq, auto done) {
-        grpc_load::Unary(load.For(c), paths::kRegister,
-                         Registration(first + seq).SerializeAsString(), std::move(done));
-      });
+      return RegisterMany(opt, load, n, first);
     };
     s.http = [&opt, &server](std::uint64_t first, std::uint64_t n) {
       return HttpLoop::Count(server.http(), opt.clients, n, [&server, first](std::uint64_t seq) {
@@ -1478,14 +1461,7 @@ std::vector<std::optional<RegistrationRounds>> RegisterInRounds(const Options& o
     etcd_load = std::make_unique<grpc_load::Client>(etcd->target(), opt.connections);
     System s;
     s.grpc = [&opt, &etcd_load](std::uint64_t first, std::uint64_t n) {
-      return ClosedLoop::Count(opt.clients, n,
-                               [&etcd_load, first](int c, std::uint64_t seq, auto done) {
-                                 etcd::PutRequest request;
-                                 request.set_key(EtcdKey(first + seq));
-                                 request.set_value(EtcdValue(first + seq, true));
-                                 grpc_load::Unary(etcd_load->For(c), paths::kEtcdPut,
-                                                  request.SerializeAsString(), std::move(done));
-                               });
+      return ClosedLoop::Count(opt.clients, n, EtcdPuts(*etcd_load, n, true, first));
     };
     s.http = [&opt, &etcd](std::uint64_t first, std::uint64_t n) {
       return HttpLoop::Count(etcd->target(), opt.clients, n, [&etcd, first](std::uint64_t seq) {
