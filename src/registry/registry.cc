@@ -911,8 +911,10 @@ void Registry::DeregisterAsync(std::string service, std::string id, std::uint64_
 Result<ListResult> Registry::List(const std::string& service) const {
   ListResult result;
   const auto copy = [&](const Instance& instance, Duration lease_left, std::size_t count) {
-    result.instances.reserve(count);
-    result.lease_remaining.reserve(count);
+    if (result.instances.empty()) {
+      result.instances.reserve(count);
+      result.lease_remaining.reserve(count);
+    }
     result.instances.push_back(instance);
     result.lease_remaining.push_back(lease_left);
   };
