@@ -484,6 +484,9 @@ void EtcdStore::Impl::Deliver(const pb::WatchResponse& response) {
     while (end < events.size() && events[end].kv().mod_revision() == revision) ++end;
     Change change;
     change.revision = static_cast<std::uint64_t>(revision);
+    // A revision the listener holds already (this process's own commit, applied by its writer
+    // when the Txn's answer beat the feed) is not decoded again: OnChange would drop it.
+    const bool held = listener->Holds(change.revision);
     // A removal's reason is in the tombstone written in the same revision (in either order).
     std::map<std::pair<std::string, std::string>, RemovalReason> reasons;
     for (int k = i; k < end; ++k) {
@@ -511,6 +514,7 @@ void EtcdStore::Impl::Deliver(const pb::WatchResponse& response) {
         listener->OnDegraded(put ? DecodeDegraded(e.kv().value()) : std::vector<std::string>{});
         continue;
       }
+      if (held) continue;
       const bool instance = key.starts_with(instances_prefix);
       auto name = SplitKey(key, instance ? instances_prefix : tombstones_prefix);
       if (!name) continue;

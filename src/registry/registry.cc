@@ -656,6 +656,11 @@ void Registry::OnChange(const Change& change) {
   ApplyAndPublishLocked(change, clock_.Now());
 }
 
+bool Registry::Holds(std::uint64_t revision) {
+  MutexLock lock(mu_);
+  return revision <= revision_;
+}
+
 void Registry::OnRenewals(const std::vector<LeaseRenewal>& renewals) {
   MutexLock lock(mu_);
   const MonoTime now = clock_.Now();

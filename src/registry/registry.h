@@ -365,6 +365,7 @@ class Registry final : private StoreListener {
 
   // StoreListener (shared stores; the store's feed thread).
   void OnChange(const Change& change) override;
+  bool Holds(std::uint64_t revision) override;
   void OnReset(StoreState state) override;
   void OnRenewals(const std::vector<LeaseRenewal>& renewals) override;
   void OnFeedRestored() override;

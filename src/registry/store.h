@@ -84,6 +84,10 @@ class StoreListener {
  public:
   virtual ~StoreListener() = default;
   virtual void OnChange(const Change& change) = 0;
+  // Whether the listener holds every change up to `revision` already (a registry process applies
+  // its own commits as they return): the feed then need not decode that revision's instances and
+  // tombstones, as OnChange would ignore them. Renewals and degraded reports are delivered anyway.
+  virtual bool Holds(std::uint64_t /*revision*/) { return false; }
   // The feed lost its place (the store compacted past it while it was disconnected): this is
   // everything, at `state.revision`; changes continue from there.
   virtual void OnReset(StoreState state) = 0;

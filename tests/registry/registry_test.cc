@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <limits>
 #include <set>
 #include <thread>
 
@@ -858,6 +859,90 @@ TEST(EtcdStoreBatchTest, AGroupIsOneRevisionAndALostCompareRefusesOnlyItsOwnSet)
   auto state = store.Load();
   ASSERT_TRUE(state.ok());
   EXPECT_EQ(state->instances.size(), 3 + many.size());
+}
+
+// A listener that holds every change up to a revision already (as a registry holds its own
+// commits): the feed skips those revisions' instances, yet still brings another process's lease
+// renewals and self-preservation report, whatever their revision.
+class HoldingLog final : public StoreListener {
+ public:
+  void HoldThrough(std::uint64_t revision) {
+    MutexLock lock(mu_);
+    held_ = revision;
+  }
+  bool Holds(std::uint64_t revision) override {
+    MutexLock lock(mu_);
+    return revision <= held_;
+  }
+  void OnChange(const Change& change) override {
+    MutexLock lock(mu_);
+    changes_.push_back(change.revision);
+  }
+  void OnReset(StoreState) override {}
+  void OnRenewals(const std::vector<LeaseRenewal>& renewals) override {
+    MutexLock lock(mu_);
+    for (const LeaseRenewal& r : renewals) renewed_.push_back(r.id);
+  }
+  void OnFeedRestored() override {}
+  void OnDegraded(const std::vector<std::string>& services) override {
+    MutexLock lock(mu_);
+    degraded_ = services;
+  }
+  std::vector<std::uint64_t> changes() {
+    MutexLock lock(mu_);
+    return changes_;
+  }
+  std::vector<std::string> renewed() {
+    MutexLock lock(mu_);
+    return renewed_;
+  }
+  std::vector<std::string> degraded() {
+    MutexLock lock(mu_);
+    return degraded_;
+  }
+
+ private:
+  Mutex mu_;
+  std::uint64_t held_ DROVER_GUARDED_BY(mu_) = 0;
+  std::vector<std::uint64_t> changes_ DROVER_GUARDED_BY(mu_);
+  std::vector<std::string> renewed_ DROVER_GUARDED_BY(mu_);
+  std::vector<std::string> degraded_ DROVER_GUARDED_BY(mu_);
+};
+
+TEST(EtcdStoreBatchTest, TheFeedSkipsWhatItsListenerHoldsButNotOtherProcessesReports) {
+  ASSERT_TRUE(Etcd().ok()) << Etcd().error();
+  HoldingLog log;  // outlives the stores
+  EtcdOptions eo;
+  eo.endpoints = Etcd().endpoints();
+  eo.prefix = "/test/" + std::to_string(::getpid()) + "-held";
+  auto opened = EtcdStore::Open(eo);
+  ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+  EtcdStore& store = **opened;
+  eo.process_name = "other";
+  auto other = EtcdStore::Open(eo);
+  ASSERT_TRUE(other.ok()) << other.status().ToString();
+  auto loaded = store.Load();
+  ASSERT_TRUE(loaded.ok());
+  log.HoldThrough(std::numeric_limits<std::uint64_t>::max());
+  ASSERT_TRUE(store.Follow(loaded->revision, &log).ok());
+
+  auto held = store.Commit({PutWrite("a", 0)});
+  ASSERT_TRUE(held.ok()) << held.status().ToString();
+  ASSERT_TRUE(store.WaitDelivered(*held, 5s).ok());
+  // Written by the other process, at revisions the listener says it holds: delivered.
+  (*other)->ShareRenewals({LeaseRenewal{"svc", "a", 1}});
+  ASSERT_TRUE((*other)->ShareDegraded({"svc"}).ok());
+  EXPECT_TRUE(testing::Eventually([&] { return log.renewed() == std::vector<std::string>{"a"}; }));
+  EXPECT_TRUE(
+      testing::Eventually([&] { return log.degraded() == std::vector<std::string>{"svc"}; }));
+
+  auto head = store.Head();
+  ASSERT_TRUE(head.ok());
+  log.HoldThrough(*head);
+  auto next = store.Commit({PutWrite("b", 0)});
+  ASSERT_TRUE(next.ok()) << next.status().ToString();
+  ASSERT_TRUE(store.WaitDelivered(*next, 5s).ok());
+  EXPECT_EQ(log.changes(), std::vector<std::uint64_t>{*next});
 }
 
 // An etcd store whose feed holds every change it brings (OnChange) until the test lets them go:
