@@ -4,7 +4,10 @@
 
 #include <algorithm>
 #include <array>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/redirect_error.hpp>
 #include <boost/asio/ssl.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -540,6 +543,29 @@ class LateReplyWaiter {
     co_return std::move(*response);
   }
 
+  // For a waiter of its own: the response if it was sent, else nullopt with `waiter` to be
+  // notified once it is.
+  static std::optional<HttpResponse> TakeOrAwait(LateReply& later,
+                                                 std::shared_ptr<StreamWakeup> waiter) {
+    MutexLock lock(later.mu_);
+    if (later.response_) return std::exchange(later.response_, std::nullopt);
+    later.waiter_ = std::move(waiter);
+    return std::nullopt;
+  }
+  // The response once sent (and the reply then keeps no waiter: it may be held on past the
+  // server), else nullopt.
+  static std::optional<HttpResponse> TakeSent(LateReply& later) {
+    MutexLock lock(later.mu_);
+    if (!later.response_) return std::nullopt;
+    later.waiter_.reset();
+    return std::exchange(later.response_, std::nullopt);
+  }
+  // The waiter goes away without the response.
+  static void Forget(LateReply& later) {
+    MutexLock lock(later.mu_);
+    later.waiter_.reset();
+  }
+
  private:
   static std::optional<HttpResponse> Take(LateReply& later) {
     MutexLock lock(later.mu_);
@@ -566,16 +592,30 @@ struct HttpServer::Impl {
       : options(std::move(o)), handler(std::move(h)), io(std::max(1, options.threads)) {}
 
   Status LoadTls();
-  // `connection` is open for as long as the session runs (the plain or the TLS session holds
-  // it). Not a coroutine: those two are coroutines of their own, so a plain connection's frame
-  // holds no room for a TLS stream (a stream may idle for days).
-  asio::awaitable<void> Session(tcp::socket socket, Connection connection);
-  asio::awaitable<void> PlainSession(tcp::socket socket, Connection connection, std::string client);
+  // A new connection: over plain TCP a PlainConnection, over TLS a coroutine (TlsSession); either
+  // holds `connection` open for as long as it serves.
+  void Session(tcp::socket socket, Connection connection);
   asio::awaitable<void> TlsSession(tcp::socket socket, Connection connection, std::string client);
-  // Serves requests until the connection ends; a stream (the last answer on a connection) runs
-  // on from here, over plain TCP without this coroutine (ParkedStream, which takes `connection`).
+  // Serves requests until the connection ends (over TLS); a stream (the last answer on a
+  // connection) runs on from here.
   template <typename Stream>
   asio::awaitable<void> Serve(Stream& stream, const std::string& client, Connection& connection);
+  // Writes a stream's head (`streamed.response`, made chunked) and runs the stream to its end:
+  // over plain TCP without a coroutine once the head is out (ParkedStream, which takes
+  // `connection`).
+  template <typename Stream>
+  asio::awaitable<void> RunStreamed(Stream& stream, Connection& connection, HttpReply streamed);
+  // A plain connection's stream, from its PlainConnection.
+  asio::awaitable<void> PlainStream(tcp::socket socket, Connection connection, HttpReply streamed);
+  // The largest body any path may carry, and the one `target`'s may.
+  std::size_t LargestBody() const;
+  std::size_t BodyLimit(std::string_view target) const;
+  // The answer to a request that could not be read (`ec`: not the client leaving): 413 for a body
+  // over `body_limit`, else 400; the connection closes after it.
+  HttpResponse Refusal(const error_code& ec, std::size_t body_limit) const;
+  // What every response gets before it is written: the Server header, a 401's
+  // WWW-Authenticate, and its count.
+  void Finish(HttpResponse& res);
   // Reads one request and answers it; true to read the next. When the answer is a stream, it is
   // left in `streamed` for Serve to run once this frame (the request) is gone.
   template <typename Stream>
@@ -607,24 +647,296 @@ struct HttpServer::Impl {
   std::map<unsigned, std::uint64_t> responses DROVER_GUARDED_BY(mu);
 };
 
+namespace {
+
+// A connection over plain TCP, its requests one after another without a coroutine: the bytes are
+// read into the connection's buffer and parsed there (a request that came whole is one read, and
+// the read that finds the socket empty before the next), the answer goes out by one send when the
+// socket takes it, and the next request is read at once. Every step runs on the connection's
+// strand (its socket's executor): after a read's wait, a LateReply's wake-up (this is its waiter:
+// Woken), and a write that had to wait. What keeps it alive is the operation it waits on, or the
+// LateReply it waits for; the server's list of open streams holds it too (Track), so a server
+// that stops closes it (Abandon). A stream answer is handed to a coroutine of its own
+// (Impl::PlainStream), which writes the head and parks the stream.
+//
+// Timeouts as over TLS: a request must arrive, whole, within idle_timeout of the previous answer,
+// and an answer the client is slow to take must be taken within idle_timeout; while the handler
+// (or a LateReply) works, nothing runs out. One timer, armed at the first wait and re-armed by its
+// own handler for the deadline of the moment, so a request costs no timer operation.
+class PlainConnection final : public StreamWakeup {
+ public:
+  PlainConnection(HttpServer::Impl& server, tcp::socket socket, Connection connection,
+                  std::string client)
+      : StreamWakeup(server.wakeups),
+        server_(server),
+        socket_(std::move(socket)),
+        connection_(std::move(connection)),
+        client_(std::move(client)),
+        timer_(socket_.get_executor()) {}
+
+  // Starts serving, on the connection's strand -- posted, never inline: the caller is the
+  // accept loop, which a handler that blocks must not hold up.
+  static void Start(std::shared_ptr<PlainConnection> c) {
+    const asio::any_io_executor strand = c->socket_.get_executor();
+    asio::post(strand, [c = std::move(c)] {
+      c->queue().Track(c);
+      c->NextRequest();
+      c->Run();
+    });
+  }
+
+ private:
+  enum class Phase : std::uint8_t {
+    kRead,   // reading a request
+    kAwait,  // waiting for a LateReply
+    kWrite,  // writing `response_`
+    kDone,
+  };
+  using Clock = std::chrono::steady_clock;
+  static constexpr std::size_t kMinRead = 1024;
+
+  std::shared_ptr<PlainConnection> self() {
+    return std::static_pointer_cast<PlainConnection>(shared_from_this());
+  }
+
+  asio::any_io_executor strand() override { return socket_.get_executor(); }
+  void Woken() override {
+    if (phase_ != Phase::kAwait || !later_) return;
+    std::optional<HttpResponse> response = LateReplyWaiter::TakeSent(*later_);
+    if (!response) return;
+    later_.reset();
+    Respond(std::move(*response));
+    Run();
+  }
+  void Abandon() override { End(); }
+
+  // Takes steps while each can be taken at once; returns when one waits, or at the end. A loop,
+  // so that requests that came together (pipelined) do not deepen the stack.
+  void Run() {
+    while (true) {
+      switch (phase_) {
+        case Phase::kRead:
+          if (!Read()) return;
+          break;
+        case Phase::kWrite:
+          if (!Write()) return;
+          break;
+        case Phase::kAwait:
+        case Phase::kDone:
+          return;
+      }
+    }
+  }
+
+  void NextRequest() {
+    phase_ = Phase::kRead;
+    parser_.emplace();
+    parser_->header_limit(static_cast<std::uint32_t>(server_.options.max_header));
+    body_limit_ = server_.LargestBody();
+    parser_->body_limit(body_limit_);
+    head_checked_ = false;
+    deadline_ = Clock::now() + server_.options.idle_timeout;
+  }
+
+  // Parses what the buffer holds and reads more while the request is not whole. False when it
+  // waits for bytes or the connection ended.
+  bool Read() {
+    while (true) {
+      if (buffer_.size() > 0) {
+        error_code ec;
+        Parse(ec);
+        if (ec) {
+          Respond(server_.Refusal(ec, body_limit_));
+          return true;
+        }
+        if (parser_->is_done()) {
+          Answer();
+          return phase_ != Phase::kAwait && phase_ != Phase::kDone;
+        }
+      }
+      error_code ec;
+      const std::size_t room = std::max(kMinRead, buffer_.capacity() - buffer_.size());
+      const std::size_t n = ReadSome(socket_, buffer_.prepare(room), ec);
+      if (ec == asio::error::would_block) {
+        WaitForBytes();
+        return false;
+      }
+      if (ec) {  // the client left (or reset), mid-request or between requests
+        End();
+        return false;
+      }
+      buffer_.commit(n);
+    }
+  }
+
+  void Parse(error_code& ec) {
+    while (!parser_->is_done() && buffer_.size() > 0) {
+      const std::size_t used = parser_->put(buffer_.data(), ec);
+      buffer_.consume(used);
+      if (ec == http::error::need_more) {
+        ec = {};
+        return;
+      }
+      if (ec) return;
+      if (!head_checked_ && parser_->is_header_done()) {
+        // The head's path says how large a body may be.
+        head_checked_ = true;
+        const auto target = parser_->get().target();
+        body_limit_ = server_.BodyLimit({target.data(), target.size()});
+        parser_->body_limit(body_limit_);
+        if (parser_->content_length() && *parser_->content_length() > body_limit_) {
+          ec = http::error::body_limit;
+          return;
+        }
+      }
+      if (used == 0) return;
+    }
+  }
+
+  void WaitForBytes() {
+    Watch();
+    WaitReadable(socket_, [self = self()](error_code ec) {
+      if (ec) return self->End();
+      self->Run();
+    });
+  }
+
+  void Answer() {
+    HttpRequest request = parser_->release();
+    parser_.reset();
+    keep_alive_ = request.keep_alive();
+    HttpReply reply = server_.Answer(request, client_);
+    if (reply.stream) {
+      // The rest of the connection is the stream's.
+      phase_ = Phase::kDone;
+      EndWatch();
+      queue().Untrack(this);
+      const asio::any_io_executor strand = socket_.get_executor();
+      asio::co_spawn(
+          strand, server_.PlainStream(std::move(socket_), std::move(connection_), std::move(reply)),
+          asio::detached);
+      return;
+    }
+    if (reply.later) {
+      std::optional<HttpResponse> response = LateReplyWaiter::TakeOrAwait(*reply.later, self());
+      if (!response) {
+        phase_ = Phase::kAwait;
+        later_ = std::move(reply.later);
+        return;
+      }
+      reply.response = std::move(*response);
+    }
+    Respond(std::move(reply.response));
+  }
+
+  void Respond(HttpResponse response) {
+    if (!keep_alive_) response.keep_alive(false);
+    server_.Finish(response);
+    response_.emplace(std::move(response));
+    serializer_.emplace(*response_);
+    phase_ = Phase::kWrite;
+  }
+
+  // Writes what the socket takes; false when the rest waits for the client or the connection
+  // ended.
+  bool Write() {
+    error_code ec;
+    WriteNow(socket_, *serializer_, ec);
+    if (ec) {
+      End();
+      return false;
+    }
+    if (!serializer_->is_done()) {
+      deadline_ = Clock::now() + server_.options.idle_timeout;
+      Watch();
+      http::async_write(socket_, *serializer_, [self = self()](error_code done, std::size_t) {
+        if (done) return self->End();
+        self->Written();
+        self->Run();
+      });
+      return false;
+    }
+    Written();
+    return phase_ != Phase::kDone;
+  }
+
+  void Written() {
+    const bool keep = response_->keep_alive();
+    serializer_.reset();
+    response_.reset();
+    if (!keep) return End();
+    NextRequest();
+  }
+
+  // The timer covers the deadline of the moment: armed when not yet (it then fires at the
+  // deadline, or earlier for an older one, and re-arms itself while the connection waits).
+  void Watch() {
+    if (watching_) return;
+    watching_ = true;
+    timer_.expires_at(deadline_);
+    timer_.async_wait([self = self()](error_code ec) {
+      self->watching_ = false;
+      if (ec || self->phase_ == Phase::kDone) return;
+      if (self->phase_ == Phase::kAwait) return;  // the next wait arms it again
+      if (Clock::now() < self->deadline_) return self->Watch();
+      // Out of time: the pending read's wait or write ends with an error, and with it this.
+      error_code ignored;
+      self->socket_.close(ignored);
+    });
+  }
+  void EndWatch() {
+    if (watching_) timer_.cancel();
+  }
+
+  void End() {
+    if (phase_ == Phase::kDone && !socket_.is_open()) return;
+    phase_ = Phase::kDone;
+    if (later_) {
+      LateReplyWaiter::Forget(*later_);
+      later_.reset();
+    }
+    EndWatch();
+    error_code ignored;
+    if (socket_.is_open()) socket_.shutdown(tcp::socket::shutdown_send, ignored);
+    socket_.close(ignored);
+    queue().Untrack(this);
+  }
+
+  HttpServer::Impl& server_;  // not touched once ended (the server may be gone)
+  tcp::socket socket_;
+  [[maybe_unused]] Connection connection_;  // open for the listener while this lives
+  const std::string client_;
+  asio::steady_timer timer_;
+  beast::flat_buffer buffer_;
+  std::optional<http::request_parser<http::string_body>> parser_;
+  std::size_t body_limit_ = 0;
+  bool head_checked_ = false;  // the head's body limit is set
+  bool keep_alive_ = true;     // the request's wish
+  std::shared_ptr<LateReply> later_;
+  std::optional<HttpResponse> response_;
+  std::optional<http::response_serializer<http::string_body>> serializer_;
+  Clock::time_point deadline_{};
+  bool watching_ = false;
+  Phase phase_ = Phase::kRead;
+};
+
+}  // namespace
+
 Status HttpServer::Impl::LoadTls() {
   if (options.tls_cert_file.empty() && options.tls_key_file.empty()) return Status::Ok();
   return LoadServerTls(tls.emplace(ssl::context::tls_server), options.tls_cert_file,
                        options.tls_key_file);
 }
 
-asio::awaitable<void> HttpServer::Impl::Session(tcp::socket socket, Connection connection) {
-  const std::string client = EndpointText(connection.peer());
-  if (!tls) return PlainSession(std::move(socket), std::move(connection), client);
-  return TlsSession(std::move(socket), std::move(connection), client);
-}
-
-asio::awaitable<void> HttpServer::Impl::PlainSession(tcp::socket socket, Connection connection,
-                                                     std::string client) {
-  beast::tcp_stream stream(std::move(socket));
-  co_await Serve(stream, client, connection);
-  error_code ignored;
-  if (stream.socket().is_open()) stream.socket().shutdown(tcp::socket::shutdown_send, ignored);
+void HttpServer::Impl::Session(tcp::socket socket, Connection connection) {
+  std::string client = EndpointText(connection.peer());
+  if (!tls) {
+    return PlainConnection::Start(std::make_shared<PlainConnection>(
+        *this, std::move(socket), std::move(connection), std::move(client)));
+  }
+  const asio::any_io_executor executor = socket.get_executor();
+  asio::co_spawn(executor, TlsSession(std::move(socket), std::move(connection), std::move(client)),
+                 asio::detached);
 }
 
 asio::awaitable<void> HttpServer::Impl::TlsSession(tcp::socket socket, Connection connection,
@@ -648,13 +960,19 @@ asio::awaitable<void> HttpServer::Impl::TlsSession(tcp::socket socket, Connectio
 template <typename Stream>
 asio::awaitable<void> HttpServer::Impl::Serve(Stream& stream, const std::string& client,
                                               Connection& connection) {
-  beast::flat_buffer buffer;
   HttpReply streamed;
-  while (co_await ServeOne(stream, buffer, client, streamed)) {
+  {
+    beast::flat_buffer buffer;
+    while (co_await ServeOne(stream, buffer, client, streamed)) {
+    }
   }
-  if (!streamed.stream) co_return;
   // A stream may stay open for days, mostly idle: it keeps no request and no read buffer.
-  buffer = beast::flat_buffer();
+  if (streamed.stream) co_await RunStreamed(stream, connection, std::move(streamed));
+}
+
+template <typename Stream>
+asio::awaitable<void> HttpServer::Impl::RunStreamed(Stream& stream, Connection& connection,
+                                                    HttpReply streamed) {
   SourceGuard source(std::move(streamed.stream));
   HttpResponse& head = streamed.response;
   head.chunked(true);
@@ -676,6 +994,12 @@ asio::awaitable<void> HttpServer::Impl::Serve(Stream& stream, const std::string&
   } else {
     co_await RunStream(stream, source.Release(), wakeups);
   }
+}
+
+asio::awaitable<void> HttpServer::Impl::PlainStream(tcp::socket socket, Connection connection,
+                                                    HttpReply streamed) {
+  beast::tcp_stream stream(std::move(socket));
+  co_await RunStreamed(stream, connection, std::move(streamed));
 }
 
 template <typename Stream>
@@ -704,18 +1028,12 @@ asio::awaitable<std::optional<HttpRequest>> HttpServer::Impl::Read(Stream& strea
   error_code ec;
   // The head first: its path says how large a body may be. The parser checks a Content-Length
   // when the head ends (against the largest limit, here), and chunked bodies as they come.
-  std::size_t body_limit = options.max_body;
-  for (const auto& [prefix, limit] : options.larger_bodies)
-    body_limit = std::max(body_limit, limit);
+  std::size_t body_limit = LargestBody();
   parser.body_limit(body_limit);
   co_await http::async_read_header(stream, buffer, parser,
                                    asio::redirect_error(asio::use_awaitable, ec));
   if (!ec) {
-    const std::string_view target(parser.get().target().data(), parser.get().target().size());
-    body_limit = options.max_body;
-    for (const auto& [prefix, limit] : options.larger_bodies) {
-      if (target.starts_with(prefix)) body_limit = std::max(body_limit, limit);
-    }
+    body_limit = BodyLimit({parser.get().target().data(), parser.get().target().size()});
     parser.body_limit(body_limit);
     if (parser.content_length() && *parser.content_length() > body_limit) {
       ec = http::error::body_limit;
@@ -729,7 +1047,28 @@ asio::awaitable<std::optional<HttpRequest>> HttpServer::Impl::Read(Stream& strea
   }
   if (!ec) co_return parser.release();
   if (ClientLeft(ec)) co_return std::nullopt;
-  // A malformed or oversized request: answer once, then close (the stream is out of sync).
+  HttpResponse res = Refusal(ec, body_limit);
+  co_await Write(stream, res);
+  co_return std::nullopt;
+}
+
+std::size_t HttpServer::Impl::LargestBody() const {
+  std::size_t limit = options.max_body;
+  for (const auto& [prefix, larger] : options.larger_bodies) limit = std::max(limit, larger);
+  return limit;
+}
+
+std::size_t HttpServer::Impl::BodyLimit(std::string_view target) const {
+  std::size_t limit = options.max_body;
+  for (const auto& [prefix, larger] : options.larger_bodies) {
+    if (target.starts_with(prefix)) limit = std::max(limit, larger);
+  }
+  return limit;
+}
+
+HttpResponse HttpServer::Impl::Refusal(const error_code& ec, std::size_t body_limit) const {
+  // A malformed or oversized request: answered once, then the connection closes (the stream is
+  // out of sync).
   HttpRequest bad;
   bad.version(11);
   HttpResponse res =
@@ -740,8 +1079,7 @@ asio::awaitable<std::optional<HttpRequest>> HttpServer::Impl::Read(Stream& strea
                 413)
           : ErrorResponse(bad, InvalidArgumentError("malformed HTTP request: " + ec.message()));
   res.keep_alive(false);
-  co_await Write(stream, res);
-  co_return std::nullopt;
+  return res;
 }
 
 HttpReply HttpServer::Impl::Answer(const HttpRequest& req, const std::string& client) {
@@ -757,20 +1095,22 @@ HttpReply HttpServer::Impl::Answer(const HttpRequest& req, const std::string& cl
 
 template <typename Stream>
 asio::awaitable<bool> HttpServer::Impl::Write(Stream& stream, HttpResponse& res) {
+  Finish(res);
+  error_code ec;
+  http::response_serializer<http::string_body> serializer{res};
+  if (!ec && !serializer.is_done()) {
+    co_await http::async_write(stream, serializer, asio::redirect_error(asio::use_awaitable, ec));
+  }
+  co_return !ec && res.keep_alive();
+}
+
+void HttpServer::Impl::Finish(HttpResponse& res) {
   if (res.find(http::field::server) == res.end()) res.set(http::field::server, server_header);
   if (res.result() == http::status::unauthorized &&
       res.find(http::field::www_authenticate) == res.end()) {
     res.set(http::field::www_authenticate, "Bearer realm=\"" + server_header + "\"");
   }
   Count(res.result_int());
-  error_code ec;
-  http::response_serializer<http::string_body> serializer{res};
-  if constexpr (std::is_same_v<Stream, beast::tcp_stream>)
-    WriteNow(stream.socket(), serializer, ec);
-  if (!ec && !serializer.is_done()) {
-    co_await http::async_write(stream, serializer, asio::redirect_error(asio::use_awaitable, ec));
-  }
-  co_return !ec && res.keep_alive();
 }
 
 Result<std::unique_ptr<HttpServer>> HttpServer::Start(HttpServerOptions options, Handler handler) {
@@ -790,9 +1130,9 @@ Result<std::unique_ptr<HttpServer>> HttpServer::Start(HttpServerOptions options,
   DROVER_ASSIGN_OR_RETURN(impl->listener,
                           TcpListener::Start(
                               raw->io, std::move(lo), [raw] { return asio::make_strand(raw->io); },
-                              TcpListener::Spawn([raw](tcp::socket socket, Connection connection) {
-                                return raw->Session(std::move(socket), std::move(connection));
-                              })));
+                              [raw](tcp::socket socket, Connection connection) {
+                                raw->Session(std::move(socket), std::move(connection));
+                              }));
   for (int i = 0; i < std::max(1, raw->options.threads); ++i) {
     impl->threads.emplace_back([raw] {
       NameThisThread("http-" + raw->options.name);

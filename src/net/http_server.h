@@ -2,10 +2,14 @@
 // the gateway's admin port -- on Boost.Beast over Asio, with C++20 coroutines.
 //
 // It owns an io_context run by `threads` threads and a TcpListener (the shared accept loop, with
-// the connection limit: a client over it gets a 503 and is closed). Each connection is one
-// coroutine on its own strand: read a request (head and body within `max_header` and
-// `max_body`), ask the Handler for the reply, write it, and again while the connection is kept
-// alive. What the server answers itself, the same for every API (common/http_error.h):
+// the connection limit: a client over it gets a 503 and is closed). Each connection runs on its
+// own strand: read a request (head and body within `max_header` and `max_body`), ask the Handler
+// for the reply, write it, and again while the connection is kept alive -- over plain TCP as
+// handlers of its reads and writes (no coroutine: a request that came whole costs a read, the
+// handler and a send), over TLS as a coroutine. A request must arrive whole within
+// `idle_timeout` of the previous answer (or of the connection's start), and an answer must be
+// taken by the client within `idle_timeout`. What the server answers itself, the same for every
+// API (common/http_error.h):
 //   - a malformed request: 400 INVALID_ARGUMENT, then close (the stream is out of sync);
 //   - a body over max_body: 413 RESOURCE_EXHAUSTED, then close (the body is not read);
 //   - a handler that throws (a bug): 500 INTERNAL, and the error is logged;

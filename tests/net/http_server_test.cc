@@ -521,6 +521,86 @@ TEST_F(HttpServerTest, AnAnswerLargerThanTheSocketTakesIsWrittenWholeToAClientTh
   EXPECT_TRUE(raw.ends_with("\"body\":0}\n")) << raw.substr(raw.size() - 80);
 }
 
+// Requests sent together (pipelined) are answered in order, each once, however many there are.
+TEST_F(HttpServerTest, ManyRequestsSentTogetherAreAnsweredInOrder) {
+  Start({});
+  constexpr int kRequests = 2000;
+  std::string requests;
+  for (int i = 0; i < kRequests; ++i) {
+    const std::string body(static_cast<std::size_t>(i % 50), 'x');
+    requests += "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: " + std::to_string(body.size()) +
+                "\r\n" + (i + 1 == kRequests ? "Connection: close\r\n" : "") + "\r\n" + body;
+  }
+  const std::string raw = ReadLate(port(), requests);
+  std::size_t at = 0;
+  for (int i = 0; i < kRequests; ++i) {
+    at = raw.find("HTTP/1.1 200 OK\r\n", at);
+    ASSERT_NE(at, std::string::npos) << "answer " << i << " missing";
+    const std::string body = "\"body\":" + std::to_string(i % 50) + "}";
+    const std::size_t found = raw.find(body, at);
+    ASSERT_NE(found, std::string::npos) << "answer " << i;
+    EXPECT_EQ(raw.find("HTTP/1.1", at + 1) > found, true) << "answer " << i << " out of order";
+    at = found;
+  }
+  EXPECT_EQ(raw.find("HTTP/1.1", at), std::string::npos);  // nothing more
+}
+
+// A connection that sends no request, or stops in the middle of one, is closed once idle_timeout
+// has passed; one that keeps asking is not, however long it lasts in all.
+TEST_F(HttpServerTest, AConnectionIdleOrStalledPastTheIdleTimeoutIsClosedAndABusyOneIsNot) {
+  HttpServerOptions o;
+  o.idle_timeout = std::chrono::milliseconds(400);
+  Start(o);
+  // Reads until the server closes (true) or 5 s pass (false).
+  const auto closed_within = [](int fd) {
+    timeval limit{5, 0};
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof limit);
+    char buf[4096];
+    while (true) {
+      const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+      if (n == 0) return true;
+      if (n < 0) return false;
+    }
+  };
+  const auto started = std::chrono::steady_clock::now();
+  const int idle = testing::ConnectLoopback(port());
+  const int stalled = testing::ConnectLoopback(port());
+  ASSERT_TRUE(testing::SendAll(stalled, "GET /echo HTTP/1.1\r\nHost: x\r\n"));  // no end
+  const int answered = testing::ConnectLoopback(port());
+  ASSERT_TRUE(testing::SendAll(answered, "GET /echo HTTP/1.1\r\nHost: x\r\n\r\n"));
+
+  // The busy one: a request every 100 ms for 1.2 s, on one connection. true: answered (200).
+  const int busy = testing::ConnectLoopback(port());
+  const auto ask = [busy] {
+    if (!testing::SendAll(busy, "GET /echo HTTP/1.1\r\nHost: x\r\n\r\n")) return false;
+    timeval limit{5, 0};
+    ::setsockopt(busy, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof limit);
+    std::string raw;
+    char buf[4096];
+    while (true) {
+      const std::size_t head = raw.find("\r\n\r\n");
+      const std::size_t length = raw.find("Content-Length: ");
+      if (head != std::string::npos && length != std::string::npos &&
+          raw.size() >= head + 4 + std::stoul(raw.substr(length + 16))) {
+        return raw.rfind("HTTP/1.1 200 OK\r\n", 0) == 0;
+      }
+      const ssize_t n = ::recv(busy, buf, sizeof buf, 0);
+      if (n <= 0) return false;
+      raw.append(buf, static_cast<std::size_t>(n));
+    }
+  };
+  for (int i = 0; i < 12; ++i) {
+    EXPECT_TRUE(ask()) << "request " << i;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_TRUE(closed_within(idle));
+  EXPECT_TRUE(closed_within(stalled));
+  EXPECT_TRUE(closed_within(answered));  // after its answer, no next request came
+  EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds(4));
+  EXPECT_TRUE(ask());
+  for (int fd : {idle, stalled, answered, busy}) ::close(fd);
+}
+
 TEST_F(HttpServerTest, OverTheConnectionLimitAClientGets503AndTheOthersAreServed) {
   HttpServerOptions o;
   o.max_connections = 1;
