@@ -163,7 +163,7 @@ constexpr char kPrefix[] = "/drover.registry.v1.Registry/";
 
 // The API's methods, each a handler on the connection's io thread (net::GrpcServer): reads and
 // lease renewals answer inline (memory only); writes that commit are queued to the registry's
-// writer, and its answer thread answers them once they are durable (a group commit's replies
+// writer, and answered once they are durable (a group commit's replies
 // together, and each connection's answers leave in one write). Watch and KeepAlive are streams
 // on the same threads (WatchStream, KeepAliveStream below).
 class RegistryService {

@@ -7,7 +7,7 @@
 //
 // Served by net::GrpcServer (HTTP/2 from libnghttp2), one io thread per core: every call is
 // handled on its connection's thread -- memory-only work inline; a write is queued to the
-// registry, whose answer thread answers the call once it is committed; Watch and KeepAlive are
+// registry, which answers the call once it is committed; Watch and KeepAlive are
 // streams on the same threads (no thread per stream). Stop() ends watches with UNAVAILABLE and
 // KeepAlive streams with CANCELLED, then drains the connections.
 #pragma once

@@ -666,8 +666,9 @@ net::HttpReply HttpServer::Impl::HandleInstance(const Request& req, std::string_
                                                 std::string_view query) {
   const std::string service(service_view), id(id_view);
   const auto method = req.method();
-  // A write queued to the registry: `start(done)` queues it; `done` runs on the registry's
-  // answer thread once the write is committed (or at once, refused), and sends the response.
+  // A write queued to the registry: `start(done)` queues it; `done` runs once the write is
+  // committed (Registry::RegisterAsync says on which thread; at once when refused), and sends
+  // the response.
   auto later = [&](auto&& start) { return Later<std::uint64_t>(req, start, RevisionReply); };
   auto not_allowed = [&] {
     const std::string_view target(req.target().data(), req.target().size());

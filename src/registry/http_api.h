@@ -26,7 +26,7 @@
 //
 // Threading: `threads` threads run the server's io_context; each connection is one coroutine.
 // Reads and heartbeats are answered in place (memory only). An instance write (register, state,
-// deregister) is queued to the Registry and answered by its answer thread once the commit that
+// deregister) is queued to the Registry and answered by it once the commit that
 // holds it is durable (net::LateReply): no io thread waits for a commit, and concurrent writes
 // share group commits as the gRPC API's do. Deploy records are written in place (rare). A watch
 // stream is parked between events (net::StreamSource): a thousand idle watches cost no thread

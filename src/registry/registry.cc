@@ -221,10 +221,12 @@ Result<std::unique_ptr<Registry>> Registry::Open(std::unique_ptr<Store> store, C
     NameThisThread("reg-deploys");
     raw->DeployLoop();
   });
-  registry->answerer_ = std::thread([raw = registry.get()] {
-    NameThisThread("reg-answer");
-    raw->AnswerLoop();
-  });
+  if (!registry->shared_) {
+    registry->answerer_ = std::thread([raw = registry.get()] {
+      NameThisThread("reg-answer");
+      raw->AnswerLoop();
+    });
+  }
   const int writers = registry->shared_ ? kSharedWriters : 1;
   for (int i = 0; i < writers; ++i) {
     registry->writers_.emplace_back([raw = registry.get()] {
@@ -413,6 +415,12 @@ void Registry::WriterLoop() {
 }
 
 void Registry::Answer(AnswerGroup group) {
+  if (shared_) {
+    // Each writer answers its own group: the Txn's round trip is what a shared store's writes
+    // wait on, and a hand-off to another thread only added its wake-up to every write's.
+    for (auto& [done, answer] : group) done(std::move(answer));
+    return;
+  }
   bool was_empty = false;
   {
     MutexLock lock(answer_mu_);

@@ -184,10 +184,12 @@ class Registry final : private StoreListener {
   // What a write answers: the revision, or why it was refused.
   using Done = std::function<void(Result<std::uint64_t>)>;
   // The writes without waiting for them: `done` runs once with what Register, SetState or
-  // Deregister would have returned -- on the registry's answer thread, after the commit that
-  // holds the write (the answers of one group in order, groups in commit order), or at once on
-  // the calling thread when the write is refused before it queues (bad names or spec). `done`
-  // must be quick and must not wait for another write.
+  // Deregister would have returned, after the commit that holds the write -- on a private store
+  // on the registry's answer thread (the answers of one group in order, groups in commit order),
+  // on a shared store on the writer thread that committed it (the answers of one group in order;
+  // the writers' groups in any order) -- or at once on the calling thread when the write is
+  // refused before it queues (bad names or spec). `done` must be quick and must not wait for
+  // another write.
   void RegisterAsync(std::string service, std::string id, InstanceSpec spec, Done done);
   void SetStateAsync(std::string service, std::string id, std::uint64_t generation,
                      std::optional<InstanceState> state, std::optional<bool> accepting, Done done);
@@ -322,7 +324,8 @@ class Registry final : private StoreListener {
   void WriterLoop() DROVER_EXCLUDES(write_mu_, mu_, queue_mu_, answer_mu_);
   // A group's answers, each with the write's `done`, in the group's order.
   using AnswerGroup = std::vector<std::pair<Done, Result<std::uint64_t>>>;
-  // Hands a committed group's answers to the answer thread (which runs AnswerLoop).
+  // Answers a committed group: on a private store by the answer thread (which runs AnswerLoop),
+  // on a shared store here, on its writer.
   void Answer(AnswerGroup group) DROVER_EXCLUDES(answer_mu_);
   void AnswerLoop() DROVER_EXCLUDES(answer_mu_);
   // Queues `call` to the deploy thread (which runs DeployLoop).
@@ -409,9 +412,9 @@ class Registry final : private StoreListener {
   bool stopping_ DROVER_GUARDED_BY(queue_mu_) = false;  // writers finish the queue, then end
   CommitCounters counters_ DROVER_GUARDED_BY(queue_mu_);
   std::vector<std::thread> writers_;
-  // The answers of committed groups, run in commit order by their own thread: writing a group's
-  // replies (a gRPC Finish each, with its send) takes about as long as committing the next
-  // group, which the writer does meanwhile.
+  // A private store's answers of committed groups, run in commit order by their own thread:
+  // writing a group's replies takes about as long as committing the next group, which the one
+  // writer does meanwhile. (A shared store's writers answer their own groups: see Answer.)
   Mutex answer_mu_;  // never held while taking another lock
   CondVar answer_cv_;
   std::deque<AnswerGroup> answer_queue_ DROVER_GUARDED_BY(answer_mu_);

@@ -1,6 +1,7 @@
 #include "registry/registry.h"
 
 #include <gtest/gtest.h>
+#include <pthread.h>
 
 #include <algorithm>
 #include <atomic>
@@ -1104,6 +1105,39 @@ TEST_F(OwnCommitTest, ACommitAfterAnotherProcesssWaitsForTheFeedAndKeepsTheOrder
   EXPECT_EQ(Ids(*registry_), (std::vector<std::string>{"y1", "z1"}));
   EXPECT_EQ(Puts(**watcher),
             (std::vector<std::pair<std::string, std::uint64_t>>{{"y1", *first}, {"z1", *mine}}));
+}
+
+// On a shared store each writer answers its own group: every async write is answered once, after
+// its commit (its revision is in the view when its answer runs), and each on a writer thread --
+// never the caller's -- also when the registry goes at once after queuing them.
+TEST_F(OwnCommitTest, AsyncWritesAreAnsweredByTheWritersAfterTheirCommitsAndBeforeTheRegistryGoes) {
+  struct Answer {
+    Result<std::uint64_t> revision = InternalError("not answered");
+    bool listed = false;  // the view held the write's revision when it was answered
+    std::thread::id thread;
+    std::string thread_name;
+  };
+  Mutex mu;
+  std::vector<Answer> answers;
+  constexpr int kWrites = 40;
+  Registry& registry = *registry_;
+  for (int i = 0; i < kWrites; ++i) {
+    registry.RegisterAsync("zone", "a" + std::to_string(i), Spec(1), [&](Result<std::uint64_t> r) {
+      const bool listed = r.ok() && registry.revision() >= *r;
+      char name[16] = {};
+      ::pthread_getname_np(::pthread_self(), name, sizeof name);
+      MutexLock lock(mu);
+      answers.push_back({std::move(r), listed, std::this_thread::get_id(), name});
+    });
+  }
+  registry_.reset();  // every queued write is committed and answered first
+  ASSERT_EQ(answers.size(), static_cast<std::size_t>(kWrites));
+  for (const Answer& a : answers) {
+    ASSERT_TRUE(a.revision.ok()) << a.revision.status().ToString();
+    EXPECT_TRUE(a.listed) << "answered before the view held revision " << *a.revision;
+    EXPECT_NE(a.thread, std::this_thread::get_id());
+    EXPECT_EQ(a.thread_name, "reg-writer");
+  }
 }
 
 // A registry on SQLite behind a GatedStore, whose commits wait until the test opens it.
