@@ -517,9 +517,10 @@ void LateReply::Send(HttpResponse response) {
   if (waiter) waiter->Notify();
 }
 
-// The server's side of a LateReply: the connection's coroutine waits on a CoroutineWake (what a
-// TLS stream waits on), which Send() notifies; while it waits it holds no io thread, and if the
-// server stops first the wake is abandoned with the streams.
+// The server's side of a LateReply: a TLS connection's coroutine waits on a CoroutineWake (what a
+// TLS stream waits on), a plain connection is the waiter itself (PlainConnection); Send()
+// notifies the waiter; while it waits it holds no io thread, and if the server stops first the
+// waiter is abandoned with the streams.
 class LateReplyWaiter {
  public:
   static asio::awaitable<HttpResponse> Wait(LateReply& later, asio::any_io_executor strand,

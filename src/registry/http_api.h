@@ -24,7 +24,7 @@
 // Served by net::HttpServer (net/http_server.h), which reads requests, answers malformed and
 // oversized ones and refuses connections over the limit the same way for every Drover API.
 //
-// Threading: `threads` threads run the server's io_context; each connection is one coroutine.
+// Threading: `threads` threads run the server's io_context; each connection on its own strand.
 // Reads and heartbeats are answered in place (memory only). An instance write (register, state,
 // deregister) is queued to the Registry and answered by it once the commit that
 // holds it is durable (net::LateReply): no io thread waits for a commit, and concurrent writes
