@@ -1099,9 +1099,7 @@ asio::awaitable<bool> HttpServer::Impl::Write(Stream& stream, HttpResponse& res)
   Finish(res);
   error_code ec;
   http::response_serializer<http::string_body> serializer{res};
-  if (!ec && !serializer.is_done()) {
-    co_await http::async_write(stream, serializer, asio::redirect_error(asio::use_awaitable, ec));
-  }
+  co_await http::async_write(stream, serializer, asio::redirect_error(asio::use_awaitable, ec));
   co_return !ec && res.keep_alive();
 }
 

@@ -913,15 +913,12 @@ class HoldingLog final : public StoreListener {
 TEST(EtcdStoreBatchTest, TheFeedSkipsWhatItsListenerHoldsButNotOtherProcessesReports) {
   ASSERT_TRUE(Etcd().ok()) << Etcd().error();
   HoldingLog log;  // outlives the stores
-  EtcdOptions eo;
-  eo.endpoints = Etcd().endpoints();
-  eo.prefix = "/test/" + std::to_string(::getpid()) + "-held";
-  auto opened = EtcdStore::Open(eo);
-  ASSERT_TRUE(opened.ok()) << opened.status().ToString();
-  EtcdStore& store = **opened;
-  eo.process_name = "other";
-  auto other = EtcdStore::Open(eo);
-  ASSERT_TRUE(other.ok()) << other.status().ToString();
+  const std::string prefix = "/test/" + std::to_string(::getpid()) + "-held";
+  const std::unique_ptr<Store> opened = OpenEtcd(prefix);
+  ASSERT_NE(opened, nullptr);
+  Store& store = *opened;
+  const std::unique_ptr<Store> other = OpenEtcd(prefix);  // another process's name
+  ASSERT_NE(other, nullptr);
   auto loaded = store.Load();
   ASSERT_TRUE(loaded.ok());
   log.HoldThrough(std::numeric_limits<std::uint64_t>::max());
@@ -931,8 +928,8 @@ TEST(EtcdStoreBatchTest, TheFeedSkipsWhatItsListenerHoldsButNotOtherProcessesRep
   ASSERT_TRUE(held.ok()) << held.status().ToString();
   ASSERT_TRUE(store.WaitDelivered(*held, 5s).ok());
   // Written by the other process, at revisions the listener says it holds: delivered.
-  (*other)->ShareRenewals({LeaseRenewal{"svc", "a", 1}});
-  ASSERT_TRUE((*other)->ShareDegraded({"svc"}).ok());
+  other->ShareRenewals({LeaseRenewal{"svc", "a", 1}});
+  ASSERT_TRUE(other->ShareDegraded({"svc"}).ok());
   EXPECT_TRUE(testing::Eventually([&] { return log.renewed() == std::vector<std::string>{"a"}; }));
   EXPECT_TRUE(
       testing::Eventually([&] { return log.degraded() == std::vector<std::string>{"svc"}; }));
