@@ -17,6 +17,8 @@ packages=(
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc libhiredis-dev
   # the registry's gRPC server: HTTP/2 from nghttp2
   libnghttp2-dev
+  # the drover binary's allocator
+  libmimalloc-dev
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev openssl
   # the clock-jump test moves the wall clock of its children (LD_PRELOAD); the address test

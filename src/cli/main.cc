@@ -6,6 +6,7 @@
 #include <string_view>
 
 #include "commands.h"
+#include "common/allocator.h"
 #include "drover/cli.h"
 #include "drover/logging.h"
 
@@ -18,7 +19,9 @@ int main(int argc, char** argv) {
       "Drover keeps fleets of long-lived backend servers discoverable, balanced and safe to "
       "deploy.",
       "drover"};
-  app.set_version_flag("--version", std::string("drover ") + DROVER_VERSION);
+  // The allocator too: a memory figure or a profile is read differently on each.
+  app.set_version_flag(
+      "--version", std::string("drover ") + DROVER_VERSION + " (" + drover::AllocatorName() + ")");
   app.require_subcommand(1);
 
   drover::logging::LogOptions log_options;

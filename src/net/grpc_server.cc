@@ -1,7 +1,6 @@
 #include "net/grpc_server.h"
 
 #include <arpa/inet.h>
-#include <malloc.h>
 #include <nghttp2/nghttp2.h>
 #include <openssl/bio.h>
 #include <openssl/err.h>
@@ -21,6 +20,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "common/allocator.h"
 #include "common/thread_name.h"
 #include "drover/mutex.h"
 #include "net/sockets.h"
@@ -666,7 +666,11 @@ class GrpcConnection : public std::enable_shared_from_this<GrpcConnection> {
           out_.clear();
         }
         sent_ = 0;
-        if (std::exchange(large_sent_, false)) ReleaseFreeMemory();
+        // A large answer (a List of every instance: tens of MB of messages and their encoding,
+        // made and freed on this thread) leaves that memory free in the allocator, where it stays
+        // resident: a registry that answered one List of 100,000 instances held 75 MB more than
+        // before it (measured, docs/ARCHITECTURE.md). Given back once its buffers are gone.
+        if (std::exchange(large_sent_, false)) drover::ReleaseFreeMemory();
         Disarm(write_);  // nothing waits now
         return true;
       }
@@ -722,17 +726,6 @@ class GrpcConnection : public std::enable_shared_from_this<GrpcConnection> {
     if (deadline.timer == nullptr) return;
     ++deadline.armed;
     deadline.timer.reset();
-  }
-
-  // A large answer (a List of every instance: tens of MB of messages and their encoding, made
-  // and freed on this thread) leaves that memory free in the allocator's heaps, where glibc keeps
-  // it: a registry that answered one List of 100,000 instances held 75 MB more than before it
-  // (measured, docs/ARCHITECTURE.md). malloc_trim gives free pages back; it is run only after such
-  // an answer, when its buffers are gone.
-  static void ReleaseFreeMemory() {
-#if defined(__GLIBC__)
-    malloc_trim(0);
-#endif
   }
 
   // TLS: HTTP/2's bytes through the SSL into out_ (a memory buffer takes them all).

@@ -7,6 +7,7 @@
 #include <future>
 #include <nlohmann/json.hpp>
 
+#include "common/allocator.h"
 #include "common/fencing.h"
 #include "common/thread_name.h"
 
@@ -214,6 +215,10 @@ Result<std::unique_ptr<Registry>> Registry::Open(std::unique_ptr<Store> store, C
     spdlog::info("registry: opened at revision {} with {} services, {} tombstones", revision,
                  registry->services_.size(), registry->tombstones_.size());
   }
+  // What the load read (every instance and tombstone as the store gave them, moved from now) is
+  // freed here; its pages go back at once rather than stay resident beside the view.
+  state = StoreState{};
+  ReleaseFreeMemory();
   if (registry->shared_) {
     DROVER_RETURN_IF_ERROR(registry->store_->Follow(revision, registry.get()));
   }

@@ -69,6 +69,15 @@ TEST(ExitCodesTest, DroverSaysWhatWasWrongWithTheCommandLine) {
         });
 }
 
+TEST(ExitCodesTest, VersionNamesTheReleaseAndTheAllocator) {
+  const auto run = drover::testing::RunCommand("timeout 20 " DROVER_BINARY " --version");
+  EXPECT_EQ(run.exit_code, 0) << run.out;
+  EXPECT_EQ(run.out.rfind("drover ", 0), 0u) << run.out;
+  // The binary is linked with mimalloc unless the build turned it off (or sanitizes).
+  EXPECT_NE(run.out.find(DROVER_ON_MIMALLOC ? "(mimalloc 2." : "(glibc malloc)"), std::string::npos)
+      << run.out;
+}
+
 TEST(ExitCodesTest, TheExampleBinariesExitTheSameWay) {
   Check(ZONE_SERVER_BINARY, {
                                 {"", 2, "--registry is required"},
