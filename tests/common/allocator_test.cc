@@ -13,23 +13,12 @@
 #include <vector>
 
 #include "common/procfs.h"
+#include "testing/sanitizers.h"
 
 namespace drover {
 namespace {
 
 std::uint64_t RssKb() { return procfs::StatusField(::getpid(), "VmRSS").value_or(0); }
-
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-constexpr bool kSanitizerAllocator = true;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-constexpr bool kSanitizerAllocator = true;
-#else
-constexpr bool kSanitizerAllocator = false;
-#endif
-#else
-constexpr bool kSanitizerAllocator = false;
-#endif
 
 TEST(AllocatorTest, NamesTheAllocatorTheProgramRunsOn) {
   const std::string name = AllocatorName();
@@ -37,7 +26,7 @@ TEST(AllocatorTest, NamesTheAllocatorTheProgramRunsOn) {
 }
 
 TEST(AllocatorTest, MemoryFreedInSmallBlocksGoesBackToTheSystem) {
-  if (kSanitizerAllocator)
+  if (testing::kSanitizerAllocator)
     GTEST_SKIP() << "a sanitizer's allocator holds freed memory in quarantine";
   // 64 MB in blocks of 256 bytes -- far below the size any allocator maps on its own -- written,
   // so resident, then all freed: what a List of every instance leaves behind.

@@ -29,6 +29,7 @@
 #include "net/grpc_server.h"
 #include "testing/eventually.h"
 #include "testing/http_client.h"
+#include "testing/sanitizers.h"
 
 namespace drover::net {
 namespace {
@@ -51,20 +52,8 @@ std::int64_t ResetPeakRss() {
 }
 std::int64_t PeakRssGrowth(std::int64_t from) { return StatusBytes("VmHWM") - from; }
 
-// Under AddressSanitizer freed blocks wait in its quarantine and every block carries redzones:
-// the process's resident set then says little of what the server held, and bounds on it are
-// checked only without it.
-#if defined(__SANITIZE_ADDRESS__)
-constexpr bool kRssTellsTheServersMemory = false;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-constexpr bool kRssTellsTheServersMemory = false;
-#else
-constexpr bool kRssTellsTheServersMemory = true;
-#endif
-#else
-constexpr bool kRssTellsTheServersMemory = true;
-#endif
+// Bounds on the resident set are checked only on the allocator the server runs on in production.
+constexpr bool kRssTellsTheServersMemory = !testing::kSanitizerAllocator;
 
 // An HTTP/2 client over a blocking loopback socket, driven by hand: requests with any headers,
 // bodies that end or stay open, resets; it records what the server answers per stream and
