@@ -9,10 +9,10 @@
 #include <chrono>
 #include <cstring>
 #include <memory>
-#include <thread>
 #include <vector>
 
 #include "common/procfs.h"
+#include "testing/eventually.h"
 #include "testing/sanitizers.h"
 
 namespace drover {
@@ -41,17 +41,18 @@ TEST(AllocatorTest, MemoryFreedInSmallBlocksGoesBackToTheSystem) {
   const std::uint64_t grown = RssKb() - before;
   ASSERT_GT(grown, 48u << 10) << "kB";
   for (auto& block : blocks) block.reset();
-  ReleaseFreeMemory();
   // glibc gives it back at once; mimalloc what it can, and the rest (pages freed inside segments
-  // still in use) once its decommit delay has passed, on the thread's next allocations.
-  std::uint64_t resident = RssKb() - before;
-  for (int i = 0; i < 40 && resident >= grown / 4; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    blocks.front().reset(new char[kBlock]);
-    blocks.front().reset();
-    ReleaseFreeMemory();
-    resident = RssKb() - before;
-  }
+  // still in use) once its decommit delay has passed, on the thread's next allocation.
+  std::uint64_t resident = 0;
+  testing::Eventually(
+      [&] {
+        blocks.front().reset(new char[kBlock]);
+        blocks.front().reset();
+        ReleaseFreeMemory();
+        resident = RssKb() - before;
+        return resident < grown / 4;
+      },
+      std::chrono::seconds(2), std::chrono::milliseconds(50));
   EXPECT_LT(resident, grown / 4) << "kB resident of " << grown << " kB freed";
 }
 
