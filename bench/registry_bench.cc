@@ -34,6 +34,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#ifdef DROVER_BENCH_URING
+#include <liburing.h>
+#endif
+
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <atomic>
@@ -87,6 +91,7 @@ struct Options {
   int idle_watchers = 10'000;
   int restart_instances = 100'000;
   int rounds = 3;
+  std::string http_watch_reader = "io_uring";  // io_uring (epoll where refused) | epoll
   bool json = false;
 };
 
@@ -533,6 +538,7 @@ struct SystemFigures {
   double puts_per_s = 0;                // etcd only: Put overwriting keys
   WatchLatency watch;                   // gRPC Watch
   WatchLatency http_watch;              // Drover only: GET /v1/watch
+  std::string http_watch_reader;        // how the bench's HTTP watchers read: io_uring | epoll
   std::uint64_t errors = 0;
 };
 
@@ -660,12 +666,15 @@ class DroverServer {
 };
 
 // Watchers on the HTTP API (GET /v1/watch, chunked JSON lines), each its own connection, all
-// read by one epoll thread.
+// read by one thread: through io_uring where the kernel allows it (a multishot receive per
+// connection into buffers the ring provides: no system call per read and none to wait, so the
+// watchers -- gateways on other machines in a fleet -- cost the registry's cores less), else
+// through epoll and a recv() per ready connection.
 class HttpWatchers {
  public:
   HttpWatchers(const std::string& address, int count, std::uint64_t from, std::uint64_t base,
-               LatencyProbe& probe)
-      : base_(base), probe_(probe), conns_(static_cast<std::size_t>(count)) {
+               LatencyProbe& probe, bool uring)
+      : base_(base), probe_(probe), conns_(static_cast<std::size_t>(count)), uring_(uring) {
     epoll_ = ::epoll_create1(EPOLL_CLOEXEC);
     const std::string request = fmt::format(
         "GET /v1/watch?from={}&service=bench HTTP/1.1\r\nHost: {}\r\n\r\n", from, address);
@@ -678,7 +687,13 @@ class HttpWatchers {
       ev.data.u64 = i;
       ::epoll_ctl(epoll_, EPOLL_CTL_ADD, c.fd, &ev);
     }
-    thread_ = std::jthread([this](std::stop_token stop) { Run(stop); });
+    thread_ = std::jthread([this](std::stop_token stop) {
+#ifdef DROVER_BENCH_URING
+      if (uring_ && RunUring(stop)) return;
+#endif
+      reader_.store("epoll");
+      Run(stop);
+    });
   }
   ~HttpWatchers() {
     Stop();
@@ -686,6 +701,8 @@ class HttpWatchers {
     ::close(epoll_);
   }
   int ready() const { return ready_.load(); }
+  // How the reader reads ("io_uring", "epoll"); known once ready() counts a stream.
+  const char* reader() const { return reader_.load(); }
   // Call after the reader has stopped seeing new events (the probe has them all, or timed out).
   void Collect(LatencyProbe::Samples& samples) {
     Stop();
@@ -721,14 +738,106 @@ class HttpWatchers {
           ::epoll_ctl(epoll_, EPOLL_CTL_DEL, c.fd, nullptr);
           continue;
         }
-        const std::string_view in(buffer.data(), static_cast<std::size_t>(got));
-        if (c.rest.empty()) {
-          c.rest.assign(Parse(c, in));
-        } else {
-          c.rest.append(in);
-          c.rest = std::string(Parse(c, c.rest));
-        }
+        OnBytes(c, std::string_view(buffer.data(), static_cast<std::size_t>(got)));
       }
+    }
+  }
+
+#ifdef DROVER_BENCH_URING
+  // The io_uring reader; false (nothing read) when the kernel refuses the ring or its buffers.
+  bool RunUring(std::stop_token stop) {
+    constexpr unsigned kBuffers = 4096;  // a power of two, as the ring of buffers needs
+    constexpr unsigned kBufferSize = 4096;
+    constexpr int kGroup = 1;
+    io_uring ring{};
+    io_uring_params params{};
+    // Completions are reaped only when this thread waits for them (it is the ring's one user).
+    params.flags = IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN;
+    if (int rc = io_uring_queue_init_params(kBuffers, &ring, &params); rc < 0) {
+      std::fprintf(stderr, "registry_bench: HTTP watchers: no io_uring (%s), reading with epoll\n",
+                   std::strerror(-rc));
+      return false;
+    }
+    // The ring of buffers the kernel takes from is page-aligned memory shared with it.
+    const std::unique_ptr<void, decltype(&std::free)> ring_memory(
+        ::aligned_alloc(4096, kBuffers * sizeof(io_uring_buf)), &std::free);
+    if (!ring_memory) Fail("http watch: out of memory");
+    std::vector<char> storage(static_cast<std::size_t>(kBuffers) * kBufferSize);
+    auto* buffers = static_cast<io_uring_buf_ring*>(ring_memory.get());
+    io_uring_buf_ring_init(buffers);
+    io_uring_buf_reg reg{};
+    reg.ring_addr = reinterpret_cast<std::uint64_t>(buffers);
+    reg.ring_entries = kBuffers;
+    reg.bgid = kGroup;
+    if (int rc = io_uring_register_buf_ring(&ring, &reg, 0); rc < 0) {
+      std::fprintf(stderr,
+                   "registry_bench: HTTP watchers: no io_uring buffer ring (%s), reading with "
+                   "epoll\n",
+                   std::strerror(-rc));
+      io_uring_queue_exit(&ring);
+      return false;
+    }
+    const auto give_back = [&](unsigned id, int offset) {
+      io_uring_buf_ring_add(buffers, storage.data() + static_cast<std::size_t>(id) * kBufferSize,
+                            kBufferSize, static_cast<unsigned short>(id),
+                            io_uring_buf_ring_mask(kBuffers), offset);
+    };
+    for (unsigned id = 0; id < kBuffers; ++id) give_back(id, static_cast<int>(id));
+    io_uring_buf_ring_advance(buffers, static_cast<int>(kBuffers));
+    const auto arm = [&](std::size_t i) {
+      io_uring_sqe* sqe = io_uring_get_sqe(&ring);
+      if (sqe == nullptr) {  // the submission queue is full: hand it over, then there is room
+        io_uring_submit(&ring);
+        sqe = io_uring_get_sqe(&ring);
+      }
+      io_uring_prep_recv_multishot(sqe, conns_[i].fd, nullptr, 0, 0);
+      sqe->flags |= IOSQE_BUFFER_SELECT;
+      sqe->buf_group = kGroup;
+      io_uring_sqe_set_data64(sqe, i);
+    };
+    for (std::size_t i = 0; i < conns_.size(); ++i) arm(i);
+    reader_.store("io_uring");
+    while (!stop.stop_requested()) {
+      io_uring_cqe* cqe = nullptr;
+      __kernel_timespec wait{.tv_sec = 0, .tv_nsec = 100'000'000};
+      const int rc = io_uring_submit_and_wait_timeout(&ring, &cqe, 1, &wait, nullptr);
+      if (rc < 0 && rc != -ETIME && rc != -EINTR) {
+        Fail(std::string("http watch: io_uring wait failed: ") + std::strerror(-rc));
+      }
+      unsigned head = 0;
+      unsigned seen = 0;
+      int returned = 0;
+      io_uring_for_each_cqe(&ring, head, cqe) {
+        ++seen;
+        const std::size_t i = io_uring_cqe_get_data64(cqe);
+        if (cqe->flags & IORING_CQE_F_BUFFER) {
+          const unsigned id = cqe->flags >> IORING_CQE_BUFFER_SHIFT;
+          if (cqe->res > 0) {
+            OnBytes(conns_[i],
+                    std::string_view(storage.data() + static_cast<std::size_t>(id) * kBufferSize,
+                                     static_cast<std::size_t>(cqe->res)));
+          }
+          give_back(id, returned++);
+        }
+        // The receive stopped (its buffers ran out, or another reason that is not the end):
+        // armed again. The end of the stream, or an error, ends this connection's reads.
+        if (!(cqe->flags & IORING_CQE_F_MORE) && (cqe->res > 0 || cqe->res == -ENOBUFS)) arm(i);
+      }
+      io_uring_cq_advance(&ring, seen);
+      if (returned > 0) io_uring_buf_ring_advance(buffers, returned);
+    }
+    io_uring_queue_exit(&ring);  // cancels the receives still armed
+    return true;
+  }
+#endif
+
+  // Bytes read from `c`: parsed, with what a read cut off kept for the next.
+  void OnBytes(Conn& c, std::string_view in) {
+    if (c.rest.empty()) {
+      c.rest.assign(Parse(c, in));
+    } else {
+      c.rest.append(in);
+      c.rest = std::string(Parse(c, c.rest));
     }
   }
 
@@ -784,8 +893,10 @@ class HttpWatchers {
   const std::uint64_t base_;
   LatencyProbe& probe_;
   std::vector<Conn> conns_;
+  const bool uring_;
   int epoll_ = -1;
   std::atomic<int> ready_{0};
+  std::atomic<const char*> reader_{"epoll"};
   std::jthread thread_;
 };
 
@@ -1087,8 +1198,10 @@ SystemFigures BenchDrover(const Options& opt, const std::string& etcd_target) {
   // The same over the HTTP API, which the gateways and the SDK use.
   LatencyProbe http_probe(opt.writes, opt.watchers, opt.warmup);
   const std::uint64_t http_base = base + static_cast<std::uint64_t>(probe.total_writes());
-  HttpWatchers http_watchers(server.http(), opt.watchers, http_base - 1, http_base, http_probe);
+  HttpWatchers http_watchers(server.http(), opt.watchers, http_base - 1, http_base, http_probe,
+                             opt.http_watch_reader == "io_uring");
   AwaitStreams([&] { return http_watchers.ready(); }, opt.watchers, "drover: HTTP watchers");
+  out.http_watch_reader = http_watchers.reader();
   RemoteWrites(opt, "drover", server.target(), static_cast<std::int64_t>(http_base), http_probe);
   http_probe.WaitAll(30s);
   LatencyProbe::Samples http_all;
@@ -1121,7 +1234,8 @@ void DroverIdleWatchers(const Options& opt, SystemFigures& out) {
   };
   out.idle_http_watch_b = measure([&](DroverServer& server, std::uint64_t revision, int count) {
     auto watchers =
-        std::make_unique<HttpWatchers>(server.http(), count, revision - 1, revision, unused);
+        std::make_unique<HttpWatchers>(server.http(), count, revision - 1, revision, unused,
+                                       /*uring=*/false);
     AwaitStreams([&] { return watchers->ready(); }, count, "drover: idle HTTP watchers");
     return watchers;
   });
@@ -1673,6 +1787,10 @@ void PrintReport(const Options& opt, const std::optional<SystemFigures>& d,
     std::printf(" drover/etcd gRPC %s, HTTP %s;", got(de->watch.from_send).c_str(),
                 got(de->http_watch.from_send).c_str());
   if (e) std::printf(" etcd %s", got(e->watch.from_send).c_str());
+  if (d || de) {
+    std::printf("\nHTTP watchers read by one thread through %s",
+                (d ? d : de)->http_watch_reader.c_str());
+  }
   std::printf("\nrequest errors:");
   if (d) std::printf(" drover/sqlite %llu", static_cast<unsigned long long>(d->errors));
   if (de) std::printf(" drover/etcd %llu", static_cast<unsigned long long>(de->errors));
@@ -1799,6 +1917,7 @@ nlohmann::json ToJson(const SystemFigures& f) {
                         {"errors", f.errors}};
   AddWatch(out, "watch", f.watch);
   AddWatch(out, "http_watch", f.http_watch);
+  if (!f.http_watch_reader.empty()) out["http_watch_reader"] = f.http_watch_reader;
   return out;
 }
 
@@ -1846,6 +1965,12 @@ int BenchMain(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--warmup-writes", opt.warmup, "Writes sent before the measured ones")
       ->check(CLI::Range(0, 1000))
+      ->capture_default_str();
+  app.add_option("--http-watch-reader", opt.http_watch_reader,
+                 "How the bench's one thread reads its HTTP watch streams: io_uring (a multishot "
+                 "receive per stream; epoll where the kernel refuses io_uring) or epoll (a "
+                 "recv() per ready stream)")
+      ->check(CLI::IsMember({"io_uring", "epoll"}))
       ->capture_default_str();
   app.add_option("--writes", opt.writes, "Writes observed by the watchers")
       ->check(CLI::Range(1, 100'000))

@@ -19,8 +19,8 @@ packages=(
   libnghttp2-dev
   # the drover binary's allocator
   libmimalloc-dev
-  # tests and benchmarks
-  libgtest-dev libgmock-dev libbenchmark-dev openssl
+  # tests and benchmarks (registry_bench's HTTP watchers read through io_uring)
+  libgtest-dev libgmock-dev libbenchmark-dev openssl liburing-dev
   # the clock-jump test moves the wall clock of its children (LD_PRELOAD); the address test
   # makes an interface in a network namespace of its own (ip)
   libfaketime iproute2

@@ -2,6 +2,7 @@
 // an etcd store) and a real etcd, deliver every watched event and make no failed request. Speed
 // is not checked here. More watchers than the registry admits from one client address by
 // default (64): the benchmark must raise that limit, as its full size (1,000) needs.
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -51,11 +52,33 @@ TEST(RegistryBenchTest, RunsAgainstDroverAndEtcdAndLosesNothing) {
     SCOPED_TRACE(system);
     EXPECT_GT(report[system].at("batched_heartbeats_per_s").get<double>(), 0);
     EXPECT_EQ(report[system].at("http_watch_samples"), 70 * 20);
+    // Read through io_uring where the kernel allows it, else through epoll.
+    EXPECT_THAT(report[system].at("http_watch_reader").get<std::string>(),
+                ::testing::AnyOf("io_uring", "epoll"));
     // Every registration counted in the registry's commit metrics, in at most one commit each.
     EXPECT_EQ(report[system].at("committed_writes"), 300);
     EXPECT_GE(report[system].at("store_commits").get<double>(), 1);
     EXPECT_LE(report[system].at("store_commits").get<double>(), 300);
   }
+}
+
+// The HTTP watchers' other reader (epoll and a recv() per ready stream) sees every event too.
+TEST(RegistryBenchTest, HttpWatchersReadWithEpollWhenAsked) {
+  auto run = drover::testing::RunCommand(
+      std::string(REGISTRY_BENCH) +
+      " --json --etcd off --stores sqlite --clients 4 --connections 1 --seconds 0.2 "
+      "--instances 100 --watchers 40 --watch-connections 2 --writes 15 --warmup-writes 2 "
+      "--interval-ms 10 --rounds 1 --restart-instances 0 --idle-watchers 2 "
+      "--http-watch-reader epoll");
+  ASSERT_EQ(run.exit_code, 0) << run.out;
+  const auto start = run.out.starts_with("{\n") ? 0 : run.out.find("\n{\n");
+  ASSERT_NE(start, std::string::npos) << run.out;
+  const auto report = nlohmann::json::parse(run.out.substr(start), nullptr, false);
+  ASSERT_FALSE(report.is_discarded()) << run.out;
+  const auto& drover = report.at("drover");
+  EXPECT_EQ(drover.at("http_watch_reader"), "epoll");
+  EXPECT_EQ(drover.at("http_watch_samples"), 40 * 15);
+  EXPECT_EQ(drover.at("http_watch_missing"), 0);
 }
 
 }  // namespace
