@@ -11,18 +11,31 @@
 
 namespace {
 
-TEST(RegistryBenchTest, RunsAgainstDroverAndEtcdAndLosesNothing) {
-  auto run = drover::testing::RunCommand(
-      std::string(REGISTRY_BENCH) +
-      " --json --clients 8 --connections 2 --seconds 0.3 --instances 300 --watchers 70 "
-      "--watch-connections 2 --writes 20 --warmup-writes 2 --interval-ms 10 --batch 5 "
-      "--restart-instances 500 --idle-watchers 70");
-  ASSERT_EQ(run.exit_code, 0) << run.out;
+// Runs the bench with `args` (after --json) and returns its report; a discarded value (with a
+// test failure saying why) when it failed or printed none.
+nlohmann::json RunBench(const std::string& args) {
+  auto run = drover::testing::RunCommand(std::string(REGISTRY_BENCH) + " --json " + args);
+  if (run.exit_code != 0) {
+    ADD_FAILURE() << "exit code " << run.exit_code << ": " << run.out;
+    return nlohmann::json::value_t::discarded;
+  }
   // The report is the JSON object that starts a line (etcd may log lines holding braces).
   const auto start = run.out.starts_with("{\n") ? 0 : run.out.find("\n{\n");
-  ASSERT_NE(start, std::string::npos) << run.out;
-  const auto report = nlohmann::json::parse(run.out.substr(start), nullptr, false);
-  ASSERT_FALSE(report.is_discarded()) << run.out;
+  if (start == std::string::npos) {
+    ADD_FAILURE() << "no report: " << run.out;
+    return nlohmann::json::value_t::discarded;
+  }
+  auto report = nlohmann::json::parse(run.out.substr(start), nullptr, false);
+  if (report.is_discarded()) ADD_FAILURE() << "a report that is not JSON: " << run.out;
+  return report;
+}
+
+TEST(RegistryBenchTest, RunsAgainstDroverAndEtcdAndLosesNothing) {
+  const auto report = RunBench(
+      "--clients 8 --connections 2 --seconds 0.3 --instances 300 --watchers 70 "
+      "--watch-connections 2 --writes 20 --warmup-writes 2 --interval-ms 10 --batch 5 "
+      "--restart-instances 500 --idle-watchers 70");
+  ASSERT_FALSE(report.is_discarded());
   EXPECT_EQ(report.at("idle_watchers"), 70);
   for (const char* system : {"drover", "drover_etcd", "etcd"}) {
     SCOPED_TRACE(system);
@@ -64,17 +77,11 @@ TEST(RegistryBenchTest, RunsAgainstDroverAndEtcdAndLosesNothing) {
 
 // The HTTP watchers' other reader (epoll and a recv() per ready stream) sees every event too.
 TEST(RegistryBenchTest, HttpWatchersReadWithEpollWhenAsked) {
-  auto run = drover::testing::RunCommand(
-      std::string(REGISTRY_BENCH) +
-      " --json --etcd off --stores sqlite --clients 4 --connections 1 --seconds 0.2 "
-      "--instances 100 --watchers 40 --watch-connections 2 --writes 15 --warmup-writes 2 "
-      "--interval-ms 10 --rounds 1 --restart-instances 0 --idle-watchers 2 "
-      "--http-watch-reader epoll");
-  ASSERT_EQ(run.exit_code, 0) << run.out;
-  const auto start = run.out.starts_with("{\n") ? 0 : run.out.find("\n{\n");
-  ASSERT_NE(start, std::string::npos) << run.out;
-  const auto report = nlohmann::json::parse(run.out.substr(start), nullptr, false);
-  ASSERT_FALSE(report.is_discarded()) << run.out;
+  const auto report = RunBench(
+      "--etcd off --stores sqlite --clients 4 --connections 1 --seconds 0.2 --instances 100 "
+      "--watchers 40 --watch-connections 2 --writes 15 --warmup-writes 2 --interval-ms 10 "
+      "--rounds 1 --restart-instances 0 --idle-watchers 2 --http-watch-reader epoll");
+  ASSERT_FALSE(report.is_discarded());
   const auto& drover = report.at("drover");
   EXPECT_EQ(drover.at("http_watch_reader"), "epoll");
   EXPECT_EQ(drover.at("http_watch_samples"), 40 * 15);

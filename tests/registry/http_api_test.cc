@@ -488,7 +488,17 @@ TEST_F(HttpLimitsTest, ConnectionsOverTheLimitGet503AndTheServerKeepsServing) {
   EXPECT_TRUE(
       testing::Eventually([&] { return Http(port_, "GET", "/v1/services").status == 200; }, 5s));
   ::close(b);
-  const std::string metrics = Http(port_, "GET", "/metrics").body;
+  // Answered once the server has seen a close (until then the two slots may still be taken: b,
+  // or the last connection of the wait above, which the client closed after its answer).
+  std::string metrics;
+  ASSERT_TRUE(testing::Eventually(
+      [&] {
+        const auto got = Http(port_, "GET", "/metrics");
+        metrics = got.body;
+        return got.status == 200;
+      },
+      5s))
+      << metrics;
   EXPECT_NE(metrics.find("drover_registry_http_refused_connections_total "), std::string::npos);
   EXPECT_EQ(metrics.find("drover_registry_http_refused_connections_total 0"), std::string::npos)
       << metrics;
