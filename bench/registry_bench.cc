@@ -675,30 +675,24 @@ class HttpWatchers {
   HttpWatchers(const std::string& address, int count, std::uint64_t from, std::uint64_t base,
                LatencyProbe& probe, bool uring)
       : base_(base), probe_(probe), conns_(static_cast<std::size_t>(count)), uring_(uring) {
-    epoll_ = ::epoll_create1(EPOLL_CLOEXEC);
     const std::string request = fmt::format(
         "GET /v1/watch?from={}&service=bench HTTP/1.1\r\nHost: {}\r\n\r\n", from, address);
     for (std::size_t i = 0; i < conns_.size(); ++i) {
       Conn& c = conns_[i];
       c.fd = ConnectTo(address, "http watch");
       if (!drover::testing::SendAll(c.fd, request)) Fail("http watch: cannot send to " + address);
-      epoll_event ev{};
-      ev.events = EPOLLIN;
-      ev.data.u64 = i;
-      ::epoll_ctl(epoll_, EPOLL_CTL_ADD, c.fd, &ev);
     }
     thread_ = std::jthread([this](std::stop_token stop) {
 #ifdef DROVER_BENCH_URING
       if (uring_ && RunUring(stop)) return;
 #endif
-      reader_.store("epoll");
       Run(stop);
     });
   }
   ~HttpWatchers() {
     Stop();
     for (Conn& c : conns_) ::close(c.fd);
-    ::close(epoll_);
+    if (epoll_ >= 0) ::close(epoll_);
   }
   int ready() const { return ready_.load(); }
   // How the reader reads ("io_uring", "epoll"); known once ready() counts a stream.
@@ -727,6 +721,13 @@ class HttpWatchers {
   // A read per ready connection, parsed in place: these streams stand for gateways on other
   // machines, so what they cost on this one should be the kernel's share, not a parser's.
   void Run(std::stop_token stop) {
+    epoll_ = ::epoll_create1(EPOLL_CLOEXEC);
+    for (std::size_t i = 0; i < conns_.size(); ++i) {
+      epoll_event ev{};
+      ev.events = EPOLLIN;
+      ev.data.u64 = i;
+      ::epoll_ctl(epoll_, EPOLL_CTL_ADD, conns_[i].fd, &ev);
+    }
     std::vector<epoll_event> events(256);
     std::vector<char> buffer(65536);
     while (!stop.stop_requested()) {
@@ -894,7 +895,7 @@ class HttpWatchers {
   LatencyProbe& probe_;
   std::vector<Conn> conns_;
   const bool uring_;
-  int epoll_ = -1;
+  int epoll_ = -1;  // the epoll reader's, made on its thread (closed after the join)
   std::atomic<int> ready_{0};
   std::atomic<const char*> reader_{"epoll"};
   std::jthread thread_;
