@@ -85,6 +85,7 @@ class HttpServerTest : public ::testing::Test {
     if (target == "/stream")
       return Streamed(std::make_shared<Lines>(std::vector<std::string>{"one\n", "two\n"}));
     if (target == "/wakeups") return Wakeups();
+    if (target == "/fanout") return Streamed(std::make_shared<Follower>(fanout_));
     if (target == "/parked") {
       // One line, then nothing ever again (nobody notifies it).
       auto parked = std::make_shared<Lines>(std::vector<std::string>{"parked\n"}, /*end=*/false);
@@ -114,6 +115,20 @@ class HttpServerTest : public ::testing::Test {
     }
     return lines;
   }
+  // Reads `fd` until the server closes it (10 s at most without a byte), then closes it.
+  static std::string ReadToEnd(int fd) {
+    std::string raw;
+    char buf[65536];
+    timeval limit{10, 0};
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof limit);
+    while (true) {
+      const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+      if (n <= 0) break;
+      raw.append(buf, static_cast<std::size_t>(n));
+    }
+    ::close(fd);
+    return raw;
+  }
   // Sends `request` from a socket with a small receive buffer, reads nothing for a while (the
   // server's writes must wait for it), then reads until the server closes.
   static std::string ReadLate(std::uint16_t port, const std::string& request) {
@@ -128,17 +143,7 @@ class HttpServerTest : public ::testing::Test {
     EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof to), 0);
     EXPECT_TRUE(testing::SendAll(fd, request));
     std::this_thread::sleep_for(std::chrono::milliseconds(300));
-    std::string raw;
-    char buf[65536];
-    timeval limit{10, 0};
-    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof limit);
-    while (true) {
-      const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
-      if (n <= 0) break;
-      raw.append(buf, static_cast<std::size_t>(n));
-    }
-    ::close(fd);
-    return raw;
+    return ReadToEnd(fd);
   }
   // Every numbered line is in `raw` from `at` on, in order; returns where the last one ends.
   static std::size_t ExpectNumberedLines(const std::string& raw, std::size_t at) {
@@ -247,6 +252,53 @@ class HttpServerTest : public ::testing::Test {
     bool done_ = false;
   };
 
+  // One source of lines for every /fanout stream, as the registry's watch is: each line
+  // published is notified to every stream, which writes what it has not written yet (as one
+  // chunk), and ends after the last.
+  struct Fanout {
+    std::mutex mu;
+    std::vector<std::shared_ptr<const std::string>> lines;
+    bool ended = false;
+    std::vector<std::shared_ptr<StreamWakeup>> wakeups;
+    std::atomic<int> stopped{0};
+    Duration write_timeout = std::chrono::seconds(5);
+
+    void Publish(std::string line) {
+      std::lock_guard lock(mu);
+      lines.push_back(std::make_shared<const std::string>(std::move(line)));
+      for (const auto& w : wakeups) w->Notify();
+    }
+    void End() {
+      std::lock_guard lock(mu);
+      ended = true;
+      for (const auto& w : wakeups) w->Notify();
+    }
+    std::size_t streams() {
+      std::lock_guard lock(mu);
+      return wakeups.size();
+    }
+  };
+  class Follower final : public StreamSource {
+   public:
+    explicit Follower(Fanout& fanout) : fanout_(fanout) {}
+    void Start(std::shared_ptr<StreamWakeup> wakeup) override {
+      std::lock_guard lock(fanout_.mu);
+      fanout_.wakeups.push_back(std::move(wakeup));
+    }
+    Step Take(std::vector<std::shared_ptr<const std::string>>& pieces) override {
+      std::lock_guard lock(fanout_.mu);
+      if (next_ == fanout_.lines.size()) return fanout_.ended ? Step::kEnd : Step::kWait;
+      for (; next_ < fanout_.lines.size(); ++next_) pieces.push_back(fanout_.lines[next_]);
+      return Step::kWrite;
+    }
+    void Stop() override { fanout_.stopped.fetch_add(1); }
+    Duration write_timeout() const override { return fanout_.write_timeout; }
+
+   private:
+    Fanout& fanout_;
+    std::size_t next_ = 0;
+  };
+
   HttpReply Wakeups() { return Streamed(std::make_shared<Fed>(*this)); }
   static constexpr int kFed = 1000;
   static constexpr int kNumbered = 128;
@@ -284,6 +336,7 @@ class HttpServerTest : public ::testing::Test {
   std::atomic<int> flood_writes_{0};
   std::atomic<bool> flood_cut_{false};
   std::atomic<int> wakeup_writes_{0};
+  Fanout fanout_;
   std::shared_ptr<Lines> parked_;
   struct Pending {
     std::shared_ptr<LateReply> reply;
@@ -471,6 +524,75 @@ TEST_F(HttpServerTest, AStreamWokenFromAnotherThreadGetsEverythingInOrder) {
   // Each wake-up wrote what had accumulated: never more writes than notifications.
   EXPECT_GE(wakeup_writes_.load(), 1);
   EXPECT_LE(wakeup_writes_.load(), kFed);
+}
+
+// An event notified to many streams at once is sent to all of them together (in bursts, through
+// io_uring where the kernel gives one; a send each where not): every stream gets every line, in
+// order, then its clean end.
+TEST_F(HttpServerTest, EventsFannedOutToManyStreamsReachEachInOrder) {
+  HttpServerOptions o;
+  o.threads = 2;
+  Start(o);
+  constexpr std::size_t kStreams = 300;  // more than one burst's part, over both io threads
+  constexpr int kEvents = 40;
+  std::vector<std::unique_ptr<testing::StreamReader>> readers;
+  for (std::size_t i = 0; i < kStreams; ++i) {
+    readers.push_back(std::make_unique<testing::StreamReader>(port(), "/fanout"));
+  }
+  ASSERT_TRUE(Eventually([&] { return fanout_.streams() == kStreams; }, std::chrono::seconds(10)));
+  std::vector<std::string> expected;
+  for (int i = 0; i < kEvents; ++i) {
+    expected.push_back("event " + std::to_string(i) + " " + std::string(200, 'x'));
+    fanout_.Publish(expected.back() + "\n");
+    if (i % 10 == 9) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  fanout_.End();
+  for (std::size_t i = 0; i < kStreams; ++i) {
+    ASSERT_EQ(readers[i]->Lines(kEvents, std::chrono::seconds(10)), expected) << "stream " << i;
+    ASSERT_TRUE(readers[i]->Ended(std::chrono::seconds(5))) << "stream " << i;
+  }
+  EXPECT_TRUE(Eventually([&] { return fanout_.stopped.load() == static_cast<int>(kStreams); },
+                         std::chrono::seconds(5)));
+}
+
+// Among streams woken together, one whose client reads late waits for it and then gets the rest
+// in order, and one whose client never reads is cut off at its write timeout; neither holds up
+// the others.
+TEST_F(HttpServerTest, AmongStreamsWokenTogetherALateReaderGetsTheRestAndANonReaderIsCutOff) {
+  fanout_.write_timeout = std::chrono::seconds(2);
+  Start({});
+  constexpr std::size_t kPrompt = 20;
+  std::vector<int> prompt;
+  for (std::size_t i = 0; i < kPrompt; ++i) {
+    prompt.push_back(testing::ConnectLoopback(port()));
+    ASSERT_TRUE(testing::SendAll(prompt.back(), testing::RequestText("GET", "/fanout", "")));
+  }
+  testing::StreamReader never_reads(port(), "/fanout");
+  std::string late_raw;
+  std::jthread late(
+      [&] { late_raw = ReadLate(port(), testing::RequestText("GET", "/fanout", "")); });
+  ASSERT_TRUE(
+      Eventually([&] { return fanout_.streams() == kPrompt + 2; }, std::chrono::seconds(10)));
+  std::vector<std::string> raw(kPrompt);
+  std::vector<std::jthread> readers;
+  for (std::size_t i = 0; i < kPrompt; ++i) {
+    readers.emplace_back([&, i] { raw[i] = ReadToEnd(prompt[i]); });
+  }
+  // 8 MiB in 64 KiB lines: far more than a socket takes, so sends are partial or find no room.
+  for (const std::string& line : NumberedLines()) fanout_.Publish(line);
+  fanout_.End();
+  readers.clear();  // joined
+  late.join();
+  for (std::size_t i = 0; i < kPrompt; ++i) {
+    SCOPED_TRACE("prompt reader " + std::to_string(i));
+    ExpectNumberedLines(raw[i], 0);
+    EXPECT_TRUE(raw[i].ends_with("\r\n0\r\n\r\n"));
+  }
+  ExpectNumberedLines(late_raw, 0);
+  EXPECT_TRUE(late_raw.ends_with("\r\n0\r\n\r\n"));
+  // The one that never read was cut off: every stream is over.
+  EXPECT_TRUE(Eventually([&] { return fanout_.stopped.load() == static_cast<int>(kPrompt + 2); },
+                         std::chrono::seconds(20)));
 }
 
 TEST_F(HttpServerTest, AStreamStillWaitingWhenTheServerGoesAwayIsFreedWithIt) {
