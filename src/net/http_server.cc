@@ -20,6 +20,7 @@
 #include <boost/beast/ssl.hpp>
 #include <cerrno>
 #include <charconv>
+#include <exception>
 #include <mutex>
 #include <optional>
 #include <span>
@@ -204,7 +205,8 @@ class BurstSender {
 // chunk waits here its stream counts as writing and takes nothing more; after the send the
 // stream is told on its strand and goes on from there (the rest of a partial send waits for the
 // client, as a direct send's would). Open only where the thread has a ring; nested opens are
-// no-ops (the outermost sends).
+// no-ops (the outermost sends). Sent only from outside every strand: by SendIfFull() between two
+// streams' turns, and at the end.
 class SendBurst {
  public:
   SendBurst() {
@@ -214,8 +216,10 @@ class SendBurst {
   }
   ~SendBurst() {
     if (current_ != this) return;
-    Flush();
     current_ = nullptr;
+    // (Unwinding from a stream's step that threw: what is gathered goes with this thread's next
+    // burst.)
+    if (std::uncaught_exceptions() == 0) Send();
   }
   SendBurst(const SendBurst&) = delete;
   SendBurst& operator=(const SendBurst&) = delete;
@@ -234,8 +238,12 @@ class SendBurst {
       b.bytes.insert(b.bytes.end(), data, data + piece.size());
     }
     b.entries.push_back({std::move(sender), fd, offset, b.bytes.size() - offset, last});
-    // Sent in parts, so that the first clients hear of the event while the rest take their turn.
-    if (b.entries.size() >= kPart && !flushing_) Flush();
+  }
+
+  // Sends what was gathered once it is a part's worth: the first clients hear of the event while
+  // the rest take their turn.
+  void SendIfFull() {
+    if (current_ == this && batches_[filling_].entries.size() >= kPart) Send();
   }
 
  private:
@@ -256,8 +264,7 @@ class SendBurst {
 
   // Sends what was added. A stream told how its send went may at once take its next chunk and add
   // it here: that goes into the other batch, sent by this loop's next round.
-  void Flush() {
-    flushing_ = true;
+  void Send() {
     while (!batches_[filling_].entries.empty()) {
       Batch& b = batches_[filling_];
       filling_ ^= 1;
@@ -283,7 +290,6 @@ class SendBurst {
       b.bytes.clear();
       if (b.bytes.capacity() > kKeptBytes) std::vector<char>().swap(b.bytes);
     }
-    flushing_ = false;
   }
 
   // A burst's bytes kept for the next one; more (a burst of large events) is given back.
@@ -294,7 +300,6 @@ class SendBurst {
   static thread_local std::array<Batch, 2> batches_;
   static thread_local int filling_;
   SendRing* ring_ = nullptr;
-  bool flushing_ = false;
 };
 
 thread_local SendBurst* SendBurst::current_ = nullptr;
@@ -428,7 +433,7 @@ class StreamWakeup::Queue {
   }
 
   static void Wake(std::vector<std::shared_ptr<StreamWakeup>>& streams) {
-    const SendBurst burst;  // what the streams send, sent together once each had its turn
+    SendBurst burst;  // what the streams send, sent together as they take their turns
     for (std::shared_ptr<StreamWakeup>& stream : streams) {
       const asio::any_io_executor strand = stream->strand();
       asio::dispatch(strand, [stream = std::move(stream)] {
@@ -436,6 +441,7 @@ class StreamWakeup::Queue {
         stream->listed_.store(false, std::memory_order_release);
         stream->Woken();
       });
+      burst.SendIfFull();
     }
   }
 
