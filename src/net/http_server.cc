@@ -227,17 +227,25 @@ class SendBurst {
   // The burst open on this thread, or null (a stream then sends at once).
   static SendBurst* Current() { return current_; }
 
-  // Copies `chunk`, to go to `fd` with this burst; `sender` is told how it went. Called on the
-  // sender's strand, which the caller leaves at once (the burst is sent after).
-  void Add(std::shared_ptr<BurstSender> sender, int fd, std::span<const asio::const_buffer> chunk,
-           bool last) {
-    Batch& b = batches_[filling_];
-    const std::size_t offset = b.bytes.size();
-    for (const asio::const_buffer& piece : chunk) {
+  // A send is gathered in two steps, on the sender's strand, which the caller leaves at once (the
+  // burst is sent after): its bytes, copied by one or more Append()s, then Add(), which makes them
+  // one send to `fd`; `sender` is told how it went.
+  void Append(std::span<const asio::const_buffer> pieces) {
+    std::vector<char>& bytes = batches_[filling_].bytes;
+    for (const asio::const_buffer& piece : pieces) {
       const char* data = static_cast<const char*>(piece.data());
-      b.bytes.insert(b.bytes.end(), data, data + piece.size());
+      bytes.insert(bytes.end(), data, data + piece.size());
     }
+  }
+  void Add(std::shared_ptr<BurstSender> sender, int fd, bool last) {
+    Batch& b = batches_[filling_];
+    const std::size_t offset = Gathered(b);
     b.entries.push_back({std::move(sender), fd, offset, b.bytes.size() - offset, last});
+  }
+  // Drops what was appended since the last Add().
+  void Discard() {
+    Batch& b = batches_[filling_];
+    b.bytes.resize(Gathered(b));
   }
 
   // Sends what was gathered once it is a part's worth: the first clients hear of the event while
@@ -261,6 +269,10 @@ class SendBurst {
     std::vector<Entry> entries;
     std::vector<SendRing::Send> sends;
   };
+  // Where the bytes of the entries added end.
+  static std::size_t Gathered(const Batch& b) {
+    return b.entries.empty() ? 0 : b.entries.back().offset + b.entries.back().size;
+  }
 
   // Sends what was added. A stream told how its send went may at once take its next chunk and add
   // it here: that goes into the other batch, sent by this loop's next round.
@@ -506,7 +518,8 @@ class ParkedStream final : public StreamWakeup, public BurstSender {
       const ChunkBuffers chunk(pieces, joined, last);
       if (SendBurst* burst = SendBurst::Current()) {
         writing_ = true;  // until AfterBurst()
-        burst->Add(self(), socket_.native_handle(), chunk.buffers(), last);
+        burst->Append(chunk.buffers());
+        burst->Add(self(), socket_.native_handle(), last);
         return;
       }
       error_code ec;
@@ -805,7 +818,7 @@ namespace {
 // and an answer the client is slow to take must be taken within idle_timeout; while the handler
 // (or a LateReply) works, nothing runs out. One timer, armed at the first wait and re-armed by its
 // own handler for the deadline of the moment, so a request costs no timer operation.
-class PlainConnection final : public StreamWakeup {
+class PlainConnection final : public StreamWakeup, public BurstSender {
  public:
   PlainConnection(HttpServer::Impl& server, tcp::socket socket, Connection connection,
                   std::string client)
@@ -832,6 +845,7 @@ class PlainConnection final : public StreamWakeup {
     kRead,   // reading a request
     kAwait,  // waiting for a LateReply
     kWrite,  // writing `response_`
+    kBurst,  // `response_` waits in a SendBurst, whose AfterBurst() goes on
     kDone,
   };
   using Clock = std::chrono::steady_clock;
@@ -864,6 +878,7 @@ class PlainConnection final : public StreamWakeup {
           if (!Write()) return;
           break;
         case Phase::kAwait:
+        case Phase::kBurst:
         case Phase::kDone:
           return;
       }
@@ -980,8 +995,31 @@ class PlainConnection final : public StreamWakeup {
   }
 
   // Writes what the socket takes; false when the rest waits for the client or the connection
-  // ended.
+  // ended. A late reply woken with other connections' (a commit answers many writes at once) is
+  // sent with them, in the drain's SendBurst.
   bool Write() {
+    if (SendBurst* burst = SendBurst::Current()) {
+      error_code ec;
+      while (!serializer_->is_done()) {
+        std::size_t size = 0;
+        serializer_->next(ec, [&](error_code&, const auto& buffers) {
+          for (const asio::const_buffer b : beast::buffers_range_ref(buffers)) {
+            burst->Append({&b, 1});
+            size += b.size();
+          }
+        });
+        if (ec) break;
+        serializer_->consume(size);
+      }
+      if (ec) {
+        burst->Discard();
+        End();
+        return false;
+      }
+      phase_ = Phase::kBurst;
+      burst->Add(self(), socket_.native_handle(), false);
+      return false;
+    }
     error_code ec;
     WriteNow(socket_, *serializer_, ec);
     if (ec) {
@@ -1000,6 +1038,28 @@ class PlainConnection final : public StreamWakeup {
     }
     Written();
     return phase_ != Phase::kDone;
+  }
+
+  void AfterBurst(std::string rest, bool failed, bool) override {
+    if (phase_ != Phase::kBurst) return;  // ended meanwhile
+    if (failed) return End();
+    if (rest.empty()) {
+      phase_ = Phase::kWrite;
+      Written();
+      return Run();
+    }
+    // The client is slow to read: the rest as Write() does it.
+    phase_ = Phase::kWrite;
+    deadline_ = Clock::now() + server_.options.idle_timeout;
+    Watch();
+    auto owned = std::make_unique<std::string>(std::move(rest));
+    const asio::const_buffer bytes = asio::buffer(*owned);
+    asio::async_write(socket_, bytes,
+                      [self = self(), owned = std::move(owned)](error_code done, std::size_t) {
+                        if (done) return self->End();
+                        self->Written();
+                        self->Run();
+                      });
   }
 
   void Written() {

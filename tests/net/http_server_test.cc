@@ -487,6 +487,54 @@ TEST_F(HttpServerTest, ALateReplySentBeforeTheHandlerReturnsIsWrittenAtOnce) {
   EXPECT_THAT(reply.body, HasSubstr(R"({"late":"now"})"));
 }
 
+// Late replies sent together (a commit answers many writes at once) wake their connections in
+// one drain and go out together (in bursts, through io_uring where the kernel gives one): each
+// reaches its own connection, which then goes on to its next request; a reply larger than its
+// slow client takes waits for it and arrives whole.
+TEST_F(HttpServerTest, LateRepliesSentTogetherEachReachTheirConnectionWhichGoesOn) {
+  HttpServerOptions o;
+  o.threads = 2;
+  Start(o);
+  const std::string requests =
+      "GET /later HTTP/1.1\r\nHost: x\r\n\r\n"
+      "GET /after HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+  // The slow client first, so that its request is the first late one.
+  std::string slow_raw;
+  std::jthread slow([&] { slow_raw = ReadLate(port(), requests); });
+  ASSERT_NE(WaitLate(0), nullptr);
+  constexpr std::size_t kClients = 100;
+  std::vector<int> fds;
+  for (std::size_t i = 0; i < kClients; ++i) {
+    fds.push_back(testing::ConnectLoopback(port()));
+    ASSERT_TRUE(testing::SendAll(fds.back(), requests));
+  }
+  ASSERT_NE(WaitLate(kClients), nullptr);
+  const std::string big(8 * 1024 * 1024, 'b');
+  Late(0, big);
+  for (std::size_t i = 1; i <= kClients; ++i) Late(i, "{\"late\":" + std::to_string(i) + "}\n");
+  std::vector<bool> seen(kClients + 1, false);
+  for (int fd : fds) {
+    const std::string raw = ReadToEnd(fd);
+    ASSERT_EQ(raw.rfind("HTTP/1.1 200 OK\r\n", 0), 0u) << raw.substr(0, 200);
+    const std::size_t at = raw.find("{\"late\":");
+    ASSERT_NE(at, std::string::npos) << raw;
+    const std::size_t which = std::stoul(raw.substr(at + 8));
+    ASSERT_GE(which, 1u);
+    ASSERT_LE(which, kClients);
+    EXPECT_FALSE(seen[which]) << "reply " << which << " twice";
+    seen[which] = true;
+    // Then the second request's answer on the same connection.
+    EXPECT_NE(raw.find("HTTP/1.1 200 OK\r\n", at), std::string::npos) << raw;
+    EXPECT_TRUE(raw.ends_with("\"body\":0}\n")) << raw;
+  }
+  slow.join();
+  const std::size_t body = slow_raw.find("\r\n\r\n") + 4;
+  ASSERT_GT(slow_raw.size(), body + big.size());
+  EXPECT_EQ(slow_raw.compare(body, big.size(), big), 0);
+  EXPECT_NE(slow_raw.find("HTTP/1.1 200 OK\r\n", body + big.size()), std::string::npos);
+  EXPECT_TRUE(slow_raw.ends_with("\"body\":0}\n"));
+}
+
 TEST_F(HttpServerTest, ALateReplyStillAwaitedWhenTheServerGoesAwayIsDroppedWithIt) {
   Start({});
   testing::HttpReply reply;
