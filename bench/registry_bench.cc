@@ -92,6 +92,7 @@ struct Options {
   int restart_instances = 100'000;
   int rounds = 3;
   std::string http_watch_reader = "io_uring";  // io_uring (epoll where refused) | epoll
+  int http_watch_threads = 0;                  // 0: one per CPU, as the gRPC watchers' loops
   bool json = false;
 };
 
@@ -539,6 +540,7 @@ struct SystemFigures {
   WatchLatency watch;                   // gRPC Watch
   WatchLatency http_watch;              // Drover only: GET /v1/watch
   std::string http_watch_reader;        // how the bench's HTTP watchers read: io_uring | epoll
+  int http_watch_threads = 0;           // and by how many threads
   std::uint64_t errors = 0;
 };
 
@@ -665,15 +667,16 @@ class DroverServer {
   }
 };
 
-// Watchers on the HTTP API (GET /v1/watch, chunked JSON lines), each its own connection, all
-// read by one thread: through io_uring where the kernel allows it (a multishot receive per
-// connection into buffers the ring provides: no system call per read and none to wait, so the
-// watchers -- gateways on other machines in a fleet -- cost the registry's cores less), else
-// through epoll and a recv() per ready connection.
+// Watchers on the HTTP API (GET /v1/watch, chunked JSON lines), each its own connection, read by
+// `threads` threads (one per CPU by default, as the gRPC watchers' client has a loop per CPU),
+// each reading its share of the connections: through io_uring where the kernel allows it (a
+// multishot receive per connection into buffers the ring provides: no system call per read and none
+// to wait, so the watchers -- gateways on other machines in a fleet -- cost the registry's cores
+// less), else through epoll and a recv() per ready connection.
 class HttpWatchers {
  public:
   HttpWatchers(const std::string& address, int count, std::uint64_t from, std::uint64_t base,
-               LatencyProbe& probe, bool uring)
+               LatencyProbe& probe, bool uring, int threads)
       : base_(base), probe_(probe), conns_(static_cast<std::size_t>(count)), uring_(uring) {
     const std::string request = fmt::format(
         "GET /v1/watch?from={}&service=bench HTTP/1.1\r\nHost: {}\r\n\r\n", from, address);
@@ -682,18 +685,25 @@ class HttpWatchers {
       c.fd = ConnectTo(address, "http watch");
       if (!drover::testing::SendAll(c.fd, request)) Fail("http watch: cannot send to " + address);
     }
-    thread_ = std::jthread([this](std::stop_token stop) {
+    if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    const std::size_t readers =
+        std::clamp<std::size_t>(static_cast<std::size_t>(threads), 1, conns_.size());
+    for (std::size_t r = 0; r < readers; ++r) {
+      const std::size_t first = conns_.size() * r / readers;
+      const std::size_t last = conns_.size() * (r + 1) / readers;
+      threads_.emplace_back([this, first, last](std::stop_token stop) {
 #ifdef DROVER_BENCH_URING
-      if (uring_ && RunUring(stop)) return;
+        if (uring_ && RunUring(stop, first, last)) return;
 #endif
-      Run(stop);
-    });
+        Run(stop, first, last);
+      });
+    }
   }
   ~HttpWatchers() {
     Stop();
     for (Conn& c : conns_) ::close(c.fd);
-    if (epoll_ >= 0) ::close(epoll_);
   }
+  int threads() const { return static_cast<int>(threads_.size()); }
   int ready() const { return ready_.load(); }
   // How the reader reads ("io_uring", "epoll"); known once ready() counts a stream.
   const char* reader() const { return reader_.load(); }
@@ -705,9 +715,8 @@ class HttpWatchers {
 
  private:
   void Stop() {
-    if (!thread_.joinable()) return;
-    thread_.request_stop();
-    thread_.join();
+    for (std::jthread& t : threads_) t.request_stop();
+    threads_.clear();  // joined
   }
 
   struct Conn {
@@ -720,34 +729,35 @@ class HttpWatchers {
 
   // A read per ready connection, parsed in place: these streams stand for gateways on other
   // machines, so what they cost on this one should be the kernel's share, not a parser's.
-  void Run(std::stop_token stop) {
-    epoll_ = ::epoll_create1(EPOLL_CLOEXEC);
-    for (std::size_t i = 0; i < conns_.size(); ++i) {
+  void Run(std::stop_token stop, std::size_t first, std::size_t last) {
+    const int epoll = ::epoll_create1(EPOLL_CLOEXEC);
+    for (std::size_t i = first; i < last; ++i) {
       epoll_event ev{};
       ev.events = EPOLLIN;
       ev.data.u64 = i;
-      ::epoll_ctl(epoll_, EPOLL_CTL_ADD, conns_[i].fd, &ev);
+      ::epoll_ctl(epoll, EPOLL_CTL_ADD, conns_[i].fd, &ev);
     }
     std::vector<epoll_event> events(256);
     std::vector<char> buffer(65536);
     while (!stop.stop_requested()) {
-      const int n = ::epoll_wait(epoll_, events.data(), static_cast<int>(events.size()), 100);
+      const int n = ::epoll_wait(epoll, events.data(), static_cast<int>(events.size()), 100);
       for (int e = 0; e < n; ++e) {
         Conn& c = conns_[events[static_cast<std::size_t>(e)].data.u64];
         const ssize_t got = ::recv(c.fd, buffer.data(), buffer.size(), MSG_DONTWAIT);
         if (got <= 0) {
-          ::epoll_ctl(epoll_, EPOLL_CTL_DEL, c.fd, nullptr);
+          ::epoll_ctl(epoll, EPOLL_CTL_DEL, c.fd, nullptr);
           continue;
         }
         OnBytes(c, std::string_view(buffer.data(), static_cast<std::size_t>(got)));
       }
     }
+    ::close(epoll);
   }
 
 #ifdef DROVER_BENCH_URING
   // The io_uring reader; false (nothing read) when the kernel refuses the ring or its buffers.
-  bool RunUring(std::stop_token stop) {
-    constexpr unsigned kBuffers = 4096;  // a power of two, as the ring of buffers needs
+  bool RunUring(std::stop_token stop, std::size_t first, std::size_t last) {
+    constexpr unsigned kBuffers = 2048;  // a power of two, as the ring of buffers needs
     constexpr unsigned kBufferSize = 4096;
     constexpr int kGroup = 1;
     io_uring ring{};
@@ -796,7 +806,7 @@ class HttpWatchers {
       sqe->buf_group = kGroup;
       io_uring_sqe_set_data64(sqe, i);
     };
-    for (std::size_t i = 0; i < conns_.size(); ++i) arm(i);
+    for (std::size_t i = first; i < last; ++i) arm(i);
     reader_.store("io_uring");
     while (!stop.stop_requested()) {
       io_uring_cqe* cqe = nullptr;
@@ -895,10 +905,9 @@ class HttpWatchers {
   LatencyProbe& probe_;
   std::vector<Conn> conns_;
   const bool uring_;
-  int epoll_ = -1;  // the epoll reader's, made on its thread (closed after the join)
   std::atomic<int> ready_{0};
   std::atomic<const char*> reader_{"epoll"};
-  std::jthread thread_;
+  std::vector<std::jthread> threads_;  // the readers
 };
 
 // What the bench's watch streams share: a call on the bench's client, and the arrivals it saw
@@ -1200,9 +1209,10 @@ SystemFigures BenchDrover(const Options& opt, const std::string& etcd_target) {
   LatencyProbe http_probe(opt.writes, opt.watchers, opt.warmup);
   const std::uint64_t http_base = base + static_cast<std::uint64_t>(probe.total_writes());
   HttpWatchers http_watchers(server.http(), opt.watchers, http_base - 1, http_base, http_probe,
-                             opt.http_watch_reader == "io_uring");
+                             opt.http_watch_reader == "io_uring", opt.http_watch_threads);
   AwaitStreams([&] { return http_watchers.ready(); }, opt.watchers, "drover: HTTP watchers");
   out.http_watch_reader = http_watchers.reader();
+  out.http_watch_threads = http_watchers.threads();
   RemoteWrites(opt, "drover", server.target(), static_cast<std::int64_t>(http_base), http_probe);
   http_probe.WaitAll(30s);
   LatencyProbe::Samples http_all;
@@ -1236,7 +1246,7 @@ void DroverIdleWatchers(const Options& opt, SystemFigures& out) {
   out.idle_http_watch_b = measure([&](DroverServer& server, std::uint64_t revision, int count) {
     auto watchers =
         std::make_unique<HttpWatchers>(server.http(), count, revision - 1, revision, unused,
-                                       /*uring=*/false);
+                                       /*uring=*/false, /*threads=*/1);
     AwaitStreams([&] { return watchers->ready(); }, count, "drover: idle HTTP watchers");
     return watchers;
   });
@@ -1789,8 +1799,9 @@ void PrintReport(const Options& opt, const std::optional<SystemFigures>& d,
                 got(de->http_watch.from_send).c_str());
   if (e) std::printf(" etcd %s", got(e->watch.from_send).c_str());
   if (d || de) {
-    std::printf("\nHTTP watchers read by one thread through %s",
-                (d ? d : de)->http_watch_reader.c_str());
+    const SystemFigures& f = d ? *d : *de;
+    std::printf("\nHTTP watchers read by %d thread%s through %s", f.http_watch_threads,
+                f.http_watch_threads == 1 ? "" : "s", f.http_watch_reader.c_str());
   }
   std::printf("\nrequest errors:");
   if (d) std::printf(" drover/sqlite %llu", static_cast<unsigned long long>(d->errors));
@@ -1918,7 +1929,10 @@ nlohmann::json ToJson(const SystemFigures& f) {
                         {"errors", f.errors}};
   AddWatch(out, "watch", f.watch);
   AddWatch(out, "http_watch", f.http_watch);
-  if (!f.http_watch_reader.empty()) out["http_watch_reader"] = f.http_watch_reader;
+  if (!f.http_watch_reader.empty()) {
+    out["http_watch_reader"] = f.http_watch_reader;
+    out["http_watch_threads"] = f.http_watch_threads;
+  }
   return out;
 }
 
@@ -1968,10 +1982,15 @@ int BenchMain(int argc, char** argv) {
       ->check(CLI::Range(0, 1000))
       ->capture_default_str();
   app.add_option("--http-watch-reader", opt.http_watch_reader,
-                 "How the bench's one thread reads its HTTP watch streams: io_uring (a multishot "
+                 "How the bench's threads read their HTTP watch streams: io_uring (a multishot "
                  "receive per stream; epoll where the kernel refuses io_uring) or epoll (a "
                  "recv() per ready stream)")
       ->check(CLI::IsMember({"io_uring", "epoll"}))
+      ->capture_default_str();
+  app.add_option("--http-watch-threads", opt.http_watch_threads,
+                 "Threads reading the HTTP watch streams, each its share (0: one per CPU, as "
+                 "the gRPC watchers' client runs a loop per CPU)")
+      ->check(CLI::Range(0, 64))
       ->capture_default_str();
   app.add_option("--writes", opt.writes, "Writes observed by the watchers")
       ->check(CLI::Range(1, 100'000))

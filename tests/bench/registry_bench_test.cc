@@ -5,7 +5,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "testing/run_command.h"
 
@@ -68,6 +70,9 @@ TEST(RegistryBenchTest, RunsAgainstDroverAndEtcdAndLosesNothing) {
     // Read through io_uring where the kernel allows it, else through epoll.
     EXPECT_THAT(report[system].at("http_watch_reader").get<std::string>(),
                 ::testing::AnyOf("io_uring", "epoll"));
+    // By a thread per CPU.
+    EXPECT_EQ(report[system].at("http_watch_threads"),
+              std::max(1u, std::thread::hardware_concurrency()));
     // Every registration counted in the registry's commit metrics, in at most one commit each.
     EXPECT_EQ(report[system].at("committed_writes"), 300);
     EXPECT_GE(report[system].at("store_commits").get<double>(), 1);
@@ -75,15 +80,18 @@ TEST(RegistryBenchTest, RunsAgainstDroverAndEtcdAndLosesNothing) {
   }
 }
 
-// The HTTP watchers' other reader (epoll and a recv() per ready stream) sees every event too.
+// The HTTP watchers' other reader (epoll and a recv() per ready stream) sees every event too, with
+// the streams shared by as many threads as asked.
 TEST(RegistryBenchTest, HttpWatchersReadWithEpollWhenAsked) {
   const auto report = RunBench(
       "--etcd off --stores sqlite --clients 4 --connections 1 --seconds 0.2 --instances 100 "
       "--watchers 40 --watch-connections 2 --writes 15 --warmup-writes 2 --interval-ms 10 "
-      "--rounds 1 --restart-instances 0 --idle-watchers 2 --http-watch-reader epoll");
+      "--rounds 1 --restart-instances 0 --idle-watchers 2 --http-watch-reader epoll "
+      "--http-watch-threads 3");
   ASSERT_FALSE(report.is_discarded());
   const auto& drover = report.at("drover");
   EXPECT_EQ(drover.at("http_watch_reader"), "epoll");
+  EXPECT_EQ(drover.at("http_watch_threads"), 3);
   EXPECT_EQ(drover.at("http_watch_samples"), 40 * 15);
   EXPECT_EQ(drover.at("http_watch_missing"), 0);
 }
