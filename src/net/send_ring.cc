@@ -68,8 +68,9 @@ SendRing* SendRing::ForThisThread() {
     if (rc < 0) {
       static std::once_flag logged;
       std::call_once(logged, [rc] {
-        spdlog::info("io_uring unavailable ({}): a stream's chunks go out one send each",
-                     std::strerror(-rc));
+        spdlog::info(
+            "io_uring unavailable ({}): what goes to many clients at once goes one send each",
+            std::strerror(-rc));
       });
       return nullptr;
     }

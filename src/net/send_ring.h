@@ -1,6 +1,7 @@
 // Many small non-blocking sends, on as many sockets, handed to the kernel in one system call
-// (io_uring) where a burst would otherwise cost a `send` each: the registry's HTTP watch streams,
-// where one event goes to a thousand clients at once.
+// (io_uring) where a burst would otherwise cost a `send` each: the HTTP server's streams (one
+// registry watch event goes to a thousand clients at once) and its late replies (one commit
+// answers many writes at once).
 #pragma once
 
 #include <cstddef>
