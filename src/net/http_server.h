@@ -97,8 +97,9 @@ class StreamSource {
 // strand: an event fanned out to a thousand streams costs a post or two, not a thousand.
 //
 // The server owns every open stream (an idle one is held by nothing else: no pending operation,
-// no coroutine); a source may keep this pointer for as long as it likes, and a Notify() after the
-// stream ended does nothing.
+// no coroutine); a Notify() after the stream ended does nothing. A source lets go of this pointer
+// in its Stop() (the registry's watch drops it with its listener): a plain TCP stream holds its
+// socket and strand, which must not outlive the server.
 class StreamWakeup : public std::enable_shared_from_this<StreamWakeup> {
  public:
   class Queue;  // the server's list of streams to wake, and of every open stream

@@ -273,7 +273,7 @@ class HttpServerTest : public ::testing::Test {
       ended = true;
       for (const auto& w : wakeups) w->Notify();
     }
-    std::size_t streams() {
+    std::size_t streams() {  // open, each with its wake-up
       std::lock_guard lock(mu);
       return wakeups.size();
     }
@@ -283,6 +283,7 @@ class HttpServerTest : public ::testing::Test {
     explicit Follower(Fanout& fanout) : fanout_(fanout) {}
     void Start(std::shared_ptr<StreamWakeup> wakeup) override {
       std::lock_guard lock(fanout_.mu);
+      wakeup_ = wakeup.get();
       fanout_.wakeups.push_back(std::move(wakeup));
     }
     Step Take(std::vector<std::shared_ptr<const std::string>>& pieces) override {
@@ -291,11 +292,20 @@ class HttpServerTest : public ::testing::Test {
       for (; next_ < fanout_.lines.size(); ++next_) pieces.push_back(fanout_.lines[next_]);
       return Step::kWrite;
     }
-    void Stop() override { fanout_.stopped.fetch_add(1); }
+    // Lets go of the stream, as the registry's watch does (the stream must not outlive the
+    // server).
+    void Stop() override {
+      {
+        std::lock_guard lock(fanout_.mu);
+        std::erase_if(fanout_.wakeups, [this](const auto& w) { return w.get() == wakeup_; });
+      }
+      fanout_.stopped.fetch_add(1);
+    }
     Duration write_timeout() const override { return fanout_.write_timeout; }
 
    private:
     Fanout& fanout_;
+    const StreamWakeup* wakeup_ = nullptr;
     std::size_t next_ = 0;
   };
 
