@@ -1079,7 +1079,9 @@ class PlainConnection final : public StreamWakeup, public BurstSender {
     timer_.async_wait([self = self()](error_code ec) {
       self->watching_ = false;
       if (ec || self->phase_ == Phase::kDone) return;
-      if (self->phase_ == Phase::kAwait) return;  // the next wait arms it again
+      // Waiting for a late reply, or its answer waiting in a burst (whose send must find this
+      // socket open, its descriptor not yet anyone else's): the next wait arms it again.
+      if (self->phase_ == Phase::kAwait || self->phase_ == Phase::kBurst) return;
       if (Clock::now() < self->deadline_) return self->Watch();
       // Out of time: the pending read's wait or write ends with an error, and with it this.
       error_code ignored;
