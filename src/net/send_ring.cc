@@ -46,44 +46,30 @@ struct SendRing::Ring {
   bool broken = false;  // the kernel failed a submission: sends go one by one from then on
 };
 
-SendRing* SendRing::ForThisThread() {
-  struct Holder {
-    std::unique_ptr<SendRing> ring;
-    bool tried = false;
-  };
-  thread_local Holder holder;
-  if (!holder.tried) {
-    holder.tried = true;
-    if (!Allowed()) return nullptr;
-    auto ring = std::make_unique<Ring>();
-    io_uring_params params{};
-    // Only this thread submits, and nothing here waits for completions that come later.
-    params.flags =
-        IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN | IORING_SETUP_SUBMIT_ALL;
-    int rc = io_uring_queue_init_params(kEntries, &ring->ring, &params);
-    if (rc == -EINVAL) {  // a kernel older than 6.1 knows some of those flags
-      params = io_uring_params{};
-      rc = io_uring_queue_init_params(kEntries, &ring->ring, &params);
-    }
-    if (rc < 0) {
-      static std::once_flag logged;
-      std::call_once(logged, [rc] {
-        spdlog::info(
-            "io_uring unavailable ({}): what goes to many clients at once goes one send each",
-            std::strerror(-rc));
-      });
-      return nullptr;
-    }
-    holder.ring.reset(new SendRing(ring.release()));
+std::unique_ptr<SendRing> SendRing::Make() {
+  if (!Allowed()) return nullptr;
+  auto ring = std::make_unique<Ring>();
+  io_uring_params params{};
+  // Only this thread submits, and nothing here waits for completions that come later.
+  params.flags = IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN | IORING_SETUP_SUBMIT_ALL;
+  int rc = io_uring_queue_init_params(kEntries, &ring->ring, &params);
+  if (rc == -EINVAL) {  // a kernel older than 6.1 knows some of those flags
+    params = io_uring_params{};
+    rc = io_uring_queue_init_params(kEntries, &ring->ring, &params);
   }
-  if (holder.ring && holder.ring->ring_->broken) return nullptr;
-  return holder.ring.get();
+  if (rc < 0) {
+    static std::once_flag logged;
+    std::call_once(logged, [rc] {
+      spdlog::info(
+          "io_uring unavailable ({}): what goes to many clients at once goes one send each",
+          std::strerror(-rc));
+    });
+    return nullptr;
+  }
+  return std::unique_ptr<SendRing>(new SendRing(std::move(ring)));
 }
 
-SendRing::~SendRing() {
-  io_uring_queue_exit(&ring_->ring);
-  delete ring_;
-}
+SendRing::~SendRing() { io_uring_queue_exit(&ring_->ring); }
 
 void SendRing::SendAll(std::span<Send> sends) {
   io_uring* ring = &ring_->ring;
@@ -147,9 +133,11 @@ void SendRing::SendAll(std::span<Send> sends) {
 
 #else  // no liburing in this build
 
-struct SendRing::Ring {};
+struct SendRing::Ring {
+  bool broken = false;
+};
 
-SendRing* SendRing::ForThisThread() {
+std::unique_ptr<SendRing> SendRing::Make() {
   (void)Allowed;
   return nullptr;
 }
@@ -159,5 +147,12 @@ void SendRing::SendAll(std::span<Send> sends) {
 }
 
 #endif
+
+SendRing::SendRing(std::unique_ptr<Ring> ring) : ring_(std::move(ring)) {}
+
+SendRing* SendRing::ForThisThread() {
+  thread_local const std::unique_ptr<SendRing> ring = Make();  // tried once per thread
+  return ring && !ring->ring_->broken ? ring.get() : nullptr;
+}
 
 }  // namespace drover::net

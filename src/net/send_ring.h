@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstddef>
+#include <memory>
 #include <span>
 
 namespace drover::net {
@@ -40,8 +41,9 @@ class SendRing {
 
  private:
   struct Ring;
-  explicit SendRing(Ring* ring) : ring_(ring) {}
-  Ring* ring_;
+  explicit SendRing(std::unique_ptr<Ring> ring);
+  static std::unique_ptr<SendRing> Make();  // null where there is no ring
+  std::unique_ptr<Ring> ring_;
 };
 
 }  // namespace drover::net
