@@ -1029,11 +1029,8 @@ class PlainConnection final : public StreamWakeup, public BurstSender {
     if (!serializer_->is_done()) {
       deadline_ = Clock::now() + server_.options.idle_timeout;
       Watch();
-      http::async_write(socket_, *serializer_, [self = self()](error_code done, std::size_t) {
-        if (done) return self->End();
-        self->Written();
-        self->Run();
-      });
+      http::async_write(socket_, *serializer_,
+                        [self = self()](error_code done, std::size_t) { self->WrittenLate(done); });
       return false;
     }
     Written();
@@ -1056,10 +1053,15 @@ class PlainConnection final : public StreamWakeup, public BurstSender {
     const asio::const_buffer bytes = asio::buffer(*owned);
     asio::async_write(socket_, bytes,
                       [self = self(), owned = std::move(owned)](error_code done, std::size_t) {
-                        if (done) return self->End();
-                        self->Written();
-                        self->Run();
+                        self->WrittenLate(done);
                       });
+  }
+
+  // The end of an answer's write that had to wait for the client.
+  void WrittenLate(error_code done) {
+    if (done) return End();
+    Written();
+    Run();
   }
 
   void Written() {
