@@ -25,13 +25,18 @@ asio::awaitable<long> TurnSends::Send(asio::ip::tcp::socket& socket,
   return asio::async_initiate<const asio::use_awaitable_t<>, void(long)>(
       [this, &socket, pieces](auto resume) {
         static_assert(std::is_same_v<decltype(resume), Resume>);
-        Add(socket, pieces, std::move(resume));
+        Add(socket, pieces, std::move(resume), nullptr);
       },
       asio::use_awaitable);
 }
 
+void TurnSends::Send(asio::ip::tcp::socket& socket, std::span<const char> bytes, Waiter& waiter) {
+  const asio::const_buffer piece(bytes.data(), bytes.size());
+  Add(socket, {&piece, 1}, std::nullopt, &waiter);
+}
+
 void TurnSends::Add(asio::ip::tcp::socket& socket, std::span<const asio::const_buffer> pieces,
-                    Resume resume) {
+                    std::optional<Resume> resume, Waiter* waiter) {
   std::size_t total = 0;
   for (const asio::const_buffer& b : pieces) total += b.size();
   if (total > kCoalescedWrite) total = 0;  // the caller's to write
@@ -46,7 +51,7 @@ void TurnSends::Add(asio::ip::tcp::socket& socket, std::span<const asio::const_b
       at += b.size();
     }
   }
-  filling_.entries.push_back(Entry{&socket, offset, total, kNotSent, std::move(resume)});
+  filling_.entries.push_back(Entry{&socket, offset, total, kNotSent, std::move(resume), waiter});
   if (posted_) return;
   posted_ = true;
   // Posted behind the handlers the loop holds now: this turn's other completions run first, and
@@ -61,6 +66,9 @@ void TurnSends::Add(asio::ip::tcp::socket& socket, std::span<const asio::const_b
       if (sends && !ran) {
         sends->posted_ = false;
         Batch doomed = std::exchange(sends->filling_, {});
+        for (Entry& e : doomed.entries) {
+          if (e.waiter != nullptr) e.waiter->Dropped();
+        }
       }
     }
   };
@@ -88,7 +96,13 @@ void TurnSends::SendAll() {
   }
   if (!sends_.empty()) ring_.SendAll(sends_);
   for (std::size_t k = 0; k < sends_.size(); ++k) batch.entries[sent_[k]].result = sends_[k].result;
-  for (Entry& e : batch.entries) std::move(e.resume)(e.result);
+  for (Entry& e : batch.entries) {
+    if (e.waiter != nullptr) {
+      e.waiter->Sent(e.result, {batch.bytes.data() + e.offset, e.size});
+    } else {
+      std::move (*e.resume)(e.result);
+    }
+  }
   batch.entries.clear();
   batch.bytes.clear();
   spare_ = std::move(batch);

@@ -16,6 +16,7 @@
 #include <climits>
 #include <cstddef>
 #include <memory>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -45,6 +46,20 @@ class TurnSends : public std::enable_shared_from_this<TurnSends> {
   boost::asio::awaitable<long> Send(boost::asio::ip::tcp::socket& socket,
                                     std::span<const boost::asio::const_buffer> pieces);
 
+  // The same for a caller of plain handlers: `waiter` is told at the turn's end, on this thread.
+  class Waiter {
+   public:
+    // The send's result, as above, and the bytes it was given (valid during the call only: the
+    // part not taken is the caller's to keep).
+    virtual void Sent(long result, std::span<const char> bytes) = 0;
+    // Instead of Sent(): the loop was destroyed first (let go of what the wait holds).
+    virtual void Dropped() = 0;
+
+   protected:
+    ~Waiter() = default;
+  };
+  void Send(boost::asio::ip::tcp::socket& socket, std::span<const char> bytes, Waiter& waiter);
+
   explicit TurnSends(SendRing& ring) : ring_(ring) {}
   TurnSends(const TurnSends&) = delete;
   TurnSends& operator=(const TurnSends&) = delete;
@@ -56,14 +71,15 @@ class TurnSends : public std::enable_shared_from_this<TurnSends> {
     std::size_t offset;  // in bytes
     std::size_t size;    // 0: nothing to send (kNotSent)
     long result;
-    Resume resume;
+    std::optional<Resume> resume;  // a coroutine's, or
+    Waiter* waiter;                // a plain caller's
   };
   struct Batch {
     std::vector<Entry> entries;
     std::vector<char> bytes;
   };
   void Add(boost::asio::ip::tcp::socket& socket, std::span<const boost::asio::const_buffer> pieces,
-           Resume resume);
+           std::optional<Resume> resume, Waiter* waiter);
   // The end of the turn: sends what was added and resumes each waiter with its result.
   void SendAll();
 

@@ -19,6 +19,7 @@
 #include <chrono>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <thread>
 #include <utility>
@@ -210,6 +211,39 @@ TEST_F(TurnSendsTest, ALoopDestroyedWithWaitersEndsTheirCoroutines) {
   io.run();
   EXPECT_EQ(result, 5);
   EXPECT_EQ(ReadAvailable(receiver), "again");
+}
+
+// A plain caller's waiter: what it was told.
+struct Told final : TurnSends::Waiter {
+  void Sent(long r, std::span<const char> bytes) override {
+    result = r;
+    given = std::string(bytes.data(), bytes.size());
+  }
+  void Dropped() override { dropped = true; }
+  std::optional<long> result;
+  std::string given;
+  bool dropped = false;
+};
+
+TEST_F(TurnSendsTest, APlainCallerIsToldAtTheTurnsEndWithItsBytesOrThatTheLoopWentFirst) {
+  Told told, told_too;
+  {
+    asio::io_context io;
+    auto [sender, receiver] = Connected(io);
+    asio::post(io, [&] {
+      sends_->Send(sender, std::string_view("plain"), told);
+      EXPECT_FALSE(told.result) << "told before the turn ended";
+    });
+    io.run();
+    ASSERT_TRUE(told.result);
+    EXPECT_EQ(*told.result, 5);
+    EXPECT_EQ(told.given, "plain");
+    EXPECT_EQ(ReadAvailable(receiver), "plain");
+    EXPECT_FALSE(told.dropped);
+    sends_->Send(sender, std::string_view("never"), told_too);
+  }  // the loop goes with the round unrun
+  EXPECT_TRUE(told_too.dropped);
+  EXPECT_FALSE(told_too.result);
 }
 
 }  // namespace
