@@ -206,8 +206,6 @@ void TcpProxy::State::Pump(std::shared_ptr<Conn> c, bool from_client) {
         c->awaiting_since = c->last_activity;
         c->timer.cancel();  // the watchdog recomputes its deadline
       }
-      // The last bytes wait in the kernel for the FIN that follows them (MSG_MORE; the
-      // shutdown or close sends both in one segment).
       // A small message goes with the turn's other writes, in one system call, where the thread
       // gathers them (ARCHITECTURE, gateway speed, sixteenth pass); the chunk goes back at once
       // (its bytes were copied). Then this way waits: a read shorter than the chunk took all
@@ -220,6 +218,8 @@ void TcpProxy::State::Pump(std::shared_ptr<Conn> c, bool from_client) {
         w.hold = std::move(c);
         return;
       }
+      // The last bytes wait in the kernel for the FIN that follows them (MSG_MORE; the
+      // shutdown or close sends both in one segment).
       const int more = end_follows ? MSG_MORE : 0;
       std::size_t sent = 0;
       error_code send_ec;

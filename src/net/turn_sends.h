@@ -46,7 +46,8 @@ class TurnSends : public std::enable_shared_from_this<TurnSends> {
   boost::asio::awaitable<long> Send(boost::asio::ip::tcp::socket& socket,
                                     std::span<const boost::asio::const_buffer> pieces);
 
-  // The same for a caller of plain handlers: `waiter` is told at the turn's end, on this thread.
+  // The same for a caller of plain handlers (`bytes`: at most kCoalescedWrite): `waiter` is told
+  // at the turn's end, on this thread.
   class Waiter {
    public:
     // The send's result, as above, and the bytes it was given (valid during the call only: the
