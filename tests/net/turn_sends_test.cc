@@ -97,10 +97,17 @@ TEST_F(TurnSendsTest, SendsAwaitedInOneTurnLeaveTogetherAfterItsOtherHandlers) {
 
 TEST_F(TurnSendsTest, WhatCannotBeGatheredComesBackUnsentAndAFailedPeerReportsItsError) {
   asio::io_context io;
-  auto [big_sender, big_receiver] = Connected(io);
-  auto [closing_sender, closing_receiver] = Connected(io);
-  auto [reset_sender, reset_receiver] = Connected(io);
-  auto [good_sender, good_receiver] = Connected(io);
+  auto big_sender_pair = Connected(io);
+  tcp::socket& big_sender = big_sender_pair.first;
+  tcp::socket& big_receiver = big_sender_pair.second;
+  auto closing_sender_pair = Connected(io);
+  tcp::socket& closing_sender = closing_sender_pair.first;
+  auto reset_sender_pair = Connected(io);
+  tcp::socket& reset_sender = reset_sender_pair.first;
+  tcp::socket& reset_receiver = reset_sender_pair.second;
+  auto good_sender_pair = Connected(io);
+  tcp::socket& good_sender = good_sender_pair.first;
+  tcp::socket& good_receiver = good_sender_pair.second;
   // The reset pair's peer closed with a byte unread: the kernel answered with a reset.
   ASSERT_EQ(::send(reset_sender.native_handle(), "y", 1, 0), 1);
   std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -135,8 +142,12 @@ TEST_F(TurnSendsTest, WhatCannotBeGatheredComesBackUnsentAndAFailedPeerReportsIt
 
 TEST_F(TurnSendsTest, AFullSocketTakesPartThenNothingBesideOneWithRoom) {
   asio::io_context io;
-  auto [full_sender, full_receiver] = Connected(io);
-  auto [good_sender, good_receiver] = Connected(io);
+  auto full_sender_pair = Connected(io);
+  tcp::socket& full_sender = full_sender_pair.first;
+  tcp::socket& full_receiver = full_sender_pair.second;
+  auto good_sender_pair = Connected(io);
+  tcp::socket& good_sender = good_sender_pair.first;
+  tcp::socket& good_receiver = good_sender_pair.second;
   full_sender.set_option(asio::socket_base::send_buffer_size(4096));
   full_receiver.set_option(asio::socket_base::receive_buffer_size(4096));
   const std::string chunk(kCoalescedWrite, 'f');
@@ -179,7 +190,8 @@ TEST_F(TurnSendsTest, ALoopDestroyedWithWaitersEndsTheirCoroutines) {
   std::weak_ptr<int> seen = frame_alive;
   {
     asio::io_context io;
-    auto [sender, receiver] = Connected(io);
+    auto sender_pair = Connected(io);  // (the receiver stays open: the send is never made)
+    tcp::socket& sender = sender_pair.first;
     bool started = false;
     bool resumed = false;
     asio::co_spawn(
@@ -199,7 +211,9 @@ TEST_F(TurnSendsTest, ALoopDestroyedWithWaitersEndsTheirCoroutines) {
   EXPECT_TRUE(seen.expired()) << "the waiting coroutine's frame outlived its loop";
   // The thread's TurnSends works on for the next loop.
   asio::io_context io;
-  auto [sender, receiver] = Connected(io);
+  auto sender_pair = Connected(io);
+  tcp::socket& sender = sender_pair.first;
+  tcp::socket& receiver = sender_pair.second;
   long result = 0;
   asio::co_spawn(
       io,
@@ -229,7 +243,9 @@ TEST_F(TurnSendsTest, APlainCallerIsToldAtTheTurnsEndWithItsBytesOrThatTheLoopWe
   Told told, told_too;
   {
     asio::io_context io;
-    auto [sender, receiver] = Connected(io);
+    auto sender_pair = Connected(io);
+    tcp::socket& sender = sender_pair.first;
+    tcp::socket& receiver = sender_pair.second;
     asio::post(io, [&] {
       sends_->Send(sender, std::string_view("plain"), told);
       EXPECT_FALSE(told.result) << "told before the turn ended";
