@@ -64,32 +64,60 @@ void SessionServer::Launch(int fd) {
   ::getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &len);
   MutexLock lock(mu_);
   ReapLocked();
-  Entry& entry = sessions_.emplace_back(Entry{Session(fd, PeerAddress(peer), draining_), {}});
+  Entry& entry = sessions_.emplace_back(Entry{Session(fd, PeerAddress(peer), draining_)});
   served_.fetch_add(1);
-  entry.thread = std::thread([this, &entry] {
+  if (idle_ > ready_.size() && !stopping_) {  // a waiting worker takes it
+    ready_.push_back(&entry);
+    handed_.NotifyOne();
+    return;
+  }
+  Worker& worker = workers_.emplace_back();
+  worker.thread = std::thread([this, &entry, &worker] { Work(&entry, &worker); });
+}
+
+void SessionServer::Work(Entry* entry, Worker* self) {
+  while (true) {
     try {
-      handler_(entry.session);
+      handler_(entry->session);
     } catch (const std::exception& e) {
-      spdlog::error("sessions: handler for {} threw: {}", entry.session.peer(), e.what());
+      spdlog::error("sessions: handler for {} threw: {}", entry->session.peer(), e.what());
     } catch (...) {
-      spdlog::error("sessions: handler for {} threw", entry.session.peer());
+      spdlog::error("sessions: handler for {} threw", entry->session.peer());
     }
-    ::close(entry.session.fd());
-    MutexLock done_lock(mu_);
-    entry.done = true;
+    ::close(entry->session.fd());
+    MutexLock lock(mu_);
+    entry->done = true;
     changed_.NotifyAll();
-  });
+    // The next session, unless enough threads wait already, none comes in time, or the server
+    // stops.
+    if (!stopping_ && idle_ < kIdleThreads) {
+      ++idle_;
+      handed_.WaitUntil(mu_, std::chrono::steady_clock::now() + kIdleKeep,
+                        [this]() DROVER_REQUIRES(mu_) { return !ready_.empty() || stopping_; });
+      --idle_;
+    }
+    if (ready_.empty()) {
+      self->exited = true;  // (the last use of mu_ is this lock's release)
+      return;
+    }
+    entry = ready_.front();
+    ready_.pop_front();
+  }
 }
 
 void SessionServer::ReapLocked() {
-  std::list<Entry> finished;
   for (auto it = sessions_.begin(); it != sessions_.end();) {
+    it = it->done ? sessions_.erase(it) : std::next(it);
+  }
+  std::list<Worker> exited;
+  for (auto it = workers_.begin(); it != workers_.end();) {
     auto next = std::next(it);
-    if (it->done) finished.splice(finished.end(), sessions_, it);
+    if (it->exited) exited.splice(exited.end(), workers_, it);
     it = next;
   }
+  if (exited.empty()) return;
   mu_.unlock();
-  for (Entry& e : finished) e.thread.join();  // done: the thread is past its last use of mu_
+  for (Worker& w : exited) w.thread.join();  // exited: the thread is past its last use of mu_
   mu_.lock();
 }
 
@@ -119,7 +147,8 @@ DrainResult SessionServer::Drain(Duration budget) {
   draining_.store(true);
   DrainResult result;
   MutexLock lock(mu_);
-  const std::size_t before = sessions_.size();
+  std::size_t before = 0;
+  for (const Entry& e : sessions_) before += e.done ? 0 : 1;
   changed_.WaitFor(mu_, budget, [&]() DROVER_REQUIRES(mu_) {
     for (const Entry& e : sessions_) {
       if (!e.done) return false;
@@ -132,12 +161,25 @@ DrainResult SessionServer::Drain(Duration budget) {
       ++result.cut;
     }
   }
-  std::list<Entry> all;
-  all.splice(all.end(), sessions_);
+  // Every worker ends: the waiting ones now, the others once their session returns.
+  stopping_ = true;
+  handed_.NotifyAll();
+  std::list<Worker> all;
+  all.splice(all.end(), workers_);
   lock.Unlock();
-  for (Entry& e : all) e.thread.join();
+  for (Worker& w : all) w.thread.join();
+  lock.Lock();
+  sessions_.clear();
+  ready_.clear();  // (none: a session is handed only while a worker waits for it)
   result.finished = before - result.cut;
   return result;
+}
+
+std::size_t SessionServer::threads() const {
+  MutexLock lock(mu_);
+  std::size_t n = 0;
+  for (const Worker& w : workers_) n += w.exited ? 0 : 1;
+  return n;
 }
 
 std::size_t SessionServer::active() const {

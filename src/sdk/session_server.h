@@ -1,5 +1,9 @@
 // SessionServer: the TCP listener a ServerHost owns and the sessions it serves, one thread per
-// session (a zone server holds a few hundred long-lived player sessions, not a million).
+// session (a zone server holds a few hundred long-lived player sessions, not a million). A thread
+// whose session ended waits a while for the next one (up to kIdleThreads wait, each up to
+// kIdleKeep): a burst of short sessions -- a login storm, players reconnecting -- costs no thread
+// creation and teardown per session, which was most of a zone server's CPU per short session
+// (page tables for the new stack, its unmapping and the TLB shootdowns that follow).
 //
 // Life cycle, driven by the host (SDK-1, SDK-4):
 //   Open()/Adopt()  the listening socket exists; connects queue in the backlog
@@ -13,6 +17,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <list>
@@ -53,16 +58,26 @@ class SessionServer {
 
   std::size_t active() const;
   std::uint64_t served() const { return served_.load(); }
+  // Threads that exist now, serving or waiting for a session (for tests).
+  std::size_t threads() const;
+
+  static constexpr std::size_t kIdleThreads = 64;
+  static constexpr auto kIdleKeep = std::chrono::seconds(5);
 
  private:
   struct Entry {
     Session session;
-    std::thread thread;
     bool done = false;  // guarded by mu_ (the server's, which an annotation here cannot name)
+  };
+  struct Worker {
+    std::thread thread;
+    bool exited = false;  // guarded by mu_: past its last use of mu_
   };
 
   void Launch(int fd);  // serves one accepted connection
-  // Joins finished sessions, letting go of mu_ while it waits for their threads.
+  // A worker thread: serves `first`, then each session handed to it while it waits.
+  void Work(Entry* first, Worker* self);
+  // Joins exited workers, letting go of mu_ while it waits for their threads.
   void ReapLocked() DROVER_REQUIRES(mu_);
 
   int listen_fd_ = -1;
@@ -75,7 +90,12 @@ class SessionServer {
 
   mutable Mutex mu_;
   CondVar changed_;                                   // a session ended
+  CondVar handed_;                                    // a session waits in ready_, or stopping_
   std::list<Entry> sessions_ DROVER_GUARDED_BY(mu_);  // list: entries never move
+  std::list<Worker> workers_ DROVER_GUARDED_BY(mu_);
+  std::list<Entry*> ready_ DROVER_GUARDED_BY(mu_);  // accepted, for an idle worker to take
+  std::size_t idle_ DROVER_GUARDED_BY(mu_) = 0;     // workers waiting for a session
+  bool stopping_ DROVER_GUARDED_BY(mu_) = false;    // Drain: idle workers exit
 };
 
 }  // namespace drover::sdk

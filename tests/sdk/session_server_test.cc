@@ -87,6 +87,37 @@ TEST(SessionServerTest, DrainLetsSessionsFinishAndCutsTheRestAtTheDeadline) {
   EXPECT_EQ(server.active(), 0u);
 }
 
+TEST(SessionServerTest, AThreadWhoseSessionEndedServesTheNextAndADrainEndsTheWaitingOnes) {
+  SessionServer server;
+  ASSERT_TRUE(server.Open("127.0.0.1:0").ok());
+  server.Serve(Echo);
+  const std::uint16_t port = PortOf(server.address());
+  // Short sessions one after another: one thread serves them all.
+  for (int i = 0; i < 20; ++i) {
+    {
+      LineClient c(port);
+      ASSERT_EQ(c.Ask("short " + std::to_string(i)), "short " + std::to_string(i));
+    }
+    ASSERT_TRUE(Eventually([&] { return server.active() == 0; }));
+  }
+  EXPECT_EQ(server.threads(), 1u);
+  // Sessions open together still each have a thread of their own.
+  {
+    LineClient a(port), b(port), c(port);
+    EXPECT_EQ(a.Ask("a"), "a");
+    EXPECT_EQ(b.Ask("b"), "b");
+    EXPECT_EQ(c.Ask("c"), "c");
+    EXPECT_EQ(server.threads(), 3u);
+  }
+  EXPECT_TRUE(Eventually([&] { return server.active() == 0; }));
+  EXPECT_EQ(server.threads(), 3u);  // waiting for the next sessions
+  EXPECT_EQ(server.served(), 23u);
+  server.StopAccepting();
+  const DrainResult r = server.Drain(1s);
+  EXPECT_EQ(r.cut, 0u);
+  EXPECT_EQ(server.threads(), 0u);
+}
+
 TEST(SessionServerTest, AdoptsAListenerAndRejectsOtherDescriptors) {
   auto listening = ListenTcp("127.0.0.1:0", 16, "test");
   ASSERT_TRUE(listening.ok());
