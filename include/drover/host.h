@@ -96,7 +96,9 @@ struct HostOptions {
 
   // What it serves. With `on_session`, the host listens on `listen` (IPv4 host:port; port 0:
   // any free port) or adopts `listen_fd` (a bound, listening socket the application hands
-  // over) and runs `on_session` on a thread per connection.
+  // over) and runs `on_session` on a thread per connection. A thread whose session ended serves a
+  // later one (threads are reused, not made per connection): thread-local state outlives a
+  // session.
   std::function<void(Session&)> on_session;
   std::string listen = "127.0.0.1:0";
   int listen_fd = -1;
