@@ -31,13 +31,16 @@ namespace {
 namespace asio = boost::asio;
 using tcp = asio::ip::tcp;
 
-// A connected pair over loopback: {the sender's, the receiver's}, both on `io`.
-std::pair<tcp::socket, tcp::socket> Connected(asio::io_context& io) {
+// A connected pair over loopback, both on `io`.
+struct Pair {
+  tcp::socket sender, receiver;
+};
+Pair Connected(asio::io_context& io) {
   tcp::acceptor acceptor(io, tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0));
   tcp::socket sender(io);
   sender.connect(acceptor.local_endpoint());
   tcp::socket receiver = acceptor.accept();
-  return {std::move(sender), std::move(receiver)};
+  return Pair{std::move(sender), std::move(receiver)};
 }
 
 std::string ReadAvailable(tcp::socket& s) {
@@ -66,7 +69,7 @@ class TurnSendsTest : public ::testing::Test {
 TEST_F(TurnSendsTest, SendsAwaitedInOneTurnLeaveTogetherAfterItsOtherHandlers) {
   asio::io_context io;
   constexpr int kSockets = 40;
-  std::vector<std::pair<tcp::socket, tcp::socket>> pairs;
+  std::vector<Pair> pairs;
   for (int i = 0; i < kSockets; ++i) pairs.push_back(Connected(io));
   std::vector<long> results(kSockets, 0);
   int late_handler_saw = -1;  // what had arrived when a handler posted behind the sends ran
@@ -77,43 +80,36 @@ TEST_F(TurnSendsTest, SendsAwaitedInOneTurnLeaveTogetherAfterItsOtherHandlers) {
           const std::string text = "answer " + std::to_string(i);
           const asio::const_buffer pieces[] = {asio::buffer(text.data(), 6),
                                                asio::buffer(text.data() + 6, text.size() - 6)};
-          results[i] = co_await sends_->Send(pairs[i].first, pieces);
+          results[i] = co_await sends_->Send(pairs[i].sender, pieces);
         },
         asio::detached);
   }
   // Posted before the coroutines ran: it runs before the round that sends, in the same turn.
   asio::post(io, [&] {
     late_handler_saw = 0;
-    for (auto& [sender, receiver] : pairs) late_handler_saw += !ReadAvailable(receiver).empty();
+    for (Pair& p : pairs) late_handler_saw += !ReadAvailable(p.receiver).empty();
   });
   io.run();
   EXPECT_EQ(late_handler_saw, 0) << "a send left before the turn's other handlers ran";
   for (int i = 0; i < kSockets; ++i) {
     const std::string text = "answer " + std::to_string(i);
     EXPECT_EQ(results[i], static_cast<long>(text.size()));
-    EXPECT_EQ(ReadAvailable(pairs[i].second), text);
+    EXPECT_EQ(ReadAvailable(pairs[i].receiver), text);
   }
 }
 
 TEST_F(TurnSendsTest, WhatCannotBeGatheredComesBackUnsentAndAFailedPeerReportsItsError) {
   asio::io_context io;
-  auto big_sender_pair = Connected(io);
-  tcp::socket& big_sender = big_sender_pair.first;
-  tcp::socket& big_receiver = big_sender_pair.second;
-  auto closing_sender_pair = Connected(io);
-  tcp::socket& closing_sender = closing_sender_pair.first;
-  auto reset_sender_pair = Connected(io);
-  tcp::socket& reset_sender = reset_sender_pair.first;
-  tcp::socket& reset_receiver = reset_sender_pair.second;
-  auto good_sender_pair = Connected(io);
-  tcp::socket& good_sender = good_sender_pair.first;
-  tcp::socket& good_receiver = good_sender_pair.second;
+  Pair big = Connected(io);
+  Pair closing = Connected(io);
+  Pair reset = Connected(io);
+  Pair good = Connected(io);
   // The reset pair's peer closed with a byte unread: the kernel answered with a reset.
-  ASSERT_EQ(::send(reset_sender.native_handle(), "y", 1, 0), 1);
+  ASSERT_EQ(::send(reset.sender.native_handle(), "y", 1, 0), 1);
   std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  reset_receiver.close();
+  reset.receiver.close();
   std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  const std::string big(kCoalescedWrite + 1, 'b');
+  const std::string too_big(kCoalescedWrite + 1, 'b');
   std::optional<long> big_result, closed_result, reset_result, good_result;
   auto send = [&](tcp::socket& s, const std::string& text, std::optional<long>& out) {
     asio::co_spawn(
@@ -125,31 +121,27 @@ TEST_F(TurnSendsTest, WhatCannotBeGatheredComesBackUnsentAndAFailedPeerReportsIt
         asio::detached);
   };
   const std::string small = "fine";
-  send(big_sender, big, big_result);
-  send(closing_sender, small, closed_result);
-  send(reset_sender, small, reset_result);
-  send(good_sender, small, good_result);
-  asio::post(io, [&] { closing_sender.close(); });  // while its send waits for the turn's end
+  send(big.sender, too_big, big_result);
+  send(closing.sender, small, closed_result);
+  send(reset.sender, small, reset_result);
+  send(good.sender, small, good_result);
+  asio::post(io, [&] { closing.sender.close(); });  // while its send waits for the turn's end
   io.run();
   ASSERT_TRUE(big_result && closed_result && reset_result && good_result);
   EXPECT_EQ(*big_result, TurnSends::kNotSent);
-  EXPECT_EQ(ReadAvailable(big_receiver), "");
+  EXPECT_EQ(ReadAvailable(big.receiver), "");
   EXPECT_EQ(*closed_result, TurnSends::kNotSent);
   EXPECT_TRUE(*reset_result == -ECONNRESET || *reset_result == -EPIPE) << *reset_result;
   EXPECT_EQ(*good_result, 4);
-  EXPECT_EQ(ReadAvailable(good_receiver), "fine");
+  EXPECT_EQ(ReadAvailable(good.receiver), "fine");
 }
 
 TEST_F(TurnSendsTest, AFullSocketTakesPartThenNothingBesideOneWithRoom) {
   asio::io_context io;
-  auto full_sender_pair = Connected(io);
-  tcp::socket& full_sender = full_sender_pair.first;
-  tcp::socket& full_receiver = full_sender_pair.second;
-  auto good_sender_pair = Connected(io);
-  tcp::socket& good_sender = good_sender_pair.first;
-  tcp::socket& good_receiver = good_sender_pair.second;
-  full_sender.set_option(asio::socket_base::send_buffer_size(4096));
-  full_receiver.set_option(asio::socket_base::receive_buffer_size(4096));
+  Pair full = Connected(io);
+  Pair good = Connected(io);
+  full.sender.set_option(asio::socket_base::send_buffer_size(4096));
+  full.receiver.set_option(asio::socket_base::receive_buffer_size(4096));
   const std::string chunk(kCoalescedWrite, 'f');
   std::vector<long> full_results;
   long good_result = 0;
@@ -159,7 +151,7 @@ TEST_F(TurnSendsTest, AFullSocketTakesPartThenNothingBesideOneWithRoom) {
         // Each send waits for its own turn's end; the socket fills and then takes nothing.
         for (int i = 0; i < 400; ++i) {
           const asio::const_buffer piece = asio::buffer(chunk);
-          const long r = co_await sends_->Send(full_sender, {&piece, 1});
+          const long r = co_await sends_->Send(full.sender, {&piece, 1});
           full_results.push_back(r);
           if (r == -EAGAIN) break;
         }
@@ -169,7 +161,7 @@ TEST_F(TurnSendsTest, AFullSocketTakesPartThenNothingBesideOneWithRoom) {
       io,
       [&]() -> asio::awaitable<void> {
         const asio::const_buffer piece = asio::buffer(std::string_view("room"));
-        good_result = co_await sends_->Send(good_sender, {&piece, 1});
+        good_result = co_await sends_->Send(good.sender, {&piece, 1});
       },
       asio::detached);
   io.run();
@@ -180,9 +172,9 @@ TEST_F(TurnSendsTest, AFullSocketTakesPartThenNothingBesideOneWithRoom) {
     if (r > 0) taken += r;
   }
   EXPECT_GT(taken, 0);
-  EXPECT_EQ(static_cast<long>(ReadAvailable(full_receiver).size()), taken);
+  EXPECT_EQ(static_cast<long>(ReadAvailable(full.receiver).size()), taken);
   EXPECT_EQ(good_result, 4);
-  EXPECT_EQ(ReadAvailable(good_receiver), "room");
+  EXPECT_EQ(ReadAvailable(good.receiver), "room");
 }
 
 TEST_F(TurnSendsTest, ALoopDestroyedWithWaitersEndsTheirCoroutines) {
@@ -190,8 +182,7 @@ TEST_F(TurnSendsTest, ALoopDestroyedWithWaitersEndsTheirCoroutines) {
   std::weak_ptr<int> seen = frame_alive;
   {
     asio::io_context io;
-    auto sender_pair = Connected(io);  // (the receiver stays open: the send is never made)
-    tcp::socket& sender = sender_pair.first;
+    Pair link = Connected(io);  // (its receiver stays open: the send is never made)
     bool started = false;
     bool resumed = false;
     asio::co_spawn(
@@ -199,7 +190,7 @@ TEST_F(TurnSendsTest, ALoopDestroyedWithWaitersEndsTheirCoroutines) {
         [&, held = std::move(frame_alive)]() -> asio::awaitable<void> {
           const asio::const_buffer piece = asio::buffer(std::string_view("never"));
           started = true;
-          co_await sends_->Send(sender, {&piece, 1});
+          co_await sends_->Send(link.sender, {&piece, 1});
           resumed = true;
         },
         asio::detached);
@@ -211,20 +202,18 @@ TEST_F(TurnSendsTest, ALoopDestroyedWithWaitersEndsTheirCoroutines) {
   EXPECT_TRUE(seen.expired()) << "the waiting coroutine's frame outlived its loop";
   // The thread's TurnSends works on for the next loop.
   asio::io_context io;
-  auto sender_pair = Connected(io);
-  tcp::socket& sender = sender_pair.first;
-  tcp::socket& receiver = sender_pair.second;
+  Pair link = Connected(io);
   long result = 0;
   asio::co_spawn(
       io,
       [&]() -> asio::awaitable<void> {
         const asio::const_buffer piece = asio::buffer(std::string_view("again"));
-        result = co_await sends_->Send(sender, {&piece, 1});
+        result = co_await sends_->Send(link.sender, {&piece, 1});
       },
       asio::detached);
   io.run();
   EXPECT_EQ(result, 5);
-  EXPECT_EQ(ReadAvailable(receiver), "again");
+  EXPECT_EQ(ReadAvailable(link.receiver), "again");
 }
 
 // A plain caller's waiter: what it was told.
@@ -243,20 +232,18 @@ TEST_F(TurnSendsTest, APlainCallerIsToldAtTheTurnsEndWithItsBytesOrThatTheLoopWe
   Told told, told_too;
   {
     asio::io_context io;
-    auto sender_pair = Connected(io);
-    tcp::socket& sender = sender_pair.first;
-    tcp::socket& receiver = sender_pair.second;
+    Pair link = Connected(io);
     asio::post(io, [&] {
-      sends_->Send(sender, std::string_view("plain"), told);
+      sends_->Send(link.sender, std::string_view("plain"), told);
       EXPECT_FALSE(told.result) << "told before the turn ended";
     });
     io.run();
     ASSERT_TRUE(told.result);
     EXPECT_EQ(*told.result, 5);
     EXPECT_EQ(told.given, "plain");
-    EXPECT_EQ(ReadAvailable(receiver), "plain");
+    EXPECT_EQ(ReadAvailable(link.receiver), "plain");
     EXPECT_FALSE(told.dropped);
-    sends_->Send(sender, std::string_view("never"), told_too);
+    sends_->Send(link.sender, std::string_view("never"), told_too);
   }  // the loop goes with the round unrun
   EXPECT_TRUE(told_too.dropped);
   EXPECT_FALSE(told_too.result);
