@@ -131,13 +131,20 @@ class Relay {
   // A byte of the body was taken from the input.
   bool taken() const { return taken_; }
 
-  // What Push() would write next (empty: nothing now), and the report of a write of it made
-  // elsewhere (PushAtTurnEnd).
+  // What Push() would write next (empty: nothing now), and (Wrote) the report of a write of it
+  // made elsewhere (PushAtTurnEnd).
   std::span<const net::const_buffer> Next() {
     if (first_ == count_) Fill();
     return Pending();
   }
-  void Written(std::size_t n) { Wrote(n); }
+  void Wrote(std::size_t n) {
+    while (first_ < count_ && n >= buffers_[first_].size()) n -= buffers_[first_++].size();
+    if (first_ < count_) {
+      buffers_[first_] += n;
+    } else {
+      Consume();
+    }
+  }
 
  private:
   static constexpr std::size_t kPieces = 16;  // payload pieces per write
@@ -171,14 +178,6 @@ class Relay {
   void Add(std::string_view s) { buffers_[count_++] = net::const_buffer(s.data(), s.size()); }
   std::span<const net::const_buffer> Pending() const {
     return {buffers_.data() + first_, count_ - first_};
-  }
-  void Wrote(std::size_t n) {
-    while (first_ < count_ && n >= buffers_[first_].size()) n -= buffers_[first_++].size();
-    if (first_ < count_) {
-      buffers_[first_] += n;
-    } else {
-      Consume();
-    }
   }
   void Consume() {
     in_->consume(used_);
@@ -1014,7 +1013,7 @@ net::awaitable<RelayEnd> HttpExchange::PushAtTurnEnd(drover::net::TurnSends& tur
   const long sent = co_await turn.Send(socket, x_.relay.Next());
   if (sent == -EAGAIN) co_return RelayEnd::kWrite;
   if (sent < 0 && sent != drover::net::TurnSends::kNotSent) co_return RelayEnd::kWriteFailed;
-  if (sent > 0) x_.relay.Written(static_cast<std::size_t>(sent));
+  if (sent > 0) x_.relay.Wrote(static_cast<std::size_t>(sent));
   co_return x_.relay.Push(socket);  // the rest, if any (kNotSent: all of it)
 }
 

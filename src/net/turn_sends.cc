@@ -82,9 +82,7 @@ void TurnSends::SendAll() {
   posted_ = false;
   // A waiter resumed below may Send() again at once: that goes into a fresh batch, with a round
   // of its own.
-  Batch batch = std::exchange(filling_, std::move(spare_));
-  filling_.entries.clear();
-  filling_.bytes.clear();
+  Batch batch = std::exchange(filling_, std::move(spare_));  // (spare_ is kept empty)
   sends_.clear();
   sent_.clear();
   for (std::size_t i = 0; i < batch.entries.size(); ++i) {
@@ -105,6 +103,7 @@ void TurnSends::SendAll() {
   }
   batch.entries.clear();
   batch.bytes.clear();
+  if (batch.bytes.capacity() > kKeptBytes) std::vector<char>().swap(batch.bytes);
   spare_ = std::move(batch);
 }
 

@@ -84,6 +84,10 @@ class TurnSends : public std::enable_shared_from_this<TurnSends> {
   // The end of the turn: sends what was added and resumes each waiter with its result.
   void SendAll();
 
+  // A turn's bytes kept for the next one; more (a turn that wrote to thousands of connections) is
+  // given back.
+  static constexpr std::size_t kKeptBytes = 1 << 20;
+
   SendRing& ring_;
   Batch filling_, spare_;  // spare_ keeps the capacity of the batch last sent
   std::vector<SendRing::Send> sends_;
