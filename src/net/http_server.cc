@@ -805,14 +805,14 @@ struct HttpServer::Impl {
 namespace {
 
 // A connection over plain TCP, its requests one after another without a coroutine: the bytes are
-// read into the connection's buffer and parsed there (a request that came whole is one read, and
-// the read that finds the socket empty before the next), the answer goes out by one send when the
-// socket takes it, and the next request is read at once. Every step runs on the connection's
-// strand (its socket's executor): after a read's wait, a LateReply's wake-up (this is its waiter:
-// Woken), and a write that had to wait. What keeps it alive is the operation it waits on, or the
-// LateReply it waits for; the server's list of open streams holds it too (Track), so a server
-// that stops closes it (Abandon). A stream answer is handed to a coroutine of its own
-// (Impl::PlainStream), which writes the head and parks the stream.
+// read into the connection's buffer and parsed there (a request that came whole is one read, which
+// took all there was, so the wait for the next needs no read to find the socket empty), the
+// answer goes out by one send when the socket takes it, and the next request is read at once. Every
+// step runs on the connection's strand (its socket's executor): after a read's wait, a LateReply's
+// wake-up (this is its waiter: Woken), and a write that had to wait. What keeps it alive is the
+// operation it waits on, or the LateReply it waits for; the server's list of open streams holds it
+// too (Track), so a server that stops closes it (Abandon). A stream answer is handed to a coroutine
+// of its own (Impl::PlainStream), which writes the head and parks the stream.
 //
 // Timeouts as over TLS: a request must arrive, whole, within idle_timeout of the previous answer,
 // and an answer the client is slow to take must be taken within idle_timeout; while the handler
@@ -835,6 +835,10 @@ class PlainConnection final : public StreamWakeup, public BurstSender {
     const asio::any_io_executor strand = c->socket_.get_executor();
     asio::post(strand, [c = std::move(c)] {
       c->queue().Track(c);
+      // Watched, a read that takes all there is counts as draining the socket, so the read after
+      // an answer is skipped while nothing came (net::ReadSome); the listener registered the
+      // socket for its end (watch_peer_end), so this costs no system call.
+      c->watched_ = WatchPeerEnd(c->socket_);
       c->NextRequest();
       c->Run();
     });
@@ -910,6 +914,10 @@ class PlainConnection final : public StreamWakeup, public BurstSender {
           Answer();
           return phase_ != Phase::kAwait && phase_ != Phase::kDone;
         }
+      }
+      if (watched_ && KnownDrained(socket_)) {  // the last read took all there was
+        WaitForBytes();
+        return false;
       }
       error_code ec;
       const std::size_t room = std::max(kMinRead, buffer_.capacity() - buffer_.size());
@@ -1118,6 +1126,7 @@ class PlainConnection final : public StreamWakeup, public BurstSender {
   std::size_t body_limit_ = 0;
   bool head_checked_ = false;  // the head's body limit is set
   bool keep_alive_ = true;     // the request's wish
+  bool watched_ = false;       // for the peer's end (net::WatchPeerEnd)
   std::shared_ptr<LateReply> later_;
   std::optional<HttpResponse> response_;
   std::optional<http::response_serializer<http::string_body>> serializer_;
@@ -1329,6 +1338,7 @@ Result<std::unique_ptr<HttpServer>> HttpServer::Start(HttpServerOptions options,
   // TCP_NODELAY: a watch stream's small chunks must not wait behind the client's delayed ACK
   // (Nagle held them up to 40 ms). Keepalive probes: a watcher whose host died is let go.
   lo.keep_alive = true;
+  lo.watch_peer_end = true;  // (a PlainConnection watches its socket: see Start)
   // Each connection gets its own strand: its coroutine and the wake-ups of a stream it serves
   // never run concurrently.
   DROVER_ASSIGN_OR_RETURN(impl->listener,

@@ -214,8 +214,10 @@ class LockedRecord {
   }
   // Whether the peer's end was reported: EPOLLRDHUP is in the registration (WatchPeerEnd) and in
   // the reactor's last report of the descriptor. Once the FIN came every report carries it (it
-  // is the socket's state, not an edge), and the reactor, run by the socket's one thread, made
-  // that report before this handler ran.
+  // is the socket's state, not an edge). On a one-thread context the reactor made that report
+  // before this handler ran. On a context of several threads another thread may be making it now
+  // (the reactor records a report without this lock): missed here, it is handled after, under
+  // this lock, and that marks the socket readable again -- so no end goes unseen.
   bool PeerEndReported() { return (Reported() & EPOLLRDHUP) != 0; }  // (on a watched socket)
   bool WatchesPeerEnd() { return (Registered() & EPOLLRDHUP) != 0; }
   // Adds EPOLLRDHUP to the registration (one EPOLL_CTL_MOD, kept by the reactor's own later
@@ -324,6 +326,15 @@ bool OnlyThread(tcp::socket& socket) {
   return asio::use_service<asio::detail::scheduler>(executor->context()).concurrency_hint() == 1;
 }
 
+// Whether `socket`'s reads run here one at a time, as WatchPeerEnd() requires of its caller: on
+// the only thread of its context, or in a handler of the strand that is its executor.
+bool ReadsSerialHere(tcp::socket& socket) {
+  if (OnlyThread(socket)) return true;
+  using Strand = asio::strand<asio::io_context::executor_type>;
+  const asio::any_io_executor& any = socket.get_executor();
+  return any.target_type() == typeid(Strand) && any.target<Strand>()->running_in_this_thread();
+}
+
 }  // namespace
 
 std::size_t ReadSome(tcp::socket& socket, asio::mutable_buffer buffer, error_code& ec,
@@ -406,7 +417,7 @@ std::size_t WriteSome(tcp::socket& socket, std::span<const asio::const_buffer> p
 }
 
 bool WatchPeerEnd(tcp::socket& socket) {
-  if (!OnlyThread(socket)) return false;  // a report could come between a read and its check
+  if (!ReadsSerialHere(socket)) return false;  // two reads at once could take an end unseen
   LockedRecord record(socket);
   return record && record.WatchPeerEnd(socket.native_handle());
 }

@@ -113,10 +113,13 @@ std::size_t WriteSome(boost::asio::ip::tcp::socket& socket,
 // its own end (MSG_MORE, then shutdown: one segment where two and an ACK would go, and no read
 // that answers eof). One EPOLL_CTL_MOD (none for a socket Connect() made: already watched), after
 // which the socket counts as drained (epoll reports a modified registration again for whatever is
-// ready). Called by the only thread of the socket's one-thread context, and the socket read by
-// that thread only: a report the reactor made on another thread could fall between a read and its
-// check. False (not watched, `end_follows` stays false) from any other thread, or where
-// unsupported.
+// ready). Called where the socket's reads run, one at a time: the only thread of the socket's
+// one-thread context, or a handler of the strand that is the socket's executor -- and the caller
+// reads the socket there only. (A context run by several threads reports events on any of them,
+// unlocked; ReadSome's check after its read, under the descriptor's lock, either sees the report
+// of an end or comes before the reactor's handling of it, which takes that lock and then marks
+// the socket readable again. Two reads at once could each take the other's bytes unseen.) False
+// (not watched, `end_follows` stays false) from anywhere else, or where unsupported.
 bool WatchPeerEnd(boost::asio::ip::tcp::socket& socket);
 
 // Calls `handler(error_code)` once bytes (or the peer's end, or an error) may be there to read,
@@ -127,7 +130,8 @@ template <typename Handler>
 void WaitReadable(boost::asio::ip::tcp::socket& socket, Handler handler);
 
 // Whether the reactor holds `socket` for drained: its next WaitReadable() queues without a
-// system call. For tests and diagnostics.
+// system call, and a read would find nothing (unless bytes came since, whose edge completes
+// that wait at once).
 bool KnownDrained(boost::asio::ip::tcp::socket& socket);
 // The events `socket` is registered for with the reactor (EPOLLIN, EPOLLOUT, EPOLLRDHUP, ...);
 // 0 where unknown or not registered. For tests and diagnostics.

@@ -334,10 +334,6 @@ Result<std::unique_ptr<TcpListener>> TcpListener::Open(std::vector<asio::io_cont
 Result<std::unique_ptr<TcpListener>> TcpListener::Start(asio::io_context& accept_on,
                                                         ListenerOptions options, Place place,
                                                         Serve serve) {
-  if (options.watch_peer_end) {
-    return InvalidArgumentError(options.name +
-                                ": watch_peer_end needs the workers' form (one thread each)");
-  }
   return Open({&accept_on}, std::move(options), std::move(place), std::move(serve));
 }
 

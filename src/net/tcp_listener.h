@@ -89,8 +89,8 @@ struct ListenerOptions {
   bool keep_alive = false;
   // Each accepted socket registered with its reactor for the peer's end too (net::Adopt's
   // Registration), for a server that has net::WatchPeerEnd() watch its connections: then that
-  // costs no system call. Only with the workers' form of Start (each context run by one thread,
-  // which alone reads its sockets).
+  // costs no system call. WatchPeerEnd() says where it may be called: with the workers' form of
+  // Start, on the worker; with the shared form, from a strand the Place gave the connection.
   bool watch_peer_end = false;
 };
 
