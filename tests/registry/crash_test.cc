@@ -1,11 +1,12 @@
 // Durability end to end: a real `drover registry` process acknowledges 1,000 registrations, is
 // killed with SIGKILL, and a new process on the same data directory still has all of them; and
-// the same while many clients write at once (their writes share commits: group commit), killed
-// in the middle of their writing.
+// the same while many clients write at once over gRPC and over HTTP keep-alive connections (their
+// writes share commits: group commit), killed in the middle of their writing.
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cstdio>
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <set>
@@ -87,21 +88,72 @@ TEST(RegistryCrashTest, AcknowledgedWritesSurviveSigkill) {
   EXPECT_EQ(restarted.Wait(), 0);
 }
 
+// Registrations PUT one after another on one keep-alive connection, as the SDK sends them, each
+// id added to `acknowledged` once its 200 came; returns at the first write that fails (the
+// registry gone).
+void HttpWriter(std::uint16_t port, int w, std::vector<std::string>& acknowledged,
+                std::atomic<int>& total) {
+  const int fd = drover::testing::ConnectLoopback(port);
+  if (fd < 0) return;
+  std::string in;
+  char buf[4096];
+  for (int i = 0;; ++i) {
+    const std::string id = "h" + std::to_string(w) + "-" + std::to_string(i);
+    const std::string body = R"({"address":"127.0.0.1:)" + std::to_string(10000 + i % 50000) +
+                             R"(","generation":)" + std::to_string(i + 1) + R"(,"ttl_ms":600000})";
+    const std::string request =
+        "PUT /v1/services/crash/instances/" + id +
+        " HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: " + std::to_string(body.size()) +
+        "\r\n\r\n" + body;
+    if (!drover::testing::SendAll(fd, request)) break;
+    // The answer: its head, then Content-Length bytes.
+    std::size_t head_end = std::string::npos, length = 0;
+    while (true) {
+      head_end = in.find("\r\n\r\n");
+      if (head_end != std::string::npos) {
+        const std::size_t at = in.find("Content-Length: ");
+        if (at == std::string::npos || at > head_end) break;
+        length = std::stoul(in.substr(at + 16));
+        if (in.size() >= head_end + 4 + length) break;
+      }
+      const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+      if (n <= 0) {
+        ::close(fd);
+        return;
+      }
+      in.append(buf, static_cast<std::size_t>(n));
+    }
+    const bool ok = in.rfind("HTTP/1.1 200 ", 0) == 0;
+    in.erase(0, head_end + 4 + length);
+    if (!ok) break;
+    acknowledged.push_back(id);
+    total.fetch_add(1);
+  }
+  ::close(fd);
+}
+
 TEST(RegistryCrashTest, AcknowledgedWritesSurviveSigkillUnderConcurrentWriters) {
   drover::testing::TempDir dir;
   ASSERT_FALSE(dir.path().empty());
   const std::vector<std::string> argv = RegistryArgv(dir.path());
-  constexpr int kWriters = 16;
-  std::vector<std::vector<std::string>> acknowledged(kWriters);
+  constexpr int kWriters = 16;     // over gRPC
+  constexpr int kHttpWriters = 8;  // over HTTP keep-alive connections
+  std::vector<std::vector<std::string>> acknowledged(kWriters + kHttpWriters);
   std::atomic<int> total{0};
   {
     ChildProcess registry(argv);
     std::uint16_t grpc_port = 0;
-    ASSERT_NE(StartRegistry(registry, &grpc_port), 0);
+    const std::uint16_t http_port = StartRegistry(registry, &grpc_port);
+    ASSERT_NE(http_port, 0);
     auto channel = grpc::CreateChannel("127.0.0.1:" + std::to_string(grpc_port),
                                        grpc::InsecureChannelCredentials());
     auto stub = drover::registry::v1::Registry::NewStub(channel);
     std::vector<std::jthread> writers;
+    for (int h = 0; h < kHttpWriters; ++h) {
+      writers.emplace_back([&, h] {
+        HttpWriter(http_port, h, acknowledged[static_cast<std::size_t>(kWriters + h)], total);
+      });
+    }
     for (int w = 0; w < kWriters; ++w) {
       writers.emplace_back([&, w] {
         // As fast as it can, until the registry is gone.
@@ -145,7 +197,15 @@ TEST(RegistryCrashTest, AcknowledgedWritesSurviveSigkillUnderConcurrentWriters) 
   }
   EXPECT_EQ(missing, 0u) << "of " << total.load() << " acknowledged writes";
   // Nothing was stored that no writer sent (a write in flight at the kill may or may not be).
-  EXPECT_LE(stored.size(), static_cast<std::size_t>(total.load() + kWriters));
+  EXPECT_LE(stored.size(), static_cast<std::size_t>(total.load() + kWriters + kHttpWriters));
+  std::size_t over_http = 0;
+  for (int h = 0; h < kHttpWriters; ++h) {
+    over_http += acknowledged[static_cast<std::size_t>(kWriters + h)].size();
+  }
+  std::printf("acknowledged before the kill: %d, %zu of them over HTTP\n", total.load(), over_http);
+  // Both kinds of writer got writes in before the kill.
+  EXPECT_FALSE(acknowledged.front().empty());
+  EXPECT_FALSE(acknowledged.back().empty());
   restarted.Signal(SIGTERM);
   EXPECT_EQ(restarted.Wait(), 0);
 }
