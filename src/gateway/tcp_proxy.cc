@@ -132,6 +132,10 @@ struct TcpProxy::State : std::enable_shared_from_this<State> {
   // A pump's write made at the turn's end (TurnWrite): what the other side did not take waits for
   // it, as in Pump().
   void Sent(std::shared_ptr<Conn> c, bool from_client, long result, std::span<const char> bytes);
+  // The bytes [from, to) of `chunk` the other side did not take yet, written when it takes them
+  // (backpressure: nothing more is read this way meanwhile); then the pump goes on.
+  void WriteRest(std::shared_ptr<Conn> c, bool from_client, RelayChunk chunk, std::size_t from,
+                 std::size_t to);
   // One way has ended: its end passed on to `to`.
   void InputEnded(Conn& c, tcp::socket& to);
   void PumpEnded(Conn& c);
@@ -228,19 +232,8 @@ void TcpProxy::State::Pump(std::shared_ptr<Conn> c, bool from_client) {
         sent += net::WriteSome(to, {&piece, 1}, send_ec, more);
       }
       if (send_ec == asio::error::would_block) {
-        // The rest when the other side takes it (backpressure: nothing more is read this way
-        // meanwhile; the end, if it follows, is then read as usual).
-        const asio::const_buffer rest(chunk.data() + sent, size - sent);
-        asio::async_write(to, rest,
-                          [c = std::move(c), from_client, chunk = std::move(chunk)](
-                              error_code write_ec, std::size_t) mutable {
-                            if (write_ec) {
-                              c->CloseBoth();
-                              return c->state->PumpEnded(*c);
-                            }
-                            c->state->Pump(std::move(c), from_client);
-                          });
-        return;
+        // (The end, if it follows, is then read as usual.)
+        return WriteRest(std::move(c), from_client, std::move(chunk), sent, size);
       }
       if (send_ec) {
         c->CloseBoth();
@@ -268,9 +261,14 @@ void TcpProxy::State::Sent(std::shared_ptr<Conn> c, bool from_client, long resul
   const std::size_t sent = result > 0 ? static_cast<std::size_t>(result) : 0;
   RelayChunk chunk;
   std::memcpy(chunk.data(), bytes.data() + sent, bytes.size() - sent);
-  tcp::socket& to = from_client ? c->upstream : c->client;
-  const asio::const_buffer rest(chunk.data(), bytes.size() - sent);
-  asio::async_write(to, rest,
+  WriteRest(std::move(c), from_client, std::move(chunk), 0, bytes.size() - sent);
+}
+
+void TcpProxy::State::WriteRest(std::shared_ptr<Conn> c, bool from_client, RelayChunk chunk,
+                                std::size_t from, std::size_t to) {
+  tcp::socket& out = from_client ? c->upstream : c->client;
+  const asio::const_buffer rest(chunk.data() + from, to - from);
+  asio::async_write(out, rest,
                     [c = std::move(c), from_client, chunk = std::move(chunk)](error_code write_ec,
                                                                               std::size_t) mutable {
                       if (write_ec) {
